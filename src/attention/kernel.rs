@@ -1,0 +1,231 @@
+//! Kernel ("linear") attention in its quadratic view: A_ij = κ(q_i, k_j)·g_ij / Σ_n κ(q_i, k_n)·g_in,
+//! where g = exp(mask + bias) is 1/0 for the causal mask and exp(b) for a relative bias.
+//!
+//! - `linear`: κ = φ(q)·φ(k), φ(x) = elu(x) + 1 (Katharopoulos et al. 2020, arXiv 2006.16236).
+//! - `based`: κ = 1 + s + s²/2, s = q·k/√d_f, the Taylor kernel of zoology's Based
+//!   (Arora et al. 2024, arXiv 2402.18668); its minimum is 0.5 at s = −1.
+//! - `rebased`: κ = s², s = q'·k'/√d_f with q' = γ_Q ⊙ norm(q) + β_Q (same for k), the
+//!   normalisation taken over all heads' features at once, as the authors' code does
+//!   (corl-team/rebased `src/mixers/rebased.py`; Aksenov et al. 2024, arXiv 2402.10644).
+//!   The paper's ablations are the other [`RebasedVariant`]s.
+//!
+//! The quadratic view is exact (it is the same function as the recurrent form) and is what the
+//! views show; a linear-time view for long evaluation belongs with length extrapolation.
+
+use candle_core::{D, Tensor};
+use serde::{Deserialize, Serialize};
+
+use super::{Attention, CausalMask, Mechanism, MechanismShape};
+use crate::Result;
+use crate::encodings::{Encoding, LengthCache};
+use crate::ops::{dot_scores, standardise};
+use crate::params::{Init, Params};
+
+/// ReBased settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RebasedConfig {
+    /// Width d_f of q and k per head (the paper's MQAR runs use 16).
+    pub feature_dim: usize,
+    /// What is applied to q and k before squaring; `rebased` is the paper's final model.
+    pub variant: RebasedVariant,
+}
+
+impl Default for RebasedConfig {
+    fn default() -> Self {
+        Self {
+            feature_dim: 16,
+            variant: RebasedVariant::Rebased,
+        }
+    }
+}
+
+/// The ablation ladder of the ReBased paper (Table 1), as the authors' flags implement it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RebasedVariant {
+    /// (γ ⊙ norm(x) + β)²: LayerNorm with its affine part (the paper's ReBased).
+    #[default]
+    Rebased,
+    /// x²: the square kernel alone.
+    X2,
+    /// norm(x)²: normalisation without affine parameters.
+    Norm,
+    /// (γ ⊙ x)²: a learnable scale only.
+    Gamma,
+    /// (γ ⊙ x + β)²: learnable scale and shift, no normalisation.
+    GammaBeta,
+}
+
+/// Which kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelKind {
+    Linear,
+    Based,
+    Rebased(RebasedVariant),
+}
+
+/// The learnable pre-kernel map of one of q, k (ReBased family only).
+struct FeatureNorm {
+    normalise: bool,
+    gamma: Option<Tensor>,
+    beta: Option<Tensor>,
+}
+
+impl FeatureNorm {
+    fn new(variant: RebasedVariant, width: usize, params: &Params) -> Result<Self> {
+        let (normalise, gamma, beta) = match variant {
+            RebasedVariant::Rebased => (true, true, true),
+            RebasedVariant::X2 => (false, false, false),
+            RebasedVariant::Norm => (true, false, false),
+            RebasedVariant::Gamma => (false, true, false),
+            RebasedVariant::GammaBeta => (false, true, true),
+        };
+        Ok(Self {
+            normalise,
+            gamma: gamma
+                .then(|| params.get("weight", width, Init::Constant(1.0)))
+                .transpose()?,
+            beta: beta
+                .then(|| params.get("bias", width, Init::Constant(0.0)))
+                .transpose()?,
+        })
+    }
+
+    /// x (B, H, T, f) → the same shape, normalised over the H·f features of each position.
+    fn apply(&self, x: &Tensor) -> Result<Tensor> {
+        let (b, h, t, f) = x.dims4()?;
+        let mut y = x.transpose(1, 2)?.reshape((b, t, h * f))?; // (B, T, H·f)
+        if self.normalise {
+            y = standardise(&y, 1e-5)?;
+        }
+        if let Some(gamma) = &self.gamma {
+            y = y.broadcast_mul(gamma)?;
+        }
+        if let Some(beta) = &self.beta {
+            y = y.broadcast_add(beta)?;
+        }
+        Ok(y.reshape((b, t, h, f))?.transpose(1, 2)?.contiguous()?) // (B, H, T, f)
+    }
+}
+
+pub struct KernelAttention {
+    kind: KernelKind,
+    scale: f64,
+    norms: Option<(FeatureNorm, FeatureNorm)>,
+    mask: CausalMask,
+    /// exp(mask) per length when the encoding has no bias.
+    causal_gate: LengthCache,
+}
+
+impl KernelAttention {
+    pub fn new(kind: KernelKind, shape: &MechanismShape, params: &Params) -> Result<Self> {
+        let width = shape.n_heads * shape.qk_dim;
+        let norms = match kind {
+            KernelKind::Rebased(variant) => Some((
+                FeatureNorm::new(variant, width, &params.pp("q_norm"))?,
+                FeatureNorm::new(variant, width, &params.pp("k_norm"))?,
+            )),
+            _ => None,
+        };
+        Ok(Self {
+            kind,
+            scale: 1.0 / (shape.qk_dim as f64).sqrt(),
+            norms,
+            mask: CausalMask::default(),
+            causal_gate: LengthCache::default(),
+        })
+    }
+
+    /// κ(q_i, k_j) for all pairs, (B, H, T, T), before masking.
+    fn kernel(&self, q: &Tensor, k: &Tensor) -> Result<Tensor> {
+        Ok(match self.kind {
+            KernelKind::Linear => {
+                let phi_q = (q.elu(1.0)? + 1.0)?;
+                let phi_k = (k.elu(1.0)? + 1.0)?;
+                phi_q.matmul(&phi_k.t()?)?
+            }
+            KernelKind::Based => {
+                let s = dot_scores(q, k, self.scale)?;
+                ((s.sqr()? * 0.5)? + (s + 1.0)?)?
+            }
+            KernelKind::Rebased(_) => dot_scores(q, k, self.scale)?.sqr()?,
+        })
+    }
+
+    /// g = exp(mask + bias): the causal 0/1 gate, times exp(b) when the encoding has a bias.
+    fn gate(&self, t: usize, q: &Tensor, pos: &dyn Encoding) -> Result<Tensor> {
+        let mask = self.mask.additive(t, q.device())?;
+        match pos.logit_bias(t)? {
+            Some(bias) => Ok(bias.broadcast_add(&mask)?.exp()?),
+            None => self.causal_gate.get_or(t, || Ok(mask.exp()?)),
+        }
+    }
+}
+
+impl Mechanism for KernelAttention {
+    fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, pos: &dyn Encoding) -> Result<Attention> {
+        let (q, k) = match &self.norms {
+            Some((q_norm, k_norm)) => (q_norm.apply(q)?, k_norm.apply(k)?),
+            None => (q.clone(), k.clone()),
+        };
+        let (q, k) = pos.rotate(&q, &k)?;
+        let t = q.dim(2)?;
+        let weighted = self
+            .kernel(&q, &k)?
+            .broadcast_mul(&self.gate(t, &q, pos)?)?;
+        // ε as in the reference kernels (o / (z + 1e-12)): only matters for an all-zero ReBased row.
+        let norm = (weighted.sum_keepdim(D::Minus1)? + 1e-12)?;
+        Ok(Attention {
+            weights: weighted.broadcast_div(&norm)?,
+            values: v.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::encodings::NoEncoding;
+    use candle_core::Device;
+
+    fn shape() -> MechanismShape {
+        MechanismShape {
+            n_heads: 1,
+            qk_dim: 1,
+            head_dim: 1,
+            max_len: 8,
+        }
+    }
+
+    /// With one feature, Based's kernel is 1 + s + s²/2 and has its floor 0.5 at s = −1.
+    #[test]
+    fn based_kernel_is_the_taylor_polynomial() {
+        let p = Params::new(0, &Device::Cpu);
+        let att = KernelAttention::new(KernelKind::Based, &shape(), &p).unwrap();
+        let q = Tensor::new(&[[[[-1f32], [2.0]]]], &Device::Cpu).unwrap();
+        let k = Tensor::new(&[[[[1f32], [1.0]]]], &Device::Cpu).unwrap();
+        let kern = att
+            .kernel(&q, &k)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        assert_eq!(kern, vec![0.5, 0.5, 5.0, 5.0]);
+    }
+
+    #[test]
+    fn rebased_x2_kernel_can_reach_zero_weight() {
+        let p = Params::new(0, &Device::Cpu);
+        let att =
+            KernelAttention::new(KernelKind::Rebased(RebasedVariant::X2), &shape(), &p).unwrap();
+        let q = Tensor::new(&[[[[1f32], [1.0]]]], &Device::Cpu).unwrap();
+        let k = Tensor::new(&[[[[0f32], [3.0]]]], &Device::Cpu).unwrap();
+        let v = Tensor::new(&[[[[1f32], [2.0]]]], &Device::Cpu).unwrap();
+        let a = att.attend(&q, &k, &v, &NoEncoding).unwrap();
+        let w = a.weights.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        // row 1: κ = (0, 9) → weights (0, 1); row 0 sees only key 0 with κ = 0 → all-zero row.
+        assert_eq!(&w[2..], &[0.0, 1.0]);
+    }
+}

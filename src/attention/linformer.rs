@@ -1,0 +1,134 @@
+//! Linformer (Wang et al. 2020, arXiv 2006.04768): keys and values are projected along the
+//! sequence, K' = E·K and V' = F·V with E, F of shape (k, n), so the attention matrix is
+//! softmax(Q K'ᵀ/√d), of shape n × k.
+//!
+//! Sharing modes are the paper's §4: `none` (E, F per head), `headwise` (one E, F per layer;
+//! what the official fairseq code does by default), `kv` (E = F per layer) and `layerwise`
+//! (one E for keys and values of every layer). Projections are initialised like fairseq's
+//! (`xavier_uniform`, gain 1/√2). Inputs shorter than n use the first columns of E and F.
+//! The projection mixes future positions into every key, so Linformer is not causal: tasks
+//! that need causality (language modelling) reject it.
+
+use candle_core::Tensor;
+use serde::{Deserialize, Serialize};
+
+use super::{Attention, Mechanism, MechanismShape};
+use crate::encodings::Encoding;
+use crate::ops::{dot_scores, softmax_last};
+use crate::params::{Init, Params};
+use crate::{Error, Result};
+
+/// Linformer settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LinformerConfig {
+    /// Projected length k (the paper compresses n by 4 by default).
+    pub proj_dim: usize,
+    pub sharing: LinformerSharing,
+}
+
+impl Default for LinformerConfig {
+    fn default() -> Self {
+        Self {
+            proj_dim: 16,
+            sharing: LinformerSharing::Headwise,
+        }
+    }
+}
+
+/// Which projections are shared (paper §4, "Additional efficiency techniques").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LinformerSharing {
+    /// Separate E and F for every head.
+    None,
+    /// One E and one F per layer.
+    #[default]
+    Headwise,
+    /// One E per layer, used for keys and values.
+    Kv,
+    /// One E for keys and values of all layers.
+    Layerwise,
+}
+
+impl LinformerConfig {
+    pub fn validate(&self, seq_len: usize) -> Result<()> {
+        if self.proj_dim == 0 || self.proj_dim > seq_len {
+            return Err(Error::preset(
+                "attention.proj_dim",
+                self.proj_dim,
+                format!("must be in 1..={seq_len} (the task's sequence length)"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+pub struct Linformer {
+    /// (H or 1, k, n)
+    e: Tensor,
+    /// (H or 1, k, n)
+    f: Tensor,
+    scale: f64,
+}
+
+impl Linformer {
+    pub fn new(config: &LinformerConfig, shape: &MechanismShape, params: &Params) -> Result<Self> {
+        let (k, n) = (config.proj_dim, shape.max_len);
+        let bound = (0.5f64).sqrt() * (6.0 / (k + n) as f64).sqrt();
+        let init = Init::Uniform(bound);
+        let heads = match config.sharing {
+            LinformerSharing::None => shape.n_heads,
+            _ => 1,
+        };
+        let (e, f) = match config.sharing {
+            LinformerSharing::None | LinformerSharing::Headwise => (
+                params.get("proj_k", (heads, k, n), init)?,
+                params.get("proj_v", (heads, k, n), init)?,
+            ),
+            LinformerSharing::Kv => {
+                let e = params.get("proj_kv", (1, k, n), init)?;
+                (e.clone(), e)
+            }
+            LinformerSharing::Layerwise => {
+                let e = params
+                    .root()
+                    .get("linformer_shared_proj", (1, k, n), init)?;
+                (e.clone(), e)
+            }
+        };
+        Ok(Self {
+            e,
+            f,
+            scale: 1.0 / (shape.qk_dim as f64).sqrt(),
+        })
+    }
+}
+
+/// proj (Hp, k, n) applied along the sequence of x (B, H, t, d) → (B, H, k, d).
+fn project(proj: &Tensor, x: &Tensor) -> Result<Tensor> {
+    let (b, h, t, _) = x.dims4()?;
+    let (_, k, n) = proj.dims3()?;
+    if t > n {
+        return Err(Error::Other(format!(
+            "Linformer was built for sequences of {n} tokens and cannot attend over {t}"
+        )));
+    }
+    let proj = proj
+        .narrow(2, 0, t)?
+        .unsqueeze(0)?
+        .broadcast_as((b, h, k, t))?
+        .contiguous()?;
+    Ok(proj.matmul(&x.contiguous()?)?)
+}
+
+impl Mechanism for Linformer {
+    fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, _pos: &dyn Encoding) -> Result<Attention> {
+        let keys = project(&self.e, k)?; // (B, H, k, d)
+        let scores = dot_scores(q, &keys, self.scale)?; // (B, H, T, k)
+        Ok(Attention {
+            weights: softmax_last(&scores)?,
+            values: project(&self.f, v)?,
+        })
+    }
+}

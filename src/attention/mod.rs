@@ -1,0 +1,197 @@
+//! Attention mechanisms: how queries and keys become mixing weights.
+//!
+//! Every mechanism returns its **explicit, row-normalised attention matrix** together with the
+//! values it mixes, and the model output is `weights · values`. So the heatmaps, ERF, IoU and
+//! spectra see exactly the matrix the model used, for every mechanism (n×k for Linformer).
+//!
+//! | name | weights A_ij (j ≤ i unless non-causal) |
+//! |---|---|
+//! | `softmax` | exp(q_i·k_j/√d + b_ij) / Σ_n … |
+//! | `linear` | φ(q_i)·φ(k_j) / Σ_n …, φ = elu + 1 (Katharopoulos et al. 2020) |
+//! | `based` | 1 + s + s²/2 with s = q_i·k_j/√d_f, normalised (Arora et al. 2024) |
+//! | `rebased` | (q'_i·k'_j/√d_f)², q' = γ⊙norm(q)+β, normalised (Aksenov et al. 2024) |
+//! | `linformer` | softmax(q_i·(E K)_j/√d) over k projected positions (Wang et al. 2020) |
+//!
+//! attnlab's choice for kernel mechanisms with a relative-bias encoding: the bias multiplies
+//! the kernel as exp(b_ij), the same "bias = log-weight" meaning it has inside softmax.
+
+mod kernel;
+mod linformer;
+mod softmax;
+
+use std::sync::Arc;
+
+use candle_core::{Device, Tensor};
+use serde::{Deserialize, Serialize};
+
+pub use kernel::{KernelAttention, KernelKind, RebasedConfig, RebasedVariant};
+pub use linformer::{Linformer, LinformerConfig, LinformerSharing};
+pub use softmax::SoftmaxAttention;
+
+use crate::encodings::{Encoding, LengthCache};
+use crate::params::Params;
+use crate::{Error, Result};
+
+/// The `[attention]` section of a preset.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum MechanismSpec {
+    /// Causal softmax attention.
+    #[default]
+    Softmax,
+    /// Linear attention with the elu(x) + 1 feature map.
+    Linear,
+    /// Based: the 2nd-order Taylor kernel of exp.
+    Based(BasedConfig),
+    /// ReBased: learnable affine + normalisation, squared similarity.
+    Rebased(RebasedConfig),
+    /// Linformer: keys and values projected along the sequence to `proj_dim` rows (non-causal).
+    Linformer(LinformerConfig),
+}
+
+/// Based settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BasedConfig {
+    /// Width d_f of q and k per head (zoology's configs use 8, 16, 24).
+    pub feature_dim: usize,
+}
+
+impl Default for BasedConfig {
+    fn default() -> Self {
+        Self { feature_dim: 16 }
+    }
+}
+
+/// The attention of one layer on one batch.
+pub struct Attention {
+    /// Row-normalised weights, (B, H, Tq, Tk).
+    pub weights: Tensor,
+    /// The values the weights mix, (B, H, Tk, Dh). `weights · values` is the layer's output.
+    pub values: Tensor,
+}
+
+/// How scores become weights.
+pub trait Mechanism: Send + Sync {
+    /// q, k (B, H, T, Dqk) and v (B, H, T, Dh), projected but not yet positioned; calls the
+    /// encoding's hooks itself.
+    fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, pos: &dyn Encoding) -> Result<Attention>;
+}
+
+impl MechanismSpec {
+    /// Every mechanism with its default settings, for pickers and tests that loop over all.
+    pub fn all_defaults() -> Vec<Self> {
+        vec![
+            Self::Softmax,
+            Self::Linear,
+            Self::Based(BasedConfig::default()),
+            Self::Rebased(RebasedConfig::default()),
+            Self::Linformer(LinformerConfig::default()),
+        ]
+    }
+
+    /// The name used in presets, the CLI, the GUI and file names.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Softmax => "softmax",
+            Self::Linear => "linear",
+            Self::Based(_) => "based",
+            Self::Rebased(_) => "rebased",
+            Self::Linformer(_) => "linformer",
+        }
+    }
+
+    /// One-line formula for help and tooltips.
+    pub fn formula(&self) -> &'static str {
+        match self {
+            Self::Softmax => "A = softmax(q k^T / sqrt(d) + bias), causal",
+            Self::Linear => "A_ij = phi(q_i).phi(k_j) / sum_n phi(q_i).phi(k_n), phi = elu + 1",
+            Self::Based(_) => "A_ij ~ 1 + s + s^2/2, s = q_i.k_j / sqrt(d_f)",
+            Self::Rebased(_) => "A_ij ~ (q'_i.k'_j / sqrt(d_f))^2, q' = gamma*norm(q) + beta",
+            Self::Linformer(_) => "A = softmax(q (E k)^T / sqrt(d)), n x k, non-causal",
+        }
+    }
+
+    /// Per-head width of queries and keys; Based/ReBased use their feature dimension.
+    pub fn qk_dim(&self, head_dim: usize) -> usize {
+        match self {
+            Self::Based(c) => c.feature_dim,
+            Self::Rebased(c) => c.feature_dim,
+            _ => head_dim,
+        }
+    }
+
+    /// Whether every position sees only itself and earlier positions.
+    pub fn is_causal(&self) -> bool {
+        !matches!(self, Self::Linformer(_))
+    }
+
+    /// Checks the mechanism's own settings; errors name `attention.…`.
+    pub fn validate(&self, seq_len: usize) -> Result<()> {
+        let feature_dim = |f: usize| {
+            if (1..=256).contains(&f) {
+                Ok(())
+            } else {
+                Err(Error::preset(
+                    "attention.feature_dim",
+                    f,
+                    "must be in 1..=256",
+                ))
+            }
+        };
+        match self {
+            Self::Softmax | Self::Linear => Ok(()),
+            Self::Based(c) => feature_dim(c.feature_dim),
+            Self::Rebased(c) => feature_dim(c.feature_dim),
+            Self::Linformer(c) => c.validate(seq_len),
+        }
+    }
+
+    /// Builds the mechanism of one layer; its parameters go under `params`.
+    pub fn build(&self, shape: &MechanismShape, params: &Params) -> Result<Arc<dyn Mechanism>> {
+        Ok(match self {
+            Self::Softmax => Arc::new(SoftmaxAttention::new(shape)),
+            Self::Linear => Arc::new(KernelAttention::new(KernelKind::Linear, shape, params)?),
+            Self::Based(_) => Arc::new(KernelAttention::new(KernelKind::Based, shape, params)?),
+            Self::Rebased(c) => Arc::new(KernelAttention::new(
+                KernelKind::Rebased(c.variant),
+                shape,
+                params,
+            )?),
+            Self::Linformer(c) => Arc::new(Linformer::new(c, shape, params)?),
+        })
+    }
+}
+
+/// What a mechanism needs to know about its layer.
+#[derive(Clone, Copy, Debug)]
+pub struct MechanismShape {
+    pub n_heads: usize,
+    pub qk_dim: usize,
+    pub head_dim: usize,
+    pub max_len: usize,
+}
+
+/// Causal masks per length, shared by the mechanisms of a model: 0 on and below the
+/// diagonal, −∞ above. Used additively before softmax, or as exp(mask) = 0/1 for kernels.
+#[derive(Default)]
+pub(crate) struct CausalMask {
+    cache: LengthCache,
+}
+
+impl CausalMask {
+    pub(crate) fn additive(&self, t: usize, device: &Device) -> Result<Tensor> {
+        self.cache.get_or(t, || {
+            let data: Vec<f32> = (0..t * t)
+                .map(|ij| {
+                    if ij % t > ij / t {
+                        f32::NEG_INFINITY
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            Ok(Tensor::from_vec(data, (t, t), device)?)
+        })
+    }
+}

@@ -1,0 +1,176 @@
+//! `attnlab bench`: training throughput and time to 99% MQAR accuracy on the reference
+//! configuration (`presets/bench_mqar.toml`), optionally side by side with the PyTorch
+//! reference script (`../shared/bench/ref_mqar_torch.py`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use serde_json::{Value, json};
+
+use super::Format;
+use crate::Preset;
+use crate::train::Trainer;
+
+/// The reference configuration, compiled in so `attnlab bench` works from any folder.
+pub const REFERENCE_PRESET: &str = include_str!("../../presets/bench_mqar.toml");
+
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// `json` prints one JSON object on the last line.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+    /// Timed training steps for the step time (after 5 warm-up steps).
+    #[arg(long, default_value_t = 30)]
+    steps: usize,
+    /// Measure the step time only, not the time to 99% accuracy.
+    #[arg(long)]
+    steps_only: bool,
+    /// Benchmark this preset instead of the reference configuration.
+    #[arg(long)]
+    preset: Option<PathBuf>,
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    overrides: Vec<String>,
+    /// Also run this PyTorch reference script (ref_mqar_torch.py) and report the ratios.
+    #[arg(long, value_name = "SCRIPT")]
+    torch: Option<PathBuf>,
+    /// Python interpreter for --torch.
+    #[arg(long, default_value = "python3")]
+    python: String,
+}
+
+/// Measures the mean time of `steps` training steps after 5 warm-up steps, in milliseconds.
+pub fn ms_per_step(preset: &Preset, steps: usize) -> anyhow::Result<f64> {
+    let mut trainer = Trainer::new(preset)?;
+    for _ in 0..5 {
+        trainer.train_step()?;
+    }
+    let started = Instant::now();
+    for _ in 0..steps {
+        trainer.train_step()?;
+    }
+    Ok(started.elapsed().as_secs_f64() * 1e3 / steps.max(1) as f64)
+}
+
+/// Trains with an evaluation per epoch until the preset's target accuracy, like the reference
+/// script; returns (seconds including evaluation, epochs) or `None` if it was never reached.
+fn time_to_target(preset: &Preset, verbose: bool) -> anyhow::Result<Option<(f64, usize)>> {
+    let mut trainer = Trainer::new(preset)?;
+    let started = Instant::now();
+    let epochs = preset.train.epochs;
+    for epoch in 1..=epochs {
+        for _ in 0..trainer.steps_per_epoch() {
+            trainer.train_step()?;
+        }
+        let eval = trainer.evaluate()?;
+        let secs = started.elapsed().as_secs_f64();
+        if verbose {
+            eprintln!(
+                "epoch {epoch:>3}  test acc {:>6.2}%  {secs:>7.1} s",
+                100.0 * eval.accuracy
+            );
+        }
+        if eval.accuracy >= preset.train.target_accuracy {
+            return Ok(Some((secs, epoch)));
+        }
+    }
+    Ok(None)
+}
+
+/// Runs the PyTorch script and returns its last JSON line.
+fn run_torch(python: &str, script: &Path, extra: &[&str]) -> anyhow::Result<Value> {
+    let threads = candle_core::utils::get_num_threads().to_string();
+    let output = Command::new(python)
+        .arg(script)
+        .args(["--threads", &threads])
+        .args(extra)
+        .output()
+        .with_context(|| format!("cannot run {python} {}", script.display()))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    anyhow::ensure!(
+        output.status.success(),
+        "{} failed: {}",
+        script.display(),
+        String::from_utf8_lossy(&output.stderr).trim()
+    );
+    let last = stdout
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'));
+    let last = last.with_context(|| format!("{} printed no JSON", script.display()))?;
+    Ok(serde_json::from_str(last)?)
+}
+
+pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
+    let preset = match &args.preset {
+        Some(path) => Preset::load(path, &args.overrides)?,
+        None => Preset::parse(
+            REFERENCE_PRESET,
+            &args.overrides,
+            Path::new("presets/bench_mqar.toml"),
+        )?,
+    };
+    let text = args.format == Format::Text;
+    let ms = ms_per_step(&preset, args.steps)?;
+    let tokens = (preset.train.batch_size * preset.task.seq_len()) as f64;
+    let mut result = json!({
+        "config": preset.name,
+        "threads": candle_core::utils::get_num_threads(),
+        "ms_per_step": ms,
+        "tokens_per_s": tokens / (ms / 1e3),
+    });
+    if text {
+        println!(
+            "{}: {ms:.1} ms per training step ({:.0} tokens/s)",
+            preset.name,
+            tokens / (ms / 1e3)
+        );
+    }
+    if !args.steps_only {
+        let reached = time_to_target(&preset, text)?;
+        result["time_to_99_s"] = json!(reached.map(|r| r.0));
+        result["epochs_to_99"] = json!(reached.map(|r| r.1));
+        if text {
+            match reached {
+                Some((secs, epochs)) => println!(
+                    "time to {:.0}% test accuracy: {secs:.1} s ({epochs} epochs)",
+                    100.0 * preset.train.target_accuracy
+                ),
+                None => println!(
+                    "did not reach the target accuracy in {} epochs",
+                    preset.train.epochs
+                ),
+            }
+        }
+    }
+    if let Some(script) = &args.torch {
+        let steps = run_torch(&args.python, script, &["--steps-only"])?;
+        let mut torch = json!({ "ms_per_step": steps["ms_per_step"] });
+        if let Some(torch_ms) = steps["ms_per_step"].as_f64() {
+            result["step_ratio"] = json!(ms / torch_ms);
+        }
+        if !args.steps_only {
+            let full = run_torch(&args.python, script, &[])?;
+            torch["time_to_99_s"] = full["time_to_99_s"].clone();
+            if let (Some(ours), Some(theirs)) = (
+                result["time_to_99_s"].as_f64(),
+                full["time_to_99_s"].as_f64(),
+            ) {
+                result["time_to_99_ratio"] = json!(ours / theirs);
+            }
+        }
+        if text {
+            println!("PyTorch reference: {torch}");
+            println!(
+                "ratio attnlab / PyTorch: step {}, time to 99% {}",
+                result["step_ratio"], result["time_to_99_ratio"]
+            );
+        }
+        result["torch"] = torch;
+    }
+    if !text {
+        println!("{result}");
+    }
+    Ok(())
+}

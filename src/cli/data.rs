@@ -1,0 +1,67 @@
+//! `attnlab data mqar`: show what the model is trained on.
+
+use std::path::Path;
+
+use crate::Preset;
+use crate::tasks::IGNORE;
+use crate::tasks::mqar::{Example, Split};
+
+use super::{Format, SplitArg};
+
+pub fn mqar(
+    path: &Path,
+    overrides: &[String],
+    n: usize,
+    split: SplitArg,
+    format: Format,
+) -> anyhow::Result<()> {
+    let preset = Preset::load(path, overrides)?;
+    let Some(config) = preset.task.mqar() else {
+        anyhow::bail!(
+            "preset {} has task {}, not mqar",
+            path.display(),
+            preset.task.name()
+        );
+    };
+    let split = match split {
+        SplitArg::Train => Split::Train,
+        SplitArg::Test => Split::Test,
+    };
+    let examples = config.examples(split, n);
+    match format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&examples)?),
+        Format::Text => examples.iter().for_each(|e| println!("{}", text_row(e))),
+    }
+    Ok(())
+}
+
+/// Two aligned lines: tokens, and the targets under their query positions.
+fn text_row(example: &Example) -> String {
+    let width = example
+        .inputs
+        .iter()
+        .map(|t| t.to_string().len())
+        .max()
+        .unwrap_or(1);
+    let tokens: Vec<String> = example
+        .inputs
+        .iter()
+        .map(|t| format!("{t:>width$}"))
+        .collect();
+    let labels: Vec<String> = example
+        .labels
+        .iter()
+        .map(|&l| {
+            if l == IGNORE {
+                format!("{:>width$}", "-")
+            } else {
+                format!("{l:>width$}")
+            }
+        })
+        .collect();
+    format!(
+        "inputs: {}\nlabels: {}\n",
+        tokens.join(" "),
+        labels.join(" ")
+    )
+}

@@ -1,0 +1,113 @@
+//! The headless command line: the same library calls the GUI makes, driven from a terminal.
+
+mod bench;
+mod data;
+mod train;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// attnlab: train small models with a chosen attention mechanism and positional encoding,
+/// and see what they learned.
+#[derive(Debug, Parser)]
+#[command(name = "attnlab", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Train a preset; writes a run folder and shows live progress.
+    Train {
+        /// Preset file (TOML), e.g. presets/mqar_softmax.toml.
+        preset: PathBuf,
+        /// Override one preset key, e.g. --set train.lr=3e-3 (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        overrides: Vec<String>,
+        /// Folder under which the run folder is created.
+        #[arg(long, default_value = "runs")]
+        out: PathBuf,
+        /// No progress bar; print one line per evaluation.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Validate a preset and print it fully resolved (every default filled in).
+    Check {
+        preset: PathBuf,
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        overrides: Vec<String>,
+    },
+    /// Print examples of a task's data.
+    Data {
+        #[command(subcommand)]
+        task: DataCommand,
+    },
+    /// Measure training speed on the reference MQAR configuration.
+    Bench(bench::BenchArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DataCommand {
+    /// MQAR rows with labels and ground-truth positions.
+    Mqar {
+        preset: PathBuf,
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        overrides: Vec<String>,
+        /// Number of rows.
+        #[arg(long, default_value_t = 4)]
+        n: usize,
+        #[arg(long, value_enum, default_value_t = SplitArg::Train)]
+        split: SplitArg,
+        #[arg(long, value_enum, default_value_t = Format::Json)]
+        format: Format,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SplitArg {
+    Train,
+    Test,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+/// Runs the parsed command line.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        None => {
+            use clap::CommandFactory as _;
+            Cli::command().print_help()?;
+            println!(
+                "\n\nThe desktop workbench is not part of this build yet; use the commands above."
+            );
+            Ok(())
+        }
+        Some(Command::Train {
+            preset,
+            overrides,
+            out,
+            quiet,
+        }) => train::train(&preset, &overrides, &out, quiet),
+        Some(Command::Check { preset, overrides }) => {
+            let preset = crate::Preset::load(&preset, &overrides)?;
+            println!("{}", preset.to_toml()?.trim_end());
+            Ok(())
+        }
+        Some(Command::Data { task }) => match task {
+            DataCommand::Mqar {
+                preset,
+                overrides,
+                n,
+                split,
+                format,
+            } => data::mqar(&preset, &overrides, n, split, format),
+        },
+        Some(Command::Bench(args)) => bench::bench(&args),
+    }
+}

@@ -1,0 +1,114 @@
+//! `attnlab train`: a progress bar over the worker's events.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::Preset;
+use crate::train::{RunStatus, Summary, TrainEvent, spawn};
+
+pub fn train(path: &Path, overrides: &[String], out: &Path, quiet: bool) -> anyhow::Result<()> {
+    let preset = Preset::load(path, overrides)?;
+    let handle = spawn(preset, out.to_path_buf(), || {});
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(0)
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} steps (eta {eta}) {msg}",
+        )
+        .context("progress bar template")?,
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let mut last_accuracy = None;
+    let mut last_loss = f32::NAN;
+    let mut tokens_per_s = 0f64;
+    for event in handle.events.iter() {
+        match event {
+            TrainEvent::Started {
+                run_dir,
+                total_steps,
+                n_params,
+                ..
+            } => {
+                bar.set_length(total_steps as u64);
+                bar.println(format!(
+                    "run folder {} ({n_params} parameters)",
+                    run_dir.display()
+                ));
+            }
+            TrainEvent::Step(s) => {
+                bar.set_position(s.step as u64);
+                last_loss = s.loss;
+                // Exponential average so the display does not flicker.
+                tokens_per_s = if tokens_per_s == 0.0 {
+                    s.tokens_per_s
+                } else {
+                    0.9 * tokens_per_s + 0.1 * s.tokens_per_s
+                };
+                bar.set_message(status_line(last_loss, last_accuracy, tokens_per_s));
+            }
+            TrainEvent::Eval(e) => {
+                last_accuracy = Some(e.accuracy);
+                bar.set_message(status_line(last_loss, last_accuracy, tokens_per_s));
+                let line = format!(
+                    "step {:>6}  epoch {:>6.2}  test acc {:>6.2}%  test loss {:.4}",
+                    e.step,
+                    e.epoch,
+                    100.0 * e.accuracy,
+                    e.loss
+                );
+                if quiet {
+                    println!("{line}");
+                } else {
+                    bar.println(line);
+                }
+            }
+            TrainEvent::Finished(summary) => {
+                bar.finish_and_clear();
+                println!("{}", summary_line(&summary));
+            }
+            TrainEvent::Failed { message, run_dir } => {
+                bar.abandon();
+                if let Some(dir) = run_dir {
+                    eprintln!("what was saved is kept in {}", dir.display());
+                }
+                anyhow::bail!(message);
+            }
+        }
+    }
+    handle.join()?;
+    Ok(())
+}
+
+fn status_line(loss: f32, accuracy: Option<f64>, tokens_per_s: f64) -> String {
+    let acc = accuracy.map_or("-".to_string(), |a| format!("{:.1}%", 100.0 * a));
+    format!("loss {loss:.4}  acc {acc}  {:.0} tok/s", tokens_per_s)
+}
+
+/// The line printed when a run ends.
+pub fn summary_line(s: &Summary) -> String {
+    let status = match s.status {
+        RunStatus::TargetReached => "reached target accuracy",
+        RunStatus::Completed => "completed",
+        RunStatus::Stopped => "stopped",
+        RunStatus::Failed => "failed",
+        RunStatus::Running => "running",
+    };
+    format!(
+        "{} ({} / {}): {status} after {} steps in {:.1} s; test accuracy {}; loss {}; {:.0} tokens/s",
+        s.name,
+        s.mechanism,
+        s.encoding,
+        s.steps,
+        s.elapsed_secs,
+        s.last_accuracy
+            .map_or("-".into(), |a| format!("{:.2}%", 100.0 * a)),
+        s.last_loss.map_or("-".into(), |l| format!("{l:.4}")),
+        s.tokens_per_s.unwrap_or(0.0)
+    )
+}

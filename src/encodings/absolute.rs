@@ -1,0 +1,97 @@
+//! Absolute encodings, added to the token embeddings: learned (GPT-2) and sinusoidal
+//! (Vaswani et al. 2017, arXiv 1706.03762): P[t, 2i] = sin(t / 10000^(2i/d)),
+//! P[t, 2i+1] = cos(t / 10000^(2i/d)).
+
+use candle_core::{Device, Tensor};
+
+use super::{Encoding, EncodingShape};
+use crate::params::{Init, Params};
+use crate::{Error, Result};
+
+/// A learned table of `max_len` position vectors, initialised N(0, 1) like PyTorch's `nn.Embedding`.
+pub struct Learned {
+    table: Tensor,
+}
+
+impl Learned {
+    pub fn new(shape: &EncodingShape, params: &Params) -> Result<Self> {
+        let table = params.get(
+            "pos_embedding",
+            (shape.max_len, shape.d_model),
+            Init::Normal(1.0),
+        )?;
+        Ok(Self { table })
+    }
+}
+
+/// x (B, T, D) + table[0..T], with a clear error past the table's end.
+fn add_table(x: &Tensor, table: &Tensor, what: &str) -> Result<Tensor> {
+    let t = x.dim(1)?;
+    let max_len = table.dim(0)?;
+    if t > max_len {
+        return Err(Error::Other(format!(
+            "sequence of length {t} is longer than the {what} table ({max_len} positions)"
+        )));
+    }
+    Ok(x.broadcast_add(&table.narrow(0, 0, t)?)?)
+}
+
+impl Encoding for Learned {
+    fn add_to_input(&self, x: &Tensor) -> Result<Tensor> {
+        add_table(x, &self.table, "learned position")
+    }
+}
+
+/// The fixed sinusoidal table.
+pub struct Sinusoidal {
+    table: Tensor,
+}
+
+impl Sinusoidal {
+    pub fn new(shape: &EncodingShape, device: &Device) -> Result<Self> {
+        let table = Tensor::from_vec(
+            sinusoidal_table(shape.max_len, shape.d_model),
+            (shape.max_len, shape.d_model),
+            device,
+        )?;
+        Ok(Self { table })
+    }
+}
+
+impl Encoding for Sinusoidal {
+    fn add_to_input(&self, x: &Tensor) -> Result<Tensor> {
+        add_table(x, &self.table, "sinusoidal position")
+    }
+}
+
+/// Row-major (len, d) sinusoidal table.
+pub fn sinusoidal_table(len: usize, d: usize) -> Vec<f32> {
+    let mut table = vec![0f32; len * d];
+    for t in 0..len {
+        for col in 0..d {
+            let i = (col / 2) as f64;
+            let angle = t as f64 / 10_000f64.powf(2.0 * i / d as f64);
+            table[t * d + col] = if col % 2 == 0 {
+                angle.sin()
+            } else {
+                angle.cos()
+            } as f32;
+        }
+    }
+    table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sinusoidal_matches_the_formula() {
+        let table = sinusoidal_table(5, 4);
+        // t = 3, i = 1: angle = 3 / 10000^(2/4) = 0.03
+        assert!((table[3 * 4 + 2] - 0.03f32.sin()).abs() < 1e-6);
+        assert!((table[3 * 4 + 3] - 0.03f32.cos()).abs() < 1e-6);
+        assert_eq!(table[0], 0.0);
+        assert_eq!(table[1], 1.0);
+    }
+}

@@ -1,0 +1,70 @@
+//! The library's error type.
+//!
+//! Every message says *what* went wrong and *where*; paths go last (rerun's rule), so
+//! a user reading `attnlab: ...` in a terminal or in the app can act on it.
+
+use std::path::PathBuf;
+
+/// Errors returned by the attnlab library.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A preset failed to parse or validate; `key` is the dotted path of the offending field.
+    #[error("invalid preset: {key} = {value}: {reason}")]
+    Preset {
+        key: String,
+        value: String,
+        reason: String,
+    },
+    /// The preset file is not valid TOML or does not match the schema.
+    #[error("cannot read preset {path}: {message}")]
+    PresetSyntax { path: PathBuf, message: String },
+    /// A device was requested that this build cannot provide.
+    #[error("{0}")]
+    Device(String),
+    /// The loss became NaN or infinite; training stopped and the last good checkpoint was kept.
+    #[error("training diverged at step {step}: loss is {loss} (the last good checkpoint is kept)")]
+    NonFiniteLoss { step: usize, loss: f32 },
+    /// A run folder or one of its files is missing or malformed.
+    #[error("{message}: {path}")]
+    RunDir { message: String, path: PathBuf },
+    #[error("{context}: {cause}: {path}")]
+    Io {
+        context: String,
+        path: PathBuf,
+        cause: std::io::Error,
+    },
+    #[error(transparent)]
+    Candle(#[from] candle_core::Error),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// Anything else, with a message that stands on its own.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// The library's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// A preset error for `key`, naming the bad `value` and what would be accepted.
+    pub fn preset(key: impl Into<String>, value: impl ToString, reason: impl Into<String>) -> Self {
+        Self::Preset {
+            key: key.into(),
+            value: value.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Wraps an I/O error with what we were doing and the path involved.
+    pub fn io(
+        context: impl Into<String>,
+        path: impl Into<PathBuf>,
+        source: std::io::Error,
+    ) -> Self {
+        Self::Io {
+            context: context.into(),
+            path: path.into(),
+            cause: source,
+        }
+    }
+}

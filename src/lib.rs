@@ -1,0 +1,33 @@
+//! attnlab: train small models with a chosen attention mechanism and positional encoding,
+//! and see what they learned.
+//!
+//! Modules, in layering order (a module uses only those above it):
+//! - [`encodings`], [`attention`]: where position enters, and how scores become weights;
+//! - [`model`]: the transformer that composes them;
+//! - [`tasks`]: what the model learns (MQAR);
+//! - [`train`]: the loop, the run folders and the worker thread;
+//! - [`preset`]: the experiment file that ties it together;
+//! - [`cli`]: the headless command line.
+//!
+//! # Failure handling
+//! The library returns [`Error`] and never panics on user input: presets are validated before
+//! any work, with messages that name the key; training errors end the run with a `Failed`
+//! event and a `failed` summary, keeping everything saved so far. Files are written
+//! atomically (temp file + rename).
+
+pub mod attention;
+pub mod cli;
+pub mod device;
+pub mod encodings;
+mod error;
+pub mod io;
+pub mod model;
+pub mod ops;
+pub mod params;
+pub mod preset;
+pub mod rng;
+pub mod tasks;
+pub mod train;
+
+pub use error::{Error, Result};
+pub use preset::Preset;

@@ -1,0 +1,114 @@
+//! Linear, LayerNorm, Embedding and MLP, written with differentiable ops only and initialised
+//! like PyTorch's modules (so `attnlab bench` and the PyTorch reference start alike).
+
+use candle_core::{D, Tensor};
+
+use crate::Result;
+use crate::ops::standardise;
+use crate::params::{Init, Params};
+
+/// y = x Wᵀ + b. Inputs of any rank are flattened to one matrix product (one large GEMM is
+/// faster on CPU than a batch of small ones).
+pub struct Linear {
+    weight_t: Tensor,
+    bias: Option<Tensor>,
+}
+
+impl Linear {
+    /// U(±1/√in) for weight and bias, as `nn.Linear`.
+    pub fn new(in_dim: usize, out_dim: usize, bias: bool, params: &Params) -> Result<Self> {
+        let bound = 1.0 / (in_dim as f64).sqrt();
+        let weight = params.get("weight", (out_dim, in_dim), Init::Uniform(bound))?;
+        let bias = bias
+            .then(|| params.get("bias", out_dim, Init::Uniform(bound)))
+            .transpose()?;
+        Ok(Self::from_weight(weight, bias)?)
+    }
+
+    /// A layer over an existing (out, in) weight, e.g. a tied embedding.
+    pub fn from_weight(weight: Tensor, bias: Option<Tensor>) -> candle_core::Result<Self> {
+        Ok(Self {
+            weight_t: weight.t()?,
+            bias,
+        })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let (in_dim, out_dim) = self.weight_t.dims2()?;
+        let mut dims = x.dims().to_vec();
+        let rows = x.elem_count() / in_dim;
+        let y = x.reshape((rows, in_dim))?.matmul(&self.weight_t)?;
+        let y = match &self.bias {
+            Some(b) => y.broadcast_add(b)?,
+            None => y,
+        };
+        if let Some(last) = dims.last_mut() {
+            *last = out_dim;
+        }
+        Ok(y.reshape(dims)?)
+    }
+}
+
+/// LayerNorm over the last dimension, γ = 1, β = 0 at start, ε = 1e-5.
+pub struct LayerNorm {
+    weight: Tensor,
+    bias: Tensor,
+}
+
+impl LayerNorm {
+    pub fn new(dim: usize, params: &Params) -> Result<Self> {
+        Ok(Self {
+            weight: params.get("weight", dim, Init::Constant(1.0))?,
+            bias: params.get("bias", dim, Init::Constant(0.0))?,
+        })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(standardise(x, 1e-5)?
+            .broadcast_mul(&self.weight)?
+            .broadcast_add(&self.bias)?)
+    }
+}
+
+/// Token embedding, N(0, 1) like `nn.Embedding`.
+pub struct Embedding {
+    weight: Tensor,
+}
+
+impl Embedding {
+    pub fn new(vocab: usize, dim: usize, params: &Params) -> Result<Self> {
+        Ok(Self {
+            weight: params.get("weight", (vocab, dim), Init::Normal(1.0))?,
+        })
+    }
+
+    pub fn weight(&self) -> &Tensor {
+        &self.weight
+    }
+
+    /// ids (B, T) u32 → (B, T, D).
+    pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+        let (b, t) = ids.dims2()?;
+        let rows = self.weight.index_select(&ids.flatten_all()?, 0)?;
+        Ok(rows.reshape((b, t, self.weight.dim(D::Minus1)?))?)
+    }
+}
+
+/// Linear → GELU (erf, as `nn.GELU()`) → Linear.
+pub struct Mlp {
+    up: Linear,
+    down: Linear,
+}
+
+impl Mlp {
+    pub fn new(dim: usize, hidden: usize, params: &Params) -> Result<Self> {
+        Ok(Self {
+            up: Linear::new(dim, hidden, true, &params.pp("up"))?,
+            down: Linear::new(hidden, dim, true, &params.pp("down"))?,
+        })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.down.forward(&self.up.forward(x)?.gelu_erf()?)
+    }
+}

@@ -1,0 +1,184 @@
+//! The whole model, small to large: blocks, then the transformer (nanoGPT's order).
+
+use std::sync::Arc;
+
+use candle_core::Tensor;
+
+use super::{
+    Embedding, LayerNorm, Linear, MixerKind, Mlp, ModelConfig, MultiHeadAttention, PrevToken,
+    ShortConv,
+};
+use crate::Result;
+use crate::attention::{Attention, MechanismShape, MechanismSpec};
+use crate::encodings::{Encoding, EncodingShape, EncodingSpec, Family, NoEncoding};
+use crate::params::Params;
+
+enum Mixer {
+    Attention(MultiHeadAttention),
+    ShortConv(ShortConv),
+    PrevToken(PrevToken),
+}
+
+/// Pre-norm residual block: x + mixer(norm(x)), then x + mlp(norm(x)) when there is an MLP.
+struct Block {
+    norm: LayerNorm,
+    mixer: Mixer,
+    mlp: Option<(LayerNorm, Mlp)>,
+}
+
+impl Block {
+    /// x + mixer(norm(x)), and the attention if the mixer is attention.
+    fn mix(&self, x: &Tensor) -> Result<(Tensor, Option<Attention>)> {
+        let h = self.norm.forward(x)?;
+        let (y, attention) = match &self.mixer {
+            Mixer::Attention(mha) => {
+                let (y, attention) = mha.forward(&h)?;
+                (y, Some(attention))
+            }
+            Mixer::ShortConv(conv) => (conv.forward(&h)?, None),
+            Mixer::PrevToken(shift) => (shift.forward(&h)?, None),
+        };
+        Ok(((x + y)?, attention))
+    }
+
+    /// x + mlp(norm(x)); works on (B, T, D) or on gathered rows (R, D).
+    fn feed_forward(&self, x: Tensor) -> Result<Tensor> {
+        match &self.mlp {
+            Some((norm, mlp)) => Ok((&x + mlp.forward(&norm.forward(&x)?)?)?),
+            None => Ok(x),
+        }
+    }
+}
+
+/// What a full forward pass returns.
+pub struct Forward {
+    /// (B, T, V)
+    pub logits: Tensor,
+    /// Per layer: the attention of attention layers, `None` for convolution layers.
+    pub attention: Vec<Option<Attention>>,
+}
+
+/// Decoder-only transformer.
+pub struct Transformer {
+    embedding: Embedding,
+    input_encoding: Arc<dyn Encoding>,
+    blocks: Vec<Block>,
+    final_norm: LayerNorm,
+    head: Linear,
+}
+
+impl Transformer {
+    /// Builds the model; every parameter is created in `params`.
+    pub fn new(
+        config: &ModelConfig,
+        mechanism: &MechanismSpec,
+        encoding: &EncodingSpec,
+        vocab_size: usize,
+        max_len: usize,
+        params: &Params,
+    ) -> Result<Self> {
+        let d = config.d_model;
+        let qk_dim = mechanism.qk_dim(config.head_dim());
+        let enc_shape = EncodingShape {
+            d_model: d,
+            n_heads: config.n_heads,
+            qk_dim,
+            max_len,
+        };
+        let position = encoding.build(&enc_shape, params)?;
+        // Absolute encodings act once on the input; the others act inside every attention layer.
+        let (input_encoding, layer_encoding): (Arc<dyn Encoding>, Arc<dyn Encoding>) =
+            match encoding.family() {
+                Family::Absolute => (position, Arc::new(NoEncoding)),
+                _ => (Arc::new(NoEncoding), position),
+            };
+        let mech_shape = MechanismShape {
+            n_heads: config.n_heads,
+            qk_dim,
+            head_dim: config.head_dim(),
+            max_len,
+        };
+        let blocks = (0..config.n_layers)
+            .map(|layer| {
+                let p = params.pp(format!("blocks.{layer}"));
+                let mixer = match config.mixer(layer) {
+                    MixerKind::Attention => Mixer::Attention(MultiHeadAttention::new(
+                        d,
+                        config.n_heads,
+                        qk_dim,
+                        mechanism.build(&mech_shape, &p.pp("attn"))?,
+                        layer_encoding.clone(),
+                        &p.pp("attn"),
+                    )?),
+                    MixerKind::ShortConv => {
+                        Mixer::ShortConv(ShortConv::new(d, config.conv_kernel, &p.pp("conv"))?)
+                    }
+                    MixerKind::PrevToken => Mixer::PrevToken(PrevToken),
+                };
+                let mlp = (config.mlp_ratio > 0)
+                    .then(|| -> Result<_> {
+                        Ok((
+                            LayerNorm::new(d, &p.pp("mlp_norm"))?,
+                            Mlp::new(d, config.mlp_ratio * d, &p.pp("mlp"))?,
+                        ))
+                    })
+                    .transpose()?;
+                Ok(Block {
+                    norm: LayerNorm::new(d, &p.pp("norm"))?,
+                    mixer,
+                    mlp,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let embedding = Embedding::new(vocab_size, d, &params.pp("embedding"))?;
+        let head = if config.tie_embeddings {
+            let bias = params.get("head.bias", vocab_size, crate::params::Init::Constant(0.0))?;
+            Linear::from_weight(embedding.weight().clone(), Some(bias))?
+        } else {
+            Linear::new(d, vocab_size, true, &params.pp("head"))?
+        };
+        Ok(Self {
+            embedding,
+            input_encoding,
+            blocks,
+            final_norm: LayerNorm::new(d, &params.pp("final_norm"))?,
+            head,
+        })
+    }
+
+    fn embed(&self, ids: &Tensor) -> Result<Tensor> {
+        self.input_encoding
+            .add_to_input(&self.embedding.forward(ids)?)
+    }
+
+    /// Logits (R, V) at the flat positions `rows` (b·T + t) only: the training and evaluation path.
+    ///
+    /// Semantics-preserving shortcut: the last block's MLP, the final norm and the LM head only
+    /// run on the scored rows (4 of 64 positions in MQAR), since no later layer reads the others.
+    pub fn logits_at(&self, ids: &Tensor, rows: &Tensor) -> Result<Tensor> {
+        let mut x = self.embed(ids)?;
+        let Some((last, earlier)) = self.blocks.split_last() else {
+            return Err(crate::Error::Other("model has no blocks".into()));
+        };
+        for block in earlier {
+            x = block.feed_forward(block.mix(&x)?.0)?;
+        }
+        let (b, t, d) = x.dims3()?;
+        let mixed = last.mix(&x)?.0.reshape((b * t, d))?;
+        let scored = last.feed_forward(mixed.index_select(rows, 0)?)?; // (R, D)
+        self.head.forward(&self.final_norm.forward(&scored)?)
+    }
+
+    /// Logits at every position and the attention of every attention layer.
+    pub fn forward(&self, ids: &Tensor) -> Result<Forward> {
+        let mut x = self.embed(ids)?;
+        let mut attention = Vec::with_capacity(self.blocks.len());
+        for block in &self.blocks {
+            let (mixed, layer_attention) = block.mix(&x)?;
+            x = block.feed_forward(mixed)?;
+            attention.push(layer_attention);
+        }
+        let logits = self.head.forward(&self.final_norm.forward(&x)?)?;
+        Ok(Forward { logits, attention })
+    }
+}

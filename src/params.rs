@@ -1,0 +1,188 @@
+//! Trainable parameters: a named store of candle `Var`s with seeded initialisation.
+//!
+//! Why not candle-nn's `VarMap`/`VarBuilder`: their initialisers draw from candle's CPU
+//! generator, which cannot be seeded, so two runs of the same preset would differ. Here each
+//! parameter is initialised from its own stream `(seed, name)`, which also makes a parameter's
+//! initial value independent of the order in which the model is built.
+//!
+//! Asking twice for the same name returns the same `Var`: that is how Linformer's layer-wise
+//! shared projection is shared.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use candle_core::{DType, Device, Shape, Tensor, Var};
+
+use crate::rng;
+use crate::{Error, Result};
+
+/// How a new parameter is initialised. The defaults follow PyTorch's modules so that the
+/// benchmark compares like with like (see README, "Speed").
+#[derive(Clone, Copy, Debug)]
+pub enum Init {
+    /// U(−bound, bound); PyTorch `nn.Linear` uses bound = 1/√fan_in for weight and bias.
+    Uniform(f64),
+    /// N(0, std²); PyTorch `nn.Embedding` uses std = 1.
+    Normal(f64),
+    Constant(f64),
+}
+
+#[derive(Default)]
+struct Store {
+    vars: BTreeMap<String, Var>,
+}
+
+/// Builds parameters under a name prefix (`blocks.0.attn.wqkv.weight`), like candle's `vb.pp`.
+#[derive(Clone)]
+pub struct Params {
+    store: Arc<Mutex<Store>>,
+    prefix: String,
+    seed: u64,
+    device: Device,
+}
+
+impl Params {
+    pub fn new(seed: u64, device: &Device) -> Self {
+        Self {
+            store: Arc::new(Mutex::new(Store::default())),
+            prefix: String::new(),
+            seed,
+            device: device.clone(),
+        }
+    }
+
+    /// The same store, with `name` appended to the prefix.
+    pub fn pp(&self, name: impl AsRef<str>) -> Self {
+        Self {
+            prefix: self.full_name(name.as_ref()),
+            ..self.clone()
+        }
+    }
+
+    /// The same store with no prefix, for parameters shared across layers.
+    pub fn root(&self) -> Self {
+        Self {
+            prefix: String::new(),
+            ..self.clone()
+        }
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    fn full_name(&self, name: &str) -> String {
+        if self.prefix.is_empty() {
+            name.to_string()
+        } else {
+            format!("{}.{name}", self.prefix)
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Store> {
+        // A poisoned lock only means another thread panicked mid-insert; the map itself is intact.
+        self.store
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The parameter `name` of `shape`, created with `init` if it does not exist yet.
+    pub fn get(&self, name: &str, shape: impl Into<Shape>, init: Init) -> Result<Tensor> {
+        let shape: Shape = shape.into();
+        let full = self.full_name(name);
+        if let Some(var) = self.lock().vars.get(&full) {
+            if var.shape() != &shape {
+                return Err(Error::Other(format!(
+                    "parameter {full} requested with shape {shape:?} but exists with {:?}",
+                    var.shape()
+                )));
+            }
+            return Ok(var.as_tensor().clone());
+        }
+        let n = shape.elem_count();
+        let mut stream = rng::stream(self.seed, &full);
+        let data = match init {
+            Init::Uniform(bound) => rng::uniform_vec(&mut stream, n, bound),
+            Init::Normal(std) => rng::normal_vec(&mut stream, n, std),
+            Init::Constant(value) => vec![value as f32; n],
+        };
+        let var = Var::from_tensor(&Tensor::from_vec(data, shape, &self.device)?)?;
+        let tensor = var.as_tensor().clone();
+        self.lock().vars.insert(full, var);
+        Ok(tensor)
+    }
+
+    /// All trainable variables, sorted by name.
+    pub fn vars(&self) -> Vec<(String, Var)> {
+        self.lock()
+            .vars
+            .iter()
+            .map(|(name, var)| (name.clone(), var.clone()))
+            .collect()
+    }
+
+    /// Total number of trainable scalars.
+    pub fn count(&self) -> usize {
+        self.lock().vars.values().map(|v| v.elem_count()).sum()
+    }
+
+    /// Writes every parameter to a safetensors file (atomically).
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let tensors: std::collections::HashMap<String, Tensor> = self
+            .lock()
+            .vars
+            .iter()
+            .map(|(name, var)| (name.clone(), var.as_tensor().clone()))
+            .collect();
+        crate::io::write_atomically(path, |tmp| {
+            candle_core::safetensors::save(&tensors, tmp).map_err(Error::from)
+        })
+    }
+
+    /// Overwrites every parameter with the values stored in a safetensors file.
+    pub fn load(&self, path: &Path) -> Result<()> {
+        let loaded =
+            candle_core::safetensors::load(path, &self.device).map_err(|e| Error::RunDir {
+                message: format!("cannot read checkpoint ({e})"),
+                path: path.to_path_buf(),
+            })?;
+        for (name, var) in self.lock().vars.iter() {
+            let value = loaded.get(name).ok_or_else(|| Error::RunDir {
+                message: format!("checkpoint has no parameter {name}"),
+                path: path.to_path_buf(),
+            })?;
+            var.set(&value.to_dtype(DType::F32)?)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_seed_and_name_give_same_values_regardless_of_order() {
+        let a = Params::new(3, &Device::Cpu);
+        let b = Params::new(3, &Device::Cpu);
+        let a1 = a.pp("x").get("w", (2, 3), Init::Normal(1.0)).unwrap();
+        let _ = b.get("other", 5, Init::Normal(1.0)).unwrap();
+        let b1 = b.pp("x").get("w", (2, 3), Init::Normal(1.0)).unwrap();
+        assert_eq!(
+            a1.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            b1.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+        );
+        assert_eq!(a.count(), 6);
+        assert_eq!(b.count(), 11);
+    }
+
+    #[test]
+    fn asking_twice_shares_the_variable() {
+        let p = Params::new(0, &Device::Cpu);
+        p.get("e", 4, Init::Constant(1.0)).unwrap();
+        p.get("e", 4, Init::Constant(2.0)).unwrap();
+        assert_eq!(p.vars().len(), 1);
+        assert!(p.get("e", 5, Init::Constant(0.0)).is_err());
+    }
+}

@@ -1,0 +1,344 @@
+//! Experiment presets: one TOML file describes a whole experiment.
+//!
+//! ```toml
+//! schema = 1
+//! name = "mqar-softmax"
+//! [model]      # d_model, n_layers, n_heads, mlp_ratio, mixers, …
+//! [attention]  # kind = "softmax" | "linear" | "based" | "rebased" | "linformer", + its settings
+//! [encoding]   # kind = "none" | "learned" | "sinusoidal" | "alibi" | "rope", + its settings
+//! [task]       # kind = "mqar", + generator settings
+//! [train]      # optimiser, schedule, stopping, seed, device
+//! [eval]       # what is saved for the views
+//! ```
+//!
+//! Every section has defaults, so a preset only states what differs; the run folder keeps the
+//! fully resolved preset. Unknown keys and variants are errors, and [`Preset::validate`] checks
+//! ranges and combinations before any work starts, naming the key, the bad value and what is
+//! allowed.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::attention::MechanismSpec;
+use crate::encodings::{EncodingShape, EncodingSpec, Family};
+use crate::model::ModelConfig;
+use crate::tasks::TaskSpec;
+use crate::train::TrainConfig;
+use crate::{Error, Result};
+
+/// The preset schema this build reads and writes.
+pub const SCHEMA: u32 = 1;
+
+/// A whole experiment.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Preset {
+    /// Schema version; must be [`SCHEMA`].
+    pub schema: u32,
+    /// Short name, used in run folder names.
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub model: ModelConfig,
+    #[serde(default)]
+    pub attention: MechanismSpec,
+    #[serde(default)]
+    pub encoding: EncodingSpec,
+    #[serde(default)]
+    pub task: TaskSpec,
+    #[serde(default)]
+    pub train: TrainConfig,
+    #[serde(default)]
+    pub eval: EvalConfig,
+}
+
+/// What a run saves for the views and analyses.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EvalConfig {
+    /// Number of test rows (the first ones) whose attention matrices are saved.
+    pub attention_examples: usize,
+}
+
+impl Default for EvalConfig {
+    fn default() -> Self {
+        Self {
+            attention_examples: 8,
+        }
+    }
+}
+
+impl Default for Preset {
+    fn default() -> Self {
+        Self {
+            schema: SCHEMA,
+            name: "untitled".into(),
+            description: String::new(),
+            model: ModelConfig::default(),
+            attention: MechanismSpec::default(),
+            encoding: EncodingSpec::default(),
+            task: TaskSpec::default(),
+            train: TrainConfig::default(),
+            eval: EvalConfig::default(),
+        }
+    }
+}
+
+impl Preset {
+    /// Reads, overrides (`key=value` pairs, e.g. `train.lr=3e-3`) and validates a preset file.
+    pub fn load(path: &Path, overrides: &[String]) -> Result<Self> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| Error::io("cannot read preset", path, e))?;
+        Self::parse(&text, overrides, path)
+    }
+
+    /// Parses preset text; `origin` names it in errors.
+    pub fn parse(text: &str, overrides: &[String], origin: &Path) -> Result<Self> {
+        // With overrides, toml's line numbers refer to the overridden text, so say so.
+        let path = if overrides.is_empty() {
+            origin.to_path_buf()
+        } else {
+            format!("{} (with --set {})", origin.display(), overrides.join(" ")).into()
+        };
+        let syntax = |message: String| Error::PresetSyntax {
+            path: path.clone(),
+            message,
+        };
+        let overridden;
+        let text = if overrides.is_empty() {
+            text
+        } else {
+            let mut table: toml::Table = toml::from_str(text).map_err(|e| syntax(e.to_string()))?;
+            for item in overrides {
+                apply_override(&mut table, item)?;
+            }
+            overridden = toml::to_string(&table).map_err(|e| syntax(e.to_string()))?;
+            &overridden
+        };
+        let deserializer = toml::Deserializer::parse(text).map_err(|e| syntax(e.to_string()))?;
+        let preset: Self = serde_path_to_error::deserialize(deserializer).map_err(|e| {
+            let path = e.path().to_string();
+            let message = e.into_inner().to_string();
+            syntax(if path == "." {
+                message
+            } else {
+                format!("at key {path}: {message}")
+            })
+        })?;
+        preset.validate()?;
+        Ok(preset)
+    }
+
+    /// The preset as TOML text (what "Save" writes and the run folder keeps).
+    pub fn to_toml(&self) -> Result<String> {
+        toml::to_string(self).map_err(|e| Error::Other(format!("cannot write preset as TOML: {e}")))
+    }
+
+    /// Writes the preset atomically.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        crate::io::write_bytes(path, self.to_toml()?.as_bytes())
+    }
+
+    /// The shape encodings are built for.
+    pub fn encoding_shape(&self) -> EncodingShape {
+        EncodingShape {
+            d_model: self.model.d_model,
+            n_heads: self.model.n_heads,
+            qk_dim: self.attention.qk_dim(self.model.head_dim()),
+            max_len: self.task.seq_len(),
+        }
+    }
+
+    /// Checks every section and the combinations between them.
+    pub fn validate(&self) -> Result<()> {
+        if self.schema != SCHEMA {
+            return Err(Error::preset(
+                "schema",
+                self.schema,
+                format!("this attnlab reads schema {SCHEMA}"),
+            ));
+        }
+        if self.name.trim().is_empty() {
+            return Err(Error::preset("name", "\"\"", "must not be empty"));
+        }
+        self.model.validate()?;
+        self.task.validate()?;
+        self.attention.validate(self.task.seq_len())?;
+        self.encoding.validate(&self.encoding_shape())?;
+        self.train.validate(&self.task)?;
+        let test_rows = self.task.test_examples();
+        if self.eval.attention_examples == 0 || self.eval.attention_examples > test_rows.min(256) {
+            return Err(Error::preset(
+                "eval.attention_examples",
+                self.eval.attention_examples,
+                format!("must be in 1..={}", test_rows.min(256)),
+            ));
+        }
+        self.validate_combination()
+    }
+
+    /// Mechanism × encoding × task combinations that cannot work.
+    fn validate_combination(&self) -> Result<()> {
+        if !self.attention.is_causal() && self.task.requires_causal() {
+            return Err(Error::preset(
+                "attention.kind",
+                self.attention.name(),
+                format!(
+                    "is not causal (it mixes future tokens into every key), so it cannot be used \
+                     for the {} task; choose softmax, linear, based or rebased",
+                    self.task.name()
+                ),
+            ));
+        }
+        let relative = matches!(self.encoding.family(), Family::Bias | Family::Rotary);
+        if matches!(self.attention, MechanismSpec::Linformer(_)) && relative {
+            return Err(Error::preset(
+                "encoding.kind",
+                self.encoding.name(),
+                "cannot be combined with linformer: its keys are projected along the sequence, \
+                 so there is no key position i − j to bias or rotate; use none, learned or sinusoidal",
+            ));
+        }
+        Ok(())
+    }
+
+    /// A file-name-safe version of the name.
+    pub fn slug(&self) -> String {
+        let slug: String = self
+            .name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .collect();
+        slug.trim_matches('-').to_string()
+    }
+}
+
+/// Applies `a.b.c=value` to a TOML table. The value is parsed as TOML (`3e-3`, `true`,
+/// `"x"`, `[1, 2]`), and taken as a string when it is not valid TOML (`kind=based`).
+fn apply_override(table: &mut toml::Table, item: &str) -> Result<()> {
+    let Some((key, raw)) = item.split_once('=') else {
+        return Err(Error::preset(
+            item,
+            "",
+            "an override must look like key=value, e.g. train.lr=3e-3",
+        ));
+    };
+    let key = key.trim();
+    let value: toml::Value = toml::from_str::<toml::Table>(&format!("v = {raw}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(raw.trim().to_string()));
+    let mut parts: Vec<&str> = key.split('.').collect();
+    let Some(leaf) = parts.pop().filter(|s| !s.is_empty()) else {
+        return Err(Error::preset(key, raw, "empty key"));
+    };
+    let mut current = table;
+    for part in parts {
+        let entry = current
+            .entry(part)
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        current = entry
+            .as_table_mut()
+            .ok_or_else(|| Error::preset(key, raw, format!("'{part}' is not a section")))?;
+    }
+    current.insert(leaf.to_string(), value);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str, overrides: &[&str]) -> Result<Preset> {
+        let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+        Preset::parse(text, &overrides, Path::new("test.toml"))
+    }
+
+    const MINIMAL: &str = "schema = 1\nname = \"t\"\n";
+
+    #[test]
+    fn defaults_fill_a_minimal_preset() {
+        let p = parse(MINIMAL, &[]).unwrap();
+        assert_eq!(p.model, ModelConfig::default());
+        assert_eq!(p.attention.name(), "softmax");
+    }
+
+    #[test]
+    fn resolved_preset_round_trips() {
+        let p = parse(
+            MINIMAL,
+            &[
+                "attention.kind=based",
+                "encoding.kind=rope",
+                "train.lr=0.003",
+            ],
+        )
+        .unwrap();
+        let again = parse(&p.to_toml().unwrap(), &[]).unwrap();
+        assert_eq!(p, again);
+        assert_eq!(again.train.lr, 0.003);
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = parse(&format!("{MINIMAL}[model]\nd_modle = 3\n"), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("d_modle") && err.contains("test.toml"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn unknown_variant_lists_the_allowed_ones() {
+        let err = parse(MINIMAL, &["attention.kind=flash"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("flash") && err.contains("rebased") && err.contains("linformer"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn out_of_range_value_names_key_value_and_range() {
+        let err = parse(MINIMAL, &["model.n_heads=3"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("model.d_model = 128") && err.contains("divisible by model.n_heads = 3"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn incompatible_combination_is_rejected() {
+        let err = parse(
+            MINIMAL,
+            &["attention.kind=linformer", "encoding.kind=alibi"],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("encoding.kind = alibi") && err.contains("linformer"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn wrong_schema_is_rejected() {
+        let err = parse("schema = 2\nname = \"t\"\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("schema = 2"), "{err}");
+    }
+}

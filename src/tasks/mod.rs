@@ -1,0 +1,160 @@
+//! Tasks: what the model is trained on.
+//!
+//! A task turns its preset section into a [`Dataset`] of fixed-length token rows with labels
+//! (`IGNORE` where a position is not scored). Training, evaluation and the views only see
+//! datasets and batches, so a new task needs no change elsewhere.
+
+pub mod mqar;
+
+use candle_core::{Device, Tensor};
+use serde::{Deserialize, Serialize};
+
+use crate::Result;
+
+/// Label value of positions that are not scored (zoology's and PyTorch's `-100`).
+pub const IGNORE: i32 = -100;
+
+/// The task section of a preset.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum TaskSpec {
+    /// Multi-query associative recall (zoology's `multiquery_ar`).
+    Mqar(mqar::MqarConfig),
+}
+
+impl Default for TaskSpec {
+    fn default() -> Self {
+        Self::Mqar(mqar::MqarConfig::default())
+    }
+}
+
+impl TaskSpec {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Mqar(_) => "mqar",
+        }
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        match self {
+            Self::Mqar(c) => c.vocab_size,
+        }
+    }
+
+    /// Length of the rows the model is trained on.
+    pub fn seq_len(&self) -> usize {
+        match self {
+            Self::Mqar(c) => c.seq_len,
+        }
+    }
+
+    /// The MQAR settings, when this is the MQAR task.
+    pub fn mqar(&self) -> Option<&mqar::MqarConfig> {
+        match self {
+            Self::Mqar(c) => Some(c),
+        }
+    }
+
+    pub fn train_examples(&self) -> usize {
+        match self {
+            Self::Mqar(c) => c.train_examples,
+        }
+    }
+
+    pub fn test_examples(&self) -> usize {
+        match self {
+            Self::Mqar(c) => c.test_examples,
+        }
+    }
+
+    /// Whether a position may not look at later positions. MQAR's targets never appear after
+    /// their query, so non-causal mixers (Linformer) are allowed there.
+    pub fn requires_causal(&self) -> bool {
+        match self {
+            Self::Mqar(_) => false,
+        }
+    }
+
+    /// Checks the task's own fields; errors name the preset key (`task.…`).
+    pub fn validate(&self) -> Result<()> {
+        match self {
+            Self::Mqar(c) => c.validate(),
+        }
+    }
+
+    /// The training and test datasets.
+    pub fn datasets(&self) -> Result<(Dataset, Dataset)> {
+        match self {
+            Self::Mqar(c) => Ok((
+                c.generate(mqar::Split::Train),
+                c.generate(mqar::Split::Test),
+            )),
+        }
+    }
+}
+
+/// Rows of `seq_len` tokens with per-position labels, stored flat (row-major).
+#[derive(Clone, Debug, Default)]
+pub struct Dataset {
+    pub seq_len: usize,
+    pub inputs: Vec<u32>,
+    pub labels: Vec<i32>,
+    /// MQAR ground truth per row (empty for tasks that have none).
+    pub queries: Vec<Vec<mqar::QueryTruth>>,
+}
+
+/// One batch on the device: inputs and the scored positions with their targets.
+pub struct Batch {
+    /// Token ids, (B, T) u32.
+    pub inputs: Tensor,
+    /// Flat indices `b·T + t` of the scored positions, (R,) u32, in row-major order.
+    pub rows: Tensor,
+    /// Target token at each scored position, (R,) u32.
+    pub targets: Tensor,
+    /// Number of scored positions R.
+    pub n_scored: usize,
+}
+
+impl Dataset {
+    pub fn len(&self) -> usize {
+        self.inputs.len() / self.seq_len.max(1)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Tokens of row `i`.
+    pub fn row(&self, i: usize) -> &[u32] {
+        &self.inputs[i * self.seq_len..(i + 1) * self.seq_len]
+    }
+
+    /// Labels of row `i`.
+    pub fn row_labels(&self, i: usize) -> &[i32] {
+        &self.labels[i * self.seq_len..(i + 1) * self.seq_len]
+    }
+
+    /// The batch made of rows `indices`, uploaded to `device`.
+    pub fn batch(&self, indices: &[usize], device: &Device) -> Result<Batch> {
+        let t = self.seq_len;
+        let mut inputs = Vec::with_capacity(indices.len() * t);
+        let mut rows = Vec::new();
+        let mut targets = Vec::new();
+        for (b, &i) in indices.iter().enumerate() {
+            inputs.extend_from_slice(self.row(i));
+            for (pos, &label) in self.row_labels(i).iter().enumerate() {
+                if label != IGNORE {
+                    rows.push((b * t + pos) as u32);
+                    targets.push(label as u32);
+                }
+            }
+        }
+        let n_scored = rows.len();
+        Ok(Batch {
+            inputs: Tensor::from_vec(inputs, (indices.len(), t), device)?,
+            rows: Tensor::from_vec(rows, n_scored, device)?,
+            targets: Tensor::from_vec(targets, n_scored, device)?,
+            n_scored,
+        })
+    }
+}

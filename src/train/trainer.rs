@@ -1,0 +1,209 @@
+//! The training loop itself: no threads, no files. `run` and the benchmark drive it.
+
+use candle_core::{D, DType, Device, Tensor, Var};
+
+use super::optim::{AdamW, learning_rate};
+use crate::model::Transformer;
+use crate::params::Params;
+use crate::preset::Preset;
+use crate::rng::{self, AttnRng, SliceRandom};
+use crate::tasks::{Batch, Dataset};
+use crate::{Error, Result};
+
+/// Rows per forward pass when evaluating (forward only, so larger than a training batch).
+const EVAL_BATCH: usize = 256;
+
+/// Result of one optimiser step.
+#[derive(Clone, Copy, Debug)]
+pub struct StepStats {
+    pub loss: f32,
+    pub lr: f64,
+    pub grad_norm: f64,
+}
+
+/// Result of an evaluation.
+#[derive(Clone, Copy, Debug)]
+pub struct EvalStats {
+    pub accuracy: f64,
+    pub loss: f64,
+}
+
+/// A model, its optimiser and its data, advanced one step at a time.
+pub struct Trainer {
+    preset: Preset,
+    device: Device,
+    params: Params,
+    model: Transformer,
+    optimizer: AdamW,
+    train: Dataset,
+    test: Dataset,
+    order: Vec<usize>,
+    shuffle: AttnRng,
+    step: usize,
+    steps_per_epoch: usize,
+    total_steps: usize,
+}
+
+impl Trainer {
+    /// Builds model, optimiser and datasets for a validated preset.
+    pub fn new(preset: &Preset) -> Result<Self> {
+        let device = crate::device::open(&preset.train.device)?;
+        let params = Params::new(preset.train.seed, &device);
+        let model = Transformer::new(
+            &preset.model,
+            &preset.attention,
+            &preset.encoding,
+            preset.task.vocab_size(),
+            preset.task.seq_len(),
+            &params,
+        )?;
+        let vars: Vec<Var> = params.vars().into_iter().map(|(_, v)| v).collect();
+        let optimizer = AdamW::new(vars, &preset.train)?;
+        let (train, test) = preset.task.datasets()?;
+        let steps_per_epoch = preset.train.steps_per_epoch(train.len());
+        Ok(Self {
+            total_steps: preset.train.total_steps(train.len()),
+            steps_per_epoch,
+            order: Vec::new(),
+            shuffle: rng::stream(preset.train.seed, "shuffle"),
+            step: 0,
+            preset: preset.clone(),
+            device,
+            params,
+            model,
+            optimizer,
+            train,
+            test,
+        })
+    }
+
+    pub fn preset(&self) -> &Preset {
+        &self.preset
+    }
+
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+
+    pub fn model(&self) -> &Transformer {
+        &self.model
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    pub fn test_set(&self) -> &Dataset {
+        &self.test
+    }
+
+    /// Steps done so far.
+    pub fn step(&self) -> usize {
+        self.step
+    }
+
+    pub fn total_steps(&self) -> usize {
+        self.total_steps
+    }
+
+    pub fn steps_per_epoch(&self) -> usize {
+        self.steps_per_epoch
+    }
+
+    /// Fractional epochs done.
+    pub fn epoch(&self) -> f64 {
+        self.step as f64 / self.steps_per_epoch as f64
+    }
+
+    /// Tokens in one training batch.
+    pub fn tokens_per_step(&self) -> usize {
+        self.preset.train.batch_size * self.train.seq_len
+    }
+
+    /// Rows of the next training batch; the order is reshuffled at each epoch.
+    fn next_rows(&mut self) -> Vec<usize> {
+        let batch = self.preset.train.batch_size;
+        let within = (self.step % self.steps_per_epoch) * batch;
+        if within == 0 {
+            self.order = (0..self.train.len()).collect();
+            self.order.shuffle(&mut self.shuffle);
+        }
+        self.order[within..within + batch].to_vec()
+    }
+
+    /// Mean cross-entropy of a batch at its scored positions.
+    pub fn batch_loss(&self, batch: &Batch) -> Result<Tensor> {
+        let logits = self.model.logits_at(&batch.inputs, &batch.rows)?;
+        Ok(candle_nn::loss::cross_entropy(&logits, &batch.targets)?)
+    }
+
+    /// One optimiser step. A NaN or infinite loss is an error and leaves the parameters as they were.
+    pub fn train_step(&mut self) -> Result<StepStats> {
+        let rows = self.next_rows();
+        let batch = self.train.batch(&rows, &self.device)?;
+        let loss = self.batch_loss(&batch)?;
+        let loss_value = loss.to_dtype(DType::F32)?.to_scalar::<f32>()?;
+        if !loss_value.is_finite() {
+            return Err(Error::NonFiniteLoss {
+                step: self.step + 1,
+                loss: loss_value,
+            });
+        }
+        let grads = loss.backward()?;
+        let grad_norm = self.optimizer.grad_norm(&grads)?;
+        let clip = self.preset.train.grad_clip;
+        let scale = if clip > 0.0 && grad_norm > clip {
+            clip / (grad_norm + 1e-6)
+        } else {
+            1.0
+        };
+        let lr = learning_rate(&self.preset.train, self.step, self.total_steps);
+        self.optimizer.step(&grads, lr, scale)?;
+        self.step += 1;
+        Ok(StepStats {
+            loss: loss_value,
+            lr,
+            grad_norm,
+        })
+    }
+
+    /// Accuracy and loss over the whole test split.
+    pub fn evaluate(&self) -> Result<EvalStats> {
+        let (mut correct, mut loss_sum, mut scored) = (0f64, 0f64, 0usize);
+        let rows: Vec<usize> = (0..self.test.len()).collect();
+        for chunk in rows.chunks(EVAL_BATCH) {
+            let batch = self.test.batch(chunk, &self.device)?;
+            if batch.n_scored == 0 {
+                continue;
+            }
+            let logits = self.model.logits_at(&batch.inputs, &batch.rows)?.detach();
+            let loss = candle_nn::loss::cross_entropy(&logits, &batch.targets)?;
+            loss_sum += f64::from(loss.to_scalar::<f32>()?) * batch.n_scored as f64;
+            let hits = logits
+                .argmax(D::Minus1)?
+                .eq(&batch.targets)?
+                .to_dtype(DType::F32)?
+                .sum_all()?
+                .to_scalar::<f32>()?;
+            correct += f64::from(hits);
+            scored += batch.n_scored;
+        }
+        let scored = scored.max(1) as f64;
+        Ok(EvalStats {
+            accuracy: correct / scored,
+            loss: loss_sum / scored,
+        })
+    }
+
+    /// Attention of every layer for test rows `rows`: per layer, `Some((B, H, Tq, Tk))` for
+    /// attention layers and `None` for convolutions.
+    pub fn attention_of(&self, rows: &[usize]) -> Result<Vec<Option<Tensor>>> {
+        let batch = self.test.batch(rows, &self.device)?;
+        let forward = self.model.forward(&batch.inputs)?;
+        forward
+            .attention
+            .into_iter()
+            .map(|layer| layer.map(|a| Ok(a.weights.detach())).transpose())
+            .collect()
+    }
+}

@@ -1,0 +1,220 @@
+//! The command line, run as a user would: tiny presets, real run folders, real errors.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn attnlab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_attnlab"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("attnlab runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+const TINY: &[&str] = &[
+    "--set",
+    "model.d_model=16",
+    "--set",
+    "task.seq_len=16",
+    "--set",
+    "task.vocab_size=32",
+    "--set",
+    "task.num_kv_pairs=2",
+    "--set",
+    "task.train_examples=64",
+    "--set",
+    "task.test_examples=16",
+    "--set",
+    "train.batch_size=8",
+    "--set",
+    "train.max_steps=6",
+    "--set",
+    "train.eval_every=3",
+    "--set",
+    "train.warmup_steps=1",
+];
+
+fn only_subfolder(dir: &Path) -> PathBuf {
+    let entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    entries[0].clone()
+}
+
+#[test]
+fn train_writes_a_complete_run_folder() {
+    let out = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "train",
+        "presets/mqar_based.toml",
+        "--quiet",
+        "--out",
+        out.path().to_str().unwrap(),
+    ];
+    args.extend_from_slice(TINY);
+    let o = attnlab(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("completed after 6 steps"), "{stdout}");
+
+    let run = only_subfolder(out.path());
+    assert!(
+        run.file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .ends_with("-mqar-based")
+    );
+    let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    let kinds: Vec<String> = metrics
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["kind"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(kinds.iter().filter(|k| *k == "step").count(), 6);
+    assert_eq!(kinds.iter().filter(|k| *k == "eval").count(), 2);
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["status"], "completed");
+    assert_eq!(summary["mechanism"], "based");
+    assert!(run.join("model.safetensors").is_file());
+    // The saved preset is the resolved one, with the overrides applied, and loads again.
+    let saved = attnlab::Preset::load(&run.join("preset.toml"), &[]).unwrap();
+    assert_eq!(saved.model.d_model, 16);
+    let index: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("attention/index.json")).unwrap())
+            .unwrap();
+    // mqar_based is a hybrid: layer 0 is a short convolution, layer 1 is Based.
+    assert_eq!(index["layers"].as_array().unwrap().len(), 1);
+    assert_eq!(index["layers"][0]["layer"], 1);
+    assert!(run.join("attention/layer1.npy").is_file());
+}
+
+#[test]
+fn bad_presets_fail_before_any_work_with_the_key_named() {
+    let out = tempfile::tempdir().unwrap();
+    let cases: &[(&str, &str)] = &[
+        (
+            "attention.kind=flash",
+            "unknown variant `flash`, expected one of `softmax`, `linear`, `based`, `rebased`, `linformer`",
+        ),
+        (
+            "model.n_heads=3",
+            "model.d_model = 128: must be divisible by model.n_heads = 3",
+        ),
+        ("model.d_modle=3", "unknown field `d_modle`"),
+        ("train.lr=0", "train.lr = 0: must be in (0, 10]"),
+        ("train.device=cuda:0", "--features cuda"),
+    ];
+    for (override_, expected) in cases {
+        let o = attnlab(&[
+            "train",
+            "presets/bench_mqar.toml",
+            "--set",
+            override_,
+            "--out",
+            out.path().to_str().unwrap(),
+        ]);
+        assert!(!o.status.success());
+        assert!(stderr(&o).contains(expected), "{override_}: {}", stderr(&o));
+    }
+    let o = attnlab(&[
+        "train",
+        "presets/mqar_linformer.toml",
+        "--set",
+        "encoding.kind=alibi",
+        "--out",
+        out.path().to_str().unwrap(),
+    ]);
+    assert!(
+        stderr(&o).contains("encoding.kind = alibi: cannot be combined with linformer"),
+        "{}",
+        stderr(&o)
+    );
+    let o = attnlab(&["train", "no/such/preset.toml"]);
+    assert!(
+        stderr(&o).contains("cannot read preset") && stderr(&o).contains("no/such/preset.toml"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        std::fs::read_dir(out.path()).unwrap().count(),
+        0,
+        "no run folder for a bad preset"
+    );
+}
+
+#[test]
+fn data_mqar_prints_rows_with_ground_truth() {
+    let o = attnlab(&[
+        "data",
+        "mqar",
+        "presets/bench_mqar.toml",
+        "--n",
+        "3",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    for row in rows {
+        assert_eq!(row["inputs"].as_array().unwrap().len(), 64);
+        let queries = row["queries"].as_array().unwrap();
+        assert_eq!(queries.len(), 4);
+        for q in queries {
+            let position = q["position"].as_u64().unwrap() as usize;
+            assert_eq!(row["labels"][position], q["value"]);
+            assert_eq!(
+                row["inputs"][q["value_positions"][0].as_u64().unwrap() as usize],
+                q["value"]
+            );
+        }
+    }
+}
+
+#[test]
+fn check_prints_a_preset_that_loads_back() {
+    let o = attnlab(&[
+        "check",
+        "presets/mqar_rebased.toml",
+        "--set",
+        "train.lr=0.01",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8(o.stdout).unwrap();
+    let preset = attnlab::Preset::parse(&text, &[], Path::new("stdout")).unwrap();
+    assert_eq!(preset.train.lr, 0.01);
+    assert_eq!(preset.attention.name(), "rebased");
+}
+
+#[test]
+fn bench_reports_json_on_its_last_line() {
+    let o = attnlab(&[
+        "bench",
+        "--steps-only",
+        "--steps",
+        "1",
+        "--format",
+        "json",
+        "--set",
+        "model.d_model=16",
+        "--set",
+        "task.train_examples=128",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8(o.stdout).unwrap();
+    let last: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert!(last["ms_per_step"].as_f64().unwrap() > 0.0);
+}

@@ -1,0 +1,96 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use attnlab::Preset;
+use attnlab::attention::MechanismSpec;
+use attnlab::encodings::EncodingSpec;
+use attnlab::model::{MixerKind, Transformer};
+use attnlab::params::Params;
+use attnlab::tasks::TaskSpec;
+use attnlab::tasks::mqar::MqarConfig;
+use candle_core::Device;
+
+/// A tiny but complete preset: 2 layers, 2 heads, d_model 16, MQAR of length 16.
+pub fn tiny(mechanism: MechanismSpec, encoding: EncodingSpec) -> Preset {
+    let mut p = Preset {
+        name: format!("tiny-{}-{}", mechanism.name(), encoding.name()),
+        attention: mechanism,
+        encoding,
+        ..Preset::default()
+    };
+    p.model.d_model = 16;
+    p.model.n_heads = 2;
+    p.model.mlp_ratio = 2;
+    p.task = TaskSpec::Mqar(MqarConfig {
+        vocab_size: 32,
+        seq_len: 16,
+        num_kv_pairs: 2,
+        train_examples: 64,
+        test_examples: 16,
+        ..MqarConfig::default()
+    });
+    p.train.batch_size = 8;
+    p.train.max_steps = Some(4);
+    p.eval.attention_examples = 2;
+    p
+}
+
+/// Small settings for mechanisms with a feature dimension, so tiny models stay tiny.
+pub fn small_mechanisms() -> Vec<MechanismSpec> {
+    MechanismSpec::all_defaults()
+        .into_iter()
+        .map(|m| match m {
+            MechanismSpec::Based(mut c) => {
+                c.feature_dim = 4;
+                MechanismSpec::Based(c)
+            }
+            MechanismSpec::Rebased(mut c) => {
+                c.feature_dim = 4;
+                MechanismSpec::Rebased(c)
+            }
+            MechanismSpec::Linformer(mut c) => {
+                c.proj_dim = 4;
+                MechanismSpec::Linformer(c)
+            }
+            other => other,
+        })
+        .collect()
+}
+
+/// Every mechanism × encoding pair that the preset validation accepts, with the pairs it rejects.
+pub fn all_combinations() -> (Vec<Preset>, Vec<Preset>) {
+    let mut valid = Vec::new();
+    let mut rejected = Vec::new();
+    for mechanism in small_mechanisms() {
+        for encoding in EncodingSpec::all_defaults() {
+            let preset = tiny(mechanism.clone(), encoding);
+            if preset.validate().is_ok() {
+                valid.push(preset);
+            } else {
+                rejected.push(preset);
+            }
+        }
+    }
+    (valid, rejected)
+}
+
+/// The model of `preset` with fresh parameters, on the CPU.
+pub fn build(preset: &Preset) -> (Transformer, Params) {
+    let params = Params::new(preset.train.seed, &Device::Cpu);
+    let model = Transformer::new(
+        &preset.model,
+        &preset.attention,
+        &preset.encoding,
+        preset.task.vocab_size(),
+        preset.task.seq_len(),
+        &params,
+    )
+    .expect("model builds");
+    (model, params)
+}
+
+/// The preset with a short convolution in front of attention (the ReBased MQAR model).
+pub fn hybrid(mut preset: Preset) -> Preset {
+    preset.model.mixers = vec![MixerKind::ShortConv, MixerKind::Attention];
+    preset
+}

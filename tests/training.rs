@@ -1,0 +1,134 @@
+//! Training behaviour: reproducibility, learning MQAR, NaN handling, stopping.
+
+mod common;
+
+use std::path::Path;
+
+use attnlab::Preset;
+use attnlab::encodings::EncodingSpec;
+use attnlab::train::{RunStatus, TrainEvent, Trainer};
+use candle_core::Tensor;
+
+fn losses(preset: &Preset, steps: usize) -> Vec<f32> {
+    let mut trainer = Trainer::new(preset).unwrap();
+    (0..steps)
+        .map(|_| trainer.train_step().unwrap().loss)
+        .collect()
+}
+
+#[test]
+fn same_preset_and_seed_give_the_same_numbers() {
+    let preset = common::tiny(
+        attnlab::attention::MechanismSpec::Softmax,
+        EncodingSpec::Alibi,
+    );
+    assert_eq!(losses(&preset, 3), losses(&preset, 3));
+    let mut other = preset.clone();
+    other.train.seed = 1;
+    assert_ne!(losses(&preset, 3), losses(&other, 3));
+}
+
+/// Softmax attention learns MQAR to ≥ 99% test accuracy within a bounded number of steps.
+#[test]
+fn softmax_learns_mqar() {
+    let preset = Preset::load(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("presets/mqar_softmax.toml")
+            .as_path(),
+        &[
+            "task.seq_len=32".into(),
+            "task.vocab_size=64".into(),
+            "train.eval_every=100".into(),
+        ],
+    )
+    .unwrap();
+    let mut trainer = Trainer::new(&preset).unwrap();
+    let mut accuracy = 0.0;
+    while trainer.step() < 1000 {
+        trainer.train_step().unwrap();
+        if trainer.step() % 100 == 0 {
+            accuracy = trainer.evaluate().unwrap().accuracy;
+            if accuracy >= 0.99 {
+                break;
+            }
+        }
+    }
+    assert!(
+        accuracy >= 0.99,
+        "test accuracy {accuracy} after {} steps",
+        trainer.step()
+    );
+}
+
+#[test]
+fn non_finite_loss_is_an_error_naming_the_step() {
+    let preset = common::tiny(
+        attnlab::attention::MechanismSpec::Softmax,
+        EncodingSpec::Learned,
+    );
+    let mut trainer = Trainer::new(&preset).unwrap();
+    trainer.train_step().unwrap();
+    let (_, var) = trainer
+        .params()
+        .vars()
+        .into_iter()
+        .find(|(n, _)| n == "head.bias")
+        .unwrap();
+    var.set(&Tensor::full(f32::NAN, var.shape(), var.device()).unwrap())
+        .unwrap();
+    let err = trainer.train_step().unwrap_err().to_string();
+    assert!(err.contains("step 2") && err.contains("NaN"), "{err}");
+}
+
+#[test]
+fn stopping_a_run_keeps_its_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut preset = common::tiny(
+        attnlab::attention::MechanismSpec::Softmax,
+        EncodingSpec::Rope(Default::default()),
+    );
+    preset.train.max_steps = Some(100_000);
+    let handle = attnlab::train::spawn(preset, dir.path().to_path_buf(), || {});
+    let mut run_dir = None;
+    let mut summary = None;
+    for event in handle.events.iter() {
+        match event {
+            TrainEvent::Started { run_dir: d, .. } => run_dir = Some(d),
+            TrainEvent::Step(s) if s.step == 3 => handle.stop(),
+            TrainEvent::Finished(s) => summary = Some(s),
+            TrainEvent::Failed { message, .. } => panic!("{message}"),
+            _ => {}
+        }
+    }
+    let summary = summary.expect("finished");
+    assert_eq!(summary.status, RunStatus::Stopped);
+    assert!(summary.steps >= 3 && summary.steps < 100);
+    let run_dir = attnlab::train::RunDir::open(&run_dir.unwrap()).unwrap();
+    assert_eq!(run_dir.read_summary().unwrap(), summary);
+    assert!(run_dir.checkpoint_path().is_file());
+    let index = run_dir.read_attention_index().unwrap();
+    assert_eq!(index.layers.len(), 2);
+    assert_eq!(
+        run_dir.read_attention(&index.layers[1]).unwrap().dims(),
+        &[2, 2, 16, 16]
+    );
+    handle.join().unwrap();
+}
+
+#[test]
+fn checkpoint_restores_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let preset = common::tiny(
+        attnlab::attention::MechanismSpec::Linear,
+        EncodingSpec::Sinusoidal,
+    );
+    let mut trainer = Trainer::new(&preset).unwrap();
+    trainer.train_step().unwrap();
+    let path = dir.path().join("m.safetensors");
+    trainer.params().save(&path).unwrap();
+    let before = trainer.evaluate().unwrap();
+    let fresh = Trainer::new(&preset).unwrap();
+    fresh.params().load(&path).unwrap();
+    let after = fresh.evaluate().unwrap();
+    assert_eq!(before.loss, after.loss);
+}
