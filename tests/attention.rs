@@ -2,6 +2,8 @@
 //! weights; causal ones are zero above the diagonal; capturing them does not change the model's
 //! output; and the matrix equals a naive reference written from the papers' formulas.
 
+#![allow(clippy::unwrap_used)] // test helpers: a panic is the failure report
+
 mod common;
 
 use attnlab::attention::{MechanismShape, MechanismSpec, RebasedConfig, RebasedVariant};
@@ -128,6 +130,9 @@ fn naive(
         .collect()
 }
 
+/// κ(q_i, k_j) of a mechanism, written from its paper.
+type Kernel = dyn Fn(&[f32], &[f32]) -> f64;
+
 fn dot(a: &[f32], b: &[f32]) -> f64 {
     a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum()
 }
@@ -152,7 +157,7 @@ fn explicit_matrices_match_the_papers_formulas() {
             (x as f64).exp()
         }
     };
-    let cases: Vec<(MechanismSpec, Box<dyn Fn(&[f32], &[f32]) -> f64>)> = vec![
+    let cases: Vec<(MechanismSpec, Box<Kernel>)> = vec![
         (
             MechanismSpec::Softmax,
             Box::new(move |a, b| (dot(a, b) * scale).exp()),

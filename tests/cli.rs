@@ -1,5 +1,7 @@
 //! The command line, run as a user would: tiny presets, real run folders, real errors.
 
+#![allow(clippy::unwrap_used)] // test helpers: a panic is the failure report
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

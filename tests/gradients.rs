@@ -2,6 +2,8 @@
 //! combination has a finite, non-zero gradient. candle's fused softmax / layer_norm / rope have
 //! no backward pass, and using one anywhere would silently freeze the parameters behind it.
 
+#![allow(clippy::unwrap_used)] // test helpers: a panic is the failure report
+
 mod common;
 
 use attnlab::Preset;

@@ -1,5 +1,7 @@
 //! Every shipped preset parses, validates, builds and trains two steps.
 
+#![allow(clippy::unwrap_used)] // test helpers: a panic is the failure report
+
 use std::path::Path;
 
 use attnlab::Preset;

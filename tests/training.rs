@@ -1,5 +1,7 @@
 //! Training behaviour: reproducibility, learning MQAR, NaN handling, stopping.
 
+#![allow(clippy::unwrap_used)] // test helpers: a panic is the failure report
+
 mod common;
 
 use std::path::Path;
@@ -46,7 +48,7 @@ fn softmax_learns_mqar() {
     let mut accuracy = 0.0;
     while trainer.step() < 1000 {
         trainer.train_step().unwrap();
-        if trainer.step() % 100 == 0 {
+        if trainer.step().is_multiple_of(100) {
             accuracy = trainer.evaluate().unwrap().accuracy;
             if accuracy >= 0.99 {
                 break;
@@ -95,7 +97,7 @@ fn stopping_a_run_keeps_its_results() {
         match event {
             TrainEvent::Started { run_dir: d, .. } => run_dir = Some(d),
             TrainEvent::Step(s) if s.step == 3 => handle.stop(),
-            TrainEvent::Finished(s) => summary = Some(s),
+            TrainEvent::Finished(s) => summary = Some(*s),
             TrainEvent::Failed { message, .. } => panic!("{message}"),
             _ => {}
         }

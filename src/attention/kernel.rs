@@ -15,10 +15,10 @@
 use candle_core::{D, Tensor};
 use serde::{Deserialize, Serialize};
 
-use super::{Attention, CausalMask, Mechanism, MechanismShape};
+use super::{Attention, Mechanism, MechanismShape};
 use crate::Result;
 use crate::encodings::{Encoding, LengthCache};
-use crate::ops::{dot_scores, standardise};
+use crate::ops::{causal_mask, dot_scores, standardise};
 use crate::params::{Init, Params};
 
 /// ReBased settings.
@@ -113,9 +113,10 @@ pub struct KernelAttention {
     kind: KernelKind,
     scale: f64,
     norms: Option<(FeatureNorm, FeatureNorm)>,
-    mask: CausalMask,
-    /// exp(mask) per length when the encoding has no bias.
-    causal_gate: LengthCache,
+    /// The additive causal mask per length.
+    masks: LengthCache,
+    /// exp(mask) per length, the gate when the encoding has no bias.
+    causal_gates: LengthCache,
 }
 
 impl KernelAttention {
@@ -132,8 +133,8 @@ impl KernelAttention {
             kind,
             scale: 1.0 / (shape.qk_dim as f64).sqrt(),
             norms,
-            mask: CausalMask::default(),
-            causal_gate: LengthCache::default(),
+            masks: LengthCache::default(),
+            causal_gates: LengthCache::default(),
         })
     }
 
@@ -154,11 +155,12 @@ impl KernelAttention {
     }
 
     /// g = exp(mask + bias): the causal 0/1 gate, times exp(b) when the encoding has a bias.
-    fn gate(&self, t: usize, q: &Tensor, pos: &dyn Encoding) -> Result<Tensor> {
-        let mask = self.mask.additive(t, q.device())?;
+    fn gate(&self, scores: &Tensor, pos: &dyn Encoding) -> Result<Tensor> {
+        let t = scores.dim(2)?;
+        let mask = self.masks.get_or(t, || causal_mask(scores))?;
         match pos.logit_bias(t)? {
             Some(bias) => Ok(bias.broadcast_add(&mask)?.exp()?),
-            None => self.causal_gate.get_or(t, || Ok(mask.exp()?)),
+            None => self.causal_gates.get_or(t, || Ok(mask.exp()?)),
         }
     }
 }
@@ -170,10 +172,8 @@ impl Mechanism for KernelAttention {
             None => (q.clone(), k.clone()),
         };
         let (q, k) = pos.rotate(&q, &k)?;
-        let t = q.dim(2)?;
-        let weighted = self
-            .kernel(&q, &k)?
-            .broadcast_mul(&self.gate(t, &q, pos)?)?;
+        let kernel = self.kernel(&q, &k)?; // (B, H, T, T)
+        let weighted = kernel.broadcast_mul(&self.gate(&kernel, pos)?)?;
         // ε as in the reference kernels (o / (z + 1e-12)): only matters for an all-zero ReBased row.
         let norm = (weighted.sum_keepdim(D::Minus1)? + 1e-12)?;
         Ok(Attention {

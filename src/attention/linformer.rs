@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Attention, Mechanism, MechanismShape};
 use crate::encodings::Encoding;
-use crate::ops::{dot_scores, softmax_last};
+use crate::ops::{dot_scores, softmax_rows};
 use crate::params::{Init, Params};
 use crate::{Error, Result};
 
@@ -127,7 +127,7 @@ impl Mechanism for Linformer {
         let keys = project(&self.e, k)?; // (B, H, k, d)
         let scores = dot_scores(q, &keys, self.scale)?; // (B, H, T, k)
         Ok(Attention {
-            weights: softmax_last(&scores)?,
+            weights: softmax_rows(&scores, false)?,
             values: project(&self.f, v)?,
         })
     }

@@ -21,14 +21,14 @@ mod softmax;
 
 use std::sync::Arc;
 
-use candle_core::{Device, Tensor};
+use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
 pub use kernel::{KernelAttention, KernelKind, RebasedConfig, RebasedVariant};
 pub use linformer::{Linformer, LinformerConfig, LinformerSharing};
 pub use softmax::SoftmaxAttention;
 
-use crate::encodings::{Encoding, LengthCache};
+use crate::encodings::Encoding;
 use crate::params::Params;
 use crate::{Error, Result};
 
@@ -170,28 +170,4 @@ pub struct MechanismShape {
     pub qk_dim: usize,
     pub head_dim: usize,
     pub max_len: usize,
-}
-
-/// Causal masks per length, shared by the mechanisms of a model: 0 on and below the
-/// diagonal, −∞ above. Used additively before softmax, or as exp(mask) = 0/1 for kernels.
-#[derive(Default)]
-pub(crate) struct CausalMask {
-    cache: LengthCache,
-}
-
-impl CausalMask {
-    pub(crate) fn additive(&self, t: usize, device: &Device) -> Result<Tensor> {
-        self.cache.get_or(t, || {
-            let data: Vec<f32> = (0..t * t)
-                .map(|ij| {
-                    if ij % t > ij / t {
-                        f32::NEG_INFINITY
-                    } else {
-                        0.0
-                    }
-                })
-                .collect();
-            Ok(Tensor::from_vec(data, (t, t), device)?)
-        })
-    }
 }

@@ -1,22 +1,20 @@
-//! Causal softmax attention: A = softmax(q kᵀ / √d + bias + mask).
+//! Causal softmax attention: A = softmax(q kᵀ / √d + bias), keys after the query masked out.
 
 use candle_core::Tensor;
 
-use super::{Attention, CausalMask, Mechanism, MechanismShape};
+use super::{Attention, Mechanism, MechanismShape};
 use crate::Result;
 use crate::encodings::Encoding;
-use crate::ops::{dot_scores, softmax_last};
+use crate::ops::{dot_scores, softmax_rows};
 
 pub struct SoftmaxAttention {
     scale: f64,
-    mask: CausalMask,
 }
 
 impl SoftmaxAttention {
     pub fn new(shape: &MechanismShape) -> Self {
         Self {
             scale: 1.0 / (shape.qk_dim as f64).sqrt(),
-            mask: CausalMask::default(),
         }
     }
 }
@@ -29,9 +27,8 @@ impl Mechanism for SoftmaxAttention {
         if let Some(bias) = pos.logit_bias(t)? {
             scores = scores.broadcast_add(&bias)?;
         }
-        let scores = scores.broadcast_add(&self.mask.additive(t, q.device())?)?;
         Ok(Attention {
-            weights: softmax_last(&scores)?,
+            weights: softmax_rows(&scores, true)?,
             values: v.clone(),
         })
     }

@@ -32,7 +32,7 @@ impl RopeConfig {
                 "must be a finite number > 1 (the paper uses 10000)",
             ));
         }
-        if qk_dim % 2 != 0 {
+        if !qk_dim.is_multiple_of(2) {
             return Err(Error::preset(
                 "encoding.kind",
                 "rope",

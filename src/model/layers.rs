@@ -4,7 +4,7 @@
 use candle_core::{D, Tensor};
 
 use crate::Result;
-use crate::ops::standardise;
+use crate::ops::{add_bias, gelu_erf, layer_norm};
 use crate::params::{Init, Params};
 
 /// y = x Wᵀ + b. Inputs of any rank are flattened to one matrix product (one large GEMM is
@@ -39,7 +39,7 @@ impl Linear {
         let rows = x.elem_count() / in_dim;
         let y = x.reshape((rows, in_dim))?.matmul(&self.weight_t)?;
         let y = match &self.bias {
-            Some(b) => y.broadcast_add(b)?,
+            Some(b) => add_bias(&y, b)?,
             None => y,
         };
         if let Some(last) = dims.last_mut() {
@@ -64,9 +64,7 @@ impl LayerNorm {
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(standardise(x, 1e-5)?
-            .broadcast_mul(&self.weight)?
-            .broadcast_add(&self.bias)?)
+        layer_norm(x, &self.weight, &self.bias, 1e-5)
     }
 }
 
@@ -109,6 +107,6 @@ impl Mlp {
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        self.down.forward(&self.up.forward(x)?.gelu_erf()?)
+        self.down.forward(&gelu_erf(&self.up.forward(x)?)?)
     }
 }

@@ -99,7 +99,7 @@ impl ModelConfig {
         range("n_heads", self.n_heads, 1, 256)?;
         range("mlp_ratio", self.mlp_ratio, 0, 16)?;
         range("conv_kernel", self.conv_kernel, 1, 64)?;
-        if self.d_model % self.n_heads != 0 {
+        if !self.d_model.is_multiple_of(self.n_heads) {
             return Err(Error::preset(
                 "model.d_model",
                 self.d_model,

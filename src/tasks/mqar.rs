@@ -106,7 +106,7 @@ impl MqarConfig {
         let err = |key: &str, value: &dyn ToString, why: &str| {
             Err(Error::preset(format!("task.{key}"), value.to_string(), why))
         };
-        if self.seq_len < 4 || self.seq_len % 2 != 0 {
+        if self.seq_len < 4 || !self.seq_len.is_multiple_of(2) {
             return err("seq_len", &self.seq_len, "must be an even number ≥ 4");
         }
         if self.vocab_size <= self.seq_len {

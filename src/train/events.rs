@@ -90,7 +90,7 @@ pub enum TrainEvent {
     Step(StepRecord),
     Eval(EvalRecord),
     /// The run ended normally (completed, target reached, or stopped by the user).
-    Finished(Summary),
+    Finished(Box<Summary>),
     /// The run failed; `run_dir` is set if the folder was created (what was saved is kept).
     Failed {
         message: String,

@@ -100,7 +100,7 @@ fn run_inner(
     progress.summary.status = outcome;
     progress.summary.elapsed_secs = progress.started.elapsed().as_secs_f64();
     dir.write_summary(&progress.summary)?;
-    emit(TrainEvent::Finished(progress.summary.clone()));
+    emit(TrainEvent::Finished(Box::new(progress.summary.clone())));
     Ok(progress.summary)
 }
 

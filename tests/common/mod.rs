@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
+#![allow(clippy::unwrap_used)] // test helpers: a panic is the failure report
 
 use attnlab::Preset;
 use attnlab::attention::MechanismSpec;

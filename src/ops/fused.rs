@@ -1,0 +1,396 @@
+//! Fused CPU kernels, each with its analytic backward pass, for the two composites that cost
+//! most on the CPU: row standardisation (LayerNorm's core) and row softmax with an optional
+//! causal mask. Built from plain tensor ops they take ~8 full passes forward and ~20 backward
+//! (candle's autograd also zero-fills and adds once per gradient); fused they take one pass
+//! each way. They run on contiguous f32 CPU tensors; [`super`] falls back to the composed
+//! ops elsewhere (GPU, other dtypes), and the tests check both agree, values and gradients.
+
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Shape, Tensor};
+use rayon::prelude::*;
+
+/// The contiguous f32 data of a CPU storage (callers make inputs contiguous first).
+fn slice<'a>(storage: &'a CpuStorage, layout: &Layout) -> candle_core::Result<&'a [f32]> {
+    let CpuStorage::F32(data) = storage else {
+        candle_core::bail!("fused ops take f32 tensors");
+    };
+    let Some((start, end)) = layout.contiguous_offsets() else {
+        candle_core::bail!("fused ops take contiguous tensors");
+    };
+    Ok(&data[start..end])
+}
+
+fn last_dim(layout: &Layout) -> usize {
+    layout.dims().last().copied().unwrap_or(1).max(1)
+}
+
+/// (x − mean) / √(var + eps) per row of the last dimension.
+pub struct Standardise {
+    pub eps: f32,
+}
+
+fn mean_and_inv_std(row: &[f32], eps: f32) -> (f32, f32) {
+    let n = row.len() as f32;
+    let mean = row.iter().sum::<f32>() / n;
+    let var = row.iter().map(|x| (x - mean) * (x - mean)).sum::<f32>() / n;
+    (mean, 1.0 / (var + eps).sqrt())
+}
+
+impl CustomOp1 for Standardise {
+    fn name(&self) -> &'static str {
+        "attnlab-standardise"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let x = slice(storage, layout)?;
+        let d = last_dim(layout);
+        let mut out = vec![0f32; x.len()];
+        out.par_chunks_mut(d)
+            .zip(x.par_chunks(d))
+            .for_each(|(o, row)| {
+                let (mean, inv) = mean_and_inv_std(row, self.eps);
+                for (o, x) in o.iter_mut().zip(row) {
+                    *o = (x - mean) * inv;
+                }
+            });
+        Ok((CpuStorage::F32(out), layout.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        arg: &Tensor,
+        res: &Tensor,
+        grad_res: &Tensor,
+    ) -> candle_core::Result<Option<Tensor>> {
+        let grad = grad_res.contiguous()?.apply_op3_no_bwd(
+            &arg.contiguous()?,
+            &res.contiguous()?,
+            &StandardiseGrad { eps: self.eps },
+        )?;
+        Ok(Some(grad))
+    }
+}
+
+/// dx = (dy − mean(dy) − y·mean(dy·y)) / σ, inputs (dy, x, y).
+struct StandardiseGrad {
+    eps: f32,
+}
+
+impl CustomOp3 for StandardiseGrad {
+    fn name(&self) -> &'static str {
+        "attnlab-standardise-grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (dy, x, y) = (slice(s1, l1)?, slice(s2, l2)?, slice(s3, l3)?);
+        let d = last_dim(l1);
+        let mut out = vec![0f32; dy.len()];
+        out.par_chunks_mut(d)
+            .zip(dy.par_chunks(d).zip(x.par_chunks(d).zip(y.par_chunks(d))))
+            .for_each(|(o, (dy, (x, y)))| {
+                let (_, inv) = mean_and_inv_std(x, self.eps);
+                let n = d as f32;
+                let mean_dy = dy.iter().sum::<f32>() / n;
+                let mean_dyy = dy.iter().zip(y).map(|(a, b)| a * b).sum::<f32>() / n;
+                for ((o, dy), y) in o.iter_mut().zip(dy).zip(y) {
+                    *o = inv * (dy - mean_dy - y * mean_dyy);
+                }
+            });
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+}
+
+/// Softmax of each row of the last dimension. With `causal`, query row i of a (…, Tq, Tk)
+/// block only sees keys j ≤ i + (Tk − Tq); the others get weight 0.
+pub struct RowSoftmax {
+    pub causal: bool,
+}
+
+impl RowSoftmax {
+    /// Number of visible keys in row `row` of a tensor whose last two dims are (tq, tk).
+    fn visible(&self, row: usize, tq: usize, tk: usize) -> usize {
+        if self.causal {
+            (row % tq + 1 + tk.saturating_sub(tq)).min(tk)
+        } else {
+            tk
+        }
+    }
+}
+
+impl CustomOp1 for RowSoftmax {
+    fn name(&self) -> &'static str {
+        "attnlab-row-softmax"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let x = slice(storage, layout)?;
+        let dims = layout.dims();
+        let tk = last_dim(layout);
+        let tq = if dims.len() >= 2 {
+            dims[dims.len() - 2]
+        } else {
+            1
+        };
+        let mut out = vec![0f32; x.len()];
+        out.par_chunks_mut(tk)
+            .zip(x.par_chunks(tk))
+            .enumerate()
+            .for_each(|(r, (o, row))| {
+                let n = self.visible(r, tq, tk);
+                let max = row[..n].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let mut sum = 0f32;
+                for (o, x) in o[..n].iter_mut().zip(&row[..n]) {
+                    *o = (x - max).exp();
+                    sum += *o;
+                }
+                let inv = 1.0 / sum;
+                o[..n].iter_mut().for_each(|o| *o *= inv);
+            });
+        Ok((CpuStorage::F32(out), layout.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        _arg: &Tensor,
+        res: &Tensor,
+        grad_res: &Tensor,
+    ) -> candle_core::Result<Option<Tensor>> {
+        Ok(Some(
+            grad_res
+                .contiguous()?
+                .apply_op2_no_bwd(&res.contiguous()?, &RowSoftmaxGrad)?,
+        ))
+    }
+}
+
+/// ds = w ⊙ (dw − Σ dw·w), inputs (dw, w). Masked entries have w = 0 and get 0.
+struct RowSoftmaxGrad;
+
+impl CustomOp2 for RowSoftmaxGrad {
+    fn name(&self) -> &'static str {
+        "attnlab-row-softmax-grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (dw, w) = (slice(s1, l1)?, slice(s2, l2)?);
+        let tk = last_dim(l1);
+        let mut out = vec![0f32; dw.len()];
+        out.par_chunks_mut(tk)
+            .zip(dw.par_chunks(tk).zip(w.par_chunks(tk)))
+            .for_each(|(o, (dw, w))| {
+                let dot: f32 = dw.iter().zip(w).map(|(a, b)| a * b).sum();
+                for ((o, dw), w) in o.iter_mut().zip(dw).zip(w) {
+                    *o = w * (dw - dot);
+                }
+            });
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+}
+
+/// Column sums of a row-major (rows, d) slice, computed in parallel blocks of rows.
+fn column_sums(data: &[f32], d: usize) -> Vec<f32> {
+    const BLOCK_ROWS: usize = 256;
+    data.par_chunks(BLOCK_ROWS * d)
+        .map(|block| {
+            let mut sums = vec![0f32; d];
+            for row in block.chunks(d) {
+                sums.iter_mut().zip(row).for_each(|(s, x)| *s += x);
+            }
+            sums
+        })
+        .reduce(
+            || vec![0f32; d],
+            |mut a, b| {
+                a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
+                a
+            },
+        )
+}
+
+/// x (…, D) + b (D). Its backward sums the gradient over rows in one parallel pass, where
+/// candle's `broadcast_add` backward takes a slow strided reduction.
+pub struct AddBias;
+
+impl CustomOp2 for AddBias {
+    fn name(&self) -> &'static str {
+        "attnlab-add-bias"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (x, b) = (slice(s1, l1)?, slice(s2, l2)?);
+        let d = last_dim(l1);
+        let mut out = x.to_vec();
+        out.par_chunks_mut(d)
+            .for_each(|row| row.iter_mut().zip(b).for_each(|(o, b)| *o += b));
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        _x: &Tensor,
+        b: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let grad = grad.contiguous()?;
+        let d = grad.dim(candle_core::D::Minus1)?;
+        let sums = column_sums(&grad.flatten_all()?.to_vec1::<f32>()?, d);
+        Ok((Some(grad), Some(Tensor::from_vec(sums, d, b.device())?)))
+    }
+}
+
+/// GELU with the exact erf form, as PyTorch's `nn.GELU()`: x·Φ(x).
+pub struct GeluErf;
+
+const FRAC_1_SQRT_2: f32 = std::f32::consts::FRAC_1_SQRT_2;
+
+impl CustomOp1 for GeluErf {
+    fn name(&self) -> &'static str {
+        "attnlab-gelu-erf"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let x = slice(storage, layout)?;
+        let mut out = vec![0f32; x.len()];
+        out.par_chunks_mut(4096)
+            .zip(x.par_chunks(4096))
+            .for_each(|(o, x)| {
+                for (o, x) in o.iter_mut().zip(x) {
+                    *o = 0.5 * x * (1.0 + libm::erff(x * FRAC_1_SQRT_2));
+                }
+            });
+        Ok((CpuStorage::F32(out), layout.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        arg: &Tensor,
+        _res: &Tensor,
+        grad_res: &Tensor,
+    ) -> candle_core::Result<Option<Tensor>> {
+        Ok(Some(
+            grad_res
+                .contiguous()?
+                .apply_op2_no_bwd(&arg.contiguous()?, &GeluErfGrad)?,
+        ))
+    }
+}
+
+/// d/dx x·Φ(x) = Φ(x) + x·φ(x); inputs (dy, x).
+struct GeluErfGrad;
+
+impl CustomOp2 for GeluErfGrad {
+    fn name(&self) -> &'static str {
+        "attnlab-gelu-erf-grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (dy, x) = (slice(s1, l1)?, slice(s2, l2)?);
+        let inv_sqrt_2pi = 0.5 * std::f32::consts::FRAC_2_SQRT_PI * FRAC_1_SQRT_2;
+        let mut out = vec![0f32; dy.len()];
+        out.par_chunks_mut(4096)
+            .zip(dy.par_chunks(4096).zip(x.par_chunks(4096)))
+            .for_each(|(o, (dy, x))| {
+                for ((o, dy), x) in o.iter_mut().zip(dy).zip(x) {
+                    let cdf = 0.5 * (1.0 + libm::erff(x * FRAC_1_SQRT_2));
+                    let pdf = inv_sqrt_2pi * (-0.5 * x * x).exp();
+                    *o = dy * (cdf + x * pdf);
+                }
+            });
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+}
+
+/// LayerNorm over the last dimension, y = γ ⊙ (x − mean)/σ + β, inputs (x, γ, β).
+pub struct LayerNorm {
+    pub eps: f32,
+}
+
+impl CustomOp3 for LayerNorm {
+    fn name(&self) -> &'static str {
+        "attnlab-layer-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (x, gamma, beta) = (slice(s1, l1)?, slice(s2, l2)?, slice(s3, l3)?);
+        let d = last_dim(l1);
+        let mut out = vec![0f32; x.len()];
+        out.par_chunks_mut(d)
+            .zip(x.par_chunks(d))
+            .for_each(|(o, row)| {
+                let (mean, inv) = mean_and_inv_std(row, self.eps);
+                for (((o, x), g), b) in o.iter_mut().zip(row).zip(gamma).zip(beta) {
+                    *o = (x - mean) * inv * g + b;
+                }
+            });
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        gamma: &Tensor,
+        _beta: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let x = x.contiguous()?;
+        let grad = grad.contiguous()?;
+        let d = x.dim(candle_core::D::Minus1)?;
+        let y_hat = x.apply_op1_no_bwd(&Standardise { eps: self.eps })?;
+        // dx = standardise-backward of (dy ⊙ γ); dγ = Σ dy ⊙ ŷ; dβ = Σ dy.
+        let dy_gamma = grad.broadcast_mul(gamma)?.contiguous()?;
+        let dx = dy_gamma.apply_op3_no_bwd(&x, &y_hat, &StandardiseGrad { eps: self.eps })?;
+        let dy = grad.flatten_all()?.to_vec1::<f32>()?;
+        let y = y_hat.flatten_all()?.to_vec1::<f32>()?;
+        let dy_y: Vec<f32> = dy.par_iter().zip(&y).map(|(a, b)| a * b).collect();
+        let d_gamma = Tensor::from_vec(column_sums(&dy_y, d), d, gamma.device())?;
+        let d_beta = Tensor::from_vec(column_sums(&dy, d), d, gamma.device())?;
+        Ok((Some(dx), Some(d_gamma), Some(d_beta)))
+    }
+}

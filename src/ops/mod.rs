@@ -1,0 +1,232 @@
+//! Small differentiable building blocks shared by attention and the model.
+//!
+//! candle's fused `softmax_last_dim`, `layer_norm` and `rms_norm` have no backward pass: a
+//! model built on them trains silently wrong. The functions here always have one: on f32 CPU
+//! tensors they use attnlab's own fused kernels ([`fused`]), elsewhere plain tensor ops (the
+//! `*_composed` versions, which also serve as the tests' reference).
+
+mod fused;
+
+use candle_core::{D, DType, Tensor};
+
+use crate::Result;
+
+/// Whether the fused CPU kernels apply to `x`.
+fn fusable(x: &Tensor) -> bool {
+    x.device().is_cpu() && x.dtype() == DType::F32
+}
+
+/// Softmax over the last dimension. With `causal`, row i of each (Tq, Tk) block sees only
+/// keys j ≤ i + (Tk − Tq); masked weights are exactly 0.
+pub fn softmax_rows(x: &Tensor, causal: bool) -> Result<Tensor> {
+    if fusable(x) {
+        return Ok(x.contiguous()?.apply_op1(fused::RowSoftmax { causal })?);
+    }
+    softmax_rows_composed(x, causal)
+}
+
+/// [`softmax_rows`] from plain tensor ops.
+pub fn softmax_rows_composed(x: &Tensor, causal: bool) -> Result<Tensor> {
+    let x = if causal {
+        x.broadcast_add(&causal_mask(x)?)?
+    } else {
+        x.clone()
+    };
+    Ok(candle_nn::ops::softmax(&x, D::Minus1)?)
+}
+
+/// The additive causal mask (Tq, Tk) of `x`: 0 where j ≤ i + (Tk − Tq), −∞ elsewhere.
+pub fn causal_mask(x: &Tensor) -> Result<Tensor> {
+    let dims = x.dims();
+    let (tq, tk) = (dims[dims.len() - 2], dims[dims.len() - 1]);
+    let offset = tk.saturating_sub(tq);
+    let data: Vec<f32> = (0..tq * tk)
+        .map(|ij| {
+            if ij % tk > ij / tk + offset {
+                f32::NEG_INFINITY
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    Ok(Tensor::from_vec(data, (tq, tk), x.device())?.to_dtype(x.dtype())?)
+}
+
+/// x (…, D) + b (D).
+pub fn add_bias(x: &Tensor, b: &Tensor) -> Result<Tensor> {
+    if fusable(x) {
+        return Ok(x
+            .contiguous()?
+            .apply_op2(&b.contiguous()?, fused::AddBias)?);
+    }
+    Ok(x.broadcast_add(b)?)
+}
+
+/// GELU, exact erf form (PyTorch's `nn.GELU()`).
+pub fn gelu_erf(x: &Tensor) -> Result<Tensor> {
+    if fusable(x) {
+        return Ok(x.contiguous()?.apply_op1(fused::GeluErf)?);
+    }
+    Ok(x.gelu_erf()?)
+}
+
+/// LayerNorm over the last dimension: γ ⊙ standardise(x) + β.
+pub fn layer_norm(x: &Tensor, gamma: &Tensor, beta: &Tensor, eps: f64) -> Result<Tensor> {
+    if fusable(x) {
+        let op = fused::LayerNorm { eps: eps as f32 };
+        return Ok(x
+            .contiguous()?
+            .apply_op3(&gamma.contiguous()?, &beta.contiguous()?, op)?);
+    }
+    layer_norm_composed(x, gamma, beta, eps)
+}
+
+/// [`layer_norm`] from plain tensor ops.
+pub fn layer_norm_composed(x: &Tensor, gamma: &Tensor, beta: &Tensor, eps: f64) -> Result<Tensor> {
+    Ok(standardise_composed(x, eps)?
+        .broadcast_mul(gamma)?
+        .broadcast_add(beta)?)
+}
+
+/// (x − mean) / √(var + eps) over the last dimension: LayerNorm without its affine part.
+pub fn standardise(x: &Tensor, eps: f64) -> Result<Tensor> {
+    if fusable(x) {
+        return Ok(x
+            .contiguous()?
+            .apply_op1(fused::Standardise { eps: eps as f32 })?);
+    }
+    standardise_composed(x, eps)
+}
+
+/// [`standardise`] from plain tensor ops.
+pub fn standardise_composed(x: &Tensor, eps: f64) -> Result<Tensor> {
+    let mean = x.mean_keepdim(D::Minus1)?;
+    let centred = x.broadcast_sub(&mean)?;
+    let var = centred.sqr()?.mean_keepdim(D::Minus1)?;
+    Ok(centred.broadcast_div(&(var + eps)?.sqrt()?)?)
+}
+
+/// q·kᵀ·scale for q (…, Tq, d), k (…, Tk, d) → (…, Tq, Tk).
+pub fn dot_scores(q: &Tensor, k: &Tensor, scale: f64) -> Result<Tensor> {
+    Ok((q.matmul(&k.t()?)? * scale)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Var};
+
+    /// Value and gradient (under a random upstream gradient) of `f` at `x`.
+    fn value_and_grad(
+        f: impl Fn(&Tensor) -> Result<Tensor>,
+        x: &Var,
+        upstream: &Tensor,
+    ) -> (Vec<f32>, Vec<f32>) {
+        let y = f(x.as_tensor()).unwrap();
+        let grads = (&y * upstream)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        (flat(&y), flat(grads.get(x.as_tensor()).unwrap()))
+    }
+
+    fn assert_close(a: &[f32], b: &[f32], what: &str) {
+        for (x, y) in a.iter().zip(b) {
+            assert!((x - y).abs() < 1e-4, "{what}: {x} vs {y}");
+        }
+    }
+
+    fn random(shape: (usize, usize, usize, usize), seed: u64) -> Tensor {
+        let n = shape.0 * shape.1 * shape.2 * shape.3;
+        let data = crate::rng::normal_vec(&mut crate::rng::stream(seed, "ops"), n, 2.0);
+        Tensor::from_vec(data, shape, &Device::Cpu).unwrap()
+    }
+
+    #[test]
+    fn fused_kernels_match_the_composed_ops() {
+        let x = Var::from_tensor(&random((2, 3, 5, 7), 1)).unwrap();
+        let upstream = random((2, 3, 5, 7), 2);
+        let fused = value_and_grad(|x| standardise(x, 1e-5), &x, &upstream);
+        let composed = value_and_grad(|x| standardise_composed(x, 1e-5), &x, &upstream);
+        assert_close(&fused.0, &composed.0, "standardise value");
+        assert_close(&fused.1, &composed.1, "standardise gradient");
+        let gamma = Var::from_tensor(
+            &random((1, 1, 1, 7), 3)
+                .squeeze(0)
+                .unwrap()
+                .squeeze(0)
+                .unwrap()
+                .squeeze(0)
+                .unwrap(),
+        )
+        .unwrap();
+        let beta = random((1, 1, 1, 7), 4)
+            .squeeze(0)
+            .unwrap()
+            .squeeze(0)
+            .unwrap()
+            .squeeze(0)
+            .unwrap();
+        let fused = value_and_grad(
+            |x| layer_norm(x, gamma.as_tensor(), &beta, 1e-5),
+            &x,
+            &upstream,
+        );
+        let composed = value_and_grad(
+            |x| layer_norm_composed(x, gamma.as_tensor(), &beta, 1e-5),
+            &x,
+            &upstream,
+        );
+        assert_close(&fused.0, &composed.0, "layer_norm value");
+        assert_close(&fused.1, &composed.1, "layer_norm gradient");
+        let fused = value_and_grad(|x| add_bias(x, &beta), &x, &upstream);
+        let composed = value_and_grad(|x| Ok(x.broadcast_add(&beta)?), &x, &upstream);
+        assert_close(&fused.0, &composed.0, "add_bias value");
+        assert_close(&fused.1, &composed.1, "add_bias gradient");
+        let fused = value_and_grad(gelu_erf, &x, &upstream);
+        let composed = value_and_grad(|x| Ok(x.gelu_erf()?), &x, &upstream);
+        assert_close(&fused.0, &composed.0, "gelu value");
+        assert_close(&fused.1, &composed.1, "gelu gradient");
+        for causal in [false, true] {
+            let fused = value_and_grad(|x| softmax_rows(x, causal), &x, &upstream);
+            let composed = value_and_grad(|x| softmax_rows_composed(x, causal), &x, &upstream);
+            assert_close(&fused.0, &composed.0, "softmax value");
+            assert_close(&fused.1, &composed.1, "softmax gradient");
+        }
+    }
+
+    #[test]
+    fn causal_softmax_masks_the_future() {
+        let x = Tensor::zeros((1, 3, 3), DType::F32, &Device::Cpu).unwrap();
+        let w = softmax_rows(&x, true)
+            .unwrap()
+            .squeeze(0)
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap();
+        assert_eq!(w[0], vec![1.0, 0.0, 0.0]);
+        assert_eq!(w[1], vec![0.5, 0.5, 0.0]);
+    }
+
+    #[test]
+    fn standardise_matches_layer_norm_and_has_gradients() {
+        let x = Var::new(&[[1f32, 2.0, 3.0]], &Device::Cpu).unwrap();
+        let y = standardise(x.as_tensor(), 0.0).unwrap();
+        let got = y.to_vec2::<f32>().unwrap();
+        // candle-nn's layer_norm doc-test value: [-1.2247, 0.0, 1.2247]
+        assert!((got[0][0] + 1.2247).abs() < 1e-4 && got[0][1].abs() < 1e-6);
+        let w = Tensor::new(&[[1f32, 0.0, 0.0]], &Device::Cpu).unwrap();
+        let grads = (y * w).unwrap().sum_all().unwrap().backward().unwrap();
+        let g = grads
+            .get(x.as_tensor())
+            .unwrap()
+            .abs()
+            .unwrap()
+            .sum_all()
+            .unwrap();
+        assert!(g.to_scalar::<f32>().unwrap() > 0.0);
+    }
+}
