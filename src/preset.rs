@@ -151,6 +151,18 @@ impl Preset {
         }
     }
 
+    /// The model this preset describes, with its parameters created in `params`.
+    pub fn build_model(&self, params: &crate::params::Params) -> Result<crate::model::Transformer> {
+        crate::model::Transformer::new(
+            &self.model,
+            &self.attention,
+            &self.encoding,
+            self.task.vocab_size(),
+            self.task.seq_len(),
+            params,
+        )
+    }
+
     /// Checks every section and the combinations between them.
     pub fn validate(&self) -> Result<()> {
         if self.schema != SCHEMA {

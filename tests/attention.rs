@@ -91,6 +91,16 @@ fn randn(shape: (usize, usize, usize, usize), seed: u64) -> Tensor {
     Tensor::from_vec(data, shape, &Device::Cpu).unwrap()
 }
 
+/// The (T, d) matrix of a (1, 1, T, d) tensor.
+fn plane(x: &Tensor) -> Vec<Vec<f32>> {
+    x.squeeze(0)
+        .unwrap()
+        .squeeze(0)
+        .unwrap()
+        .to_vec2::<f32>()
+        .unwrap()
+}
+
 /// y_i = Σ_{j≤i} κ(q_i, k_j) v_j / Σ_{j≤i} κ(q_i, k_j), computed with loops in f64.
 fn naive(
     q: &Tensor,
@@ -98,27 +108,7 @@ fn naive(
     v: &Tensor,
     kernel: impl Fn(&[f32], &[f32]) -> f64,
 ) -> Vec<Vec<f64>> {
-    let q = q
-        .squeeze(0)
-        .unwrap()
-        .squeeze(0)
-        .unwrap()
-        .to_vec2::<f32>()
-        .unwrap();
-    let k = k
-        .squeeze(0)
-        .unwrap()
-        .squeeze(0)
-        .unwrap()
-        .to_vec2::<f32>()
-        .unwrap();
-    let v = v
-        .squeeze(0)
-        .unwrap()
-        .squeeze(0)
-        .unwrap()
-        .to_vec2::<f32>()
-        .unwrap();
+    let (q, k, v) = (plane(q), plane(k), plane(v));
     (0..q.len())
         .map(|i| {
             let w: Vec<f64> = (0..=i).map(|j| kernel(&q[i], &k[j])).collect();
@@ -185,13 +175,7 @@ fn explicit_matrices_match_the_papers_formulas() {
         let mechanism = spec.build(&shape, &Params::new(0, &Device::Cpu)).unwrap();
         let attention = mechanism.attend(&q, &k, &v, &NoEncoding).unwrap();
         let y = attention.weights.matmul(&attention.values).unwrap();
-        let y = y
-            .squeeze(0)
-            .unwrap()
-            .squeeze(0)
-            .unwrap()
-            .to_vec2::<f32>()
-            .unwrap();
+        let y = plane(&y);
         let want = naive(&q, &k, &v, kernel);
         for (row_y, row_want) in y.iter().zip(&want) {
             for (a, b) in row_y.iter().zip(row_want) {
@@ -220,31 +204,10 @@ fn linear_attention_recurrent_form_matches_the_matrix() {
         .unwrap();
     let attention = mechanism.attend(&q, &k, &v, &NoEncoding).unwrap();
     let y = attention.weights.matmul(&attention.values).unwrap();
-    let y = y
-        .squeeze(0)
-        .unwrap()
-        .squeeze(0)
-        .unwrap()
-        .to_vec2::<f32>()
-        .unwrap();
-    let phi = |x: &Tensor| {
-        (x.elu(1.0).unwrap() + 1.0)
-            .unwrap()
-            .squeeze(0)
-            .unwrap()
-            .squeeze(0)
-            .unwrap()
-            .to_vec2::<f32>()
-            .unwrap()
-    };
+    let y = plane(&y);
+    let phi = |x: &Tensor| plane(&(x.elu(1.0).unwrap() + 1.0).unwrap());
     let (fq, fk) = (phi(&q), phi(&k));
-    let v = v
-        .squeeze(0)
-        .unwrap()
-        .squeeze(0)
-        .unwrap()
-        .to_vec2::<f32>()
-        .unwrap();
+    let v = plane(&v);
     let mut state = vec![vec![0f64; 2]; d];
     let mut z = vec![0f64; d];
     for i in 0..t {

@@ -19,6 +19,20 @@ fn slice<'a>(storage: &'a CpuStorage, layout: &Layout) -> candle_core::Result<&'
     Ok(&data[start..end])
 }
 
+/// Runs `f(out, a, b)` over matching chunks of `chunk` elements of `a` and `b`, in parallel.
+fn zip_chunks(
+    a: &[f32],
+    b: &[f32],
+    chunk: usize,
+    f: impl Fn(&mut [f32], &[f32], &[f32]) + Sync,
+) -> Vec<f32> {
+    let mut out = vec![0f32; a.len()];
+    out.par_chunks_mut(chunk)
+        .zip(a.par_chunks(chunk).zip(b.par_chunks(chunk)))
+        .for_each(|(o, (a, b))| f(o, a, b));
+    out
+}
+
 fn last_dim(layout: &Layout) -> usize {
     layout.dims().last().copied().unwrap_or(1).max(1)
 }
@@ -194,16 +208,12 @@ impl CustomOp2 for RowSoftmaxGrad {
         l2: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (dw, w) = (slice(s1, l1)?, slice(s2, l2)?);
-        let tk = last_dim(l1);
-        let mut out = vec![0f32; dw.len()];
-        out.par_chunks_mut(tk)
-            .zip(dw.par_chunks(tk).zip(w.par_chunks(tk)))
-            .for_each(|(o, (dw, w))| {
-                let dot: f32 = dw.iter().zip(w).map(|(a, b)| a * b).sum();
-                for ((o, dw), w) in o.iter_mut().zip(dw).zip(w) {
-                    *o = w * (dw - dot);
-                }
-            });
+        let out = zip_chunks(dw, w, last_dim(l1), |o, dw, w| {
+            let dot: f32 = dw.iter().zip(w).map(|(a, b)| a * b).sum();
+            for ((o, dw), w) in o.iter_mut().zip(dw).zip(w) {
+                *o = w * (dw - dot);
+            }
+        });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 }
@@ -324,16 +334,13 @@ impl CustomOp2 for GeluErfGrad {
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (dy, x) = (slice(s1, l1)?, slice(s2, l2)?);
         let inv_sqrt_2pi = 0.5 * std::f32::consts::FRAC_2_SQRT_PI * FRAC_1_SQRT_2;
-        let mut out = vec![0f32; dy.len()];
-        out.par_chunks_mut(4096)
-            .zip(dy.par_chunks(4096).zip(x.par_chunks(4096)))
-            .for_each(|(o, (dy, x))| {
-                for ((o, dy), x) in o.iter_mut().zip(dy).zip(x) {
-                    let cdf = 0.5 * (1.0 + libm::erff(x * FRAC_1_SQRT_2));
-                    let pdf = inv_sqrt_2pi * (-0.5 * x * x).exp();
-                    *o = dy * (cdf + x * pdf);
-                }
-            });
+        let out = zip_chunks(dy, x, 4096, |o, dy, x| {
+            for ((o, dy), x) in o.iter_mut().zip(dy).zip(x) {
+                let cdf = 0.5 * (1.0 + libm::erff(x * FRAC_1_SQRT_2));
+                let pdf = inv_sqrt_2pi * (-0.5 * x * x).exp();
+                *o = dy * (cdf + x * pdf);
+            }
+        });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 }

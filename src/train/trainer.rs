@@ -49,14 +49,7 @@ impl Trainer {
     pub fn new(preset: &Preset) -> Result<Self> {
         let device = crate::device::open(&preset.train.device)?;
         let params = Params::new(preset.train.seed, &device);
-        let model = Transformer::new(
-            &preset.model,
-            &preset.attention,
-            &preset.encoding,
-            preset.task.vocab_size(),
-            preset.task.seq_len(),
-            &params,
-        )?;
+        let model = preset.build_model(&params)?;
         let vars: Vec<Var> = params.vars().into_iter().map(|(_, v)| v).collect();
         let optimizer = AdamW::new(vars, &preset.train)?;
         let (train, test) = preset.task.datasets()?;

@@ -78,15 +78,7 @@ pub fn all_combinations() -> (Vec<Preset>, Vec<Preset>) {
 /// The model of `preset` with fresh parameters, on the CPU.
 pub fn build(preset: &Preset) -> (Transformer, Params) {
     let params = Params::new(preset.train.seed, &Device::Cpu);
-    let model = Transformer::new(
-        &preset.model,
-        &preset.attention,
-        &preset.encoding,
-        preset.task.vocab_size(),
-        preset.task.seq_len(),
-        &params,
-    )
-    .expect("model builds");
+    let model = preset.build_model(&params).expect("model builds");
     (model, params)
 }
 
