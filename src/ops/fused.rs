@@ -184,20 +184,59 @@ impl CustomOp1 for RowSoftmax {
         res: &Tensor,
         grad_res: &Tensor,
     ) -> candle_core::Result<Option<Tensor>> {
+        ChunkGrad::ROW_SOFTMAX.apply(grad_res, res)
+    }
+}
+
+/// A gradient computed chunk by chunk from the upstream gradient and one saved tensor
+/// (the input or the output of the forward op), in parallel over chunks.
+struct ChunkGrad {
+    name: &'static str,
+    /// Elements per chunk; `None` for one row of the last dimension.
+    chunk: Option<usize>,
+    /// `f(out, upstream, saved)` for one chunk.
+    f: fn(&mut [f32], &[f32], &[f32]),
+}
+
+impl ChunkGrad {
+    /// ds = w ⊙ (dw − Σ dw·w) per row, saved = w. Masked entries have w = 0 and get 0.
+    const ROW_SOFTMAX: Self = Self {
+        name: "attnlab-row-softmax-grad",
+        chunk: None,
+        f: |o, dw, w| {
+            let dot: f32 = dw.iter().zip(w).map(|(a, b)| a * b).sum();
+            for ((o, dw), w) in o.iter_mut().zip(dw).zip(w) {
+                *o = w * (dw - dot);
+            }
+        },
+    };
+
+    /// d/dx x·Φ(x) = Φ(x) + x·φ(x), saved = x.
+    const GELU_ERF: Self = Self {
+        name: "attnlab-gelu-erf-grad",
+        chunk: Some(4096),
+        f: |o, dy, x| {
+            let inv_sqrt_2pi = 0.5 * std::f32::consts::FRAC_2_SQRT_PI * FRAC_1_SQRT_2;
+            for ((o, dy), x) in o.iter_mut().zip(dy).zip(x) {
+                let cdf = 0.5 * (1.0 + libm::erff(x * FRAC_1_SQRT_2));
+                let pdf = inv_sqrt_2pi * (-0.5 * x * x).exp();
+                *o = dy * (cdf + x * pdf);
+            }
+        },
+    };
+
+    fn apply(&self, upstream: &Tensor, saved: &Tensor) -> candle_core::Result<Option<Tensor>> {
         Ok(Some(
-            grad_res
+            upstream
                 .contiguous()?
-                .apply_op2_no_bwd(&res.contiguous()?, &RowSoftmaxGrad)?,
+                .apply_op2_no_bwd(&saved.contiguous()?, self)?,
         ))
     }
 }
 
-/// ds = w ⊙ (dw − Σ dw·w), inputs (dw, w). Masked entries have w = 0 and get 0.
-struct RowSoftmaxGrad;
-
-impl CustomOp2 for RowSoftmaxGrad {
+impl CustomOp2 for ChunkGrad {
     fn name(&self) -> &'static str {
-        "attnlab-row-softmax-grad"
+        self.name
     }
 
     fn cpu_fwd(
@@ -207,13 +246,8 @@ impl CustomOp2 for RowSoftmaxGrad {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (dw, w) = (slice(s1, l1)?, slice(s2, l2)?);
-        let out = zip_chunks(dw, w, last_dim(l1), |o, dw, w| {
-            let dot: f32 = dw.iter().zip(w).map(|(a, b)| a * b).sum();
-            for ((o, dw), w) in o.iter_mut().zip(dw).zip(w) {
-                *o = w * (dw - dot);
-            }
-        });
+        let chunk = self.chunk.unwrap_or_else(|| last_dim(l1));
+        let out = zip_chunks(slice(s1, l1)?, slice(s2, l2)?, chunk, self.f);
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 }
@@ -309,39 +343,7 @@ impl CustomOp1 for GeluErf {
         _res: &Tensor,
         grad_res: &Tensor,
     ) -> candle_core::Result<Option<Tensor>> {
-        Ok(Some(
-            grad_res
-                .contiguous()?
-                .apply_op2_no_bwd(&arg.contiguous()?, &GeluErfGrad)?,
-        ))
-    }
-}
-
-/// d/dx x·Φ(x) = Φ(x) + x·φ(x); inputs (dy, x).
-struct GeluErfGrad;
-
-impl CustomOp2 for GeluErfGrad {
-    fn name(&self) -> &'static str {
-        "attnlab-gelu-erf-grad"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (dy, x) = (slice(s1, l1)?, slice(s2, l2)?);
-        let inv_sqrt_2pi = 0.5 * std::f32::consts::FRAC_2_SQRT_PI * FRAC_1_SQRT_2;
-        let out = zip_chunks(dy, x, 4096, |o, dy, x| {
-            for ((o, dy), x) in o.iter_mut().zip(dy).zip(x) {
-                let cdf = 0.5 * (1.0 + libm::erff(x * FRAC_1_SQRT_2));
-                let pdf = inv_sqrt_2pi * (-0.5 * x * x).exp();
-                *o = dy * (cdf + x * pdf);
-            }
-        });
-        Ok((CpuStorage::F32(out), l1.shape().clone()))
+        ChunkGrad::GELU_ERF.apply(grad_res, arg)
     }
 }
 
