@@ -15,11 +15,13 @@
 //! event and a `failed` summary, keeping everything saved so far. Files are written
 //! atomically (temp file + rename).
 
+pub mod analysis;
 pub mod attention;
 pub mod cli;
 pub mod device;
 pub mod encodings;
 mod error;
+pub mod figures;
 pub mod io;
 pub mod model;
 pub mod ops;

@@ -41,10 +41,10 @@ fn assert_every_parameter_gets_a_gradient(preset: &Preset) {
 #[test]
 fn every_combination_trains() {
     let (valid, rejected) = common::all_combinations();
-    // 5 mechanisms × 5 encodings, minus Linformer with the two relative encodings.
+    // 4 mechanisms × 20 encodings, plus Linformer with the 3 that are not relative.
     assert_eq!(
         valid.len(),
-        23,
+        83,
         "{:?}",
         rejected.iter().map(|p| &p.name).collect::<Vec<_>>()
     );
@@ -112,5 +112,36 @@ fn every_linformer_sharing_mode_trains() {
             LinformerSharing::Layerwise => 1,
         };
         assert_eq!(projections, expected, "{sharing:?}");
+    }
+}
+
+/// DIET without sharing has one table per attention layer, and none for convolution layers.
+#[test]
+fn per_layer_encodings_train_in_hybrid_models() {
+    use attnlab::encodings::{DietRelConfig, DietSharing, EncodingSpec};
+    for sharing in [DietSharing::None, DietSharing::Layerwise] {
+        let encoding = EncodingSpec::DietRel(DietRelConfig {
+            max_distance: 8,
+            sharing,
+        });
+        let mut preset = common::tiny(attnlab::attention::MechanismSpec::Softmax, encoding);
+        preset.model.n_layers = 3;
+        preset.model.mixers = vec![
+            attnlab::model::MixerKind::Attention,
+            attnlab::model::MixerKind::ShortConv,
+        ];
+        assert_every_parameter_gets_a_gradient(&preset);
+        let (_, params) = common::build(&preset);
+        let tables: Vec<String> = params
+            .vars()
+            .into_iter()
+            .map(|(n, _)| n)
+            .filter(|n| n.contains("diet_rel"))
+            .collect();
+        let expected: &[&str] = match sharing {
+            DietSharing::None => &["blocks.0.pos.diet_rel.table", "blocks.2.pos.diet_rel.table"],
+            DietSharing::Layerwise => &["diet_rel.table"],
+        };
+        assert_eq!(tables, expected);
     }
 }

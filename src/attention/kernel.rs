@@ -171,8 +171,7 @@ impl Mechanism for KernelAttention {
             Some((q_norm, k_norm)) => (q_norm.apply(q)?, k_norm.apply(k)?),
             None => (q.clone(), k.clone()),
         };
-        let (q, k) = pos.rotate(&q, &k)?;
-        let kernel = self.kernel(&q, &k)?; // (B, H, T, T)
+        let kernel = pos.scores(&q, &k, &|q, k| self.kernel(q, k))?; // (B, H, T, T)
         let weighted = kernel.broadcast_mul(&self.gate(&kernel, pos)?)?;
         // ε as in the reference kernels (o / (z + 1e-12)): only matters for an all-zero ReBased row.
         let norm = (weighted.sum_keepdim(D::Minus1)? + 1e-12)?;

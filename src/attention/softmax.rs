@@ -21,9 +21,8 @@ impl SoftmaxAttention {
 
 impl Mechanism for SoftmaxAttention {
     fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, pos: &dyn Encoding) -> Result<Attention> {
-        let (q, k) = pos.rotate(q, k)?;
         let t = q.dim(2)?;
-        let mut scores = dot_scores(&q, &k, self.scale)?; // (B, H, T, T)
+        let mut scores = pos.scores(q, k, &|q, k| dot_scores(q, k, self.scale))?; // (B, H, T, T)
         if let Some(bias) = pos.logit_bias(t)? {
             scores = scores.broadcast_add(&bias)?;
         }

@@ -1,7 +1,9 @@
 //! The headless command line: the same library calls the GUI makes, driven from a terminal.
 
+mod analyse;
 mod bench;
 mod data;
+mod eval;
 mod train;
 
 use std::path::PathBuf;
@@ -46,6 +48,27 @@ pub enum Command {
     },
     /// Measure training speed on the reference MQAR configuration.
     Bench(bench::BenchArgs),
+    /// Evaluate a run's checkpoint on its test set, optionally with keys changed, e.g.
+    /// --set encoding.kind=rerope --set encoding.window=8 on a RoPE-trained run.
+    Eval {
+        run: PathBuf,
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        overrides: Vec<String>,
+        /// One JSON object instead of a sentence.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List every positional encoding: family, formula, settings and their ranges.
+    Encodings {
+        #[arg(long, value_enum, default_value_t = analyse::TableFormat::Text)]
+        format: analyse::TableFormat,
+    },
+    /// Bias and exp(bias) by distance, the exp(bias) heatmap, and whether Σ exp(bias) converges.
+    Bias(analyse::BiasArgs),
+    /// Theoretical receptive field (the paper's draw()), n_the(ε) and convergence verdicts.
+    Trf(analyse::TrfArgs),
+    /// Empirical receptive field of a trained run, with its TRF on the same axes.
+    Erf(analyse::ErfArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -109,5 +132,14 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             } => data::mqar(&preset, &overrides, n, split, format),
         },
         Some(Command::Bench(args)) => bench::bench(&args),
+        Some(Command::Eval {
+            run,
+            overrides,
+            json,
+        }) => eval::eval(&run, &overrides, json),
+        Some(Command::Encodings { format }) => analyse::list(format),
+        Some(Command::Bias(args)) => analyse::bias(&args),
+        Some(Command::Trf(args)) => analyse::trf(&args),
+        Some(Command::Erf(args)) => analyse::erf(&args),
     }
 }

@@ -3,25 +3,16 @@
 //! attention_with_linear_biases): for H a power of two, m_h = 2^(−8h/H), h = 1..H; otherwise
 //! the slopes of the closest smaller power of two, then every other slope of the next one.
 
-use candle_core::{Device, Tensor};
+use std::sync::Arc;
 
-use super::{Encoding, LengthCache};
-use crate::Result;
+use super::DistanceBias;
 
-pub struct Alibi {
-    slopes: Vec<f64>,
-    device: Device,
-    cache: LengthCache,
-}
-
-impl Alibi {
-    pub fn new(n_heads: usize, device: &Device) -> Self {
-        Self {
-            slopes: alibi_slopes(n_heads),
-            device: device.clone(),
-            cache: LengthCache::default(),
-        }
-    }
+/// One bias per head: p_h(t) = −m_h·t.
+pub fn alibi_heads(n_heads: usize) -> Vec<Arc<dyn DistanceBias>> {
+    alibi_slopes(n_heads)
+        .into_iter()
+        .map(|slope| Arc::new(move |t: f64| -slope * t) as Arc<dyn DistanceBias>)
+        .collect()
 }
 
 /// The reference `get_slopes(n)`.
@@ -47,24 +38,6 @@ pub fn alibi_slopes(n_heads: usize) -> Vec<f64> {
     slopes
 }
 
-impl Encoding for Alibi {
-    fn logit_bias(&self, t: usize) -> Result<Option<Tensor>> {
-        let bias = self.cache.get_or(t, || {
-            let h = self.slopes.len();
-            let mut data = vec![0f32; h * t * t];
-            for (head, slope) in self.slopes.iter().enumerate() {
-                for i in 0..t {
-                    for j in 0..=i {
-                        data[(head * t + i) * t + j] = (-slope * (i - j) as f64) as f32;
-                    }
-                }
-            }
-            Ok(Tensor::from_vec(data, (h, t, t), &self.device)?)
-        })?;
-        Ok(Some(bias))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,16 +60,10 @@ mod tests {
 
     #[test]
     fn bias_is_minus_slope_times_distance() {
-        let alibi = Alibi::new(2, &Device::Cpu);
-        let bias = alibi
-            .logit_bias(4)
-            .unwrap()
-            .unwrap()
-            .to_vec3::<f32>()
-            .unwrap();
+        let heads = alibi_heads(2);
         // 2 heads: slopes 2^-4, 2^-8
-        assert_eq!(bias[0][3][0], -3.0 / 16.0);
-        assert_eq!(bias[1][2][1], -1.0 / 256.0);
-        assert_eq!(bias[0][2][2], 0.0);
+        assert_eq!(heads[0].at(3.0), -3.0 / 16.0);
+        assert_eq!(heads[1].at(1.0), -1.0 / 256.0);
+        assert_eq!(heads[0].at(0.0), 0.0);
     }
 }

@@ -11,19 +11,36 @@
 
 mod absolute;
 mod alibi;
+mod decay;
+mod diet_abs;
+mod hyper;
+mod kerple;
+mod profile;
+mod relative;
 mod rope;
+mod sandwich;
+mod table;
 
 use std::sync::Arc;
 
 use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
-pub use absolute::{Learned, Sinusoidal};
-pub use alibi::{Alibi, alibi_slopes};
-pub use rope::{Rope, RopeConfig};
+pub use absolute::{Learned, Sinusoidal, sinusoidal_table};
+pub use alibi::{alibi_heads, alibi_slopes};
+pub use decay::{NLogNConfig, SeriesConfig, WindowConfig};
+pub use diet_abs::DietAbsConfig;
+pub use hyper::Hyperparameter;
+pub use kerple::{KerpleLogConfig, KerplePowerConfig};
+pub use profile::DistanceBias;
+pub use rope::{
+    LeakyReropeConfig, NtkConfig, PiConfig, Positions, ReropeConfig, RopeConfig, RotaryProfile,
+};
+pub use sandwich::SandwichConfig;
+pub use table::{DietRelConfig, DietSharing, T5Config, t5_bucket};
 
-use crate::Result;
 use crate::params::Params;
+use crate::{Error, Result};
 
 /// Where an encoding acts; decides where the model builds it and what it may combine with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,13 +49,14 @@ pub enum Family {
     None,
     /// Added to the token embeddings once, before the first block.
     Absolute,
-    /// An additive bias on the attention logits, per head and distance.
+    /// An additive term on the attention logits, per head.
     Bias,
     /// A rotation of queries and keys.
     Rotary,
 }
 
-/// The `[encoding]` section of a preset. The names are the ones used everywhere (CLI, GUI, files).
+/// The `[encoding]` section of a preset. The names are the ones used everywhere (CLI, GUI,
+/// files); [`EncodingSpec::formula`] and the module docs say what each computes.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum EncodingSpec {
@@ -49,10 +67,40 @@ pub enum EncodingSpec {
     Learned,
     /// Fixed sinusoidal absolute embeddings (Vaswani et al. 2017).
     Sinusoidal,
-    /// ALiBi: bias −m_h·(i − j) with geometric per-head slopes (Press et al. 2022).
+    /// ALiBi: bias −m_h·t with geometric per-head slopes (Press et al. 2022).
     Alibi,
+    /// KERPLE log kernel −r·ln(1 + k·t), learnable per head.
+    KerpleLog(KerpleLogConfig),
+    /// KERPLE power kernel −k·t^r, learnable per head.
+    KerplePower(KerplePowerConfig),
+    /// Sandwich: inner product of sinusoidal embeddings t apart.
+    Sandwich(SandwichConfig),
+    /// The Rpe paper's Type 1: exp(bias) = 1/n².
+    Type1(SeriesConfig),
+    /// The Rpe paper's Type 2: exp(bias) = exp(−ln² n).
+    Type2(SeriesConfig),
+    /// Divergent control: exp(bias) = 1/n.
+    InvN(SeriesConfig),
+    /// Divergent control: exp(bias) = 1/(n ln n).
+    InvNLogN(NLogNConfig),
+    /// Sliding window of `width` tokens.
+    Window(WindowConfig),
+    /// T5's learned bias per log-spaced distance bucket.
+    T5(T5Config),
+    /// DIET-REL: a learned scalar per (clipped) distance.
+    DietRel(DietRelConfig),
+    /// DIET-ABS: a learned low-rank positional term P_Q P_Kᵀ per head.
+    DietAbs(DietAbsConfig),
     /// RoPE: rotate q and k by position-dependent angles (Su et al. 2021).
     Rope(RopeConfig),
+    /// RoPE with position interpolation (positions / k).
+    Pi(PiConfig),
+    /// RoPE with NTK-aware base scaling.
+    Ntk(NtkConfig),
+    /// ReRoPE: relative positions clipped at the window.
+    Rerope(ReropeConfig),
+    /// Leaky ReRoPE: slope 1/k beyond the window.
+    LeakyRerope(LeakyReropeConfig),
 }
 
 /// What the model needs to build an encoding.
@@ -66,6 +114,9 @@ pub struct EncodingShape {
     pub max_len: usize,
 }
 
+/// How a mechanism turns (positioned) queries and keys into a score per pair, (B, H, Tq, Tk).
+pub type ScoreFn<'a> = &'a dyn Fn(&Tensor, &Tensor) -> Result<Tensor>;
+
 /// A positional encoding, built for one model. Every hook defaults to "does nothing".
 pub trait Encoding: Send + Sync {
     /// Absolute encodings: x (B, T, D) → x + P[0..T].
@@ -73,21 +124,46 @@ pub trait Encoding: Send + Sync {
         Ok(x.clone())
     }
 
-    /// Rotary encodings: rotate q, k (B, H, T, Dqk) by their positions 0..T.
-    fn rotate(&self, q: &Tensor, k: &Tensor) -> Result<(Tensor, Tensor)> {
-        Ok((q.clone(), k.clone()))
+    /// The score of every query–key pair, q, k (B, H, T, Dqk). Rotary encodings position q
+    /// and k before calling `score` (ReRoPE calls it twice and merges); the others pass them
+    /// through. Mechanisms always go through here, so every mechanism supports every rotary
+    /// variant.
+    fn scores(&self, q: &Tensor, k: &Tensor, score: ScoreFn<'_>) -> Result<Tensor> {
+        score(q, k)
     }
 
-    /// Relative encodings: the additive logit bias for a length-`t` sequence, (H, T, T) or
-    /// (1, T, T), with entry [h, i, j] = b_h(i − j) for j ≤ i. `None` when there is no bias.
+    /// Logit-bias encodings: the additive term for a length-`t` sequence, (H, T, T) or
+    /// (1, T, T), entry [h, i, j] for key j ≤ i. `None` when there is no bias.
     fn logit_bias(&self, _t: usize) -> Result<Option<Tensor>> {
         Ok(None)
+    }
+
+    /// Relative biases: p_h(t) per head as plain numbers, with the current parameter values.
+    fn distance_biases(&self) -> Result<Option<Vec<Arc<dyn DistanceBias>>>> {
+        Ok(None)
+    }
+
+    /// Rotary encodings: frequencies and position map, for the long-range decay curve.
+    fn rotary_profile(&self) -> Option<RotaryProfile> {
+        None
     }
 }
 
 /// The encoding that changes nothing, used where position does not enter.
 pub struct NoEncoding;
 impl Encoding for NoEncoding {}
+
+/// NoPE seen as a relative bias: p(t) = 0 at every distance.
+struct ZeroBias {
+    n_heads: usize,
+}
+
+impl Encoding for ZeroBias {
+    fn distance_biases(&self) -> Result<Option<Vec<Arc<dyn DistanceBias>>>> {
+        let zero: Arc<dyn DistanceBias> = Arc::new(|_t: f64| 0.0);
+        Ok(Some(vec![zero; self.n_heads]))
+    }
+}
 
 impl EncodingSpec {
     /// Every encoding with its default settings, for pickers and for tests that loop over all.
@@ -97,8 +173,37 @@ impl EncodingSpec {
             Self::Learned,
             Self::Sinusoidal,
             Self::Alibi,
-            Self::Rope(RopeConfig::default()),
+            Self::KerpleLog(Default::default()),
+            Self::KerplePower(Default::default()),
+            Self::Sandwich(Default::default()),
+            Self::Type1(Default::default()),
+            Self::Type2(Default::default()),
+            Self::InvN(Default::default()),
+            Self::InvNLogN(Default::default()),
+            Self::Window(Default::default()),
+            Self::T5(Default::default()),
+            Self::DietRel(Default::default()),
+            Self::DietAbs(Default::default()),
+            Self::Rope(Default::default()),
+            Self::Pi(Default::default()),
+            Self::Ntk(Default::default()),
+            Self::Rerope(Default::default()),
+            Self::LeakyRerope(Default::default()),
         ]
+    }
+
+    /// The encoding called `name`, with default settings; the error lists every name.
+    pub fn from_name(name: &str) -> Result<Self> {
+        Self::all_defaults()
+            .into_iter()
+            .find(|spec| spec.name() == name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Self::all_defaults().iter().map(|s| s.name()).collect();
+                Error::Other(format!(
+                    "unknown encoding '{name}', expected one of: {}",
+                    names.join(", ")
+                ))
+            })
     }
 
     /// The name used in presets, the CLI, the GUI and file names.
@@ -108,18 +213,48 @@ impl EncodingSpec {
             Self::Learned => "learned",
             Self::Sinusoidal => "sinusoidal",
             Self::Alibi => "alibi",
+            Self::KerpleLog(_) => "kerple-log",
+            Self::KerplePower(_) => "kerple-power",
+            Self::Sandwich(_) => "sandwich",
+            Self::Type1(_) => "type1",
+            Self::Type2(_) => "type2",
+            Self::InvN(_) => "inv-n",
+            Self::InvNLogN(_) => "inv-n-log-n",
+            Self::Window(_) => "window",
+            Self::T5(_) => "t5",
+            Self::DietRel(_) => "diet-rel",
+            Self::DietAbs(_) => "diet-abs",
             Self::Rope(_) => "rope",
+            Self::Pi(_) => "pi",
+            Self::Ntk(_) => "ntk",
+            Self::Rerope(_) => "rerope",
+            Self::LeakyRerope(_) => "leaky-rerope",
         }
     }
 
-    /// One-line formula, shown in help and tooltips.
+    /// One-line formula, shown in help and tooltips (t = i − j, n = t + offset).
     pub fn formula(&self) -> &'static str {
         match self {
             Self::None => "no positional term",
             Self::Learned => "x_t + p_t, p learned",
             Self::Sinusoidal => "x_t + [sin(t/10000^(2i/d)), cos(t/10000^(2i/d))]",
-            Self::Alibi => "logit + (-m_h (i - j)), m_h = 2^(-8h/H)",
-            Self::Rope(_) => "q_i, k_j rotated by angle t*base^(-2i/d); score depends on i - j",
+            Self::Alibi => "bias = -m_h t, m_h = 2^(-8h/H)",
+            Self::KerpleLog(_) => "bias = -r_h ln(1 + k_h t), r_h, k_h learned",
+            Self::KerplePower(_) => "bias = -k_h t^r_h, 0 < r_h <= 2, learned",
+            Self::Sandwich(_) => "bias = k (sum_j cos(t / r^(2j/d)) - d/2)",
+            Self::Type1(_) => "exp(bias) = 1/n^2",
+            Self::Type2(_) => "exp(bias) = exp(-ln^2 n)",
+            Self::InvN(_) => "exp(bias) = 1/n",
+            Self::InvNLogN(_) => "exp(bias) = 1/(n ln n)",
+            Self::Window(_) => "bias = 0 for t < w, -inf beyond",
+            Self::T5(_) => "bias = b_h[bucket(t)], log-spaced buckets, learned",
+            Self::DietRel(_) => "bias = b_h[min(t, max_distance)], learned",
+            Self::DietAbs(_) => "bias_ij = (P_Q P_K^T)_ij per head, learned",
+            Self::Rope(_) => "q_i, k_j rotated by angle pos*base^(-2c/d); relative position t",
+            Self::Pi(_) => "RoPE at positions pos/k; relative position t/k",
+            Self::Ntk(_) => "RoPE with base*alpha^(d/(d-2)); relative position t",
+            Self::Rerope(_) => "RoPE with relative position min(t, w)",
+            Self::LeakyRerope(_) => "RoPE with relative position t below w, w + (t - w)/k beyond",
         }
     }
 
@@ -127,28 +262,136 @@ impl EncodingSpec {
         match self {
             Self::None => Family::None,
             Self::Learned | Self::Sinusoidal => Family::Absolute,
-            Self::Alibi => Family::Bias,
-            Self::Rope(_) => Family::Rotary,
+            Self::Rope(_) | Self::Pi(_) | Self::Ntk(_) | Self::Rerope(_) | Self::LeakyRerope(_) => {
+                Family::Rotary
+            }
+            _ => Family::Bias,
         }
+    }
+
+    /// Whether training changes the encoding.
+    pub fn is_learnable(&self) -> bool {
+        matches!(
+            self,
+            Self::Learned
+                | Self::KerpleLog(_)
+                | Self::KerplePower(_)
+                | Self::T5(_)
+                | Self::DietRel(_)
+                | Self::DietAbs(_)
+        )
+    }
+
+    /// Whether every attention layer gets its own copy (DIET without sharing) rather than one
+    /// encoding shared by all.
+    pub fn is_per_layer(&self) -> bool {
+        matches!(
+            self,
+            Self::DietRel(DietRelConfig {
+                sharing: DietSharing::None,
+                ..
+            }) | Self::DietAbs(DietAbsConfig {
+                sharing: DietSharing::None,
+                ..
+            })
+        )
     }
 
     /// Checks the encoding's own settings against the model shape; errors name `encoding.…`.
     pub fn validate(&self, shape: &EncodingShape) -> Result<()> {
+        self.validate_ranges()?;
+        let rotary_width_error =
+            |reason: String| Err(Error::preset("encoding.kind", self.name(), reason));
         match self {
-            Self::Rope(c) => c.validate(shape.qk_dim),
+            _ if self.family() == Family::Rotary && !shape.qk_dim.is_multiple_of(2) => {
+                rotary_width_error(format!(
+                    "rotates channel pairs, so the per-head query/key width must be even (it is {})",
+                    shape.qk_dim
+                ))
+            }
+            Self::Ntk(_) if shape.qk_dim < 4 => rotary_width_error(format!(
+                "scales the base by alpha^(d/(d-2)), which needs a per-head width of at least 4 (it is {})",
+                shape.qk_dim
+            )),
+            Self::Sandwich(c) if !c.dim.is_multiple_of(2) => {
+                Err(Error::preset("encoding.dim", c.dim, "must be even"))
+            }
+            Self::T5(c) if c.max_distance <= c.num_buckets / 2 => Err(Error::preset(
+                "encoding.max_distance",
+                c.max_distance,
+                format!(
+                    "must exceed num_buckets / 2 = {} (the exact buckets)",
+                    c.num_buckets / 2
+                ),
+            )),
             _ => Ok(()),
         }
     }
 
-    /// Builds the encoding; learned tables take their parameters from `params`.
+    /// Builds the encoding; learned parameters come from `params` (the model passes
+    /// `blocks.{l}.pos` for per-layer encodings, the root otherwise).
     pub fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
-        Ok(match self {
-            Self::None => Arc::new(NoEncoding),
-            Self::Learned => Arc::new(Learned::new(shape, params)?),
-            Self::Sinusoidal => Arc::new(Sinusoidal::new(shape, params.device())?),
-            Self::Alibi => Arc::new(Alibi::new(shape.n_heads, params.device())),
-            Self::Rope(c) => Arc::new(Rope::new(c, shape.qk_dim, params.device())),
-        })
+        use relative::{FixedBias, LearnedBias};
+        let device = params.device();
+        let h = shape.n_heads;
+        let fixed =
+            |heads| -> Result<Arc<dyn Encoding>> { Ok(Arc::new(FixedBias::new(heads, h, device))) };
+        let rotary = |base: f64, positions: Positions| -> Result<Arc<dyn Encoding>> {
+            Ok(rope::rotary(
+                RotaryProfile::new(base, shape.qk_dim, positions),
+                device,
+            ))
+        };
+        let linear = Positions::Linear { scale: 1.0 };
+        match self {
+            Self::None => Ok(Arc::new(ZeroBias { n_heads: h })),
+            Self::Learned => Ok(Arc::new(Learned::new(shape, params)?)),
+            Self::Sinusoidal => Ok(Arc::new(Sinusoidal::new(shape, device)?)),
+            Self::Alibi => fixed(alibi_heads(h)),
+            Self::KerpleLog(c) => Ok(Arc::new(LearnedBias::new(
+                kerple::Kerple::log(c, h, params)?,
+                device,
+            ))),
+            Self::KerplePower(c) => Ok(Arc::new(LearnedBias::new(
+                kerple::Kerple::power(c, h, params)?,
+                device,
+            ))),
+            Self::Sandwich(c) => fixed(sandwich::sandwich(c, h)),
+            Self::Type1(c) => fixed(decay::type1(c)),
+            Self::Type2(c) => fixed(decay::type2(c)),
+            Self::InvN(c) => fixed(decay::inv_n(c)),
+            Self::InvNLogN(c) => fixed(decay::inv_n_log_n(c)),
+            Self::Window(c) => fixed(decay::window(c)),
+            Self::T5(c) => Ok(Arc::new(LearnedBias::new(
+                table::TableBias::t5(c, h, params)?,
+                device,
+            ))),
+            Self::DietRel(c) => Ok(Arc::new(LearnedBias::new(
+                table::TableBias::diet_rel(c, h, params)?,
+                device,
+            ))),
+            Self::DietAbs(c) => Ok(Arc::new(diet_abs::DietAbs::new(c, shape, params)?)),
+            Self::Rope(c) => rotary(c.base, linear),
+            Self::Pi(c) => rotary(c.base, Positions::Linear { scale: c.scale }),
+            Self::Ntk(c) => rotary(
+                RotaryProfile::ntk_base(c.base, c.alpha, shape.qk_dim),
+                linear,
+            ),
+            Self::Rerope(c) => rotary(
+                c.base,
+                Positions::Rectified {
+                    window: c.window,
+                    leak: None,
+                },
+            ),
+            Self::LeakyRerope(c) => rotary(
+                c.base,
+                Positions::Rectified {
+                    window: c.window,
+                    leak: Some(c.scale),
+                },
+            ),
+        }
     }
 }
 

@@ -1,15 +1,39 @@
-//! RoPE (Su et al. 2021, arXiv 2104.09864), in the "rotate-half" layout (GPT-NeoX, candle's
-//! `rope_slow`): for a head of width d, channel pairs (c, c + d/2) are rotated by the angle
-//! t·θ_c with θ_c = base^(−2c/d). The rotation is written with plain tensor ops because
-//! candle's fused `rope` kernels have no backward pass.
+//! The rotary family, in the "rotate-half" layout (GPT-NeoX, candle's `rope_slow`): for a head
+//! of width d, channel pairs (c, c + d/2) are rotated by the angle pos·θ_c, θ_c = base^(−2c/d).
+//! Rotations are written with plain tensor ops because candle's fused `rope` kernels have no
+//! backward pass. What each variant changes is the relative position a pair of tokens t apart
+//! is scored at:
+//!
+//! | name | relative position | source |
+//! |---|---|---|
+//! | `rope` | t | Su et al. 2021, arXiv 2104.09864 |
+//! | `pi` | t / k | Chen et al. 2023, position interpolation |
+//! | `ntk` | t, with base·α^(d/(d−2)) | "NTK-aware scaled RoPE" (bloc97, 2023) |
+//! | `rerope` | min(t, w) | Su 2023, ReRoPE (spaces.ac.cn/archives/9708) |
+//! | `leaky-rerope` | t below w, w + (t − w)/k beyond | same post |
+//!
+//! ReRoPE's positions are not linear in t, so no single rotation of q and k produces them: as
+//! in the post, two score matrices are computed, standard RoPE (q at i, k at j) and a second
+//! one (ReRoPE: q at w, k unrotated; Leaky: q at (i − w)/k + w, k at j/k), and merged by
+//! distance (the first where i − j < w). The merge works for any score function, so kernel
+//! mechanisms get the same relative positions. All variants have no parameters, so a model
+//! trained with `rope` runs with any of them at evaluation time.
+
+use std::sync::Arc;
 
 use candle_core::{D, Device, Tensor};
 use serde::{Deserialize, Serialize};
 
-use super::{Encoding, LengthCache};
-use crate::{Error, Result};
+use super::{Encoding, LengthCache, ScoreFn};
+use crate::Result;
 
-/// RoPE settings (`[encoding] kind = "rope"`).
+const DEFAULT_BASE: f64 = 10_000.0;
+
+fn default_base() -> f64 {
+    DEFAULT_BASE
+}
+
+/// `rope` settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RopeConfig {
@@ -19,135 +43,407 @@ pub struct RopeConfig {
 
 impl Default for RopeConfig {
     fn default() -> Self {
-        Self { base: 10_000.0 }
+        Self { base: DEFAULT_BASE }
     }
 }
 
-impl RopeConfig {
-    pub fn validate(&self, qk_dim: usize) -> Result<()> {
-        if !(self.base > 1.0 && self.base.is_finite()) {
-            return Err(Error::preset(
-                "encoding.base",
-                self.base,
-                "must be a finite number > 1 (the paper uses 10000)",
-            ));
-        }
-        if !qk_dim.is_multiple_of(2) {
-            return Err(Error::preset(
-                "encoding.kind",
-                "rope",
-                format!(
-                    "rotates channel pairs, so the per-head query/key width must be even (it is {qk_dim})"
-                ),
-            ));
-        }
-        Ok(())
-    }
+/// `pi` settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PiConfig {
+    #[serde(default = "default_base")]
+    pub base: f64,
+    /// Interpolation factor k: positions are divided by it (k = target length / training length).
+    #[serde(default = "default_scale")]
+    pub scale: f64,
 }
 
-pub struct Rope {
-    base: f64,
-    dim: usize,
-    device: Device,
-    /// (cos, sin) tables of shape (T, d) per length, stored side by side as (2, T, d).
-    tables: LengthCache,
+/// `ntk` settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NtkConfig {
+    #[serde(default = "default_base")]
+    pub base: f64,
+    /// Length scale α: the base becomes base·α^(d/(d−2)).
+    #[serde(default = "default_scale")]
+    pub alpha: f64,
 }
 
-impl Rope {
-    pub fn new(config: &RopeConfig, dim: usize, device: &Device) -> Self {
+/// `rerope` settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReropeConfig {
+    #[serde(default = "default_base")]
+    pub base: f64,
+    /// Window w: distances from w on are all scored at w.
+    #[serde(default = "default_window")]
+    pub window: usize,
+}
+
+/// `leaky-rerope` settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeakyReropeConfig {
+    #[serde(default = "default_base")]
+    pub base: f64,
+    #[serde(default = "default_window")]
+    pub window: usize,
+    /// Beyond the window, positions grow with slope 1/k.
+    #[serde(default = "default_leaky_scale")]
+    pub scale: f64,
+}
+
+fn default_scale() -> f64 {
+    4.0
+}
+
+/// ReRoPE's author finds w ≈ 1/4–1/2 of the training length best; 16 suits the 64-token MQAR
+/// presets.
+fn default_window() -> usize {
+    16
+}
+
+fn default_leaky_scale() -> f64 {
+    16.0
+}
+
+impl Default for PiConfig {
+    fn default() -> Self {
         Self {
-            base: config.base,
-            dim,
-            device: device.clone(),
-            tables: LengthCache::default(),
+            base: DEFAULT_BASE,
+            scale: default_scale(),
         }
     }
+}
 
-    fn cos_sin(&self, t: usize) -> Result<(Tensor, Tensor)> {
-        let both = self.tables.get_or(t, || {
-            let half = self.dim / 2;
-            let mut data = vec![0f32; 2 * t * self.dim];
-            for pos in 0..t {
-                for c in 0..half {
-                    let theta = self.base.powf(-2.0 * c as f64 / self.dim as f64);
-                    let angle = pos as f64 * theta;
-                    for offset in [c, c + half] {
-                        data[pos * self.dim + offset] = angle.cos() as f32;
-                        data[(t + pos) * self.dim + offset] = angle.sin() as f32;
-                    }
+impl Default for NtkConfig {
+    fn default() -> Self {
+        Self {
+            base: DEFAULT_BASE,
+            alpha: default_scale(),
+        }
+    }
+}
+
+impl Default for ReropeConfig {
+    fn default() -> Self {
+        Self {
+            base: DEFAULT_BASE,
+            window: default_window(),
+        }
+    }
+}
+
+impl Default for LeakyReropeConfig {
+    fn default() -> Self {
+        Self {
+            base: DEFAULT_BASE,
+            window: default_window(),
+            scale: default_leaky_scale(),
+        }
+    }
+}
+
+/// How positions are mapped before rotating.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Positions {
+    /// Both q and k at position / scale (RoPE and NTK: scale 1; PI: k).
+    Linear { scale: f64 },
+    /// ReRoPE (`leak` = None) or Leaky ReRoPE (`leak` = Some(k)) with window w.
+    Rectified { window: usize, leak: Option<f64> },
+}
+
+impl Positions {
+    /// The relative position a pair of tokens `t` apart is scored at.
+    pub fn effective(&self, t: f64) -> f64 {
+        match *self {
+            Self::Linear { scale } => t / scale,
+            Self::Rectified { window, leak } => {
+                let w = window as f64;
+                match leak {
+                    _ if t < w => t,
+                    None => w,
+                    Some(k) => w + (t - w) / k,
                 }
             }
-            Ok(Tensor::from_vec(data, (2, t, self.dim), &self.device)?)
-        })?;
-        Ok((both.get(0)?, both.get(1)?))
+        }
     }
 }
 
-/// x (…, T, d) rotated: x·cos + rotate_half(x)·sin, rotate_half(x) = [−x₂, x₁].
-fn rotate_half_apply(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+/// A rotary encoding as the analyses see it: the frequencies and the position map.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RotaryProfile {
+    /// θ_c = base^(−2c/d), c = 0..d/2.
+    pub thetas: Vec<f64>,
+    pub positions: Positions,
+}
+
+impl RotaryProfile {
+    /// `base` for a head of width `dim`.
+    pub fn new(base: f64, dim: usize, positions: Positions) -> Self {
+        let half = dim / 2;
+        let thetas = (0..half)
+            .map(|c| base.powf(-2.0 * c as f64 / dim as f64))
+            .collect();
+        Self { thetas, positions }
+    }
+
+    /// NTK-aware scaling's base for length scale α.
+    pub fn ntk_base(base: f64, alpha: f64, dim: usize) -> f64 {
+        base * alpha.powf(dim as f64 / (dim as f64 - 2.0))
+    }
+}
+
+pub struct Rotary {
+    profile: RotaryProfile,
+    device: Device,
+    /// (cos, sin) for q and k at their own positions (mapped linearly), per length.
+    own: LengthCache,
+    /// (cos, sin) for the queries of the second score matrix, per length.
+    second_q: LengthCache,
+    /// (cos, sin) for the keys of the second score matrix (Leaky ReRoPE), per length.
+    second_k: LengthCache,
+    /// 1 where i − j < w (the first score matrix applies), per length.
+    in_window: LengthCache,
+}
+
+impl Rotary {
+    pub fn new(profile: RotaryProfile, device: &Device) -> Self {
+        Self {
+            profile,
+            device: device.clone(),
+            own: LengthCache::default(),
+            second_q: LengthCache::default(),
+            second_k: LengthCache::default(),
+            in_window: LengthCache::default(),
+        }
+    }
+
+    /// (cos, sin) tables, (2, n, d), for the given positions.
+    fn tables(&self, positions: impl Iterator<Item = f64>) -> Result<Tensor> {
+        let half = self.profile.thetas.len();
+        let dim = 2 * half;
+        let positions: Vec<f64> = positions.collect();
+        let n = positions.len();
+        let mut data = vec![0f32; 2 * n * dim];
+        for (row, pos) in positions.iter().enumerate() {
+            for (c, theta) in self.profile.thetas.iter().enumerate() {
+                let (sin, cos) = (pos * theta).sin_cos();
+                for offset in [c, c + half] {
+                    data[row * dim + offset] = cos as f32;
+                    data[(n + row) * dim + offset] = sin as f32;
+                }
+            }
+        }
+        Ok(Tensor::from_vec(data, (2, n, dim), &self.device)?)
+    }
+
+    /// Tables for q and k at positions 0..t under the linear map (RoPE, PI, NTK; the first
+    /// score matrix of ReRoPE).
+    fn own_tables(&self, t: usize) -> Result<Tensor> {
+        let scale = match self.profile.positions {
+            Positions::Linear { scale } => scale,
+            Positions::Rectified { .. } => 1.0,
+        };
+        self.own
+            .get_or(t, || self.tables((0..t).map(|i| i as f64 / scale)))
+    }
+
+    /// ReRoPE/Leaky ReRoPE: the scores where i − j ≥ w.
+    fn second_scores(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        window: usize,
+        leak: Option<f64>,
+        score: ScoreFn<'_>,
+    ) -> Result<Tensor> {
+        let t = q.dim(2)?;
+        let w = window as f64;
+        match leak {
+            None => {
+                let at_w = self
+                    .second_q
+                    .get_or(t, || self.tables(std::iter::once(w)))?;
+                score(&rotate(q, &at_w)?, k)
+            }
+            Some(scale) => {
+                let q_tables = self.second_q.get_or(t, || {
+                    self.tables((0..t).map(|i| (i as f64 - w) / scale + w))
+                })?;
+                let k_tables = self
+                    .second_k
+                    .get_or(t, || self.tables((0..t).map(|j| j as f64 / scale)))?;
+                score(&rotate(q, &q_tables)?, &rotate(k, &k_tables)?)
+            }
+        }
+    }
+
+    fn window_mask(&self, t: usize, window: usize) -> Result<Tensor> {
+        self.in_window.get_or(t, || {
+            let data: Vec<f32> = (0..t * t)
+                .map(|ij| f32::from(u8::from((ij / t).saturating_sub(ij % t) < window)))
+                .collect();
+            Ok(Tensor::from_vec(data, (t, t), &self.device)?)
+        })
+    }
+}
+
+/// x (…, T, d) rotated by its (cos, sin) tables (2, T|1, d): x·cos + rotate_half(x)·sin,
+/// with rotate_half(x) = [−x₂, x₁].
+fn rotate(x: &Tensor, tables: &Tensor) -> Result<Tensor> {
+    let (cos, sin) = (tables.get(0)?, tables.get(1)?);
     let half = x.dim(D::Minus1)? / 2;
     let x1 = x.narrow(D::Minus1, 0, half)?;
     let x2 = x.narrow(D::Minus1, half, half)?;
     let rotated = Tensor::cat(&[&x2.neg()?, &x1], D::Minus1)?;
-    Ok((x.broadcast_mul(cos)? + rotated.broadcast_mul(sin)?)?)
+    Ok((x.broadcast_mul(&cos)? + rotated.broadcast_mul(&sin)?)?)
 }
 
-impl Encoding for Rope {
-    fn rotate(&self, q: &Tensor, k: &Tensor) -> Result<(Tensor, Tensor)> {
-        let (cos, sin) = self.cos_sin(q.dim(2)?)?;
-        Ok((
-            rotate_half_apply(q, &cos, &sin)?,
-            rotate_half_apply(k, &cos, &sin)?,
-        ))
+impl Encoding for Rotary {
+    fn scores(&self, q: &Tensor, k: &Tensor, score: ScoreFn<'_>) -> Result<Tensor> {
+        let t = q.dim(2)?;
+        let own = self.own_tables(t)?;
+        let first = score(&rotate(q, &own)?, &rotate(k, &own)?)?;
+        let Positions::Rectified { window, leak } = self.profile.positions else {
+            return Ok(first);
+        };
+        let second = self.second_scores(q, k, window, leak, score)?;
+        let mask = self.window_mask(t, window)?;
+        Ok((&second + (first - &second)?.broadcast_mul(&mask)?)?)
     }
+
+    fn rotary_profile(&self) -> Option<RotaryProfile> {
+        Some(self.profile.clone())
+    }
+}
+
+/// The rotary encoding for a profile, shared behind an `Arc`.
+pub fn rotary(profile: RotaryProfile, device: &Device) -> Arc<dyn Encoding> {
+    Arc::new(Rotary::new(profile, device))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::dot_scores;
 
-    /// The score of a rotated pair depends only on the distance between their positions.
-    #[test]
-    fn scores_depend_on_relative_position_only() {
-        let rope = Rope::new(&RopeConfig::default(), 4, &Device::Cpu);
+    /// Scores of a constant vector at every position, (T, T), for the given position map.
+    fn constant_scores(positions: Positions, t: usize) -> Vec<Vec<f32>> {
+        let rope = Rotary::new(RotaryProfile::new(10_000.0, 4, positions), &Device::Cpu);
         let v = Tensor::new(&[0.3f32, -1.2, 0.7, 0.5], &Device::Cpu).unwrap();
         let x = v
             .reshape((1, 1, 1, 4))
             .unwrap()
-            .repeat((1, 1, 8, 1))
+            .repeat((1, 1, t, 1))
             .unwrap();
-        let (q, k) = rope.rotate(&x, &x).unwrap();
-        let s = q
-            .matmul(&k.t().unwrap())
+        let s = rope.scores(&x, &x, &|q, k| dot_scores(q, k, 1.0)).unwrap();
+        s.squeeze(0)
             .unwrap()
             .squeeze(0)
             .unwrap()
-            .squeeze(0)
-            .unwrap();
-        let s = s.to_vec2::<f32>().unwrap();
+            .to_vec2::<f32>()
+            .unwrap()
+    }
+
+    /// The plain RoPE score of the constant vector at (possibly fractional) distance `d`.
+    fn rope_score_at(d: f64) -> f32 {
+        let rope = Rotary::new(
+            RotaryProfile::new(10_000.0, 4, Positions::Linear { scale: 1.0 }),
+            &Device::Cpu,
+        );
+        let v = Tensor::new(&[[[[0.3f32, -1.2, 0.7, 0.5]]]], &Device::Cpu).unwrap();
+        let q = rotate(&v, &rope.tables(std::iter::once(d)).unwrap()).unwrap();
+        let k = rotate(&v, &rope.tables(std::iter::once(0.0)).unwrap()).unwrap();
+        dot_scores(&q, &k, 1.0)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()[0]
+    }
+
+    #[test]
+    fn rope_scores_depend_on_relative_position_only() {
+        let s = constant_scores(Positions::Linear { scale: 1.0 }, 8);
         assert!((s[5][2] - s[3][0]).abs() < 1e-5);
         assert!((s[7][7] - s[0][0]).abs() < 1e-5);
         assert!((s[4][1] - s[1][4]).abs() < 1e-5);
     }
 
     #[test]
+    fn rerope_scores_distances_beyond_the_window_at_the_window() {
+        let s = constant_scores(
+            Positions::Rectified {
+                window: 3,
+                leak: None,
+            },
+            8,
+        );
+        for (i, j) in [(7usize, 0usize), (6, 1), (5, 3), (2, 0)] {
+            let d = (i - j).min(3) as f64;
+            assert!((s[i][j] - rope_score_at(d)).abs() < 1e-5, "({i}, {j})");
+        }
+    }
+
+    #[test]
+    fn leaky_rerope_grows_with_slope_one_over_k_beyond_the_window() {
+        let positions = Positions::Rectified {
+            window: 3,
+            leak: Some(2.0),
+        };
+        let s = constant_scores(positions, 8);
+        for (i, j) in [(7usize, 0usize), (6, 2), (4, 0), (2, 1)] {
+            let t = (i - j) as f64;
+            let want = if t < 3.0 { t } else { 3.0 + (t - 3.0) / 2.0 };
+            assert_eq!(positions.effective(t), want);
+            assert!((s[i][j] - rope_score_at(want)).abs() < 1e-5, "({i}, {j})");
+        }
+    }
+
+    #[test]
+    fn effective_positions_match_the_post() {
+        // The reference's C2 table: L = 8, w = 3, k = 2.
+        let leaky = Positions::Rectified {
+            window: 3,
+            leak: Some(2.0),
+        };
+        let rerope = Positions::Rectified {
+            window: 3,
+            leak: None,
+        };
+        let pi = Positions::Linear { scale: 2.0 };
+        let at = |p: Positions| (0..8).map(|t| p.effective(t as f64)).collect::<Vec<_>>();
+        assert_eq!(at(leaky), vec![0.0, 1.0, 2.0, 3.0, 3.5, 4.0, 4.5, 5.0]);
+        assert_eq!(at(rerope), vec![0.0, 1.0, 2.0, 3.0, 3.0, 3.0, 3.0, 3.0]);
+        assert_eq!(at(pi), vec![0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5]);
+    }
+
+    #[test]
+    fn ntk_base_grows_with_alpha() {
+        let b = RotaryProfile::ntk_base(10_000.0, 4.0, 64);
+        assert!((b - 10_000.0 * 4f64.powf(64.0 / 62.0)).abs() < 1e-6);
+    }
+
+    #[test]
     fn rotation_keeps_the_norm() {
-        let rope = Rope::new(&RopeConfig::default(), 4, &Device::Cpu);
+        let rope = Rotary::new(
+            RotaryProfile::new(10_000.0, 4, Positions::Linear { scale: 1.0 }),
+            &Device::Cpu,
+        );
         let x = Tensor::new(
             &[[[[1f32, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.0]]]],
             &Device::Cpu,
         )
         .unwrap();
-        let (q, _) = rope.rotate(&x, &x).unwrap();
+        let q = rotate(&x, &rope.own_tables(2).unwrap()).unwrap();
         let norms = q
             .sqr()
             .unwrap()
             .sum(D::Minus1)
             .unwrap()
             .flatten_all()
-            .unwrap()
-            .to_vec1::<f32>()
             .unwrap();
-        assert!((norms[1] - 30.0).abs() < 1e-4);
+        assert!((norms.to_vec1::<f32>().unwrap()[1] - 30.0).abs() < 1e-4);
     }
 }

@@ -43,6 +43,11 @@ impl MultiHeadAttention {
         })
     }
 
+    /// The positional encoding this layer uses (shared with other layers unless per layer).
+    pub fn encoding(&self) -> &Arc<dyn Encoding> {
+        &self.encoding
+    }
+
     /// x (B, T, D) → output (B, T, D) and the layer's attention.
     pub fn forward(&self, x: &Tensor) -> Result<(Tensor, Attention)> {
         let (b, t, _) = x.dims3()?;

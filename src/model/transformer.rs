@@ -85,13 +85,26 @@ impl Transformer {
             qk_dim,
             max_len,
         };
-        let position = encoding.build(&enc_shape, params)?;
-        // Absolute encodings act once on the input; the others act inside every attention layer.
-        let (input_encoding, layer_encoding): (Arc<dyn Encoding>, Arc<dyn Encoding>) =
+        // Absolute encodings act once on the input; the others act inside every attention
+        // layer, shared by all of them unless the encoding is per layer.
+        let (input_encoding, shared): (Arc<dyn Encoding>, Option<Arc<dyn Encoding>>) =
             match encoding.family() {
-                Family::Absolute => (position, Arc::new(NoEncoding)),
-                _ => (Arc::new(NoEncoding), position),
+                Family::Absolute => (
+                    encoding.build(&enc_shape, params)?,
+                    Some(Arc::new(NoEncoding)),
+                ),
+                _ if encoding.is_per_layer() => (Arc::new(NoEncoding), None),
+                _ => (
+                    Arc::new(NoEncoding),
+                    Some(encoding.build(&enc_shape, params)?),
+                ),
             };
+        let layer_encoding = |layer: usize| -> Result<Arc<dyn Encoding>> {
+            match &shared {
+                Some(shared) => Ok(shared.clone()),
+                None => encoding.build(&enc_shape, &params.pp(format!("blocks.{layer}.pos"))),
+            }
+        };
         let mech_shape = MechanismShape {
             n_heads: config.n_heads,
             qk_dim,
@@ -107,7 +120,7 @@ impl Transformer {
                         config.n_heads,
                         qk_dim,
                         mechanism.build(&mech_shape, &p.pp("attn"))?,
-                        layer_encoding.clone(),
+                        layer_encoding(layer)?,
                         &p.pp("attn"),
                     )?),
                     MixerKind::ShortConv => {
@@ -167,6 +180,18 @@ impl Transformer {
         let mixed = last.mix(&x)?.0.reshape((b * t, d))?;
         let scored = last.feed_forward(mixed.index_select(rows, 0)?)?; // (R, D)
         self.head.forward(&self.final_norm.forward(&scored)?)
+    }
+
+    /// The positional encoding of every attention layer (`None` for convolution layers), with
+    /// its current parameters: what the encoding analyses of a trained run read.
+    pub fn layer_encodings(&self) -> Vec<Option<Arc<dyn Encoding>>> {
+        self.blocks
+            .iter()
+            .map(|block| match &block.mixer {
+                Mixer::Attention(mha) => Some(mha.encoding().clone()),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Logits at every position and the attention of every attention layer.

@@ -1,0 +1,90 @@
+//! The ERF of a trained run, from the attention matrices saved in its folder: the mass by
+//! distance of the chosen layer(s), head(s) and query rows, fed to the same draw() routine as
+//! the TRF, so the two overlay on the same axes.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Heads, ReceptiveField, Rows, draw, mass_by_distance};
+use crate::train::RunDir;
+use crate::{Error, Result};
+
+/// Which attention the ERF is measured on. The paper leaves this open; attnlab averages the
+/// distance profiles of every saved example over the chosen layers, heads and rows.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ErfProtocol {
+    /// One attention layer, or `None` for the mean over all attention layers.
+    pub layer: Option<usize>,
+    pub heads: Heads,
+    pub rows: Rows,
+}
+
+/// A run's ERF and where it came from.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunErf {
+    pub protocol: ErfProtocol,
+    /// Keys per row: the m of draw().
+    pub length: usize,
+    /// Training step of the saved attention.
+    pub step: usize,
+    pub examples: usize,
+    pub layers: Vec<usize>,
+    /// Mean attention mass at distance 0, 1, …, length − 1.
+    pub mass: Vec<f64>,
+    pub erf: ReceptiveField,
+}
+
+/// The ERF of `run` under `protocol`, with `points` values of ε.
+pub fn run_erf(run: &RunDir, protocol: ErfProtocol, points: usize) -> Result<RunErf> {
+    let index = run.read_attention_index()?;
+    if index.mechanism == "linformer" {
+        return Err(Error::RunDir {
+            message: "Linformer attends over projected positions, not over earlier keys, so its \
+                      attention has no distance profile and no ERF"
+                .into(),
+            path: run.path().to_path_buf(),
+        });
+    }
+    let entries: Vec<_> = index
+        .layers
+        .iter()
+        .filter(|e| protocol.layer.is_none_or(|l| e.layer == l))
+        .collect();
+    if entries.is_empty() {
+        let saved: Vec<String> = index.layers.iter().map(|e| e.layer.to_string()).collect();
+        return Err(Error::RunDir {
+            message: format!(
+                "no saved attention for layer {:?}; saved layers: {}",
+                protocol.layer,
+                saved.join(", ")
+            ),
+            path: run.path().to_path_buf(),
+        });
+    }
+    let mut mass: Vec<f64> = Vec::new();
+    for entry in &entries {
+        let weights = run.read_attention(entry)?;
+        let dims = weights.dims4()?;
+        let flat = weights.flatten_all()?.to_vec1::<f32>()?;
+        let layer_mass = mass_by_distance(
+            &flat,
+            [dims.0, dims.1, dims.2, dims.3],
+            protocol.heads,
+            protocol.rows,
+        )?;
+        if mass.is_empty() {
+            mass = vec![0.0; layer_mass.len()];
+        }
+        mass.iter_mut()
+            .zip(&layer_mass)
+            .for_each(|(m, l)| *m += l / entries.len() as f64);
+    }
+    Ok(RunErf {
+        protocol,
+        length: mass.len(),
+        step: index.step,
+        examples: index.examples.len(),
+        layers: entries.iter().map(|e| e.layer).collect(),
+        erf: draw(&mass, points),
+        mass,
+    })
+}

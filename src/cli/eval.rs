@@ -1,0 +1,37 @@
+//! `attnlab eval`: evaluate a run's checkpoint on its test set, optionally with preset keys
+//! changed, e.g. a RoPE-trained model scored with ReRoPE, PI or NTK scaling as their authors
+//! apply them (at inference, no retraining).
+
+use std::path::Path;
+
+use serde_json::json;
+
+use crate::Preset;
+use crate::train::{RunDir, Trainer};
+
+pub fn eval(run: &Path, overrides: &[String], json_output: bool) -> anyhow::Result<()> {
+    let run = RunDir::open(run)?;
+    let origin = run.path().join("preset.toml");
+    let text = std::fs::read_to_string(&origin)
+        .map_err(|e| crate::Error::io("cannot read preset", &origin, e))?;
+    let preset = Preset::parse(&text, overrides, &origin)?;
+    let trainer = Trainer::new(&preset)?;
+    trainer.params().load(&run.checkpoint_path())?;
+    let stats = trainer.evaluate()?;
+    if json_output {
+        println!(
+            "{}",
+            json!({"run": run.path(), "encoding": preset.encoding, "overrides": overrides,
+                   "accuracy": stats.accuracy, "loss": stats.loss})
+        );
+    } else {
+        println!(
+            "{} with {}: test accuracy {:.2}%, loss {:.4}",
+            run.path().display(),
+            preset.encoding.name(),
+            100.0 * stats.accuracy,
+            stats.loss
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,245 @@
+//! The numeric settings of each encoding with their valid ranges: one table drives preset
+//! validation now and the GUI's sliders later. Values are read and written through serde, so
+//! the table is the only per-setting code.
+
+use super::EncodingSpec;
+use crate::{Error, Result};
+
+/// A numeric setting of an encoding.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Hyperparameter {
+    /// The key under `[encoding]`.
+    pub key: &'static str,
+    pub min: f64,
+    pub max: f64,
+    /// Whole numbers only.
+    pub integer: bool,
+    /// Best moved on a logarithmic slider.
+    pub log_scale: bool,
+    pub help: &'static str,
+}
+
+const fn real(key: &'static str, min: f64, max: f64, help: &'static str) -> Hyperparameter {
+    Hyperparameter {
+        key,
+        min,
+        max,
+        integer: false,
+        log_scale: false,
+        help,
+    }
+}
+
+const fn log(key: &'static str, min: f64, max: f64, help: &'static str) -> Hyperparameter {
+    Hyperparameter {
+        log_scale: true,
+        ..real(key, min, max, help)
+    }
+}
+
+const fn int(key: &'static str, min: f64, max: f64, help: &'static str) -> Hyperparameter {
+    Hyperparameter {
+        integer: true,
+        log_scale: true,
+        ..real(key, min, max, help)
+    }
+}
+
+const KERPLE_LOG: &[Hyperparameter] = &[
+    log(
+        "r",
+        0.01,
+        10.0,
+        "initial power r; Σ exp(bias) converges for r > 1",
+    ),
+    log("k", 0.01, 10.0, "initial distance scale k"),
+];
+const KERPLE_POWER: &[Hyperparameter] = &[
+    real("r", 0.01, 2.0, "initial exponent r"),
+    log("k", 0.01, 10.0, "initial scale k"),
+];
+const SANDWICH: &[Hyperparameter] = &[
+    log("k", 0.001, 10.0, "scale of the bias"),
+    log("r", 2.0, 1e9, "frequency base"),
+    int(
+        "dim",
+        2.0,
+        4096.0,
+        "width d of the sinusoidal embeddings (even)",
+    ),
+];
+const SERIES: &[Hyperparameter] = &[real("offset", 1.0, 1000.0, "n = t + offset at distance t")];
+const N_LOG_N: &[Hyperparameter] = &[real("offset", 1.1, 1000.0, "n = t + offset; needs n > 1")];
+const WINDOW: &[Hyperparameter] = &[int("width", 1.0, 1_048_576.0, "tokens a query sees")];
+const T5: &[Hyperparameter] = &[
+    int("num_buckets", 2.0, 1024.0, "distance buckets per head"),
+    int(
+        "max_distance",
+        1.0,
+        1_048_576.0,
+        "distances from here share the last bucket",
+    ),
+];
+const DIET_REL: &[Hyperparameter] = &[int(
+    "max_distance",
+    1.0,
+    65_536.0,
+    "distances from here share one scalar",
+)];
+const DIET_ABS: &[Hyperparameter] = &[int("rank", 1.0, 1024.0, "d_p, the rank of P_Q P_K^T")];
+const BASE: Hyperparameter = log("base", 2.0, 1e9, "RoPE frequency base (10000 in the paper)");
+const REROPE_WINDOW: Hyperparameter = int(
+    "window",
+    1.0,
+    1_048_576.0,
+    "distances from w on are clipped",
+);
+const ROPE: &[Hyperparameter] = &[BASE];
+const PI: &[Hyperparameter] = &[
+    BASE,
+    log("scale", 1.0, 1024.0, "positions are divided by k"),
+];
+const NTK: &[Hyperparameter] = &[BASE, log("alpha", 1.0, 1024.0, "length scale alpha")];
+const REROPE: &[Hyperparameter] = &[BASE, REROPE_WINDOW];
+const LEAKY_REROPE: &[Hyperparameter] = &[
+    BASE,
+    REROPE_WINDOW,
+    log("scale", 1.0, 1e6, "slope 1/k beyond the window"),
+];
+
+impl EncodingSpec {
+    /// The numeric settings of this encoding.
+    pub fn hyperparameters(&self) -> &'static [Hyperparameter] {
+        match self {
+            Self::None | Self::Learned | Self::Sinusoidal | Self::Alibi => &[],
+            Self::KerpleLog(_) => KERPLE_LOG,
+            Self::KerplePower(_) => KERPLE_POWER,
+            Self::Sandwich(_) => SANDWICH,
+            Self::Type1(_) | Self::Type2(_) | Self::InvN(_) => SERIES,
+            Self::InvNLogN(_) => N_LOG_N,
+            Self::Window(_) => WINDOW,
+            Self::T5(_) => T5,
+            Self::DietRel(_) => DIET_REL,
+            Self::DietAbs(_) => DIET_ABS,
+            Self::Rope(_) => ROPE,
+            Self::Pi(_) => PI,
+            Self::Ntk(_) => NTK,
+            Self::Rerope(_) => REROPE,
+            Self::LeakyRerope(_) => LEAKY_REROPE,
+        }
+    }
+
+    fn as_table(&self) -> Result<toml::Table> {
+        toml::Table::try_from(self)
+            .map_err(|e| Error::Other(format!("cannot serialise encoding {}: {e}", self.name())))
+    }
+
+    /// The current value of setting `key`, `None` when it is unset (e.g. DIET-ABS's rank,
+    /// which then follows the model).
+    pub fn value(&self, key: &str) -> Option<f64> {
+        match self.as_table().ok()?.get(key)? {
+            toml::Value::Integer(i) => Some(*i as f64),
+            toml::Value::Float(f) => Some(*f),
+            _ => None,
+        }
+    }
+
+    /// A copy with setting `key` set to `value`, checked against its range.
+    pub fn with_value(&self, key: &str, value: f64) -> Result<Self> {
+        let hyper = self
+            .hyperparameters()
+            .iter()
+            .find(|h| h.key == key)
+            .ok_or_else(|| {
+                let keys: Vec<&str> = self.hyperparameters().iter().map(|h| h.key).collect();
+                Error::preset(
+                    format!("encoding.{key}"),
+                    value,
+                    format!(
+                        "{} has no such setting (it has: {})",
+                        self.name(),
+                        keys.join(", ")
+                    ),
+                )
+            })?;
+        hyper.check(value)?;
+        let mut table = self.as_table()?;
+        let item = if hyper.integer {
+            toml::Value::Integer(value as i64)
+        } else {
+            toml::Value::Float(value)
+        };
+        table.insert(key.to_string(), item);
+        table
+            .try_into()
+            .map_err(|e| Error::preset(format!("encoding.{key}"), value, e.to_string()))
+    }
+
+    /// Every set value within its range.
+    pub(super) fn validate_ranges(&self) -> Result<()> {
+        for hyper in self.hyperparameters() {
+            if let Some(value) = self.value(hyper.key) {
+                hyper.check(value)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Hyperparameter {
+    /// `value` is finite, in range, and whole where it must be.
+    pub fn check(&self, value: f64) -> Result<()> {
+        let whole = !self.integer || value.fract() == 0.0;
+        if value.is_finite() && whole && (self.min..=self.max).contains(&value) {
+            return Ok(());
+        }
+        let kind = if self.integer {
+            "a whole number"
+        } else {
+            "a number"
+        };
+        Err(Error::preset(
+            format!("encoding.{}", self.key),
+            value,
+            format!(
+                "must be {kind} in {}..={} ({})",
+                self.min, self.max, self.help
+            ),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_default_is_within_its_ranges() {
+        for spec in EncodingSpec::all_defaults() {
+            spec.validate_ranges().unwrap();
+        }
+    }
+
+    #[test]
+    fn values_are_read_and_written_through_serde() {
+        let spec = EncodingSpec::from_name("leaky-rerope").unwrap();
+        assert_eq!(spec.value("window"), Some(16.0));
+        let wider = spec.with_value("window", 32.0).unwrap();
+        assert_eq!(wider.value("window"), Some(32.0));
+        assert_eq!(wider.value("scale"), Some(16.0));
+    }
+
+    #[test]
+    fn out_of_range_values_name_the_key_and_the_range() {
+        let spec = EncodingSpec::from_name("kerple-power").unwrap();
+        let err = spec.with_value("r", 3.0).unwrap_err().to_string();
+        assert!(
+            err.contains("encoding.r = 3") && err.contains("0.01..=2"),
+            "{err}"
+        );
+        let err = spec.with_value("slope", 1.0).unwrap_err().to_string();
+        assert!(err.contains("has no such setting (it has: r, k)"), "{err}");
+        let window = EncodingSpec::from_name("window").unwrap();
+        assert!(window.with_value("width", 2.5).is_err());
+    }
+}

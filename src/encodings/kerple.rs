@@ -1,0 +1,170 @@
+//! KERPLE (Chi et al. 2022, arXiv 2205.09921): learnable per-head kernels of the distance.
+//! - `kerple-log`: p(t) = −r·ln(1 + k·t); Σ exp(p) converges only for r > 1.
+//! - `kerple-power`: p(t) = −k·t^r with 0 < r ≤ 2; Σ exp(p) always converges.
+//!
+//! r and k are trainable per head and clamped at 0.01 on every forward pass, as the reference
+//! code does (r ≤ 2 for the power kernel). The reference initialises them at random
+//! (r ~ U(0, 2), k ~ U(0, 1)); attnlab starts every head at the configured values so that the
+//! formula-only analyses (TRF, convergence) of an untrained encoding are reproducible. One set
+//! of parameters serves all layers, as in the Rpe paper's fairseq-evo code.
+
+use std::sync::Arc;
+
+use candle_core::Tensor;
+use serde::{Deserialize, Serialize};
+
+use super::DistanceBias;
+use super::relative::{LearnedDistance, distance_row, head_values};
+use crate::Result;
+use crate::params::{Init, Params};
+
+/// The clamp of the reference implementation.
+const MIN: f64 = 0.01;
+/// The power kernel's largest exponent (conditionally positive definite up to 2).
+const MAX_POWER: f64 = 2.0;
+
+/// `kerple-log` initial values.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KerpleLogConfig {
+    /// Initial r (the power of the log kernel); > 1 makes Σ exp(bias) converge.
+    pub r: f64,
+    /// Initial k (the distance scale).
+    pub k: f64,
+}
+
+impl Default for KerpleLogConfig {
+    fn default() -> Self {
+        Self { r: 2.0, k: 1.0 }
+    }
+}
+
+/// `kerple-power` initial values.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KerplePowerConfig {
+    /// Initial exponent r, in (0, 2].
+    pub r: f64,
+    /// Initial scale k.
+    pub k: f64,
+}
+
+impl Default for KerplePowerConfig {
+    fn default() -> Self {
+        Self { r: 0.5, k: 1.0 }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kernel {
+    Log,
+    Power,
+}
+
+pub struct Kerple {
+    kernel: Kernel,
+    /// (H, 1)
+    r: Tensor,
+    /// (H, 1)
+    k: Tensor,
+}
+
+impl Kerple {
+    pub fn log(c: &KerpleLogConfig, n_heads: usize, params: &Params) -> Result<Self> {
+        Self::new(Kernel::Log, c.r, c.k, n_heads, params)
+    }
+
+    pub fn power(c: &KerplePowerConfig, n_heads: usize, params: &Params) -> Result<Self> {
+        Self::new(Kernel::Power, c.r, c.k, n_heads, params)
+    }
+
+    fn new(kernel: Kernel, r: f64, k: f64, n_heads: usize, params: &Params) -> Result<Self> {
+        let p = params.pp("kerple");
+        Ok(Self {
+            kernel,
+            r: p.get("r", (n_heads, 1), Init::Constant(r))?,
+            k: p.get("k", (n_heads, 1), Init::Constant(k))?,
+        })
+    }
+
+    fn max_r(&self) -> f64 {
+        match self.kernel {
+            Kernel::Log => f64::MAX,
+            Kernel::Power => MAX_POWER,
+        }
+    }
+}
+
+/// The bias of one head with fixed r and k.
+fn head_bias(kernel: Kernel, r: f64, k: f64) -> Arc<dyn DistanceBias> {
+    match kernel {
+        Kernel::Log => Arc::new(move |t: f64| -r * (k * t).ln_1p()),
+        Kernel::Power => Arc::new(move |t: f64| if t > 0.0 { -k * t.powf(r) } else { 0.0 }),
+    }
+}
+
+impl LearnedDistance for Kerple {
+    fn per_distance(&self, t: usize) -> Result<Tensor> {
+        let r = self.r.clamp(MIN, self.max_r())?;
+        let k = self.k.clamp(MIN, f64::MAX)?;
+        let d = distance_row(t, self.r.device())?; // (1, t)
+        Ok(match self.kernel {
+            Kernel::Log => (k.broadcast_mul(&d)? + 1.0)?
+                .log()?
+                .broadcast_mul(&r)?
+                .neg()?,
+            Kernel::Power => {
+                // t^r = exp(r·ln t), with ln t replaced by 0 at t = 0 and the result masked
+                // there, so that neither the value nor the gradient in r meets ln 0.
+                let ln_d = d.maximum(1.0)?.log()?;
+                let far = d.minimum(1.0)?; // 0 at t = 0, 1 elsewhere
+                let pow = r.broadcast_mul(&ln_d)?.exp()?.broadcast_mul(&far)?;
+                pow.broadcast_mul(&k)?.neg()?
+            }
+        })
+    }
+
+    fn current(&self) -> Result<Vec<Arc<dyn DistanceBias>>> {
+        let rs = head_values(&self.r)?;
+        let ks = head_values(&self.k)?;
+        Ok(rs
+            .into_iter()
+            .zip(ks)
+            .map(|(r, k)| head_bias(self.kernel, r.clamp(MIN, self.max_r()), k.max(MIN)))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    fn check_tensor_matches_formula(kerple: &Kerple) {
+        let table = kerple.per_distance(6).unwrap().to_vec2::<f32>().unwrap();
+        let heads = kerple.current().unwrap();
+        for (h, row) in table.iter().enumerate() {
+            for (t, &v) in row.iter().enumerate() {
+                assert!((v as f64 - heads[h].at(t as f64)).abs() < 1e-5, "{h} {t}");
+            }
+        }
+    }
+
+    #[test]
+    fn log_kernel_matches_its_formula() {
+        let p = Params::new(0, &Device::Cpu);
+        let kerple = Kerple::log(&KerpleLogConfig { r: 2.0, k: 0.5 }, 2, &p).unwrap();
+        check_tensor_matches_formula(&kerple);
+        let heads = kerple.current().unwrap();
+        assert!((heads[0].at(2.0) + 2.0 * 2f64.ln()).abs() < 1e-9);
+    }
+
+    #[test]
+    fn power_kernel_matches_its_formula_and_is_clamped() {
+        let p = Params::new(0, &Device::Cpu);
+        let kerple = Kerple::power(&KerplePowerConfig { r: 3.0, k: 0.001 }, 1, &p).unwrap();
+        check_tensor_matches_formula(&kerple);
+        // r clamps to 2, k to 0.01
+        assert!((kerple.current().unwrap()[0].at(3.0) + 0.09).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,205 @@
+//! Figures as data, rendered to SVG, PNG and CSV without a GPU.
+//!
+//! A [`Figure`] says *what* to plot (series, a matrix, labels, the protocol in the caption); the
+//! renderers here decide *how*, once, so the GUI's picture, an exported SVG and an exported PNG
+//! always look the same. The PNG is rasterised from the SVG (with an embedded font, so no system
+//! fonts are needed), and the CSV holds the same numbers in tidy form for other tools.
+
+mod axis;
+mod colormap;
+mod csv;
+pub mod encodings;
+mod heatmap;
+mod lines;
+mod png;
+mod svg;
+
+use std::path::Path;
+
+pub use colormap::{MISSING, viridis};
+pub use csv::render_csv;
+pub use png::render_png;
+pub use svg::render_svg;
+
+use crate::{Error, Result};
+
+/// A figure as data: what the GUI shows and what the CLI exports, rendered the same way everywhere.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Figure {
+    pub title: String,
+    /// The protocol or settings behind the plot, printed under it so an exported figure carries
+    /// how it was made.
+    pub caption: Option<String>,
+    pub plot: Plot,
+}
+
+/// What a figure draws.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Plot {
+    Lines(LinePlot),
+    Heatmap(HeatmapPlot),
+}
+
+/// Curves over a shared pair of axes, each optionally logarithmic.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinePlot {
+    pub x_label: String,
+    pub y_label: String,
+    pub x_log: bool,
+    pub y_log: bool,
+    pub series: Vec<Series>,
+}
+
+/// One named curve. Points that cannot be drawn (non-finite, or non-positive on a log axis) are
+/// left out of the picture but kept in the CSV.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+    /// Drawn dashed, e.g. for a reference or baseline curve.
+    pub dashed: bool,
+}
+
+/// A matrix drawn as coloured cells, row 0 at the top (query rows down, key columns across).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeatmapPlot {
+    pub rows: usize,
+    pub cols: usize,
+    /// Row-major, `rows × cols`; NaN marks an empty cell (e.g. above the causal diagonal).
+    pub values: Vec<f64>,
+    pub x_label: String,
+    pub y_label: String,
+    /// What the colour encodes, written beside the colour bar.
+    pub value_label: String,
+    /// Colour by log10 of the values, for matrices spanning orders of magnitude; values ≤ 0
+    /// get the lowest colour.
+    pub log_colour: bool,
+}
+
+/// A file format a figure can be saved in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Svg,
+    Png,
+    Csv,
+}
+
+impl Format {
+    /// The format named by `path`'s extension (case-insensitive), so a user only has to name the
+    /// output file.
+    pub fn from_path(path: &Path) -> Result<Self> {
+        let extension = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase);
+        match extension.as_deref() {
+            Some("svg") => Ok(Self::Svg),
+            Some("png") => Ok(Self::Png),
+            Some("csv") => Ok(Self::Csv),
+            _ => Err(Error::Other(format!(
+                "cannot save a figure in this format: the file name must end in .svg, .png or .csv: {}",
+                path.display()
+            ))),
+        }
+    }
+}
+
+/// Renders `fig` in the format named by `path`'s extension and writes it atomically.
+pub fn save(fig: &Figure, path: &Path) -> Result<()> {
+    let bytes = match Format::from_path(path)? {
+        Format::Svg => render_svg(fig)?.into_bytes(),
+        Format::Png => render_png(fig)?,
+        Format::Csv => render_csv(fig).into_bytes(),
+    };
+    crate::io::write_bytes(path, &bytes)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A two-series line figure, one series dashed.
+    pub(crate) fn lines_figure() -> Figure {
+        Figure {
+            title: "Test accuracy".into(),
+            caption: Some("MQAR, 4 KV pairs, seed 0".into()),
+            plot: Plot::Lines(LinePlot {
+                x_label: "step".into(),
+                y_label: "accuracy".into(),
+                x_log: false,
+                y_log: false,
+                series: vec![
+                    Series {
+                        name: "softmax".into(),
+                        points: vec![(0.0, 0.1), (100.0, 0.5), (200.0, 0.9)],
+                        dashed: false,
+                    },
+                    Series {
+                        name: "linear".into(),
+                        points: vec![(0.0, 0.1), (200.0, 0.4)],
+                        dashed: true,
+                    },
+                ],
+            }),
+        }
+    }
+
+    /// A heatmap figure of a causal `n × n` pattern: NaN above the diagonal.
+    pub(crate) fn heatmap_figure(n: usize) -> Figure {
+        let values = (0..n * n)
+            .map(|i| {
+                let (r, c) = (i / n, i % n);
+                if c > r {
+                    f64::NAN
+                } else {
+                    1.0 / (r + 1) as f64
+                }
+            })
+            .collect();
+        Figure {
+            title: "Attention weights".into(),
+            caption: Some("layer 0, head 0".into()),
+            plot: Plot::Heatmap(HeatmapPlot {
+                rows: n,
+                cols: n,
+                values,
+                x_label: "key position".into(),
+                y_label: "query position".into(),
+                value_label: "weight".into(),
+                log_colour: false,
+            }),
+        }
+    }
+
+    #[test]
+    fn format_follows_the_extension() {
+        assert_eq!(
+            Format::from_path(Path::new("a/b.svg")).unwrap(),
+            Format::Svg
+        );
+        assert_eq!(Format::from_path(Path::new("b.PNG")).unwrap(), Format::Png);
+        assert_eq!(Format::from_path(Path::new("b.csv")).unwrap(), Format::Csv);
+    }
+
+    #[test]
+    fn unknown_extension_names_the_allowed_ones() {
+        for name in ["fig.jpg", "fig"] {
+            let message = Format::from_path(Path::new(name)).unwrap_err().to_string();
+            assert!(message.contains(".svg, .png or .csv"), "{message}");
+            assert!(message.ends_with(name), "{message}");
+        }
+    }
+
+    #[test]
+    fn save_writes_each_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let fig = lines_figure();
+        for name in ["f.svg", "f.png", "f.csv"] {
+            let path = dir.path().join(name);
+            save(&fig, &path).unwrap();
+            assert!(std::fs::metadata(&path).unwrap().len() > 0, "{name}");
+        }
+        assert!(save(&fig, &dir.path().join("f.jpg")).is_err());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 3);
+    }
+}

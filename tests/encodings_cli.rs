@@ -1,0 +1,272 @@
+//! The encoding analyses from the command line: `encodings`, `bias`, `trf`, `erf` and `eval`
+//! on tiny runs, checked against what the papers say.
+
+#![allow(clippy::unwrap_used)] // test helpers: a panic is the failure report
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn attnlab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_attnlab"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("attnlab runs")
+}
+
+fn json_of(args: &[&str]) -> Value {
+    let o = attnlab(args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// Trains a tiny softmax run with `encoding` and returns its folder.
+fn tiny_run(out: &Path, encoding: &str) -> PathBuf {
+    let kind = format!("encoding.kind={encoding}");
+    let o = attnlab(&[
+        "train",
+        "presets/mqar_softmax.toml",
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+        "--set",
+        &kind,
+        "--set",
+        "model.d_model=16",
+        "--set",
+        "task.seq_len=16",
+        "--set",
+        "task.vocab_size=32",
+        "--set",
+        "task.num_kv_pairs=2",
+        "--set",
+        "task.train_examples=64",
+        "--set",
+        "task.test_examples=16",
+        "--set",
+        "train.batch_size=8",
+        "--set",
+        "train.max_steps=4",
+        "--set",
+        "train.warmup_steps=1",
+        "--set",
+        "eval.attention_examples=4",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let entries: Vec<_> = std::fs::read_dir(out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries[0].clone()
+}
+
+#[test]
+fn encodings_lists_every_name_with_its_settings() {
+    let list = json_of(&["encodings", "--format", "json"]);
+    let names: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "none",
+            "learned",
+            "sinusoidal",
+            "alibi",
+            "kerple-log",
+            "kerple-power",
+            "sandwich",
+            "type1",
+            "type2",
+            "inv-n",
+            "inv-n-log-n",
+            "window",
+            "t5",
+            "diet-rel",
+            "diet-abs",
+            "rope",
+            "pi",
+            "ntk",
+            "rerope",
+            "leaky-rerope"
+        ]
+    );
+    let kerple = &list[4];
+    assert_eq!(kerple["learnable"], true);
+    assert_eq!(kerple["settings"][0]["key"], "r");
+}
+
+/// The verdicts the issue and the paper require, with the paper's JSON layout.
+#[test]
+fn trf_gives_the_papers_verdicts() {
+    let out = json_of(&[
+        "trf",
+        "--encodings",
+        "alibi,kerple-log,kerple-power,sandwich,type1,type2,inv-n,inv-n-log-n,rope",
+        "--length",
+        "512",
+        "--points",
+        "20",
+    ]);
+    assert_eq!(out["length"], 512);
+    assert_eq!(out["eps"].as_array().unwrap().len(), 20);
+    let verdict = |name: &str| out["verdict"][name].as_str().unwrap().to_string();
+    for name in [
+        "alibi",
+        "kerple-log",
+        "kerple-power",
+        "sandwich",
+        "type1",
+        "type2",
+    ] {
+        assert_eq!(
+            verdict(name),
+            "converges",
+            "{name}: {}",
+            out["evidence"][name]
+        );
+    }
+    for name in ["inv-n", "inv-n-log-n"] {
+        assert_eq!(
+            verdict(name),
+            "diverges",
+            "{name}: {}",
+            out["evidence"][name]
+        );
+    }
+    assert_eq!(verdict("rope"), "not-applicable");
+    assert!(out["trf"].get("rope").is_none());
+    assert!(out["decay"]["rope"]["bound"].as_array().unwrap().len() > 10);
+    // A divergent series reaches far more of the window than a convergent one at ε = 0.1.
+    let at = |name: &str, k: usize| out["trf"][name][k].as_f64().unwrap();
+    let k = 18; // ε = 1/19
+    assert!(at("inv-n", k) > 5.0 * at("type1", k), "{out}");
+    // Kerple-log with r = 1 is the harmonic series.
+    let r1 = json_of(&[
+        "trf",
+        "--encodings",
+        "kerple-log",
+        "--set",
+        "kerple-log.r=1",
+    ]);
+    assert_eq!(r1["verdict"]["kerple-log"], "diverges");
+}
+
+#[test]
+fn trf_and_bias_write_figures_and_heatmaps() {
+    let dir = tempfile::tempdir().unwrap();
+    let trf = dir.path().join("trf.svg");
+    let o = attnlab(&[
+        "trf",
+        "--encodings",
+        "alibi,type1,rerope",
+        "--figure",
+        trf.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let svg = std::fs::read_to_string(&trf).unwrap();
+    assert!(svg.contains("type1") && svg.contains("<svg"));
+    assert!(dir.path().join("trf-decay.svg").is_file());
+
+    let heat = dir.path().join("heat.png");
+    let curves = dir.path().join("bias.csv");
+    let o = attnlab(&[
+        "bias",
+        "--encodings",
+        "type1,type2",
+        "--length",
+        "32",
+        "--heatmap",
+        heat.to_str().unwrap(),
+        "--figure",
+        curves.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for name in ["heat-type1.png", "heat-type2.png"] {
+        let bytes = std::fs::read(dir.path().join(name)).unwrap();
+        assert_eq!(&bytes[..4], b"\x89PNG", "{name}");
+    }
+    let csv = std::fs::read_to_string(&curves).unwrap();
+    assert!(csv.lines().count() > 60, "{csv}");
+}
+
+#[test]
+fn bad_encoding_names_and_settings_are_clear_errors() {
+    let o = attnlab(&["trf", "--encodings", "alibi,flash"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("unknown encoding 'flash'") && err.contains("kerple-log"),
+        "{err}"
+    );
+    let o = attnlab(&[
+        "trf",
+        "--encodings",
+        "kerple-power",
+        "--set",
+        "kerple-power.r=5",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("encoding.r = 5") && err.contains("0.01..=2"),
+        "{err}"
+    );
+}
+
+/// ERF from a trained run, on the same axes as that run's TRF (with its trained parameters).
+#[test]
+fn erf_of_a_run_overlays_its_trf() {
+    let out = tempfile::tempdir().unwrap();
+    let run = tiny_run(out.path(), "kerple-log");
+    let figure = out.path().join("erf.png");
+    let erf = json_of(&[
+        "erf",
+        run.to_str().unwrap(),
+        "--points",
+        "11",
+        "--figure",
+        figure.to_str().unwrap(),
+    ]);
+    assert_eq!(erf["length"], 16);
+    assert_eq!(erf["erf"].as_array().unwrap().len(), 11);
+    assert_eq!(erf["trf"].as_array().unwrap().len(), 11);
+    let mass: f64 = erf["mass"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_f64().unwrap())
+        .sum();
+    assert!((mass - 1.0).abs() < 1e-4, "{mass}");
+    assert!(erf["encoding"].as_str().unwrap().contains("trained"));
+    assert!(figure.is_file());
+    // ε = 1 needs no keys, ε = 0 needs (almost) the whole row.
+    assert_eq!(erf["erf"][0], 0.0);
+    assert!(erf["erf"][10].as_f64().unwrap() > 0.5);
+}
+
+/// ReRoPE and its relatives apply at evaluation time to a model trained with plain RoPE.
+#[test]
+fn a_rope_run_evaluates_with_rerope_and_friends() {
+    let out = tempfile::tempdir().unwrap();
+    let run = tiny_run(out.path(), "rope");
+    let run = run.to_str().unwrap();
+    let plain = json_of(&["eval", run, "--json"]);
+    // Windows narrower than the 16-token rows, so the rectified positions matter.
+    for (kind, setting) in [
+        ("rerope", "encoding.window=4"),
+        ("leaky-rerope", "encoding.window=4"),
+        ("pi", "encoding.scale=4"),
+        ("ntk", "encoding.alpha=4"),
+    ] {
+        let set = format!("encoding.kind={kind}");
+        let other = json_of(&["eval", run, "--json", "--set", &set, "--set", setting]);
+        assert_eq!(other["encoding"]["kind"], kind);
+        assert!(other["loss"].as_f64().unwrap().is_finite());
+        assert_ne!(other["loss"], plain["loss"], "{kind} changed nothing");
+    }
+}
