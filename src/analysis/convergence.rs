@@ -430,12 +430,15 @@ fn verdict_from_fit(fit: Fit, sums: &PartialSums, exponent: Option<f64>) -> Deci
 /// Rule (d): b_t ~ 1/(t ln^q t).
 fn bertrand_verdict(fit: Fit, sums: &PartialSums, exponent: Option<f64>) -> Decision {
     let shape = format!(
-        "b_t decays like 1/(t ln^q t) with q = {:.2} (p = {:.3})",
-        fit.q, fit.p_inf
+        "b_t decays like 1/(t ln^q t) with q = {} (p = {:.3})",
+        num((fit.q * 100.0).round() / 100.0),
+        fit.p_inf
     );
     if fit.q <= Q_DIVERGES {
+        // 1/t (q = 0) grows like ln N, 1/(t ln t) (q = 1) like ln ln N.
+        let growth = if fit.q < 0.5 { "ln N" } else { "ln ln N" };
         let text = format!(
-            "{shape}: q <= 1, partial sums keep growing like ln ln N: {}",
+            "{shape}: q <= 1, partial sums keep growing like {growth}: {}",
             sums.growth()
         );
         decided(Verdict::Diverges, text, exponent)
@@ -723,7 +726,8 @@ fn num(x: f64) -> String {
     if x != 0.0 && !(1e-3..1e5).contains(&x.abs()) {
         format!("{x:.3e}")
     } else {
-        format!("{}", (x * 1e4).round() / 1e4)
+        // + 0.0 turns a -0 into 0.
+        format!("{}", (x * 1e4).round() / 1e4 + 0.0)
     }
 }
 
