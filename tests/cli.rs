@@ -2,43 +2,11 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a panic is the failure report
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-fn attnlab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_attnlab"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("attnlab runs")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-const TINY: &[&str] = &[
-    "--set",
-    "model.d_model=16",
-    "--set",
-    "task.seq_len=16",
-    "--set",
-    "task.vocab_size=32",
-    "--set",
-    "task.num_kv_pairs=2",
-    "--set",
-    "task.train_examples=64",
-    "--set",
-    "task.test_examples=16",
-    "--set",
-    "train.batch_size=8",
-    "--set",
-    "train.max_steps=6",
-    "--set",
-    "train.eval_every=3",
-    "--set",
-    "train.warmup_steps=1",
-];
+use common::{TINY, attnlab, stderr};
 
 fn only_subfolder(dir: &Path) -> PathBuf {
     let entries: Vec<_> = std::fs::read_dir(dir)

@@ -3,58 +3,34 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a panic is the failure report
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
+use common::{TINY, attnlab, stderr};
 use serde_json::Value;
-
-fn attnlab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_attnlab"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("attnlab runs")
-}
 
 fn json_of(args: &[&str]) -> Value {
     let o = attnlab(args);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{}", stderr(&o));
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
 /// Trains a tiny softmax run with `encoding` and returns its folder.
 fn tiny_run(out: &Path, encoding: &str) -> PathBuf {
     let kind = format!("encoding.kind={encoding}");
-    let o = attnlab(&[
+    let out_dir = out.to_str().unwrap();
+    let mut args = vec![
         "train",
         "presets/mqar_softmax.toml",
         "--quiet",
         "--out",
-        out.to_str().unwrap(),
-        "--set",
-        &kind,
-        "--set",
-        "model.d_model=16",
-        "--set",
-        "task.seq_len=16",
-        "--set",
-        "task.vocab_size=32",
-        "--set",
-        "task.num_kv_pairs=2",
-        "--set",
-        "task.train_examples=64",
-        "--set",
-        "task.test_examples=16",
-        "--set",
-        "train.batch_size=8",
-        "--set",
-        "train.max_steps=4",
-        "--set",
-        "train.warmup_steps=1",
-        "--set",
-        "eval.attention_examples=4",
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        out_dir,
+    ];
+    args.extend_from_slice(&["--set", &kind, "--set", "eval.attention_examples=4"]);
+    args.extend_from_slice(TINY);
+    let o = attnlab(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
     let entries: Vec<_> = std::fs::read_dir(out)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -168,7 +144,7 @@ fn trf_and_bias_write_figures_and_heatmaps() {
         "--figure",
         trf.to_str().unwrap(),
     ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{}", stderr(&o));
     let svg = std::fs::read_to_string(&trf).unwrap();
     assert!(svg.contains("type1") && svg.contains("<svg"));
     assert!(dir.path().join("trf-decay.svg").is_file());
@@ -186,7 +162,7 @@ fn trf_and_bias_write_figures_and_heatmaps() {
         "--figure",
         curves.to_str().unwrap(),
     ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{}", stderr(&o));
     for name in ["heat-type1.png", "heat-type2.png"] {
         let bytes = std::fs::read(dir.path().join(name)).unwrap();
         assert_eq!(&bytes[..4], b"\x89PNG", "{name}");
@@ -199,7 +175,7 @@ fn trf_and_bias_write_figures_and_heatmaps() {
 fn bad_encoding_names_and_settings_are_clear_errors() {
     let o = attnlab(&["trf", "--encodings", "alibi,flash"]);
     assert!(!o.status.success());
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = stderr(&o);
     assert!(
         err.contains("unknown encoding 'flash'") && err.contains("kerple-log"),
         "{err}"
@@ -211,7 +187,7 @@ fn bad_encoding_names_and_settings_are_clear_errors() {
         "--set",
         "kerple-power.r=5",
     ]);
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = stderr(&o);
     assert!(
         err.contains("encoding.r = 5") && err.contains("0.01..=2"),
         "{err}"

@@ -348,28 +348,20 @@ impl EncodingSpec {
             Self::Learned => Ok(Arc::new(Learned::new(shape, params)?)),
             Self::Sinusoidal => Ok(Arc::new(Sinusoidal::new(shape, device)?)),
             Self::Alibi => fixed(alibi_heads(h)),
-            Self::KerpleLog(c) => Ok(Arc::new(LearnedBias::new(
-                kerple::Kerple::log(c, h, params)?,
-                device,
-            ))),
-            Self::KerplePower(c) => Ok(Arc::new(LearnedBias::new(
-                kerple::Kerple::power(c, h, params)?,
-                device,
-            ))),
+            Self::KerpleLog(c) => LearnedBias::shared(device, kerple::Kerple::log(c, h, params)),
+            Self::KerplePower(c) => {
+                LearnedBias::shared(device, kerple::Kerple::power(c, h, params))
+            }
             Self::Sandwich(c) => fixed(sandwich::sandwich(c, h)),
             Self::Type1(c) => fixed(decay::type1(c)),
             Self::Type2(c) => fixed(decay::type2(c)),
             Self::InvN(c) => fixed(decay::inv_n(c)),
             Self::InvNLogN(c) => fixed(decay::inv_n_log_n(c)),
             Self::Window(c) => fixed(decay::window(c)),
-            Self::T5(c) => Ok(Arc::new(LearnedBias::new(
-                table::TableBias::t5(c, h, params)?,
-                device,
-            ))),
-            Self::DietRel(c) => Ok(Arc::new(LearnedBias::new(
-                table::TableBias::diet_rel(c, h, params)?,
-                device,
-            ))),
+            Self::T5(c) => LearnedBias::shared(device, table::TableBias::t5(c, h, params)),
+            Self::DietRel(c) => {
+                LearnedBias::shared(device, table::TableBias::diet_rel(c, h, params))
+            }
             Self::DietAbs(c) => Ok(Arc::new(diet_abs::DietAbs::new(c, shape, params)?)),
             Self::Rope(c) => rotary(c.base, linear),
             Self::Pi(c) => rotary(c.base, Positions::Linear { scale: c.scale }),

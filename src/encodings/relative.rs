@@ -104,13 +104,18 @@ pub struct LearnedBias<L> {
     indices: LengthCache,
 }
 
-impl<L: LearnedDistance> LearnedBias<L> {
+impl<L: LearnedDistance + 'static> LearnedBias<L> {
     pub fn new(inner: L, device: &Device) -> Self {
         Self {
             inner,
             device: device.clone(),
             indices: LengthCache::default(),
         }
+    }
+
+    /// The encoding for a just-built `inner`, behind an `Arc` as models hold it.
+    pub fn shared(device: &Device, inner: Result<L>) -> Result<Arc<dyn Encoding>> {
+        Ok(Arc::new(Self::new(inner?, device)))
     }
 }
 

@@ -10,6 +10,7 @@ use attnlab::params::Params;
 use attnlab::tasks::TaskSpec;
 use attnlab::tasks::mqar::MqarConfig;
 use candle_core::Device;
+use std::process::{Command, Output};
 
 /// A tiny but complete preset: 2 layers, 2 heads, d_model 16, MQAR of length 16.
 pub fn tiny(mechanism: MechanismSpec, encoding: EncodingSpec) -> Preset {
@@ -101,3 +102,40 @@ pub fn hybrid(mut preset: Preset) -> Preset {
     preset.model.mixers = vec![MixerKind::ShortConv, MixerKind::Attention];
     preset
 }
+
+/// Runs the attnlab binary in the crate root, as a user would.
+pub fn attnlab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_attnlab"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("attnlab runs")
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `--set` overrides that make any MQAR preset tiny: 6 steps, evaluated at 3 and 6.
+pub const TINY: &[&str] = &[
+    "--set",
+    "model.d_model=16",
+    "--set",
+    "task.seq_len=16",
+    "--set",
+    "task.vocab_size=32",
+    "--set",
+    "task.num_kv_pairs=2",
+    "--set",
+    "task.train_examples=64",
+    "--set",
+    "task.test_examples=16",
+    "--set",
+    "train.batch_size=8",
+    "--set",
+    "train.max_steps=6",
+    "--set",
+    "train.eval_every=3",
+    "--set",
+    "train.warmup_steps=1",
+];
