@@ -3,7 +3,7 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 
-use attnlab::analysis::{Heads, StudiedEncoding};
+use attnlab::analysis::{Heads, Rows, StudiedEncoding};
 use attnlab::encodings::EncodingSpec;
 
 /// Every encoding with a relative bias, untrained, for 8 heads of width 64.
@@ -22,7 +22,7 @@ fn analyses(c: &mut Criterion) {
     group.bench_function("trf_all_m1e6", |b| {
         b.iter(|| {
             for s in &encodings {
-                s.trf(1_000_000, 50, Heads::Mean).expect("trf");
+                s.trf(1_000_000, 50, Heads::Mean, Rows::Last).expect("trf");
             }
         })
     });

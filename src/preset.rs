@@ -5,7 +5,8 @@
 //! name = "mqar-softmax"
 //! [model]      # d_model, n_layers, n_heads, mlp_ratio, mixers, …
 //! [attention]  # kind = "softmax" | "linear" | "based" | "rebased" | "linformer", + its settings
-//! [encoding]   # kind = "none" | "learned" | "sinusoidal" | "alibi" | "rope", + its settings
+//! [encoding]   # kind = any name of `attnlab encodings` ("alibi", "kerple-log", "rerope", …),
+//!              # + its settings
 //! [task]       # kind = "mqar", + generator settings
 //! [train]      # optimiser, schedule, stopping, seed, device
 //! [eval]       # what is saved for the views
@@ -127,8 +128,53 @@ impl Preset {
                 format!("at key {path}: {message}")
             })
         })?;
+        let raw: toml::Table = toml::from_str(text).map_err(|e| syntax(e.to_string()))?;
+        preset.check_section_keys(&raw)?;
         preset.validate()?;
         Ok(preset)
+    }
+
+    /// Keys in `[attention]` and `[encoding]` that the chosen kind does not have. serde's
+    /// `deny_unknown_fields` cannot see them for kinds without settings (`kind = "alibi"`
+    /// with a stray `slope = 0.5` would otherwise be silently ignored).
+    fn check_section_keys(&self, raw: &toml::Table) -> Result<()> {
+        let sections = [
+            (
+                "attention",
+                toml::Table::try_from(&self.attention),
+                self.attention.name(),
+            ),
+            (
+                "encoding",
+                toml::Table::try_from(&self.encoding),
+                self.encoding.name(),
+            ),
+        ];
+        for (section, known, kind) in sections {
+            let known =
+                known.map_err(|e| Error::Other(format!("cannot serialise [{section}]: {e}")))?;
+            let Some(toml::Value::Table(given)) = raw.get(section) else {
+                continue;
+            };
+            if let Some((key, value)) = given.iter().find(|(k, _)| !known.contains_key(*k)) {
+                let keys: Vec<&str> = known
+                    .keys()
+                    .map(String::as_str)
+                    .filter(|k| *k != "kind")
+                    .collect();
+                let has = if keys.is_empty() {
+                    "it has no settings".to_string()
+                } else {
+                    format!("it has: {}", keys.join(", "))
+                };
+                return Err(Error::preset(
+                    format!("{section}.{key}"),
+                    value,
+                    format!("{kind} has no such setting ({has})"),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The preset as TOML text (what "Save" writes and the run folder keeps).
@@ -244,10 +290,7 @@ fn apply_override(table: &mut toml::Table, item: &str) -> Result<()> {
         ));
     };
     let key = key.trim();
-    let value: toml::Value = toml::from_str::<toml::Table>(&format!("v = {raw}"))
-        .ok()
-        .and_then(|mut t| t.remove("v"))
-        .unwrap_or_else(|| toml::Value::String(raw.trim().to_string()));
+    let value = crate::encodings::parse_value(raw);
     let mut parts: Vec<&str> = key.split('.').collect();
     let Some(leaf) = parts.pop().filter(|s| !s.is_empty()) else {
         return Err(Error::preset(key, raw, "empty key"));
@@ -308,6 +351,25 @@ mod tests {
             err.contains("d_modle") && err.contains("test.toml"),
             "{err}"
         );
+    }
+
+    /// Kinds without settings have no serde field list to reject a stray key with.
+    #[test]
+    fn stray_keys_of_kinds_without_settings_are_errors() {
+        let err = parse(MINIMAL, &["encoding.kind=sinusoidal", "encoding.slope=0.5"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(
+                "encoding.slope = 0.5: sinusoidal has no such setting (it has no settings)"
+            ),
+            "{err}"
+        );
+        let err = parse(MINIMAL, &["attention.feature_dim=8"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("attention.feature_dim"), "{err}");
+        assert!(parse(MINIMAL, &["encoding.kind=alibi", "encoding.k=1"]).is_ok());
     }
 
     #[test]

@@ -192,6 +192,25 @@ fn bad_encoding_names_and_settings_are_clear_errors() {
         err.contains("encoding.r = 5") && err.contains("0.01..=2"),
         "{err}"
     );
+    for (args, message) in [
+        (
+            &["bias", "--head", "9"][..],
+            "--head 9 does not exist: heads are 0..8",
+        ),
+        (
+            &["trf", "--eps", "0,0.1"][..],
+            "--eps 0: every ε must lie strictly between 0 and 1",
+        ),
+        (
+            &["bias", "--length", "5000", "--heatmap", "x.png"][..],
+            "too long for --heatmap",
+        ),
+        (&["trf", "--heads", "0"][..], "--heads must be at least 1"),
+    ] {
+        let o = attnlab(args);
+        assert!(!o.status.success(), "{args:?}");
+        assert!(stderr(&o).contains(message), "{args:?}: {}", stderr(&o));
+    }
 }
 
 /// ERF from a trained run, on the same axes as that run's TRF (with its trained parameters).
@@ -223,6 +242,30 @@ fn erf_of_a_run_overlays_its_trf() {
     // ε = 1 needs no keys, ε = 0 needs (almost) the whole row.
     assert_eq!(erf["erf"][0], 0.0);
     assert!(erf["erf"][10].as_f64().unwrap() > 0.5);
+    // The overlaid TRF is averaged over the same rows as the ERF: all rows reach less far
+    // than the last row, which sees the whole context.
+    let last = json_of(&[
+        "erf",
+        run.to_str().unwrap(),
+        "--points",
+        "11",
+        "--rows",
+        "last",
+    ]);
+    let reach = |v: &Value| {
+        v["trf"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .sum::<f64>()
+    };
+    assert!(
+        reach(&erf) < reach(&last),
+        "{} vs {}",
+        erf["trf"],
+        last["trf"]
+    );
 }
 
 /// ReRoPE and its relatives apply at evaluation time to a model trained with plain RoPE.

@@ -22,7 +22,7 @@ fn losses(preset: &Preset, steps: usize) -> Vec<f32> {
 fn same_preset_and_seed_give_the_same_numbers() {
     let preset = common::tiny(
         attnlab::attention::MechanismSpec::Softmax,
-        EncodingSpec::Alibi,
+        EncodingSpec::Alibi(Default::default()),
     );
     assert_eq!(losses(&preset, 3), losses(&preset, 3));
     let mut other = preset.clone();

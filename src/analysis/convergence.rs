@@ -43,47 +43,11 @@
 //! [`Probe::PRECISE`] costs about 10 ms for closed forms and 0.3 s for Sandwich.
 
 use std::f64::consts::LN_2;
-use std::fmt;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::encodings::DistanceBias;
-
-/// Whether Σ_t exp(p(t)) converges.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Verdict {
-    Converges,
-    Diverges,
-    /// The numbers do not decide it within t < 2^41 (shown in the evidence).
-    Undetermined,
-}
-
-impl Verdict {
-    /// The verdict for several heads together: converges when every head converges, diverges
-    /// when any head diverges, undetermined otherwise (and for no heads at all).
-    pub fn combine(verdicts: impl IntoIterator<Item = Verdict>) -> Verdict {
-        let mut combined = None;
-        for v in verdicts {
-            combined = Some(match (combined, v) {
-                (_, Verdict::Diverges) | (Some(Verdict::Diverges), _) => Verdict::Diverges,
-                (None | Some(Verdict::Converges), Verdict::Converges) => Verdict::Converges,
-                _ => Verdict::Undetermined,
-            });
-        }
-        combined.unwrap_or(Verdict::Undetermined)
-    }
-}
-
-impl fmt::Display for Verdict {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Verdict::Converges => "converges",
-            Verdict::Diverges => "diverges",
-            Verdict::Undetermined => "undetermined",
-        })
-    }
-}
+pub use crate::encodings::Verdict;
 
 /// The convergence verdict for one head's bias, with what it rests on.
 #[derive(Clone, Debug, Serialize)]
@@ -145,6 +109,9 @@ const Q_DIVERGES: f64 = 1.1;
 const Q_CONVERGES: f64 = 1.5;
 /// A mean local exponent above this means "faster than any power that matters".
 const SUPER_POWER: f64 = 20.0;
+/// A rise of the local exponent across the fitted window above this means the decay is still
+/// speeding up, so a small exponent is no evidence of divergence.
+const RISING: f64 = 0.02;
 /// Above this rms residual the local exponents scatter too much for the fit.
 const SCATTERED: f64 = 0.1;
 /// The extrapolated tail (for n_the's B) is summed up to t = 2^EXTRAPOLATE_TO.
@@ -197,6 +164,9 @@ struct Fit {
     mean_local: f64,
     /// Root-mean-square residual of the two-parameter fit.
     rms: f64,
+    /// How much the fitted local exponent grows across the window (> 0: the decay is still
+    /// speeding up, as for exp(−k·t^r) with small r, which converges far beyond 2·10^12).
+    rise: f64,
 }
 
 impl Fit {
@@ -208,6 +178,11 @@ impl Fit {
     /// mean exponent, since such local exponents grow with k and never fit c/k.
     fn super_power(&self) -> bool {
         self.mean_local > SUPER_POWER
+    }
+
+    /// The local exponent is still climbing at the end of the probed range.
+    fn still_rising(&self) -> bool {
+        !self.scattered() && self.rise > RISING
     }
 
     /// The exponent the rules read: p_∞, or the window's mean when the fit scatters.
@@ -397,6 +372,17 @@ fn verdict_from_fit(fit: Fit, sums: &PartialSums, exponent: Option<f64>) -> Deci
             ),
             exponent,
         )
+    } else if fit.exponent() < P_DIVERGES && fit.still_rising() {
+        undecided(
+            format!(
+                "b_t decays ever faster (local exponent rising by {} over t = 3e7..2e12, now {:.3}): \
+                 too slow to decide below t = 2.2e12. {}",
+                num(fit.rise),
+                fit.mean_local + fit.rise / 2.0,
+                sums.growth()
+            ),
+            exponent,
+        )
     } else if fit.exponent() < P_DIVERGES {
         decided(
             Verdict::Diverges,
@@ -523,6 +509,11 @@ fn fit_local_exponents(log_blocks: &[f64]) -> Option<Fit> {
     let sxx: f64 = locals.iter().map(|(x, _)| (x - mean_x).powi(2)).sum();
     let c = sxy / sxx;
     let p_inf = mean_y - c * mean_x;
+    let (x_min, x_max) = locals
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(lo, hi), (x, _)| {
+            (lo.min(*x), hi.max(*x))
+        });
     let c_at_one = locals.iter().map(|(x, y)| x * (y - 1.0)).sum::<f64>()
         / locals.iter().map(|(x, _)| x * x).sum::<f64>();
     let rms = (locals
@@ -537,6 +528,7 @@ fn fit_local_exponents(log_blocks: &[f64]) -> Option<Fit> {
         q: c_at_one * LN_2,
         mean_local: mean_y,
         rms,
+        rise: -c * (x_max - x_min),
     })
 }
 

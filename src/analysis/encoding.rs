@@ -7,7 +7,7 @@ use std::sync::Arc;
 use candle_core::Device;
 use serde::Serialize;
 
-use super::{Convergence, Heads, ReceptiveField, Verdict};
+use super::{Convergence, Heads, ReceptiveField, Rows, Verdict};
 use crate::encodings::{DistanceBias, Encoding, EncodingShape, EncodingSpec, RotaryProfile};
 use crate::params::Params;
 use crate::train::RunDir;
@@ -19,7 +19,8 @@ pub const UNTRAINED_MAX_LEN: usize = 1024;
 
 /// An encoding under study.
 pub struct StudiedEncoding {
-    /// What figures and tables call it: the name, plus "(trained, step N)" for a run's.
+    /// What figures and tables call it: the name, plus "(trained, layer L)" for a run's
+    /// learned encoding ("(run, layer L)" for a fixed one).
     pub label: String,
     pub spec: EncodingSpec,
     pub n_heads: usize,
@@ -84,13 +85,13 @@ impl StudiedEncoding {
                     path: run.path().to_path_buf(),
                 })?,
         };
-        let trained = if preset.encoding.is_learnable() {
-            format!(" (trained, layer {index})")
+        let origin = if preset.encoding.is_learnable() {
+            "trained"
         } else {
-            String::new()
+            "run"
         };
         Ok(Self {
-            label: format!("{}{trained}", preset.encoding.name()),
+            label: format!("{} ({origin}, layer {index})", preset.encoding.name()),
             spec: preset.encoding.clone(),
             n_heads: preset.model.n_heads,
             encoding,
@@ -133,19 +134,39 @@ impl StudiedEncoding {
     }
 
     /// The paper's TRF at length `m` (draw() over the content-free attention row), or `None`
-    /// when the encoding has no relative bias.
-    pub fn trf(&self, m: usize, points: usize, heads: Heads) -> Result<Option<ReceptiveField>> {
-        Ok(self.selected(heads)?.map(|selected| {
-            // Heads with one bias (the paper's series, untrained Kerple) have the same row:
-            // compute it once.
-            let distinct = distinct_heads(&selected);
-            let heads = if distinct.len() == 1 {
-                &distinct
-            } else {
-                &selected
-            };
-            let refs: Vec<&dyn DistanceBias> = heads.iter().map(|h| h.as_ref()).collect();
-            super::trf(&refs, m, points)
+    /// when the encoding has no relative bias. `Rows::Last` is the paper's: the query that sees
+    /// all m keys; `Rows::All` averages every query row, to overlay an ERF measured that way.
+    pub fn trf(
+        &self,
+        m: usize,
+        points: usize,
+        heads: Heads,
+        rows: Rows,
+    ) -> Result<Option<ReceptiveField>> {
+        let Some(selected) = self.selected(heads)? else {
+            return Ok(None);
+        };
+        // Heads with one bias (the paper's series, untrained Kerple) have the same row:
+        // compute it once.
+        let distinct = distinct_heads(&selected);
+        let heads = if distinct.len() == 1 {
+            &distinct
+        } else {
+            &selected
+        };
+        let refs: Vec<&dyn DistanceBias> = heads.iter().map(|h| h.as_ref()).collect();
+        Ok(Some(match rows {
+            Rows::Last => super::trf(&refs, m, points),
+            Rows::All => {
+                let mut mean = vec![0.0; m];
+                for head in &refs {
+                    let mass = super::content_free_mass_all_rows(*head, m);
+                    mean.iter_mut()
+                        .zip(&mass)
+                        .for_each(|(a, b)| *a += b / refs.len() as f64);
+                }
+                super::draw(&mean, points)
+            }
         }))
     }
 
@@ -178,10 +199,7 @@ impl StudiedEncoding {
             });
         };
         let distinct = distinct_heads(&heads);
-        let reports: Vec<Convergence> = distinct
-            .iter()
-            .map(|h| super::convergence(h.as_ref()))
-            .collect();
+        let reports: Vec<Convergence> = distinct.iter().map(|h| head_verdict(h.as_ref())).collect();
         let verdict = Verdict::combine(reports.iter().map(|r| r.verdict));
         let evidence = reports
             .iter()
@@ -223,8 +241,13 @@ impl StudiedEncoding {
         let per_head = bias.to_vec3::<f64>()?;
         let rows: Vec<&Vec<Vec<f64>>> = match heads {
             Heads::Mean => per_head.iter().collect(),
-            Heads::One(h) => vec![per_head.get(h % per_head.len()).ok_or_else(|| {
-                Error::Other(format!("head {h} does not exist in {}", self.label))
+            Heads::One(_) if per_head.len() == 1 => vec![&per_head[0]],
+            Heads::One(h) => vec![per_head.get(h).ok_or_else(|| {
+                Error::Other(format!(
+                    "head {h} does not exist: {} has heads 0..{}",
+                    self.label,
+                    per_head.len()
+                ))
             })?],
         };
         Ok(Some(lower_triangle_mean(&rows, n)))
@@ -236,6 +259,25 @@ impl StudiedEncoding {
         let RotaryProfile { thetas, positions } = self.encoding.rotary_profile()?;
         let effective: Vec<f64> = distances.iter().map(|&t| positions.effective(t)).collect();
         Some(super::rotary_decay(&thetas, &effective))
+    }
+}
+
+/// One head's verdict: the closed form where the family settles it (with the numbers beside
+/// it), the numerical test otherwise.
+fn head_verdict(head: &dyn DistanceBias) -> Convergence {
+    let numeric = super::convergence(head);
+    let Some((verdict, reason)) = head.known() else {
+        return numeric;
+    };
+    let agreement = if numeric.verdict == verdict {
+        "the numbers agree"
+    } else {
+        "the numbers up to t = 2.2e12 cannot show it"
+    };
+    Convergence {
+        verdict,
+        evidence: format!("{reason}: {verdict} ({agreement}: {})", numeric.evidence),
+        ..numeric
     }
 }
 
@@ -260,14 +302,19 @@ fn position_of(distinct: &[Arc<dyn DistanceBias>], head: &Arc<dyn DistanceBias>)
         .unwrap_or(0)
 }
 
-/// The bias at a few distances, bit for bit: equal keys mean equal parameters for every
-/// family attnlab has.
+/// The bias at every distance up to 512 and a few far ones, bit for bit: equal keys mean
+/// equal parameters for every family attnlab has.
 fn probe_key(head: &Arc<dyn DistanceBias>) -> Vec<u64> {
-    [0.0, 1.0, 2.0, 7.0, 100.0, 1e4]
-        .iter()
-        .map(|&t| head.at(t).to_bits())
+    (0..=PROBED_DISTANCES)
+        .map(|t| t as f64)
+        .chain([1e3, 1e4, 1e6, 1e9])
+        .map(|t| head.at(t).to_bits())
         .collect()
 }
+
+/// Every distance up to here is compared: beyond it, every learned table attnlab has is
+/// constant or within the probed points' buckets (T5's default buckets end at 128).
+const PROBED_DISTANCES: usize = 512;
 
 /// exp(p(i − j)) averaged over heads, NaN above the diagonal.
 fn toeplitz_exp(heads: &[Arc<dyn DistanceBias>], n: usize) -> Vec<f64> {
@@ -307,7 +354,8 @@ mod tests {
 
     #[test]
     fn alibi_exp_bias_heatmap_is_toeplitz_and_nan_above_the_diagonal() {
-        let alibi = StudiedEncoding::untrained(&EncodingSpec::Alibi, 8, 16).unwrap();
+        let alibi =
+            StudiedEncoding::untrained(&EncodingSpec::Alibi(Default::default()), 8, 16).unwrap();
         let m = alibi.exp_bias_matrix(4, Heads::One(0)).unwrap().unwrap();
         assert!((m[3 * 4] - (-1.5f64).exp()).abs() < 1e-6); // slope 1/2, distance 3
         assert!((m[2 * 4 + 1] - (-0.5f64).exp()).abs() < 1e-6);
@@ -329,7 +377,12 @@ mod tests {
             let studied = StudiedEncoding::untrained(&spec, 2, 8).unwrap();
             let report = studied.verdict().unwrap();
             assert_eq!(report.verdict, "not-applicable", "{name}");
-            assert!(studied.trf(64, 10, Heads::Mean).unwrap().is_none());
+            assert!(
+                studied
+                    .trf(64, 10, Heads::Mean, Rows::Last)
+                    .unwrap()
+                    .is_none()
+            );
         }
     }
 

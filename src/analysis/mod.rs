@@ -31,6 +31,7 @@ pub use decay::rotary_decay;
 pub use encoding::{StudiedEncoding, UNTRAINED_MAX_LEN, VerdictReport};
 pub use erf::{Heads, Rows, erf, mass_by_distance};
 pub use receptive_field::{
-    ReceptiveField, content_free_row, draw, n_the, n_the_curve, trf, window_for,
+    ReceptiveField, content_free_mass_all_rows, content_free_row, draw, n_the, n_the_curve, trf,
+    window_for,
 };
 pub use run_erf::{ErfProtocol, RunErf, run_erf};

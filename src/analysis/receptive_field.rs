@@ -124,6 +124,30 @@ pub fn content_free_row(bias: &dyn DistanceBias, m: usize) -> Vec<f64> {
     row
 }
 
+/// The content-free attention mass by distance averaged over *every* query row of a length-m
+/// sequence, where row i sees distances 0..=i: mass_t = b_t · (1/m)·Σ_{i=t}^{m−1} 1/S_i with
+/// S_i = Σ_{u≤i} b_u. It is what an ERF over all rows ([`super::Rows::All`]) measures on a model
+/// whose content logits are all equal, so the TRF overlaid on such an ERF uses it.
+pub fn content_free_mass_all_rows(bias: &dyn DistanceBias, m: usize) -> Vec<f64> {
+    let mut row = vec![0.0; m];
+    fill_unnormalised_row(bias, &mut row);
+    let mut prefix = 0.0;
+    let inverse_sums: Vec<f64> = row
+        .iter()
+        .map(|b| {
+            prefix += b;
+            if prefix > 0.0 { 1.0 / prefix } else { 0.0 }
+        })
+        .collect();
+    let mut suffix = 0.0;
+    let mut mass = vec![0.0; m];
+    for t in (0..m).rev() {
+        suffix += inverse_sums[t];
+        mass[t] = row[t] * suffix / m as f64;
+    }
+    mass
+}
+
 /// Writes exp(p(t) − max p) into `row` (its length is m) and returns the row's sum, 0 when
 /// every p is −∞ (the row is then all zeros).
 fn fill_unnormalised_row(bias: &dyn DistanceBias, row: &mut [f64]) -> f64 {
@@ -252,6 +276,24 @@ mod tests {
     fn windows(bias: &dyn DistanceBias, m: usize) -> Vec<usize> {
         let row = content_free_row(bias, m);
         C1_EPS.iter().map(|&e| window_for(&row, e)).collect()
+    }
+
+    /// The closed form agrees with averaging the rows one by one.
+    #[test]
+    fn all_rows_mass_is_the_mean_of_the_truncated_rows() {
+        let m = 7;
+        let got = content_free_mass_all_rows(&type1, m);
+        let mut want = vec![0.0; m];
+        for i in 0..m {
+            let row = content_free_row(&type1, i + 1);
+            for (t, w) in row.iter().enumerate() {
+                want[t] += w / m as f64;
+            }
+        }
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() < 1e-12, "{got:?} vs {want:?}");
+        }
+        assert!((got.iter().sum::<f64>() - 1.0).abs() < 1e-12);
     }
 
     #[test]

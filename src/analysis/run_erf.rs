@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Heads, ReceptiveField, Rows, draw, mass_by_distance};
+use super::{Heads, ReceptiveField, Rows, erf, mass_by_distance};
 use crate::train::RunDir;
 use crate::{Error, Result};
 
@@ -53,8 +53,8 @@ pub fn run_erf(run: &RunDir, protocol: ErfProtocol, points: usize) -> Result<Run
         let saved: Vec<String> = index.layers.iter().map(|e| e.layer.to_string()).collect();
         return Err(Error::RunDir {
             message: format!(
-                "no saved attention for layer {:?}; saved layers: {}",
-                protocol.layer,
+                "no saved attention for layer {}; saved layers: {}",
+                protocol.layer.map_or("(any)".into(), |l| l.to_string()),
                 saved.join(", ")
             ),
             path: run.path().to_path_buf(),
@@ -84,7 +84,7 @@ pub fn run_erf(run: &RunDir, protocol: ErfProtocol, points: usize) -> Result<Run
         step: index.step,
         examples: index.examples.len(),
         layers: entries.iter().map(|e| e.layer).collect(),
-        erf: draw(&mass, points),
+        erf: erf(&mass, points),
         mass,
     })
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 
-use crate::analysis::{ErfProtocol, Heads, Rows, StudiedEncoding, run_erf};
+use crate::analysis::{ErfProtocol, Heads, Rows, StudiedEncoding, UNTRAINED_MAX_LEN, run_erf};
 use crate::encodings::{EncodingSpec, Family};
 use crate::figures::{self, Figure, encodings as fig};
 use crate::train::RunDir;
@@ -52,6 +52,14 @@ fn parse_heads(text: &str) -> Result<Heads, String> {
         .map_err(|_| format!("'{text}' is neither a head number nor 'mean'"))
 }
 
+fn parse_rows(text: &str) -> Result<Rows, String> {
+    match text {
+        "all" => Ok(Rows::All),
+        "last" => Ok(Rows::Last),
+        _ => Err(format!("'{text}' is neither 'all' nor 'last'")),
+    }
+}
+
 /// `--layer`: one attention layer, or `None` for the mean over layers.
 #[derive(Clone, Copy, Debug)]
 pub struct LayerArg(Option<usize>);
@@ -75,6 +83,15 @@ fn heads_label(heads: Heads) -> String {
 impl EncodingChoice {
     /// The chosen encodings with their settings applied, plus the run's if asked.
     fn studied(&self) -> anyhow::Result<Vec<StudiedEncoding>> {
+        anyhow::ensure!(self.heads >= 1, "--heads must be at least 1");
+        anyhow::ensure!(self.head_dim >= 2, "--head-dim must be at least 2");
+        if let Heads::One(h) = self.head {
+            anyhow::ensure!(
+                h < self.heads,
+                "--head {h} does not exist: heads are 0..{}",
+                self.heads
+            );
+        }
         let mut specs: Vec<EncodingSpec> = if self.encodings.iter().any(|n| n == "all") {
             EncodingSpec::all_defaults()
         } else {
@@ -97,18 +114,19 @@ impl EncodingChoice {
     }
 }
 
-/// Applies `name.key=value` to the chosen encoding called `name`.
+/// Applies `name.key=value` to the chosen encoding called `name`; the value is read as TOML
+/// (`sandwich.k=0.5`, `sandwich.per_head=true`, `diet-rel.sharing=layerwise`).
 fn apply_setting(specs: &mut [EncodingSpec], setting: &str) -> anyhow::Result<()> {
     let parsed = setting
         .split_once('=')
-        .and_then(|(path, value)| Some((path.split_once('.')?, value.trim().parse::<f64>().ok()?)));
+        .and_then(|(path, value)| Some((path.split_once('.')?, value)));
     let Some(((name, key), value)) = parsed else {
-        anyhow::bail!("--set {setting}: expected NAME.KEY=NUMBER, e.g. sandwich.k=0.5");
+        anyhow::bail!("--set {setting}: expected NAME.KEY=VALUE, e.g. sandwich.k=0.5");
     };
     let spec = specs.iter_mut().find(|s| s.name() == name).ok_or_else(|| {
         anyhow::anyhow!("--set {setting}: encoding '{name}' is not among --encodings")
     })?;
-    *spec = spec.with_value(key, value)?;
+    *spec = spec.with_setting(key.trim(), value)?;
     Ok(())
 }
 
@@ -205,14 +223,24 @@ pub struct BiasArgs {
 /// `attnlab bias`.
 pub fn bias(args: &BiasArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.length >= 2, "--length must be at least 2");
+    anyhow::ensure!(
+        args.heatmap.is_none() || args.length <= UNTRAINED_MAX_LEN,
+        "--length {} is too long for --heatmap, which holds n x n values: at most {UNTRAINED_MAX_LEN}",
+        args.length
+    );
     let studied = args.choice.studied()?;
     let heads = args.choice.head;
+    let mut text_lines = Vec::new();
     let mut report = BTreeMap::new();
     let mut curves = Vec::new();
     let mut csv = vec!["encoding,head,distance,bias,exp_bias".to_string()];
     for s in &studied {
         let rows = s.bias_rows(args.length)?;
         let verdict = s.verdict()?;
+        text_lines.push(format!(
+            "{:<24} {:<14} {}",
+            s.label, verdict.verdict, verdict.evidence
+        ));
         if let Some(rows) = &rows {
             for (h, row) in rows.iter().enumerate() {
                 csv.extend(
@@ -255,12 +283,7 @@ pub fn bias(args: &BiasArgs) -> anyhow::Result<()> {
             )?
         ),
         TableFormat::Csv => println!("{}", csv.join("\n")),
-        TableFormat::Text => {
-            for s in &studied {
-                let v = s.verdict()?;
-                println!("{:<24} {:<14} {}", s.label, v.verdict, v.evidence);
-            }
-        }
+        TableFormat::Text => println!("{}", text_lines.join("\n")),
     }
     Ok(())
 }
@@ -349,6 +372,9 @@ pub struct TrfArgs {
 pub fn trf(args: &TrfArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.length >= 1, "--length must be at least 1");
     anyhow::ensure!(args.points >= 2, "--points must be at least 2");
+    if let Some(bad) = args.eps.iter().find(|e| !(**e > 0.0 && **e < 1.0)) {
+        anyhow::bail!("--eps {bad}: every ε must lie strictly between 0 and 1");
+    }
     let studied = args.choice.studied()?;
     let heads = args.choice.head;
     let (mut trfs, mut verdicts, mut evidence, mut n_the, mut decays) = (
@@ -364,7 +390,7 @@ pub fn trf(args: &TrfArgs) -> anyhow::Result<()> {
         let verdict = s.verdict()?;
         verdicts.insert(s.label.clone(), verdict.verdict.clone());
         evidence.insert(s.label.clone(), verdict.evidence.clone());
-        if let Some(rf) = s.trf(args.length, args.points, heads)? {
+        if let Some(rf) = s.trf(args.length, args.points, heads, Rows::Last)? {
             eps_axis = rf.eps.clone();
             trfs.insert(s.label.clone(), rf);
             let per_head = s.n_the(&args.eps, heads)?.unwrap_or_default();
@@ -372,7 +398,12 @@ pub fn trf(args: &TrfArgs) -> anyhow::Result<()> {
                 .eps
                 .iter()
                 .enumerate()
-                .map(|(i, e)| (e.to_string(), collapse_heads(per_head.iter().map(|h| h[i]))))
+                .map(|(i, e)| {
+                    (
+                        e.to_string(),
+                        json!(per_head.iter().map(|h| h[i]).collect::<Vec<_>>()),
+                    )
+                })
                 .collect();
             n_the.insert(s.label.clone(), absolute);
         }
@@ -434,6 +465,8 @@ pub fn trf(args: &TrfArgs) -> anyhow::Result<()> {
                 }))?
             );
         }
+        // Decay curves have other axes; they are the CSV only when no TRF was computed.
+        TableFormat::Csv if trfs.is_empty() => print!("{}", figures::render_csv(&decay_figure)),
         TableFormat::Csv => print!("{}", figures::render_csv(&trf_figure)),
         TableFormat::Text => {
             for (label, verdict) in &verdicts {
@@ -450,16 +483,6 @@ pub fn trf(args: &TrfArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// One value when every head agrees, else the list per head.
-fn collapse_heads(values: impl Iterator<Item = Option<f64>>) -> Value {
-    let values: Vec<Option<f64>> = values.collect();
-    if values.windows(2).all(|w| w[0] == w[1]) {
-        json!(values.first().copied().flatten())
-    } else {
-        json!(values)
-    }
 }
 
 /// Distances 1..=length, log-spaced when long, for decay curves.
@@ -487,9 +510,10 @@ pub struct ErfArgs {
     /// One head (0-based) or `mean`.
     #[arg(long, default_value = "mean", value_parser = parse_heads)]
     head: Heads,
-    /// Query rows: every row, or only the last (the longest context).
-    #[arg(long, value_enum, default_value_t = RowsArg::All)]
-    rows: RowsArg,
+    /// Query rows: `all` (the TRF overlaid is then averaged over rows the same way), or
+    /// `last`, the row that sees the whole context (the paper's TRF).
+    #[arg(long, default_value = "all", value_parser = parse_rows)]
+    rows: Rows,
     #[arg(long, default_value_t = 50)]
     points: usize,
     #[arg(long, value_enum, default_value_t = TableFormat::Json)]
@@ -499,20 +523,11 @@ pub struct ErfArgs {
     figure: Option<PathBuf>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum RowsArg {
-    All,
-    Last,
-}
-
 /// `attnlab erf`.
 pub fn erf(args: &ErfArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.points >= 2, "--points must be at least 2");
     let run = RunDir::open(&args.run)?;
-    let rows = match args.rows {
-        RowsArg::All => Rows::All,
-        RowsArg::Last => Rows::Last,
-    };
+    let rows = args.rows;
     let layer = args.layer.0;
     let protocol = ErfProtocol {
         layer,
@@ -521,7 +536,7 @@ pub fn erf(args: &ErfArgs) -> anyhow::Result<()> {
     };
     let measured = run_erf(&run, protocol, args.points)?;
     let encoding = StudiedEncoding::from_run(&run, layer)?;
-    let trf = encoding.trf(measured.length, args.points, args.head)?;
+    let trf = encoding.trf(measured.length, args.points, args.head, rows)?;
     let verdict = encoding.verdict()?;
     let layer_text = layer.map_or("mean over layers".into(), |l| format!("layer {l}"));
     let protocol_text = format!(

@@ -5,13 +5,34 @@
 
 use std::sync::Arc;
 
-use super::DistanceBias;
+use serde::{Deserialize, Serialize};
+
+use super::{DistanceBias, Verdict, known};
+
+/// ALiBi settings.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AlibiConfig {
+    /// One slope k for every head (the Rpe paper analyses ALiBi with k = 1); absent = the
+    /// per-head geometric slopes of Press et al., attnlab's default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub k: Option<f64>,
+}
 
 /// One bias per head: p_h(t) = −m_h·t.
-pub fn alibi_heads(n_heads: usize) -> Vec<Arc<dyn DistanceBias>> {
-    alibi_slopes(n_heads)
+pub fn alibi_heads(c: &AlibiConfig, n_heads: usize) -> Vec<Arc<dyn DistanceBias>> {
+    let slopes = match c.k {
+        Some(k) => vec![k; n_heads],
+        None => alibi_slopes(n_heads),
+    };
+    slopes
         .into_iter()
-        .map(|slope| Arc::new(move |t: f64| -slope * t) as Arc<dyn DistanceBias>)
+        .map(|slope| {
+            // 0 − m·t keeps the diagonal at +0 rather than −0.
+            let reason =
+                format!("exp(-{slope} t) is a geometric series with ratio exp(-{slope}) < 1");
+            known(move |t: f64| 0.0 - slope * t, Verdict::Converges, reason)
+        })
         .collect()
 }
 
@@ -60,10 +81,17 @@ mod tests {
 
     #[test]
     fn bias_is_minus_slope_times_distance() {
-        let heads = alibi_heads(2);
+        let heads = alibi_heads(&AlibiConfig::default(), 2);
         // 2 heads: slopes 2^-4, 2^-8
         assert_eq!(heads[0].at(3.0), -3.0 / 16.0);
         assert_eq!(heads[1].at(1.0), -1.0 / 256.0);
         assert_eq!(heads[0].at(0.0), 0.0);
+    }
+
+    #[test]
+    fn one_slope_for_every_head_when_k_is_set() {
+        let heads = alibi_heads(&AlibiConfig { k: Some(1.0) }, 3);
+        assert!(heads.iter().all(|h| h.at(2.0) == -2.0));
+        assert_eq!(heads[0].known().map(|(v, _)| v), Some(Verdict::Converges));
     }
 }

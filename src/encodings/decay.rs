@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::DistanceBias;
+use super::{DistanceBias, Verdict, known};
 
 /// The offset n = t + offset of `type1`, `type2` and `inv-n`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -62,41 +62,66 @@ impl Default for WindowConfig {
     }
 }
 
-fn shared(bias: impl DistanceBias + 'static) -> Vec<Arc<dyn DistanceBias>> {
-    vec![Arc::new(bias)]
+/// One bias for every head, with its closed-form verdict.
+fn shared(
+    bias: impl DistanceBias + 'static,
+    verdict: Verdict,
+    reason: &str,
+) -> Vec<Arc<dyn DistanceBias>> {
+    vec![known(bias, verdict, reason)]
 }
 
 /// Type 1: b = 1/n².
 pub fn type1(c: &SeriesConfig) -> Vec<Arc<dyn DistanceBias>> {
     let offset = c.offset;
-    shared(move |t: f64| -2.0 * (t + offset).ln())
+    shared(
+        move |t: f64| -2.0 * (t + offset).ln(),
+        Verdict::Converges,
+        "1/n^2 is a p-series with p = 2 > 1",
+    )
 }
 
 /// Type 2: b = exp(−ln² n).
 pub fn type2(c: &SeriesConfig) -> Vec<Arc<dyn DistanceBias>> {
     let offset = c.offset;
-    shared(move |t: f64| -(t + offset).ln().powi(2))
+    shared(
+        move |t: f64| -(t + offset).ln().powi(2),
+        Verdict::Converges,
+        "exp(-ln^2 n) = n^(-ln n) decays faster than any power of n",
+    )
 }
 
 /// The first divergent control: b = 1/n.
 pub fn inv_n(c: &SeriesConfig) -> Vec<Arc<dyn DistanceBias>> {
     let offset = c.offset;
-    shared(move |t: f64| -(t + offset).ln())
+    shared(
+        move |t: f64| -(t + offset).ln(),
+        Verdict::Diverges,
+        "1/n is the harmonic series, whose partial sums grow like ln N",
+    )
 }
 
 /// The second divergent control: b = 1/(n ln n).
 pub fn inv_n_log_n(c: &NLogNConfig) -> Vec<Arc<dyn DistanceBias>> {
     let offset = c.offset;
-    shared(move |t: f64| {
-        let ln = (t + offset).ln();
-        -ln - ln.ln()
-    })
+    shared(
+        move |t: f64| {
+            let ln = (t + offset).ln();
+            -ln - ln.ln()
+        },
+        Verdict::Diverges,
+        "the partial sums of 1/(n ln n) grow like ln ln N (integral test)",
+    )
 }
 
 /// The sliding window: 0 inside, −∞ outside.
 pub fn window(c: &WindowConfig) -> Vec<Arc<dyn DistanceBias>> {
     let width = c.width as f64;
-    shared(move |t: f64| if t < width { 0.0 } else { f64::NEG_INFINITY })
+    shared(
+        move |t: f64| if t < width { 0.0 } else { f64::NEG_INFINITY },
+        Verdict::Converges,
+        "a window has finitely many non-zero terms",
+    )
 }
 
 #[cfg(test)]

@@ -45,6 +45,12 @@ const fn int(key: &'static str, min: f64, max: f64, help: &'static str) -> Hyper
     }
 }
 
+const ALIBI: &[Hyperparameter] = &[log(
+    "k",
+    1e-4,
+    10.0,
+    "one slope for every head; unset = geometric per-head slopes",
+)];
 const KERPLE_LOG: &[Hyperparameter] = &[
     log(
         "r",
@@ -111,7 +117,8 @@ impl EncodingSpec {
     /// The numeric settings of this encoding.
     pub fn hyperparameters(&self) -> &'static [Hyperparameter] {
         match self {
-            Self::None | Self::Learned | Self::Sinusoidal | Self::Alibi => &[],
+            Self::None | Self::Learned | Self::Sinusoidal => &[],
+            Self::Alibi(_) => ALIBI,
             Self::KerpleLog(_) => KERPLE_LOG,
             Self::KerplePower(_) => KERPLE_POWER,
             Self::Sandwich(_) => SANDWICH,
@@ -150,29 +157,59 @@ impl EncodingSpec {
             .hyperparameters()
             .iter()
             .find(|h| h.key == key)
-            .ok_or_else(|| {
-                let keys: Vec<&str> = self.hyperparameters().iter().map(|h| h.key).collect();
-                Error::preset(
-                    format!("encoding.{key}"),
-                    value,
-                    format!(
-                        "{} has no such setting (it has: {})",
-                        self.name(),
-                        keys.join(", ")
-                    ),
-                )
-            })?;
+            .ok_or_else(|| self.no_such_setting(key, value))?;
         hyper.check(value)?;
-        let mut table = self.as_table()?;
         let item = if hyper.integer {
             toml::Value::Integer(value as i64)
         } else {
             toml::Value::Float(value)
         };
-        table.insert(key.to_string(), item);
+        self.with_toml(key, item)
+    }
+
+    /// A copy with any setting (numeric or not, e.g. `sharing = "layerwise"`) set from text
+    /// read as a TOML value, then validated.
+    pub fn with_setting(&self, key: &str, raw: &str) -> Result<Self> {
+        let value = parse_value(raw);
+        if !self.as_table()?.contains_key(key)
+            && self.hyperparameters().iter().all(|h| h.key != key)
+        {
+            return Err(self.no_such_setting(key, raw));
+        }
+        let spec = self.with_toml(key, value)?;
+        spec.validate_ranges()?;
+        Ok(spec)
+    }
+
+    fn with_toml(&self, key: &str, value: toml::Value) -> Result<Self> {
+        let mut table = self.as_table()?;
+        let shown = value.to_string();
+        table.insert(key.to_string(), value);
         table
             .try_into()
-            .map_err(|e| Error::preset(format!("encoding.{key}"), value, e.to_string()))
+            .map_err(|e| Error::preset(format!("encoding.{key}"), shown, e.to_string()))
+    }
+
+    fn no_such_setting(&self, key: &str, value: impl ToString) -> Error {
+        let mut keys: Vec<String> = self
+            .as_table()
+            .map(|t| t.keys().filter(|k| *k != "kind").cloned().collect())
+            .unwrap_or_default();
+        for h in self.hyperparameters() {
+            if !keys.iter().any(|k| k == h.key) {
+                keys.push(h.key.to_string());
+            }
+        }
+        let has = if keys.is_empty() {
+            "it has no settings".to_string()
+        } else {
+            format!("it has: {}", keys.join(", "))
+        };
+        Error::preset(
+            format!("encoding.{key}"),
+            value,
+            format!("{} has no such setting ({has})", self.name()),
+        )
     }
 
     /// Every set value within its range.
@@ -184,6 +221,15 @@ impl EncodingSpec {
         }
         Ok(())
     }
+}
+
+/// `raw` as a TOML value (`3e-3`, `true`, `"x"`), or as a string when it is not valid TOML
+/// (`layerwise`), the way `--set` reads values.
+pub fn parse_value(raw: &str) -> toml::Value {
+    toml::from_str::<toml::Table>(&format!("v = {raw}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(raw.trim().to_string()))
 }
 
 impl Hyperparameter {
@@ -230,6 +276,23 @@ mod tests {
     }
 
     #[test]
+    fn non_numeric_settings_are_read_as_toml() {
+        let spec = EncodingSpec::from_name("diet-rel").unwrap();
+        let shared = spec.with_setting("sharing", "layerwise").unwrap();
+        assert!(!shared.is_per_layer() && spec.is_per_layer());
+        let sandwich = EncodingSpec::from_name("sandwich").unwrap();
+        assert_eq!(
+            sandwich
+                .with_setting("per_head", "true")
+                .unwrap()
+                .value("k"),
+            Some(1.0)
+        );
+        assert!(sandwich.with_setting("per_head", "maybe").is_err());
+        assert!(sandwich.with_setting("k", "-1").is_err());
+    }
+
+    #[test]
     fn out_of_range_values_name_the_key_and_the_range() {
         let spec = EncodingSpec::from_name("kerple-power").unwrap();
         let err = spec.with_value("r", 3.0).unwrap_err().to_string();
@@ -238,7 +301,7 @@ mod tests {
             "{err}"
         );
         let err = spec.with_value("slope", 1.0).unwrap_err().to_string();
-        assert!(err.contains("has no such setting (it has: r, k)"), "{err}");
+        assert!(err.contains("has no such setting (it has: k, r)"), "{err}");
         let window = EncodingSpec::from_name("window").unwrap();
         assert!(window.with_value("width", 2.5).is_err());
     }

@@ -2,8 +2,9 @@
 //! - `kerple-log`: p(t) = −r·ln(1 + k·t); Σ exp(p) converges only for r > 1.
 //! - `kerple-power`: p(t) = −k·t^r with 0 < r ≤ 2; Σ exp(p) always converges.
 //!
-//! r and k are trainable per head and clamped at 0.01 on every forward pass, as the reference
-//! code does (r ≤ 2 for the power kernel). The reference initialises them at random
+//! r and k are trainable per head and used clamped at 0.01 (r ≤ 2 for the power kernel), as
+//! in the reference code; the clamp passes gradients straight through, so a parameter that
+//! leaves the range can return. The reference initialises them at random
 //! (r ~ U(0, 2), k ~ U(0, 1)); attnlab starts every head at the configured values so that the
 //! formula-only analyses (TRF, convergence) of an untrained encoding are reproducible. One set
 //! of parameters serves all layers, as in the Rpe paper's fairseq-evo code.
@@ -13,8 +14,8 @@ use std::sync::Arc;
 use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
-use super::DistanceBias;
 use super::relative::{LearnedDistance, distance_row, head_values};
+use super::{DistanceBias, Verdict, known};
 use crate::Result;
 use crate::params::{Init, Params};
 
@@ -95,18 +96,50 @@ impl Kerple {
     }
 }
 
-/// The bias of one head with fixed r and k.
+/// The bias of one head with fixed r and k, with its closed-form verdict.
 fn head_bias(kernel: Kernel, r: f64, k: f64) -> Arc<dyn DistanceBias> {
+    // Trained values come from f32: show 4 significant decimals, not 0.05000000074505806.
+    let (rs, ks) = (short(r), short(k));
     match kernel {
-        Kernel::Log => Arc::new(move |t: f64| -r * (k * t).ln_1p()),
-        Kernel::Power => Arc::new(move |t: f64| if t > 0.0 { -k * t.powf(r) } else { 0.0 }),
+        Kernel::Log => {
+            let (verdict, reason) = if r > 1.0 {
+                (
+                    Verdict::Converges,
+                    format!("(1 + {ks} t)^-{rs} is a p-series with p = {rs} > 1"),
+                )
+            } else {
+                (
+                    Verdict::Diverges,
+                    format!("(1 + {ks} t)^-{rs} decays no faster than 1/t (r <= 1)"),
+                )
+            };
+            known(move |t: f64| -r * (k * t).ln_1p(), verdict, reason)
+        }
+        Kernel::Power => known(
+            move |t: f64| if t > 0.0 { -k * t.powf(r) } else { 0.0 },
+            Verdict::Converges,
+            format!("exp(-{ks} t^{rs}) decays faster than any power of t (k, r > 0)"),
+        ),
     }
+}
+
+/// `x` clamped to [lo, hi] in the forward pass, with the gradient of the identity: a plain
+/// clamp has zero gradient outside the range, so a parameter pushed past it (weight decay
+/// keeps pushing towards 0) could never come back. The reference clamps the stored value after
+/// each step instead, which leaves its gradient alive the same way.
+fn clamped(x: &Tensor, lo: f64, hi: f64) -> Result<Tensor> {
+    Ok((x + (x.clamp(lo, hi)? - x)?.detach())?)
+}
+
+/// `x` rounded to 4 decimals for messages.
+fn short(x: f64) -> String {
+    format!("{}", (x * 1e4).round() / 1e4)
 }
 
 impl LearnedDistance for Kerple {
     fn per_distance(&self, t: usize) -> Result<Tensor> {
-        let r = self.r.clamp(MIN, self.max_r())?;
-        let k = self.k.clamp(MIN, f64::MAX)?;
+        let r = clamped(&self.r, MIN, self.max_r())?;
+        let k = clamped(&self.k, MIN, f64::MAX)?;
         let d = distance_row(t, self.r.device())?; // (1, t)
         Ok(match self.kernel {
             Kernel::Log => (k.broadcast_mul(&d)? + 1.0)?
@@ -166,5 +199,18 @@ mod tests {
         check_tensor_matches_formula(&kerple);
         // r clamps to 2, k to 0.01
         assert!((kerple.current().unwrap()[0].at(3.0) + 0.09).abs() < 1e-9);
+    }
+
+    /// Past the clamp the value is clamped but the gradient still flows.
+    #[test]
+    fn clamped_parameters_keep_their_gradient() {
+        let p = Params::new(0, &Device::Cpu);
+        let kerple = Kerple::log(&KerpleLogConfig { r: 0.001, k: 1.0 }, 1, &p).unwrap();
+        let loss = kerple.per_distance(4).unwrap().sum_all().unwrap();
+        let grads = loss.backward().unwrap();
+        let g = grads.get(&kerple.r).unwrap().flatten_all().unwrap();
+        assert!(g.to_vec1::<f32>().unwrap()[0] != 0.0);
+        let row = kerple.per_distance(2).unwrap().to_vec2::<f32>().unwrap();
+        assert!((row[0][1] as f64 + 0.01 * 2f64.ln()).abs() < 1e-6);
     }
 }

@@ -27,12 +27,12 @@ use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
 pub use absolute::{Learned, Sinusoidal, sinusoidal_table};
-pub use alibi::{alibi_heads, alibi_slopes};
+pub use alibi::{AlibiConfig, alibi_heads, alibi_slopes};
 pub use decay::{NLogNConfig, SeriesConfig, WindowConfig};
 pub use diet_abs::DietAbsConfig;
-pub use hyper::Hyperparameter;
+pub use hyper::{Hyperparameter, parse_value};
 pub use kerple::{KerpleLogConfig, KerplePowerConfig};
-pub use profile::DistanceBias;
+pub use profile::{DistanceBias, Known, Verdict, known};
 pub use rope::{
     LeakyReropeConfig, NtkConfig, PiConfig, Positions, ReropeConfig, RopeConfig, RotaryProfile,
 };
@@ -68,7 +68,7 @@ pub enum EncodingSpec {
     /// Fixed sinusoidal absolute embeddings (Vaswani et al. 2017).
     Sinusoidal,
     /// ALiBi: bias −m_h·t with geometric per-head slopes (Press et al. 2022).
-    Alibi,
+    Alibi(AlibiConfig),
     /// KERPLE log kernel −r·ln(1 + k·t), learnable per head.
     KerpleLog(KerpleLogConfig),
     /// KERPLE power kernel −k·t^r, learnable per head.
@@ -160,7 +160,11 @@ struct ZeroBias {
 
 impl Encoding for ZeroBias {
     fn distance_biases(&self) -> Result<Option<Vec<Arc<dyn DistanceBias>>>> {
-        let zero: Arc<dyn DistanceBias> = Arc::new(|_t: f64| 0.0);
+        let zero = known(
+            |_t: f64| 0.0,
+            Verdict::Diverges,
+            "a zero bias sums 1 + 1 + 1 + …",
+        );
         Ok(Some(vec![zero; self.n_heads]))
     }
 }
@@ -172,7 +176,7 @@ impl EncodingSpec {
             Self::None,
             Self::Learned,
             Self::Sinusoidal,
-            Self::Alibi,
+            Self::Alibi(Default::default()),
             Self::KerpleLog(Default::default()),
             Self::KerplePower(Default::default()),
             Self::Sandwich(Default::default()),
@@ -212,7 +216,7 @@ impl EncodingSpec {
             Self::None => "none",
             Self::Learned => "learned",
             Self::Sinusoidal => "sinusoidal",
-            Self::Alibi => "alibi",
+            Self::Alibi(_) => "alibi",
             Self::KerpleLog(_) => "kerple-log",
             Self::KerplePower(_) => "kerple-power",
             Self::Sandwich(_) => "sandwich",
@@ -238,7 +242,7 @@ impl EncodingSpec {
             Self::None => "no positional term",
             Self::Learned => "x_t + p_t, p learned",
             Self::Sinusoidal => "x_t + [sin(t/10000^(2i/d)), cos(t/10000^(2i/d))]",
-            Self::Alibi => "bias = -m_h t, m_h = 2^(-8h/H)",
+            Self::Alibi(_) => "bias = -m_h t, m_h = 2^(-8h/H) (or one k for all heads)",
             Self::KerpleLog(_) => "bias = -r_h ln(1 + k_h t), r_h, k_h learned",
             Self::KerplePower(_) => "bias = -k_h t^r_h, 0 < r_h <= 2, learned",
             Self::Sandwich(_) => "bias = k (sum_j cos(t / r^(2j/d)) - d/2)",
@@ -347,7 +351,7 @@ impl EncodingSpec {
             Self::None => Ok(Arc::new(ZeroBias { n_heads: h })),
             Self::Learned => Ok(Arc::new(Learned::new(shape, params)?)),
             Self::Sinusoidal => Ok(Arc::new(Sinusoidal::new(shape, device)?)),
-            Self::Alibi => fixed(alibi_heads(h)),
+            Self::Alibi(c) => fixed(alibi_heads(c, h)),
             Self::KerpleLog(c) => LearnedBias::shared(device, kerple::Kerple::log(c, h, params)),
             Self::KerplePower(c) => {
                 LearnedBias::shared(device, kerple::Kerple::power(c, h, params))

@@ -15,9 +15,11 @@
 //! ReRoPE's positions are not linear in t, so no single rotation of q and k produces them: as
 //! in the post, two score matrices are computed, standard RoPE (q at i, k at j) and a second
 //! one (ReRoPE: q at w, k unrotated; Leaky: q at (i − w)/k + w, k at j/k), and merged by
-//! distance (the first where i − j < w). The merge works for any score function, so kernel
-//! mechanisms get the same relative positions. All variants have no parameters, so a model
-//! trained with `rope` runs with any of them at evaluation time.
+//! distance (the first where i − j < w). The merge works for any score function: Based and
+//! ReBased, whose kernels are functions of q·k, get exactly these relative positions; linear
+//! attention applies elu + 1 after the rotation, so with it RoPE (and every variant) is not
+//! purely relative, as in any RoPE + linear-attention model. All variants have no parameters,
+//! so a model trained with `rope` runs with any of them at evaluation time.
 
 use std::sync::Arc;
 
@@ -328,16 +330,24 @@ mod tests {
     use super::*;
     use crate::ops::dot_scores;
 
-    /// Scores of a constant vector at every position, (T, T), for the given position map.
+    /// A query and a key vector that differ, so a rotation applied to the wrong side (or with
+    /// the wrong sign) changes the score.
+    fn q_and_k() -> (Tensor, Tensor) {
+        let q = Tensor::new(&[0.3f32, -1.2, 0.7, 0.5], &Device::Cpu).unwrap();
+        let k = Tensor::new(&[-0.4f32, 0.9, 1.1, -0.6], &Device::Cpu).unwrap();
+        (
+            q.reshape((1, 1, 1, 4)).unwrap(),
+            k.reshape((1, 1, 1, 4)).unwrap(),
+        )
+    }
+
+    /// Scores of the same q and k at every position, (T, T), for the given position map.
     fn constant_scores(positions: Positions, t: usize) -> Vec<Vec<f32>> {
         let rope = Rotary::new(RotaryProfile::new(10_000.0, 4, positions), &Device::Cpu);
-        let v = Tensor::new(&[0.3f32, -1.2, 0.7, 0.5], &Device::Cpu).unwrap();
-        let x = v
-            .reshape((1, 1, 1, 4))
-            .unwrap()
-            .repeat((1, 1, t, 1))
-            .unwrap();
-        let s = rope.scores(&x, &x, &|q, k| dot_scores(q, k, 1.0)).unwrap();
+        let (q, k) = q_and_k();
+        let q = q.repeat((1, 1, t, 1)).unwrap();
+        let k = k.repeat((1, 1, t, 1)).unwrap();
+        let s = rope.scores(&q, &k, &|q, k| dot_scores(q, k, 1.0)).unwrap();
         s.squeeze(0)
             .unwrap()
             .squeeze(0)
@@ -346,15 +356,15 @@ mod tests {
             .unwrap()
     }
 
-    /// The plain RoPE score of the constant vector at (possibly fractional) distance `d`.
+    /// Plain RoPE's score of q at position `d` against k at position 0: relative position d.
     fn rope_score_at(d: f64) -> f32 {
         let rope = Rotary::new(
             RotaryProfile::new(10_000.0, 4, Positions::Linear { scale: 1.0 }),
             &Device::Cpu,
         );
-        let v = Tensor::new(&[[[[0.3f32, -1.2, 0.7, 0.5]]]], &Device::Cpu).unwrap();
-        let q = rotate(&v, &rope.tables(std::iter::once(d)).unwrap()).unwrap();
-        let k = rotate(&v, &rope.tables(std::iter::once(0.0)).unwrap()).unwrap();
+        let (q, k) = q_and_k();
+        let q = rotate(&q, &rope.tables(std::iter::once(d)).unwrap()).unwrap();
+        let k = rotate(&k, &rope.tables(std::iter::once(0.0)).unwrap()).unwrap();
         dot_scores(&q, &k, 1.0)
             .unwrap()
             .flatten_all()
@@ -364,11 +374,16 @@ mod tests {
     }
 
     #[test]
+    fn distinct_q_and_k_tell_the_sign_of_the_relative_position() {
+        assert!((rope_score_at(3.0) - rope_score_at(-3.0)).abs() > 1e-3);
+    }
+
+    #[test]
     fn rope_scores_depend_on_relative_position_only() {
         let s = constant_scores(Positions::Linear { scale: 1.0 }, 8);
         assert!((s[5][2] - s[3][0]).abs() < 1e-5);
         assert!((s[7][7] - s[0][0]).abs() < 1e-5);
-        assert!((s[4][1] - s[1][4]).abs() < 1e-5);
+        assert!((s[5][2] - rope_score_at(3.0)).abs() < 1e-5);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
 use super::relative::LearnedDistance;
-use super::{DistanceBias, LengthCache};
+use super::{DistanceBias, LengthCache, Verdict, known};
 use crate::Result;
 use crate::params::{Init, Params};
 
@@ -128,14 +128,19 @@ impl LearnedDistance for TableBias {
             .into_iter()
             .map(|row| {
                 let bucket = self.bucket.clone();
-                Arc::new(move |t: f64| {
+                let last = f64::from(row.last().copied().unwrap_or(0.0));
+                let reason = format!(
+                    "the table is constant beyond its last bucket, so b_t stays at exp({last:.3}) > 0"
+                );
+                let bias = move |t: f64| {
                     let d = if t.is_finite() {
                         t.max(0.0) as usize
                     } else {
                         usize::MAX
                     };
                     f64::from(row[bucket(d)])
-                }) as Arc<dyn DistanceBias>
+                };
+                known(bias, Verdict::Diverges, reason)
             })
             .collect())
     }
