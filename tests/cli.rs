@@ -188,3 +188,19 @@ fn bench_reports_json_on_its_last_line() {
     let last: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
     assert!(last["ms_per_step"].as_f64().unwrap() > 0.0);
 }
+
+/// `attnlab … | head` must end quietly: a closed pipe is not a crash.
+#[test]
+fn a_closed_output_pipe_ends_quietly() {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_attnlab"))
+        .args(["bias", "--format", "csv", "--length", "1000"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take()); // the reader goes away before the first line
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+}

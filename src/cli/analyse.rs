@@ -135,11 +135,11 @@ pub fn list(format: TableFormat) -> anyhow::Result<()> {
     let specs = EncodingSpec::all_defaults();
     if format == TableFormat::Json {
         let rows: Vec<Value> = specs.iter().map(describe).collect();
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }
     if format == TableFormat::Csv {
-        println!("name,family,learnable,formula,settings");
+        outln!("name,family,learnable,formula,settings");
     }
     for spec in &specs {
         let settings: Vec<String> = spec
@@ -157,14 +157,14 @@ pub fn list(format: TableFormat) -> anyhow::Result<()> {
         };
         let family = family_name(spec.family());
         match format {
-            TableFormat::Csv => println!(
+            TableFormat::Csv => outln!(
                 "{},{family},{},\"{}\",\"{}\"",
                 spec.name(),
                 spec.is_learnable(),
                 spec.formula(),
                 settings.join("; ")
             ),
-            _ => println!(
+            _ => outln!(
                 "{:<13} {family:<8} {learnable:<8} {}\n{:<31}{}",
                 spec.name(),
                 spec.formula(),
@@ -276,14 +276,14 @@ pub fn bias(args: &BiasArgs) -> anyhow::Result<()> {
         )?;
     }
     match args.format {
-        TableFormat::Json => println!(
+        TableFormat::Json => outln!(
             "{}",
             serde_json::to_string_pretty(
                 &json!({"length": args.length, "head": heads_label(heads), "encodings": report})
             )?
         ),
-        TableFormat::Csv => println!("{}", csv.join("\n")),
-        TableFormat::Text => println!("{}", text_lines.join("\n")),
+        TableFormat::Csv => outln!("{}", csv.join("\n")),
+        TableFormat::Text => outln!("{}", text_lines.join("\n")),
     }
     Ok(())
 }
@@ -456,7 +456,7 @@ pub fn trf(args: &TrfArgs) -> anyhow::Result<()> {
                 .iter()
                 .map(|(k, v)| (k, json!({"distance": distances, "bound": v})))
                 .collect();
-            println!(
+            outln!(
                 "{}",
                 serde_json::to_string_pretty(&json!({
                     "length": args.length, "points": args.points, "head": heads_label(heads),
@@ -466,8 +466,8 @@ pub fn trf(args: &TrfArgs) -> anyhow::Result<()> {
             );
         }
         // Decay curves have other axes; they are the CSV only when no TRF was computed.
-        TableFormat::Csv if trfs.is_empty() => print!("{}", figures::render_csv(&decay_figure)),
-        TableFormat::Csv => print!("{}", figures::render_csv(&trf_figure)),
+        TableFormat::Csv if trfs.is_empty() => out!("{}", figures::render_csv(&decay_figure)),
+        TableFormat::Csv => out!("{}", figures::render_csv(&trf_figure)),
         TableFormat::Text => {
             for (label, verdict) in &verdicts {
                 let trf_at = trfs.get(label).map_or("-".into(), |rf| {
@@ -478,7 +478,7 @@ pub fn trf(args: &TrfArgs) -> anyhow::Result<()> {
                         .collect::<Vec<_>>()
                         .join(" ")
                 });
-                println!("{label:<24} {verdict:<14} TRF/m: {trf_at}");
+                outln!("{label:<24} {verdict:<14} TRF/m: {trf_at}");
             }
         }
     }
@@ -570,7 +570,7 @@ pub fn erf(args: &ErfArgs) -> anyhow::Result<()> {
         figures::save(&figure, path)?;
     }
     match args.format {
-        TableFormat::Json => println!(
+        TableFormat::Json => outln!(
             "{}",
             serde_json::to_string_pretty(&json!({
                 "run": args.run, "protocol": measured.protocol, "length": measured.length,
@@ -580,14 +580,14 @@ pub fn erf(args: &ErfArgs) -> anyhow::Result<()> {
                 "verdict": verdict.verdict, "mass": measured.mass,
             }))?
         ),
-        TableFormat::Csv => print!("{}", figures::render_csv(&figure)),
+        TableFormat::Csv => out!("{}", figures::render_csv(&figure)),
         TableFormat::Text => {
-            println!("{protocol_text}");
+            outln!("{protocol_text}");
             for (i, (e, v)) in measured.erf.eps.iter().zip(&measured.erf.index).enumerate() {
                 let t = trf
                     .as_ref()
                     .map_or(String::new(), |rf| format!("  trf {:.4}", rf.index[i]));
-                println!("eps {e:.3}  erf {v:.4}{t}");
+                outln!("eps {e:.3}  erf {v:.4}{t}");
             }
         }
     }

@@ -121,7 +121,7 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
         "tokens_per_s": tokens / (ms / 1e3),
     });
     if text {
-        println!(
+        outln!(
             "{}: {ms:.1} ms per training step ({:.0} tokens/s)",
             preset.name,
             tokens / (ms / 1e3)
@@ -133,11 +133,11 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
         result["epochs_to_99"] = json!(reached.map(|r| r.1));
         if text {
             match reached {
-                Some((secs, epochs)) => println!(
+                Some((secs, epochs)) => outln!(
                     "time to {:.0}% test accuracy: {secs:.1} s ({epochs} epochs)",
                     100.0 * preset.train.target_accuracy
                 ),
-                None => println!(
+                None => outln!(
                     "did not reach the target accuracy in {} epochs",
                     preset.train.epochs
                 ),
@@ -161,16 +161,17 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
             }
         }
         if text {
-            println!("PyTorch reference: {torch}");
-            println!(
+            outln!("PyTorch reference: {torch}");
+            outln!(
                 "ratio attnlab / PyTorch: step {}, time to 99% {}",
-                result["step_ratio"], result["time_to_99_ratio"]
+                result["step_ratio"],
+                result["time_to_99_ratio"]
             );
         }
         result["torch"] = torch;
     }
     if !text {
-        println!("{result}");
+        outln!("{result}");
     }
     Ok(())
 }

@@ -29,8 +29,12 @@ pub fn mqar(
     };
     let examples = config.examples(split, n);
     match format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&examples)?),
-        Format::Text => examples.iter().for_each(|e| println!("{}", text_row(e))),
+        Format::Json => outln!("{}", serde_json::to_string_pretty(&examples)?),
+        Format::Text => {
+            for e in &examples {
+                outln!("{}", text_row(e));
+            }
+        }
     }
     Ok(())
 }

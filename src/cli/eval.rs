@@ -19,13 +19,13 @@ pub fn eval(run: &Path, overrides: &[String], json_output: bool) -> anyhow::Resu
     trainer.params().load(&run.checkpoint_path())?;
     let stats = trainer.evaluate()?;
     if json_output {
-        println!(
+        outln!(
             "{}",
             json!({"run": run.path(), "encoding": preset.encoding, "overrides": overrides,
                    "accuracy": stats.accuracy, "loss": stats.loss})
         );
     } else {
-        println!(
+        outln!(
             "{} with {}: test accuracy {:.2}%, loss {:.4}",
             run.path().display(),
             preset.encoding.name(),

@@ -1,5 +1,22 @@
 //! The headless command line: the same library calls the GUI makes, driven from a terminal.
 
+/// `println!` that returns the write error instead of panicking, so `attnlab trf | head` ends
+/// quietly when the reader goes away (main treats a broken pipe as success).
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)?
+    }};
+}
+
+/// `print!` with the same error handling as [`outln!`].
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout().lock(), $($arg)*)?
+    }};
+}
+
 mod analyse;
 mod bench;
 mod data;
@@ -100,13 +117,23 @@ pub enum Format {
     Json,
 }
 
+/// Whether `error` is a write to a closed pipe (the reader of our output went away), which
+/// ends a command quietly rather than as a failure.
+pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         None => {
             use clap::CommandFactory as _;
             Cli::command().print_help()?;
-            println!(
+            outln!(
                 "\n\nThe desktop workbench is not part of this build yet; use the commands above."
             );
             Ok(())
@@ -119,7 +146,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         }) => train::train(&preset, &overrides, &out, quiet),
         Some(Command::Check { preset, overrides }) => {
             let preset = crate::Preset::load(&preset, &overrides)?;
-            println!("{}", preset.to_toml()?.trim_end());
+            outln!("{}", preset.to_toml()?.trim_end());
             Ok(())
         }
         Some(Command::Data { task }) => match task {

@@ -63,14 +63,14 @@ pub fn train(path: &Path, overrides: &[String], out: &Path, quiet: bool) -> anyh
                     e.loss
                 );
                 if quiet {
-                    println!("{line}");
+                    outln!("{line}");
                 } else {
                     bar.println(line);
                 }
             }
             TrainEvent::Finished(summary) => {
                 bar.finish_and_clear();
-                println!("{}", summary_line(&summary));
+                outln!("{}", summary_line(&summary));
             }
             TrainEvent::Failed { message, run_dir } => {
                 bar.abandon();
