@@ -7,6 +7,8 @@
 //! - [`tasks`]: what the model learns (MQAR);
 //! - [`train`]: the loop, the run folders and the worker thread;
 //! - [`preset`]: the experiment file that ties it together;
+//! - [`analysis`], [`figures`]: the encoding analyses and figures rendered without a GPU;
+//! - [`app`]: the desktop workbench (the only module that uses egui);
 //! - [`cli`]: the headless command line.
 //!
 //! # Failure handling
@@ -16,6 +18,7 @@
 //! atomically (temp file + rename).
 
 pub mod analysis;
+pub mod app;
 pub mod attention;
 pub mod cli;
 pub mod device;

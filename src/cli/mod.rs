@@ -38,6 +38,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Open the desktop workbench (also what `attnlab` with no command does).
+    Gui,
     /// Train a preset; writes a run folder and shows live progress.
     Train {
         /// Preset file (TOML), e.g. presets/mqar_softmax.toml.
@@ -130,14 +132,7 @@ pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        None => {
-            use clap::CommandFactory as _;
-            Cli::command().print_help()?;
-            outln!(
-                "\n\nThe desktop workbench is not part of this build yet; use the commands above."
-            );
-            Ok(())
-        }
+        None | Some(Command::Gui) => crate::app::run_native(),
         Some(Command::Train {
             preset,
             overrides,

@@ -1,0 +1,303 @@
+//! The runs the window knows about: live ones (a worker thread reports events) and re-opened
+//! ones (read from their run folders). Everything slow (training, reading files) happens on
+//! other threads; the UI only drains channels.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, TryRecvError};
+
+use crate::Preset;
+use crate::train::run_dir::AttentionIndex;
+use crate::train::{EvalRecord, MetricRecord, RunDir, StepRecord, TrainEvent, TrainHandle};
+
+/// The saved attention of one evaluation, as plain numbers for the views.
+pub struct LoadedAttention {
+    pub index: AttentionIndex,
+    pub layers: Vec<SavedLayer>,
+}
+
+/// One saved layer's attention.
+#[derive(Clone)]
+pub struct SavedLayer {
+    /// Index of the layer in the model.
+    pub layer: usize,
+    /// (B, H, Tq, Tk)
+    pub shape: [usize; 4],
+    /// Row-major weights.
+    pub weights: Vec<f32>,
+}
+
+impl SavedLayer {
+    /// The (Tq, Tk) matrix of `head` for `example`.
+    pub fn head(&self, example: usize, head: usize) -> &[f32] {
+        let [_, h, tq, tk] = self.shape;
+        let start = (example * h + head) * tq * tk;
+        &self.weights[start..start + tq * tk]
+    }
+}
+
+/// A run folder's preset, metrics and status.
+type Folder = (Preset, Vec<MetricRecord>, String);
+
+/// One run in the run list.
+pub struct RunView {
+    pub name: String,
+    pub preset: Preset,
+    pub dir: Option<PathBuf>,
+    pub status: String,
+    pub steps: Vec<StepRecord>,
+    pub evals: Vec<EvalRecord>,
+    pub total_steps: usize,
+    pub error: Option<String>,
+    pub attention: Option<LoadedAttention>,
+    /// Bumped whenever `attention` changes, so views can cache what they derive from it.
+    pub attention_version: u64,
+    handle: Option<TrainHandle>,
+    loading: Option<Receiver<Loaded>>,
+}
+
+/// What a background read of a run folder returns.
+enum Loaded {
+    Attention(crate::Result<LoadedAttention>),
+    Folder(Box<crate::Result<Folder>>),
+}
+
+impl RunView {
+    pub fn is_running(&self) -> bool {
+        self.handle.is_some()
+    }
+
+    /// Steps done as a fraction of the planned ones.
+    pub fn progress(&self) -> f32 {
+        let done = self.steps.last().map_or(0, |s| s.step);
+        if self.total_steps == 0 {
+            0.0
+        } else {
+            done as f32 / self.total_steps as f32
+        }
+    }
+
+    /// Asks a live run to stop after its current step.
+    pub fn stop(&self) {
+        if let Some(handle) = &self.handle {
+            handle.stop();
+        }
+    }
+
+    /// Reads the latest saved attention on a background thread.
+    fn load_attention(&mut self, repaint: impl Fn() + Send + 'static) {
+        let Some(dir) = self.dir.clone() else {
+            return;
+        };
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = sender.send(Loaded::Attention(read_attention(&dir)));
+            repaint();
+        });
+        self.loading = Some(receiver);
+    }
+}
+
+/// Every saved layer of a run folder's latest attention.
+pub fn read_attention(dir: &Path) -> crate::Result<LoadedAttention> {
+    let run = RunDir::open(dir)?;
+    let index = run.read_attention_index()?;
+    let mut layers = Vec::new();
+    for entry in &index.layers {
+        let tensor = run.read_attention(entry)?;
+        let (b, h, tq, tk) = tensor.dims4()?;
+        layers.push(SavedLayer {
+            layer: entry.layer,
+            shape: [b, h, tq, tk],
+            weights: tensor.flatten_all()?.to_vec1::<f32>()?,
+        });
+    }
+    Ok(LoadedAttention { index, layers })
+}
+
+fn read_folder(dir: &Path) -> crate::Result<Folder> {
+    let run = RunDir::open(dir)?;
+    let status = run
+        .read_summary()
+        .map(|s| format!("{:?}", s.status).to_lowercase())
+        .unwrap_or_else(|_| "unknown".into());
+    Ok((run.read_preset()?, run.read_metrics()?, status))
+}
+
+/// The run list.
+#[derive(Default)]
+pub struct RunStore {
+    pub runs: Vec<RunView>,
+    pub selected: Option<usize>,
+}
+
+impl RunStore {
+    /// Starts training `preset` into `root`; `repaint` wakes the UI on every event.
+    pub fn start(&mut self, preset: Preset, root: PathBuf, repaint: impl Fn() + Send + 'static) {
+        let handle = crate::train::spawn(preset.clone(), root, repaint);
+        self.runs.push(RunView {
+            name: preset.name.clone(),
+            total_steps: 0,
+            preset,
+            dir: None,
+            status: "starting".into(),
+            steps: Vec::new(),
+            evals: Vec::new(),
+            error: None,
+            attention: None,
+            attention_version: 0,
+            handle: Some(handle),
+            loading: None,
+        });
+        self.selected = Some(self.runs.len() - 1);
+    }
+
+    /// Adds a run folder to the list; its files are read on a background thread.
+    pub fn open(&mut self, dir: PathBuf, repaint: impl Fn() + Send + Clone + 'static) {
+        if self
+            .runs
+            .iter()
+            .any(|r| r.dir.as_deref() == Some(dir.as_path()))
+        {
+            return;
+        }
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let folder = dir.clone();
+        let wake = repaint.clone();
+        std::thread::spawn(move || {
+            let _ = sender.send(Loaded::Folder(Box::new(read_folder(&folder))));
+            wake();
+        });
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        self.runs.push(RunView {
+            name,
+            preset: Preset::default(),
+            dir: Some(dir),
+            status: "loading".into(),
+            steps: Vec::new(),
+            evals: Vec::new(),
+            total_steps: 0,
+            error: None,
+            attention: None,
+            attention_version: 0,
+            handle: None,
+            loading: Some(receiver),
+        });
+        if self.selected.is_none() {
+            self.selected = Some(self.runs.len() - 1);
+        }
+    }
+
+    pub fn selected(&self) -> Option<&RunView> {
+        self.selected.and_then(|i| self.runs.get(i))
+    }
+
+    /// Applies everything the workers and loaders sent since the last frame.
+    pub fn drain(&mut self, repaint: impl Fn() + Send + Clone + 'static) {
+        for run in &mut self.runs {
+            drain_events(run, repaint.clone());
+            drain_loads(run, repaint.clone());
+        }
+    }
+
+    /// Run folders of the list, for persistence.
+    pub fn dirs(&self) -> Vec<PathBuf> {
+        self.runs.iter().filter_map(|r| r.dir.clone()).collect()
+    }
+}
+
+fn drain_events(run: &mut RunView, repaint: impl Fn() + Send + Clone + 'static) {
+    let Some(handle) = &run.handle else {
+        return;
+    };
+    let mut ended = false;
+    let mut evaluated = false;
+    loop {
+        match handle.events.try_recv() {
+            Ok(TrainEvent::Started {
+                run_dir,
+                total_steps,
+                ..
+            }) => {
+                run.dir = Some(run_dir);
+                run.total_steps = total_steps;
+                run.status = "running".into();
+            }
+            Ok(TrainEvent::Step(step)) => run.steps.push(step),
+            Ok(TrainEvent::Eval(eval)) => {
+                run.evals.push(eval);
+                evaluated = true;
+            }
+            Ok(TrainEvent::Finished(summary)) => {
+                run.status = format!("{:?}", summary.status).to_lowercase();
+                ended = true;
+            }
+            Ok(TrainEvent::Failed { message, run_dir }) => {
+                run.status = "failed".into();
+                run.error = Some(message);
+                if run_dir.is_some() {
+                    run.dir = run_dir;
+                }
+                ended = true;
+            }
+            Err(TryRecvError::Empty) => break,
+            Err(TryRecvError::Disconnected) => {
+                ended = true;
+                break;
+            }
+        }
+    }
+    if evaluated {
+        run.load_attention(repaint);
+    }
+    if ended {
+        run.handle = None;
+    }
+}
+
+fn drain_loads(run: &mut RunView, repaint: impl Fn() + Send + Clone + 'static) {
+    let Some(receiver) = &run.loading else {
+        return;
+    };
+    let Ok(loaded) = receiver.try_recv() else {
+        return;
+    };
+    run.loading = None;
+    match loaded {
+        Loaded::Folder(folder) => apply_folder(run, *folder, repaint),
+        Loaded::Attention(Ok(attention)) => {
+            run.attention = Some(attention);
+            run.attention_version += 1;
+        }
+        // A run stopped before its first evaluation has no attention yet: not an error.
+        Loaded::Attention(Err(_)) => {}
+    }
+}
+
+fn apply_folder(
+    run: &mut RunView,
+    folder: crate::Result<Folder>,
+    repaint: impl Fn() + Send + 'static,
+) {
+    match folder {
+        Ok((preset, metrics, status)) => {
+            run.name = preset.name.clone();
+            run.preset = preset;
+            run.status = status;
+            for record in metrics {
+                match record {
+                    MetricRecord::Step(s) => run.steps.push(s),
+                    MetricRecord::Eval(e) => run.evals.push(e),
+                }
+            }
+            run.total_steps = run.steps.last().map_or(0, |s| s.step);
+            run.load_attention(repaint);
+        }
+        Err(e) => {
+            run.status = "unreadable".into();
+            run.error = Some(e.to_string());
+        }
+    }
+}

@@ -1,0 +1,444 @@
+//! The encoding analyses, live: exp(bias) by distance, TRF curves, the convergence verdict and
+//! the exp(bias) heatmap for the editor's encoding and any others ticked, recomputed on a
+//! background thread whenever a setting changes; the selected run's ERF on the TRF axes.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::mpsc::Receiver;
+
+use eframe::egui;
+use egui_plot::{Legend, Line, Plot, PlotPoints};
+
+use super::super::export::Exporter;
+use super::super::runs::{RunView, SavedLayer};
+use crate::analysis::{Heads, ReceptiveField, Rows, StudiedEncoding, erf, mass_by_distance};
+use crate::encodings::EncodingSpec;
+use crate::figures::encodings as fig;
+use crate::train::RunDir;
+
+/// Points of the TRF curves.
+const POINTS: usize = 50;
+/// Largest heatmap side drawn (the figure renderer downsamples beyond 256 anyway).
+const HEATMAP: usize = 256;
+/// Distances shown in the exp(bias) curves.
+const CURVE: usize = 4096;
+
+/// What one encoding's analyses produced.
+pub struct Analysed {
+    pub label: String,
+    pub verdict: String,
+    pub evidence: String,
+    pub trf: Option<ReceptiveField>,
+    pub exp_bias: Option<Vec<(f64, f64)>>,
+    pub decay: Option<Vec<(f64, f64)>>,
+}
+
+/// Everything the view draws, for one set of inputs.
+pub struct Results {
+    pub length: usize,
+    pub encodings: Vec<Analysed>,
+    /// exp(bias) of the editor's encoding, n×n, NaN above the diagonal.
+    pub heatmap: Option<(String, usize, Vec<f64>)>,
+    /// The selected run's ERF and its encoding's TRF (rows averaged the same way).
+    pub run: Option<(ReceptiveField, Option<(String, ReceptiveField)>)>,
+}
+
+/// The inputs of a computation; a change starts a new one.
+#[derive(Clone, PartialEq)]
+struct Inputs {
+    specs: Vec<EncodingSpec>,
+    n_heads: usize,
+    qk_dim: usize,
+    length: usize,
+    run: Option<(PathBuf, u64)>,
+}
+
+pub struct EncodingsView {
+    /// Other encodings overlaid on the editor's.
+    pub ticked: BTreeSet<String>,
+    pub length: usize,
+    inputs: Option<Inputs>,
+    pending: Option<Receiver<crate::Result<Results>>>,
+    pub results: Option<Results>,
+    pub error: Option<String>,
+    /// The heatmap of `results`, uploaded once per result.
+    heatmap_texture: Option<egui::TextureHandle>,
+}
+
+impl Default for EncodingsView {
+    fn default() -> Self {
+        Self {
+            ticked: BTreeSet::new(),
+            length: 512,
+            inputs: None,
+            pending: None,
+            results: None,
+            error: None,
+            heatmap_texture: None,
+        }
+    }
+}
+
+/// The analyses for `inputs` (runs on a background thread).
+fn compute(inputs: &Inputs, attention: Option<Vec<SavedLayer>>) -> crate::Result<Results> {
+    let m = inputs.length;
+    let distances: Vec<f64> = (1..m.min(CURVE)).map(|t| t as f64).collect();
+    let mut encodings = Vec::new();
+    let mut heatmap = None;
+    for (i, spec) in inputs.specs.iter().enumerate() {
+        let studied = StudiedEncoding::untrained(spec, inputs.n_heads, inputs.qk_dim)?;
+        let verdict = studied.verdict()?;
+        let exp_bias = studied.bias_rows(m.min(CURVE))?.map(|rows| {
+            (1..rows[0].len())
+                .map(|t| {
+                    let mean = rows.iter().map(|r| r[t].exp()).sum::<f64>() / rows.len() as f64;
+                    (t as f64, mean)
+                })
+                .collect()
+        });
+        if i == 0 {
+            let n = m.min(HEATMAP);
+            heatmap = studied
+                .exp_bias_matrix(n, Heads::Mean)?
+                .map(|values| (studied.label.clone(), n, values));
+        }
+        encodings.push(Analysed {
+            label: studied.label.clone(),
+            verdict: verdict.verdict,
+            evidence: verdict.evidence,
+            trf: studied.trf(m, POINTS, Heads::Mean, Rows::Last)?,
+            exp_bias,
+            decay: studied
+                .rotary_decay(&distances)
+                .map(|d| distances.iter().copied().zip(d).collect()),
+        });
+    }
+    let run = match (&inputs.run, attention) {
+        (Some((dir, _)), Some(layers)) => Some(run_curves(dir, &layers)?),
+        _ => None,
+    };
+    Ok(Results {
+        length: m,
+        encodings,
+        heatmap,
+        run,
+    })
+}
+
+/// The ERF of saved attention (mean over layers, heads and rows) and the run's TRF.
+fn run_curves(
+    dir: &std::path::Path,
+    layers: &[SavedLayer],
+) -> crate::Result<(ReceptiveField, Option<(String, ReceptiveField)>)> {
+    let mut mass: Vec<f64> = Vec::new();
+    for saved in layers {
+        let layer = mass_by_distance(&saved.weights, saved.shape, Heads::Mean, Rows::All)?;
+        if mass.is_empty() {
+            mass = vec![0.0; layer.len()];
+        }
+        mass.iter_mut()
+            .zip(&layer)
+            .for_each(|(m, l)| *m += l / layers.len() as f64);
+    }
+    let encoding = StudiedEncoding::from_run(&RunDir::open(dir)?, None)?;
+    let trf = encoding
+        .trf(mass.len(), POINTS, Heads::Mean, Rows::All)?
+        .map(|rf| (encoding.label.clone(), rf));
+    Ok((erf(&mass, POINTS), trf))
+}
+
+/// A curve the view draws and exports.
+struct Named {
+    name: String,
+    points: Vec<(f64, f64)>,
+    dashed: bool,
+}
+
+impl Named {
+    fn new(name: &str, points: Vec<(f64, f64)>) -> Self {
+        Self {
+            name: name.to_string(),
+            points,
+            dashed: false,
+        }
+    }
+
+    fn curve(&self) -> fig::Curve<'_> {
+        fig::Curve {
+            name: &self.name,
+            points: self.points.clone(),
+            dashed: self.dashed,
+        }
+    }
+}
+
+fn line(name: &str, points: &[(f64, f64)]) -> Line<'static> {
+    let points: PlotPoints = points.iter().map(|&(x, y)| [x, y]).collect();
+    Line::new(name.to_string(), points)
+}
+
+impl EncodingsView {
+    /// Starts a new computation when the inputs changed, and picks up a finished one.
+    fn refresh(
+        &mut self,
+        ctx: &egui::Context,
+        editor_spec: &EncodingSpec,
+        n_heads: usize,
+        qk_dim: usize,
+        run: Option<&RunView>,
+    ) {
+        let mut specs = vec![editor_spec.clone()];
+        specs.extend(
+            EncodingSpec::all_defaults()
+                .into_iter()
+                .filter(|s| self.ticked.contains(s.name()) && s.name() != editor_spec.name()),
+        );
+        let run_key = run.and_then(|r| {
+            Some((r.dir.clone()?, r.attention_version)).filter(|_| r.attention.is_some())
+        });
+        let inputs = Inputs {
+            specs,
+            n_heads: n_heads.max(1),
+            qk_dim: qk_dim.max(2),
+            length: self.length,
+            run: run_key,
+        };
+        if let Some(receiver) = &self.pending
+            && let Ok(result) = receiver.try_recv()
+        {
+            self.pending = None;
+            match result {
+                Ok(results) => {
+                    self.results = Some(results);
+                    self.heatmap_texture = None;
+                    self.error = None;
+                }
+                Err(e) => self.error = Some(e.to_string()),
+            }
+        }
+        if self.inputs.as_ref() == Some(&inputs) {
+            return;
+        }
+        let attention = run
+            .and_then(|r| r.attention.as_ref())
+            .map(|a| a.layers.clone());
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let ctx = ctx.clone();
+        let job = inputs.clone();
+        std::thread::spawn(move || {
+            let _ = sender.send(compute(&job, attention));
+            ctx.request_repaint();
+        });
+        self.pending = Some(receiver);
+        self.inputs = Some(inputs);
+    }
+
+    pub fn ui(
+        &mut self,
+        ui: &mut egui::Ui,
+        editor_spec: &EncodingSpec,
+        (n_heads, qk_dim): (usize, usize),
+        run: Option<&RunView>,
+        exporter: &Exporter,
+    ) {
+        self.refresh(ui.ctx(), editor_spec, n_heads, qk_dim, run);
+        ui.horizontal_wrapped(|ui| {
+            ui.label("overlay:");
+            for spec in EncodingSpec::all_defaults() {
+                let name = spec.name();
+                let mut on = self.ticked.contains(name);
+                if ui
+                    .checkbox(&mut on, name)
+                    .on_hover_text(spec.formula())
+                    .changed()
+                {
+                    if on {
+                        self.ticked.insert(name.to_string());
+                    } else {
+                        self.ticked.remove(name);
+                    }
+                }
+            }
+        });
+        ui.horizontal(|ui| {
+            let label = ui.label("length m");
+            ui.add(egui::Slider::new(&mut self.length, 8..=1_000_000).logarithmic(true))
+                .labelled_by(label.id);
+            if self.pending.is_some() {
+                ui.spinner();
+            }
+        });
+        if let Some(error) = &self.error {
+            ui.colored_label(ui.visuals().error_fg_color, error);
+        }
+        let Some(results) = &self.results else {
+            return;
+        };
+        self.verdicts_ui(ui, results);
+        let height = (ui.available_height() / 2.0 - 30.0).max(120.0);
+        ui.columns(2, |columns| {
+            trf_plot(&mut columns[0], results, height, exporter);
+            exp_bias_plot(&mut columns[1], results, height, exporter);
+        });
+        let texture = &mut self.heatmap_texture;
+        ui.columns(2, |columns| {
+            decay_plot(&mut columns[0], results, height, exporter);
+            heatmap_ui(&mut columns[1], results, texture, height, exporter);
+        });
+    }
+
+    fn verdicts_ui(&self, ui: &mut egui::Ui, results: &Results) {
+        egui::Grid::new("verdicts").striped(true).show(ui, |ui| {
+            ui.strong("encoding");
+            ui.strong("sum of exp(bias)");
+            ui.strong("evidence");
+            ui.end_row();
+            for e in &results.encodings {
+                ui.label(&e.label);
+                ui.label(&e.verdict);
+                let short: String = e.evidence.chars().take(90).collect();
+                ui.label(short).on_hover_text(&e.evidence);
+                ui.end_row();
+            }
+        });
+    }
+}
+
+fn trf_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &Exporter) {
+    let mut curves: Vec<Named> = results
+        .encodings
+        .iter()
+        .filter_map(|e| Some(Named::new(&e.label, fig::rf_points(e.trf.as_ref()?))))
+        .collect();
+    if let Some((erf_rf, trf)) = &results.run {
+        curves.push(Named::new("ERF (selected run)", fig::rf_points(erf_rf)));
+        if let Some((label, rf)) = trf {
+            let name = format!("TRF {label}, rows averaged");
+            curves.push(Named {
+                dashed: true,
+                ..Named::new(&name, fig::rf_points(rf))
+            });
+        }
+    }
+    ui.horizontal(|ui| {
+        ui.strong("TRF: receptive field / m against eps");
+        exporter.buttons(ui, "trf", || {
+            fig::receptive_field(
+                "Theoretical receptive field (TRF)",
+                results.length,
+                curves.iter().map(Named::curve).collect(),
+                "mean over heads",
+            )
+        });
+    });
+    Plot::new("trf")
+        .height(height)
+        .legend(Legend::default())
+        .show(ui, |plot| {
+            for c in &curves {
+                plot.line(line(&c.name, &c.points));
+            }
+        });
+}
+
+fn exp_bias_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &Exporter) {
+    // log10 of both axes: egui_plot has no log axes, so the values are transformed.
+    let curves: Vec<(String, Vec<(f64, f64)>)> = results
+        .encodings
+        .iter()
+        .filter_map(|e| Some((e.label.clone(), e.exp_bias.clone()?)))
+        .collect();
+    ui.horizontal(|ui| {
+        ui.strong("exp(bias) by distance (log10 axes)");
+        exporter.buttons(ui, "exp-bias", || {
+            let c = curves
+                .iter()
+                .map(|(n, p)| fig::Curve {
+                    name: n,
+                    points: p.clone(),
+                    dashed: false,
+                })
+                .collect();
+            fig::exp_bias(results.length.min(CURVE), c, "mean over heads")
+        });
+    });
+    Plot::new("exp-bias")
+        .height(height)
+        .legend(Legend::default())
+        .show(ui, |plot| {
+            for (name, points) in &curves {
+                let logs: Vec<(f64, f64)> = points
+                    .iter()
+                    .filter(|(_, y)| *y > 0.0)
+                    .map(|(x, y)| (x.log10(), y.log10()))
+                    .collect();
+                plot.line(line(name, &logs));
+            }
+        });
+}
+
+fn decay_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &Exporter) {
+    let curves: Vec<(String, Vec<(f64, f64)>)> = results
+        .encodings
+        .iter()
+        .filter_map(|e| Some((e.label.clone(), e.decay.clone()?)))
+        .collect();
+    if curves.is_empty() {
+        ui.label(
+            "Tick a rotary encoding to see its long-range decay (rotary encodings have no TRF).",
+        );
+        return;
+    }
+    ui.horizontal(|ui| {
+        ui.strong("rotary long-range decay (content-free; not a TRF)");
+        exporter.buttons(ui, "rotary-decay", || {
+            let c = curves
+                .iter()
+                .map(|(n, p)| fig::Curve {
+                    name: n,
+                    points: p.clone(),
+                    dashed: false,
+                })
+                .collect();
+            fig::rotary_decay(results.length.min(CURVE), c)
+        });
+    });
+    Plot::new("decay")
+        .height(height)
+        .legend(Legend::default())
+        .show(ui, |plot| {
+            for (name, points) in &curves {
+                plot.line(line(name, points));
+            }
+        });
+}
+
+fn heatmap_ui(
+    ui: &mut egui::Ui,
+    results: &Results,
+    texture: &mut Option<egui::TextureHandle>,
+    height: f32,
+    exporter: &Exporter,
+) {
+    let Some((label, n, values)) = &results.heatmap else {
+        ui.label("This encoding adds no logit bias, so there is no exp(bias) heatmap.");
+        return;
+    };
+    ui.horizontal(|ui| {
+        ui.strong(format!("exp(bias) heatmap: {label}"));
+        exporter.buttons(ui, "exp-bias-heatmap", || {
+            fig::exp_bias_heatmap(label, *n, values.clone(), "mean over heads")
+        });
+    });
+    let texture = texture.get_or_insert_with(|| {
+        let floats: Vec<f32> = values
+            .iter()
+            .map(|&v| if v.is_nan() { 0.0 } else { v as f32 })
+            .collect();
+        let image = super::attention::colour_image(&floats, *n, *n, true);
+        ui.ctx()
+            .load_texture("exp-bias-heatmap", image, egui::TextureOptions::NEAREST)
+    });
+    let side = height.min(ui.available_width());
+    ui.add(egui::Image::new((texture.id(), egui::vec2(side, side))));
+}

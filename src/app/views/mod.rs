@@ -1,0 +1,29 @@
+//! The views of the central panel, one file each. Every view reads the run store and the
+//! editor, never owns training state, and exports its figures through the shared exporter.
+
+pub mod attention;
+pub mod encodings;
+pub mod training;
+
+use serde::{Deserialize, Serialize};
+
+/// Which view the central panel shows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Tab {
+    #[default]
+    Training,
+    Attention,
+    Encodings,
+}
+
+impl Tab {
+    pub const ALL: [Tab; 3] = [Tab::Training, Tab::Attention, Tab::Encodings];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Tab::Training => "Training",
+            Tab::Attention => "Attention maps",
+            Tab::Encodings => "Encodings",
+        }
+    }
+}
