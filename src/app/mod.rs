@@ -8,6 +8,7 @@
 mod editor;
 mod export;
 mod runs;
+mod shell;
 mod views;
 
 use std::path::{Path, PathBuf};
@@ -19,6 +20,7 @@ use serde::{Deserialize, Serialize};
 pub use editor::Editor;
 pub use export::Exporter;
 pub use runs::{RunStore, RunView};
+pub use shell::run_native;
 pub use views::Tab;
 
 use crate::Preset;
@@ -465,50 +467,11 @@ fn progress_ui(ui: &mut egui::Ui, run: &RunView) {
 }
 
 /// The preset a new window starts with: the shipped softmax MQAR experiment.
-fn default_preset() -> Preset {
+pub(crate) fn default_preset() -> Preset {
     Preset::parse(
         include_str!("../../presets/mqar_softmax.toml"),
         &[],
         Path::new("presets/mqar_softmax.toml"),
     )
     .unwrap_or_default()
-}
-
-/// The eframe shell: restores and saves the persisted state.
-struct Shell(AttnlabApp);
-
-impl eframe::App for Shell {
-    fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
-        self.0.show(ui);
-    }
-
-    fn save(&mut self, storage: &mut dyn eframe::Storage) {
-        eframe::set_value(storage, eframe::APP_KEY, &self.0.persisted());
-    }
-}
-
-/// Opens the workbench window; returns when it is closed.
-pub fn run_native() -> anyhow::Result<()> {
-    let options = eframe::NativeOptions {
-        viewport: egui::ViewportBuilder::default()
-            .with_inner_size([1400.0, 900.0])
-            .with_title("attnlab"),
-        ..Default::default()
-    };
-    eframe::run_native(
-        "attnlab",
-        options,
-        Box::new(|cc| {
-            let persisted = cc
-                .storage
-                .and_then(|s| eframe::get_value::<Persisted>(s, eframe::APP_KEY))
-                .unwrap_or_default();
-            Ok(Box::new(Shell(AttnlabApp::new(persisted))))
-        }),
-    )
-    .map_err(|e| {
-        anyhow::anyhow!(
-            "cannot open the window ({e}); the command-line tools still work, see attnlab --help"
-        )
-    })
 }

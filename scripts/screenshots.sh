@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Starts the workbench under Xvfb on a shipped preset, trains it until its attention is saved,
+# and writes a screenshot of every view to assets/screenshots/ (then prints frame times).
+# Needs: apt-get install xvfb mesa-vulkan-drivers (software rendering, no GPU needed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+preset="${1:-presets/mqar_softmax.toml}"
+out="${2:-assets/screenshots}"
+cargo build --release
+mkdir -p "$out"
+# A throwaway home, so the screenshots do not depend on (or change) a user's saved state.
+home="$(mktemp -d)"
+HOME="$home" XDG_DATA_HOME="$home" ATTNLAB_PRESET="$preset" ATTNLAB_SCREENSHOTS="$out" \
+    xvfb-run -a -s "-screen 0 1400x900x24" ./target/release/attnlab
+ls -l "$out"
