@@ -143,6 +143,27 @@ fn number(
     });
 }
 
+/// A labelled combo box over `options`, shown by their Debug names.
+fn choice<T: Copy + PartialEq + std::fmt::Debug>(
+    ui: &mut egui::Ui,
+    label: &str,
+    value: &mut T,
+    options: &[T],
+) {
+    ui.horizontal(|ui| {
+        let label_id = ui.label(label).id;
+        egui::ComboBox::from_id_salt(label)
+            .selected_text(format!("{value:?}"))
+            .show_ui(ui, |ui| {
+                for option in options {
+                    ui.selectable_value(value, *option, format!("{option:?}"));
+                }
+            })
+            .response
+            .labelled_by(label_id);
+    });
+}
+
 /// The mechanism picker (formula on hover) and its settings.
 fn mechanism_ui(ui: &mut egui::Ui, spec: &mut MechanismSpec) {
     ui.horizontal(|ui| {
@@ -169,44 +190,24 @@ fn mechanism_ui(ui: &mut egui::Ui, spec: &mut MechanismSpec) {
         MechanismSpec::Based(c) => number(ui, "feature dim", &mut c.feature_dim, 1..=256),
         MechanismSpec::Rebased(c) => {
             number(ui, "feature dim", &mut c.feature_dim, 1..=256);
-            ui.horizontal(|ui| {
-                let label = ui.label("variant");
-                egui::ComboBox::from_id_salt("rebased-variant")
-                    .selected_text(format!("{:?}", c.variant))
-                    .show_ui(ui, |ui| {
-                        for v in [
-                            RebasedVariant::Rebased,
-                            RebasedVariant::X2,
-                            RebasedVariant::Norm,
-                            RebasedVariant::Gamma,
-                            RebasedVariant::GammaBeta,
-                        ] {
-                            ui.selectable_value(&mut c.variant, v, format!("{v:?}"));
-                        }
-                    })
-                    .response
-                    .labelled_by(label.id);
-            });
+            let variants = [
+                RebasedVariant::Rebased,
+                RebasedVariant::X2,
+                RebasedVariant::Norm,
+                RebasedVariant::Gamma,
+                RebasedVariant::GammaBeta,
+            ];
+            choice(ui, "variant", &mut c.variant, &variants);
         }
         MechanismSpec::Linformer(c) => {
             number(ui, "projected length k", &mut c.proj_dim, 1..=4096);
-            ui.horizontal(|ui| {
-                let label = ui.label("sharing");
-                egui::ComboBox::from_id_salt("linformer-sharing")
-                    .selected_text(format!("{:?}", c.sharing))
-                    .show_ui(ui, |ui| {
-                        for s in [
-                            LinformerSharing::None,
-                            LinformerSharing::Headwise,
-                            LinformerSharing::Kv,
-                            LinformerSharing::Layerwise,
-                        ] {
-                            ui.selectable_value(&mut c.sharing, s, format!("{s:?}"));
-                        }
-                    })
-                    .response
-                    .labelled_by(label.id);
-            });
+            let modes = [
+                LinformerSharing::None,
+                LinformerSharing::Headwise,
+                LinformerSharing::Kv,
+                LinformerSharing::Layerwise,
+            ];
+            choice(ui, "sharing", &mut c.sharing, &modes);
         }
         MechanismSpec::Softmax | MechanismSpec::Linear => {}
     }

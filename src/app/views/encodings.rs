@@ -343,22 +343,15 @@ fn trf_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &Export
 
 fn exp_bias_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &Exporter) {
     // log10 of both axes: egui_plot has no log axes, so the values are transformed.
-    let curves: Vec<(String, Vec<(f64, f64)>)> = results
+    let curves: Vec<Named> = results
         .encodings
         .iter()
-        .filter_map(|e| Some((e.label.clone(), e.exp_bias.clone()?)))
+        .filter_map(|e| Some(Named::new(&e.label, e.exp_bias.clone()?)))
         .collect();
     ui.horizontal(|ui| {
         ui.strong("exp(bias) by distance (log10 axes)");
         exporter.buttons(ui, "exp-bias", || {
-            let c = curves
-                .iter()
-                .map(|(n, p)| fig::Curve {
-                    name: n,
-                    points: p.clone(),
-                    dashed: false,
-                })
-                .collect();
+            let c = curves.iter().map(Named::curve).collect();
             fig::exp_bias(results.length.min(CURVE), c, "mean over heads")
         });
     });
@@ -366,22 +359,23 @@ fn exp_bias_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &E
         .height(height)
         .legend(Legend::default())
         .show(ui, |plot| {
-            for (name, points) in &curves {
-                let logs: Vec<(f64, f64)> = points
+            for c in &curves {
+                let logs: Vec<(f64, f64)> = c
+                    .points
                     .iter()
                     .filter(|(_, y)| *y > 0.0)
                     .map(|(x, y)| (x.log10(), y.log10()))
                     .collect();
-                plot.line(line(name, &logs));
+                plot.line(line(&c.name, &logs));
             }
         });
 }
 
 fn decay_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &Exporter) {
-    let curves: Vec<(String, Vec<(f64, f64)>)> = results
+    let curves: Vec<Named> = results
         .encodings
         .iter()
-        .filter_map(|e| Some((e.label.clone(), e.decay.clone()?)))
+        .filter_map(|e| Some(Named::new(&e.label, e.decay.clone()?)))
         .collect();
     if curves.is_empty() {
         ui.label(
@@ -392,14 +386,7 @@ fn decay_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &Expo
     ui.horizontal(|ui| {
         ui.strong("rotary long-range decay (content-free; not a TRF)");
         exporter.buttons(ui, "rotary-decay", || {
-            let c = curves
-                .iter()
-                .map(|(n, p)| fig::Curve {
-                    name: n,
-                    points: p.clone(),
-                    dashed: false,
-                })
-                .collect();
+            let c = curves.iter().map(Named::curve).collect();
             fig::rotary_decay(results.length.min(CURVE), c)
         });
     });
@@ -407,8 +394,8 @@ fn decay_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &Expo
         .height(height)
         .legend(Legend::default())
         .show(ui, |plot| {
-            for (name, points) in &curves {
-                plot.line(line(name, points));
+            for c in &curves {
+                plot.line(line(&c.name, &c.points));
             }
         });
 }
