@@ -34,4 +34,4 @@ pub use receptive_field::{
     ReceptiveField, content_free_mass_all_rows, content_free_row, draw, n_the, n_the_curve, trf,
     window_for,
 };
-pub use run_erf::{ErfProtocol, RunErf, run_erf};
+pub use run_erf::{ErfProtocol, RunErf, mean_mass_by_distance, run_erf};

@@ -60,24 +60,17 @@ pub fn run_erf(run: &RunDir, protocol: ErfProtocol, points: usize) -> Result<Run
             path: run.path().to_path_buf(),
         });
     }
-    let mut mass: Vec<f64> = Vec::new();
+    let mut layers = Vec::with_capacity(entries.len());
     for entry in &entries {
         let weights = run.read_attention(entry)?;
-        let dims = weights.dims4()?;
-        let flat = weights.flatten_all()?.to_vec1::<f32>()?;
-        let layer_mass = mass_by_distance(
-            &flat,
-            [dims.0, dims.1, dims.2, dims.3],
-            protocol.heads,
-            protocol.rows,
-        )?;
-        if mass.is_empty() {
-            mass = vec![0.0; layer_mass.len()];
-        }
-        mass.iter_mut()
-            .zip(&layer_mass)
-            .for_each(|(m, l)| *m += l / entries.len() as f64);
+        let (b, h, tq, tk) = weights.dims4()?;
+        layers.push((weights.flatten_all()?.to_vec1::<f32>()?, [b, h, tq, tk]));
     }
+    let mass = mean_mass_by_distance(
+        layers.iter().map(|(w, shape)| (w.as_slice(), *shape)),
+        protocol.heads,
+        protocol.rows,
+    )?;
     Ok(RunErf {
         protocol,
         length: mass.len(),
@@ -87,4 +80,25 @@ pub fn run_erf(run: &RunDir, protocol: ErfProtocol, points: usize) -> Result<Run
         erf: erf(&mass, points),
         mass,
     })
+}
+
+/// The mass by distance of several layers' attention ((B, H, Tq, Tk) weights each), averaged
+/// over the layers: what the ERF of "all layers" reads, in the CLI and in the window.
+pub fn mean_mass_by_distance<'a>(
+    layers: impl ExactSizeIterator<Item = (&'a [f32], [usize; 4])>,
+    heads: Heads,
+    rows: Rows,
+) -> Result<Vec<f64>> {
+    let count = layers.len() as f64;
+    let mut mass: Vec<f64> = Vec::new();
+    for (weights, shape) in layers {
+        let layer = mass_by_distance(weights, shape, heads, rows)?;
+        if mass.is_empty() {
+            mass = vec![0.0; layer.len()];
+        }
+        mass.iter_mut()
+            .zip(&layer)
+            .for_each(|(m, l)| *m += l / count);
+    }
+    Ok(mass)
 }

@@ -11,7 +11,7 @@ use egui_plot::{Legend, Line, Plot, PlotPoints};
 
 use super::super::export::Exporter;
 use super::super::runs::{RunView, SavedLayer};
-use crate::analysis::{Heads, ReceptiveField, Rows, StudiedEncoding, erf, mass_by_distance};
+use crate::analysis::{Heads, ReceptiveField, Rows, StudiedEncoding, erf, mean_mass_by_distance};
 use crate::encodings::EncodingSpec;
 use crate::figures::encodings as fig;
 use crate::train::RunDir;
@@ -130,16 +130,11 @@ fn run_curves(
     dir: &std::path::Path,
     layers: &[SavedLayer],
 ) -> crate::Result<(ReceptiveField, Option<(String, ReceptiveField)>)> {
-    let mut mass: Vec<f64> = Vec::new();
-    for saved in layers {
-        let layer = mass_by_distance(&saved.weights, saved.shape, Heads::Mean, Rows::All)?;
-        if mass.is_empty() {
-            mass = vec![0.0; layer.len()];
-        }
-        mass.iter_mut()
-            .zip(&layer)
-            .for_each(|(m, l)| *m += l / layers.len() as f64);
-    }
+    let mass = mean_mass_by_distance(
+        layers.iter().map(|l| (l.weights.as_slice(), l.shape)),
+        Heads::Mean,
+        Rows::All,
+    )?;
     let encoding = StudiedEncoding::from_run(&RunDir::open(dir)?, None)?;
     let trf = encoding
         .trf(mass.len(), POINTS, Heads::Mean, Rows::All)?
