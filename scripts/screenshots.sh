@@ -10,7 +10,6 @@ mkdir -p "$out"
 # A throwaway home, so the screenshots do not depend on (or change) a user's saved state.
 home="$(mktemp -d)"
 # Default: the shipped softmax preset with 2000 training rows, so two evaluations come quickly.
-# (Known bug: a run that reaches its target at its first evaluation leaves the demo waiting.)
 preset="${1:-$home/mqar_softmax_quick.toml}"
 if [ -z "${1:-}" ]; then
     sed 's/^train_examples = 20000$/train_examples = 2000/' presets/mqar_softmax.toml > "$preset"

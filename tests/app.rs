@@ -167,3 +167,56 @@ fn exporting_writes_png_svg_and_csv() {
         );
     }
 }
+
+#[test]
+fn a_run_that_ends_at_its_first_evaluation_shows_its_attention_on_one_colour_scale() {
+    let root = tempfile::tempdir().unwrap();
+    let mut app = app(root.path());
+    app.editor.preset.train.max_steps = Some(2);
+    let mut harness = harness(app);
+    harness.get_by_label("Start").click();
+    harness.run();
+    run_until(&mut harness, "the run to end with its attention", |app| {
+        app.runs
+            .selected()
+            .is_some_and(|r| !r.is_running() && r.attention.is_some())
+    });
+    let run = harness.state().runs.selected().unwrap();
+    assert_eq!(run.status, "completed");
+    assert_eq!(run.evals.len(), 1);
+    harness.state_mut().tab = Tab::Attention;
+    harness.run();
+    assert!(harness.query_by_label_contains("weight:").is_none());
+    harness.get_by_label("one scale for all maps").click();
+    harness.run();
+    harness.get_by_label("weight:");
+    // Removing the ended run from the list keeps its folder.
+    let dir = harness
+        .state()
+        .runs
+        .selected()
+        .unwrap()
+        .dir
+        .clone()
+        .unwrap();
+    harness.get_by_label("x").click();
+    harness.run();
+    assert!(harness.state().runs.runs.is_empty());
+    assert!(dir.join("summary.json").is_file());
+}
+
+#[test]
+fn the_mixer_pattern_is_edited_entry_by_entry() {
+    let root = tempfile::tempdir().unwrap();
+    let mut harness = harness(app(root.path()));
+    harness.get_by_label("+ mixer").click();
+    harness.run();
+    assert_eq!(harness.state().editor.preset.model.mixers.len(), 2);
+    harness.get_by_label("mixer 0").click();
+    harness.run();
+    harness.get_by_label("PrevToken").click();
+    harness.run();
+    let mixers = &harness.state().editor.preset.model.mixers;
+    assert_eq!(mixers[0], attnlab::model::MixerKind::PrevToken);
+    assert!(harness.state().editor.is_dirty());
+}

@@ -75,6 +75,12 @@ fn encodings_lists_every_name_with_its_settings() {
     let kerple = &list[4];
     assert_eq!(kerple["learnable"], true);
     assert_eq!(kerple["settings"][0]["key"], "r");
+    assert!(
+        kerple["summary"]
+            .as_str()
+            .unwrap()
+            .contains("Chi et al. 2022")
+    );
 }
 
 /// The verdicts the issue and the paper require, with the paper's JSON layout.

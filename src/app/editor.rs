@@ -8,38 +8,67 @@ use eframe::egui;
 use crate::Preset;
 use crate::attention::{LinformerSharing, MechanismSpec, RebasedVariant};
 use crate::encodings::{DietSharing, EncodingSpec};
+use crate::model::{MixerKind, ModelConfig};
 use crate::tasks::TaskSpec;
+use crate::train::{Schedule, TrainConfig};
 
 /// The preset being edited, where it came from, and what was last saved.
 pub struct Editor {
     pub preset: Preset,
     pub path: Option<PathBuf>,
     saved: String,
+    /// Validation and serialisation of the preset as it was at the last [`Editor::refresh`]:
+    /// both are too slow to redo several times in every frame.
+    checked: Checked,
+}
+
+/// What the editor derived from one version of the preset.
+#[derive(Default)]
+struct Checked {
+    preset: Option<Preset>,
+    problem: Option<String>,
+    toml: Option<String>,
 }
 
 impl Editor {
     pub fn new(preset: Preset, path: Option<PathBuf>) -> Self {
         let saved = preset.to_toml().unwrap_or_default();
-        Self {
+        let mut editor = Self {
             preset,
             path,
             saved,
-        }
+            checked: Checked::default(),
+        };
+        editor.refresh();
+        editor
     }
 
-    /// The validation error of the current preset, if any.
-    pub fn problem(&self) -> Option<String> {
-        self.preset.validate().err().map(|e| e.to_string())
+    /// Re-validates and re-serialises the preset if it changed since the last call (once a frame).
+    pub fn refresh(&mut self) {
+        if self.checked.preset.as_ref() == Some(&self.preset) {
+            return;
+        }
+        self.checked = Checked {
+            preset: Some(self.preset.clone()),
+            problem: self.preset.validate().err().map(|e| e.to_string()),
+            toml: self.preset.to_toml().ok(),
+        };
+    }
+
+    /// The validation error of the preset as of the last refresh, if any.
+    pub fn problem(&self) -> Option<&str> {
+        self.checked.problem.as_deref()
     }
 
     /// Whether the preset differs from the file it was loaded from or saved to.
     pub fn is_dirty(&self) -> bool {
-        self.preset.to_toml().ok().as_deref() != Some(self.saved.as_str())
+        self.checked.toml.as_deref() != Some(self.saved.as_str())
     }
 
     /// Records that the current preset was saved to `path`.
     pub fn mark_saved(&mut self, path: PathBuf) {
-        self.saved = self.preset.to_toml().unwrap_or_default();
+        self.refresh();
+        self.saved = self.checked.toml.clone().unwrap_or_default();
         self.path = Some(path);
     }
 
@@ -47,6 +76,11 @@ impl Editor {
         ui.horizontal(|ui| {
             let label = ui.label("Name");
             ui.text_edit_singleline(&mut self.preset.name)
+                .labelled_by(label.id);
+        });
+        ui.horizontal(|ui| {
+            let label = ui.label("Description");
+            ui.text_edit_singleline(&mut self.preset.description)
                 .labelled_by(label.id);
         });
         egui::CollapsingHeader::new("Attention")
@@ -57,76 +91,193 @@ impl Editor {
             .show(ui, |ui| encoding_ui(ui, &mut self.preset.encoding));
         egui::CollapsingHeader::new("Model")
             .default_open(true)
-            .show(ui, |ui| self.model_ui(ui));
+            .show(ui, |ui| model_ui(ui, &mut self.preset.model));
         egui::CollapsingHeader::new("Task (MQAR)")
             .default_open(false)
-            .show(ui, |ui| self.task_ui(ui));
+            .show(ui, |ui| task_ui(ui, &mut self.preset.task));
         egui::CollapsingHeader::new("Training")
             .default_open(false)
-            .show(ui, |ui| self.train_ui(ui));
+            .show(ui, |ui| train_ui(ui, &mut self.preset.train));
+        egui::CollapsingHeader::new("Saved for the views")
+            .default_open(false)
+            .show(ui, |ui| {
+                number(
+                    ui,
+                    "attention examples",
+                    &mut self.preset.eval.attention_examples,
+                    1..=256,
+                )
+            });
+        self.refresh();
         if let Some(problem) = self.problem() {
             ui.colored_label(ui.visuals().error_fg_color, problem);
         }
     }
+}
 
-    fn model_ui(&mut self, ui: &mut egui::Ui) {
-        let m = &mut self.preset.model;
-        number(ui, "d_model", &mut m.d_model, 4..=2048);
-        number(ui, "layers", &mut m.n_layers, 1..=24);
-        number(ui, "heads", &mut m.n_heads, 1..=64);
-        number(ui, "MLP ratio (0 = none)", &mut m.mlp_ratio, 0..=8);
+fn model_ui(ui: &mut egui::Ui, m: &mut ModelConfig) {
+    number(ui, "d_model", &mut m.d_model, 4..=2048);
+    number(ui, "layers", &mut m.n_layers, 1..=24);
+    number(ui, "heads", &mut m.n_heads, 1..=64);
+    number(ui, "MLP ratio (0 = none)", &mut m.mlp_ratio, 0..=8);
+    mixers_ui(ui, &mut m.mixers);
+    if m.mixers.contains(&MixerKind::ShortConv) {
+        number(ui, "conv kernel", &mut m.conv_kernel, 1..=64);
     }
+    ui.checkbox(&mut m.tie_embeddings, "tie embeddings with the output head");
+}
 
-    fn task_ui(&mut self, ui: &mut egui::Ui) {
-        let TaskSpec::Mqar(t) = &mut self.preset.task;
-        number(ui, "vocabulary", &mut t.vocab_size, 8..=65_536);
-        number(ui, "sequence length", &mut t.seq_len, 4..=8192);
-        number(ui, "key-value pairs", &mut t.num_kv_pairs, 1..=1024);
-        number(
-            ui,
-            "training examples",
-            &mut t.train_examples,
-            1..=1_000_000,
-        );
-        number(ui, "test examples", &mut t.test_examples, 1..=100_000);
-    }
-
-    fn train_ui(&mut self, ui: &mut egui::Ui) {
-        let t = &mut self.preset.train;
-        number(ui, "batch size", &mut t.batch_size, 1..=4096);
+/// The cyclic mixer pattern: one picker per entry, with add and remove.
+fn mixers_ui(ui: &mut egui::Ui, mixers: &mut Vec<MixerKind>) {
+    const KINDS: [MixerKind; 3] = [
+        MixerKind::Attention,
+        MixerKind::ShortConv,
+        MixerKind::PrevToken,
+    ];
+    ui.label("mixers (repeated over the layers)")
+        .on_hover_text("attention, zoology's short convolution, or a fixed shift by one token");
+    let mut remove = None;
+    for (i, mixer) in mixers.iter_mut().enumerate() {
         ui.horizontal(|ui| {
-            let label = ui.label("learning rate");
-            ui.add(
-                egui::DragValue::new(&mut t.lr)
-                    .range(1e-6..=1.0)
-                    .speed(1e-4)
-                    .max_decimals(6),
-            )
-            .labelled_by(label.id);
-        });
-        number(ui, "epochs", &mut t.epochs, 1..=10_000);
-        number(ui, "warm-up steps", &mut t.warmup_steps, 0..=100_000);
-        ui.horizontal(|ui| {
-            let label = ui.label("seed");
-            ui.add(egui::DragValue::new(&mut t.seed))
-                .labelled_by(label.id);
-        });
-        ui.horizontal(|ui| {
-            let label = ui.label("device");
-            egui::ComboBox::from_id_salt("device")
-                .selected_text(t.device.clone())
-                .show_ui(ui, |ui| {
-                    for name in crate::device::available() {
-                        ui.selectable_value(&mut t.device, name.to_string(), name);
-                    }
-                })
-                .response
-                .labelled_by(label.id)
-                .on_hover_text(
-                    "devices this build supports (rebuild with --features cuda or metal for GPUs)",
-                );
+            choice(ui, &format!("mixer {i}"), mixer, &KINDS);
+            if ui
+                .small_button("-")
+                .on_hover_text("remove this mixer")
+                .clicked()
+            {
+                remove = Some(i);
+            }
         });
     }
+    if let Some(i) = remove {
+        mixers.remove(i);
+    }
+    if ui.small_button("+ mixer").clicked() {
+        mixers.push(MixerKind::Attention);
+    }
+}
+
+fn task_ui(ui: &mut egui::Ui, task: &mut TaskSpec) {
+    let TaskSpec::Mqar(t) = task;
+    number(ui, "vocabulary", &mut t.vocab_size, 8..=65_536);
+    number(ui, "sequence length", &mut t.seq_len, 4..=8192);
+    number(ui, "key-value pairs", &mut t.num_kv_pairs, 1..=1024);
+    real(ui, "query gap power a", &mut t.power_a, 0.0..=1.0, 0.001)
+        .on_hover_text("query gaps g are drawn with p(g) ~ a (g+1)^(a-1): small a spreads queries far from their keys");
+    ui.checkbox(&mut t.random_non_queries, "random tokens between queries");
+    number(ui, "passes over the pairs", &mut t.num_passes, 1..=16);
+    number(
+        ui,
+        "training examples",
+        &mut t.train_examples,
+        1..=1_000_000,
+    );
+    number(ui, "test examples", &mut t.test_examples, 1..=100_000);
+    seed(ui, "data seed", &mut t.seed);
+    optional(ui, "own test seed (else seed + 10)", &mut t.test_seed, 1);
+}
+
+fn train_ui(ui: &mut egui::Ui, t: &mut TrainConfig) {
+    number(ui, "batch size", &mut t.batch_size, 1..=4096);
+    real(ui, "learning rate", &mut t.lr, 1e-6..=1.0, 1e-4);
+    choice(
+        ui,
+        "schedule",
+        &mut t.schedule,
+        &[Schedule::Cosine, Schedule::Constant],
+    );
+    if t.schedule == Schedule::Cosine {
+        real(ui, "final learning rate", &mut t.min_lr, 0.0..=1.0, 1e-5);
+    }
+    number(ui, "warm-up steps", &mut t.warmup_steps, 0..=100_000);
+    real(ui, "weight decay", &mut t.weight_decay, 0.0..=10.0, 1e-3);
+    real(ui, "beta1", &mut t.beta1, 0.0..=0.9999, 1e-3);
+    real(ui, "beta2", &mut t.beta2, 0.0..=0.9999, 1e-4);
+    real(ui, "eps", &mut t.eps, 1e-12..=0.1, 1e-9);
+    real(
+        ui,
+        "gradient clip (0 = off)",
+        &mut t.grad_clip,
+        0.0..=100.0,
+        0.01,
+    );
+    number(ui, "epochs", &mut t.epochs, 1..=10_000);
+    optional(ui, "stop after max steps", &mut t.max_steps, 1000);
+    number(
+        ui,
+        "evaluate every (0 = epoch)",
+        &mut t.eval_every,
+        0..=1_000_000,
+    );
+    real(
+        ui,
+        "target accuracy (0 = none)",
+        &mut t.target_accuracy,
+        0.0..=1.0,
+        1e-3,
+    );
+    seed(ui, "seed", &mut t.seed);
+    ui.horizontal(|ui| {
+        let label = ui.label("device");
+        egui::ComboBox::from_id_salt("device")
+            .selected_text(t.device.clone())
+            .show_ui(ui, |ui| {
+                for name in crate::device::available() {
+                    ui.selectable_value(&mut t.device, name.to_string(), name);
+                }
+            })
+            .response
+            .labelled_by(label.id)
+            .on_hover_text(
+                "devices this build supports (rebuild with --features cuda or metal for GPUs)",
+            );
+    });
+}
+
+/// A labelled real-number field limited to `range`, dragged in steps of `speed`.
+fn real(
+    ui: &mut egui::Ui,
+    label: &str,
+    value: &mut f64,
+    range: std::ops::RangeInclusive<f64>,
+    speed: f64,
+) -> egui::Response {
+    ui.horizontal(|ui| {
+        let label = ui.label(label);
+        ui.add(
+            egui::DragValue::new(value)
+                .range(range)
+                .speed(speed)
+                .max_decimals(8),
+        )
+        .labelled_by(label.id)
+    })
+    .inner
+}
+
+/// A setting that may be absent: a checkbox, and the number when ticked.
+fn optional<T: egui::emath::Numeric>(
+    ui: &mut egui::Ui,
+    label: &str,
+    value: &mut Option<T>,
+    default: T,
+) {
+    ui.horizontal(|ui| {
+        let mut present = value.is_some();
+        if ui.checkbox(&mut present, label).changed() {
+            *value = present.then_some(default);
+        }
+        if let Some(number) = value {
+            ui.add(egui::DragValue::new(number));
+        }
+    });
+}
+
+fn seed(ui: &mut egui::Ui, label: &str, value: &mut u64) {
+    ui.horizontal(|ui| {
+        let label = ui.label(label);
+        ui.add(egui::DragValue::new(value)).labelled_by(label.id);
+    });
 }
 
 /// A labelled whole-number field limited to `range`.
@@ -175,7 +326,7 @@ fn mechanism_ui(ui: &mut egui::Ui, spec: &mut MechanismSpec) {
                     let selected = choice.name() == spec.name();
                     let response = ui
                         .selectable_label(selected, choice.name())
-                        .on_hover_text(choice.formula());
+                        .on_hover_text(format!("{}\n{}", choice.formula(), choice.summary()));
                     if response.clicked() && !selected {
                         *spec = choice;
                     }
@@ -185,7 +336,7 @@ fn mechanism_ui(ui: &mut egui::Ui, spec: &mut MechanismSpec) {
             .labelled_by(label.id);
     })
     .response
-    .on_hover_text(spec.formula());
+    .on_hover_text(format!("{}\n{}", spec.formula(), spec.summary()));
     match spec {
         MechanismSpec::Based(c) => number(ui, "feature dim", &mut c.feature_dim, 1..=256),
         MechanismSpec::Rebased(c) => {
@@ -227,9 +378,13 @@ pub fn encoding_ui(ui: &mut egui::Ui, spec: &mut EncodingSpec) {
                     } else {
                         ""
                     };
-                    let response = ui
-                        .selectable_label(selected, choice.name())
-                        .on_hover_text(format!("{}{learned}", choice.formula()));
+                    let response =
+                        ui.selectable_label(selected, choice.name())
+                            .on_hover_text(format!(
+                                "{}{learned}\n{}",
+                                choice.formula(),
+                                choice.summary()
+                            ));
                     if response.clicked() && !selected {
                         *spec = choice;
                     }
@@ -238,7 +393,8 @@ pub fn encoding_ui(ui: &mut egui::Ui, spec: &mut EncodingSpec) {
             .response
             .labelled_by(label.id);
     });
-    ui.label(egui::RichText::new(spec.formula()).small().weak());
+    ui.label(egui::RichText::new(spec.formula()).small().weak())
+        .on_hover_text(spec.summary());
     for hyper in spec.hyperparameters() {
         ui.horizontal(|ui| {
             ui.label(hyper.key).on_hover_text(hyper.help);

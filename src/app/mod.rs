@@ -120,8 +120,9 @@ impl AttnlabApp {
 
     /// Starts the editor's preset, unless it is invalid.
     pub fn start(&mut self, ctx: &egui::Context) {
+        self.editor.refresh();
         if let Some(problem) = self.editor.problem() {
-            self.status = problem;
+            self.status = problem.to_string();
             return;
         }
         let ctx = ctx.clone();
@@ -150,6 +151,7 @@ impl AttnlabApp {
     }
 
     fn replace_preset(&mut self, preset: Preset, path: Option<PathBuf>) {
+        self.editor.refresh();
         if self.editor.is_dirty() {
             self.confirm_replace = Some((preset, path));
             return;
@@ -230,6 +232,7 @@ impl AttnlabApp {
             let ctx = ctx.clone();
             move || ctx.request_repaint()
         };
+        self.editor.refresh();
         self.runs.drain(repaint.clone());
         if let Some(receiver) = &self.dialog
             && let Ok(picked) = receiver.try_recv()
@@ -358,7 +361,7 @@ impl AttnlabApp {
                 self.ask_open_run(&ctx);
             }
             ui.separator();
-            let problem = self.editor.problem();
+            let problem = self.editor.problem().map(str::to_string);
             let start = ui
                 .add_enabled(problem.is_none(), egui::Button::new("Start"))
                 .on_hover_text("train the preset (Ctrl+Enter)")
@@ -393,19 +396,32 @@ impl AttnlabApp {
             ui.label("none yet: press Start, or open a run folder");
         }
         let mut clicked = None;
+        let mut removed = None;
         for (i, run) in self.runs.runs.iter().enumerate() {
-            let text = format!("{} ({})", run.name, run.status);
-            let response = ui.selectable_label(self.runs.selected == Some(i), text);
-            let response = match &run.error {
-                Some(error) => response.on_hover_text(error),
-                None => response,
-            };
-            if response.clicked() {
-                clicked = Some(i);
-            }
+            ui.horizontal(|ui| {
+                let remove = ui
+                    .add_enabled(!run.is_running(), egui::Button::new("x").small())
+                    .on_hover_text("remove from the list (the run folder stays)");
+                if remove.clicked() {
+                    removed = Some(i);
+                }
+                let text = format!("{} ({})", run.name, run.status);
+                let response = ui.selectable_label(self.runs.selected == Some(i), text);
+                let hover = match (&run.error, &run.dir) {
+                    (Some(error), _) => error.clone(),
+                    (None, Some(dir)) => dir.display().to_string(),
+                    (None, None) => "starting".into(),
+                };
+                if response.on_hover_text(hover).clicked() {
+                    clicked = Some(i);
+                }
+            });
         }
         if let Some(i) = clicked {
             self.runs.selected = Some(i);
+        }
+        if let Some(i) = removed {
+            self.runs.remove(i);
         }
         if let Some(error) = self.runs.selected().and_then(|r| r.error.clone()) {
             ui.colored_label(ui.visuals().error_fg_color, error);

@@ -7,7 +7,9 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 
 use crate::Preset;
 use crate::train::run_dir::AttentionIndex;
-use crate::train::{EvalRecord, MetricRecord, RunDir, StepRecord, TrainEvent, TrainHandle};
+use crate::train::{
+    EvalRecord, MetricRecord, Priority, RunDir, StepRecord, TrainEvent, TrainHandle,
+};
 
 /// The saved attention of one evaluation, as plain numbers for the views.
 pub struct LoadedAttention {
@@ -133,7 +135,7 @@ pub struct RunStore {
 impl RunStore {
     /// Starts training `preset` into `root`; `repaint` wakes the UI on every event.
     pub fn start(&mut self, preset: Preset, root: PathBuf, repaint: impl Fn() + Send + 'static) {
-        let handle = crate::train::spawn(preset.clone(), root, repaint);
+        let handle = crate::train::spawn_with(preset.clone(), root, repaint, Priority::Background);
         self.runs.push(RunView {
             name: preset.name.clone(),
             total_steps: 0,
@@ -188,6 +190,19 @@ impl RunStore {
         if self.selected.is_none() {
             self.selected = Some(self.runs.len() - 1);
         }
+    }
+
+    /// Drops run `index` from the list (not its folder); a live run is never removed.
+    pub fn remove(&mut self, index: usize) {
+        if self.runs.get(index).is_none_or(RunView::is_running) {
+            return;
+        }
+        self.runs.remove(index);
+        self.selected = match self.selected {
+            Some(s) if s == index => self.runs.len().checked_sub(1),
+            Some(s) if s > index => Some(s - 1),
+            other => other,
+        };
     }
 
     pub fn selected(&self) -> Option<&RunView> {

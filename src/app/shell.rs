@@ -26,14 +26,31 @@ struct Demo {
     /// Frames since the pending screenshot was asked for (`None`: none pending); one that
     /// never arrives is asked for again.
     in_flight: Option<u32>,
+    /// Frames drawn after the last screenshot.
+    idle_frames: u32,
+}
+
+/// Seconds spent in `ui` per frame, and from one frame's start to the next (all of a frame's
+/// work: layout, tessellation, rendering and presenting, when repaints come back to back).
+#[derive(Default)]
+struct FrameTimes {
+    work: Vec<f64>,
+    interval: Vec<f64>,
+}
+
+impl FrameTimes {
+    fn report(&self, when: &str) {
+        eprintln!("frame work {when}: {}", percentiles(&self.work));
+        eprintln!("frame interval {when}: {}", percentiles(&self.interval));
+    }
 }
 
 struct Shell {
     app: AttnlabApp,
     demo: Option<Demo>,
-    /// Seconds spent in `ui` per frame, and between frames, while a run was training.
-    frame_work: Vec<f64>,
-    frame_interval: Vec<f64>,
+    /// Frame times while a run trains, and while none does (the renderer's own cost).
+    training: FrameTimes,
+    idle: FrameTimes,
     last_frame: Option<Instant>,
     report: bool,
 }
@@ -97,11 +114,7 @@ impl Shell {
             demo.in_flight = None;
             demo.queue.insert(0, self.app.tab);
         }
-        let ready = self
-            .app
-            .runs
-            .selected()
-            .is_some_and(|r| r.attention.is_some() && r.evals.len() >= 2);
+        let ready = self.app.runs.selected().is_some_and(demo_ready);
         if !ready {
             return;
         }
@@ -111,7 +124,11 @@ impl Shell {
         }
         let Some(tab) = demo.queue.first().copied() else {
             self.app.stop();
-            ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+            // Some frames with nothing training, to measure the renderer alone.
+            demo.idle_frames += 1;
+            if demo.idle_frames > 200 {
+                ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+            }
             return;
         };
         if self.app.tab != tab {
@@ -137,6 +154,12 @@ impl Shell {
     }
 }
 
+/// Whether a run has something worth a screenshot: its attention, and either a second
+/// evaluation (so the curves show a trend) or its end (a run may reach its target at the first).
+fn demo_ready(run: &super::RunView) -> bool {
+    run.attention.is_some() && (run.evals.len() >= 2 || !run.is_running())
+}
+
 impl eframe::App for Shell {
     fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
         let ctx = ui.ctx().clone();
@@ -144,11 +167,14 @@ impl eframe::App for Shell {
         let start = Instant::now();
         self.app.show(ui);
         let training = self.app.runs.runs.iter().any(super::RunView::is_running);
-        if training {
-            self.frame_work.push(start.elapsed().as_secs_f64());
-            if let Some(last) = self.last_frame {
-                self.frame_interval.push(last.elapsed().as_secs_f64());
-            }
+        let times = if training {
+            &mut self.training
+        } else {
+            &mut self.idle
+        };
+        times.work.push(start.elapsed().as_secs_f64());
+        if let Some(last) = self.last_frame {
+            times.interval.push(last.elapsed().as_secs_f64());
         }
         self.last_frame = Some(Instant::now());
     }
@@ -159,20 +185,22 @@ impl eframe::App for Shell {
 
     fn on_exit(&mut self) {
         if self.report {
-            eprintln!(
-                "frame work while training: {}",
-                percentiles(&self.frame_work)
-            );
-            eprintln!(
-                "frame interval while training: {}",
-                percentiles(&self.frame_interval)
-            );
+            self.training.report("while training");
+            self.idle.report("while idle");
         }
     }
 }
 
 /// Opens the workbench window; returns when it is closed.
 pub fn run_native() -> anyhow::Result<()> {
+    // Training's parallel kernels run on rayon's global pool: start it at background priority
+    // (see `Priority::Background`) before anything uses it, so drawing never waits for them.
+    let pool = rayon::ThreadPoolBuilder::new()
+        .start_handler(|_| crate::train::lower_thread_priority())
+        .build_global();
+    if let Err(e) = pool {
+        eprintln!("note: training threads keep normal priority ({e})");
+    }
     let options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default()
             .with_inner_size([1400.0, 900.0])
@@ -205,13 +233,14 @@ pub fn run_native() -> anyhow::Result<()> {
                     saved,
                     done,
                     in_flight: None,
+                    idle_frames: 0,
                 }
             });
             Ok(Box::new(Shell {
                 app,
                 demo,
-                frame_work: Vec::new(),
-                frame_interval: Vec::new(),
+                training: FrameTimes::default(),
+                idle: FrameTimes::default(),
                 last_frame: None,
                 report,
             }))

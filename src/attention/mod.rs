@@ -112,6 +112,17 @@ impl MechanismSpec {
         }
     }
 
+    /// Where the mechanism comes from and what it trades, for tooltips and help.
+    pub fn summary(&self) -> &'static str {
+        match self {
+            Self::Softmax => "Vaswani et al. 2017: exact attention, O(n^2) time and memory.",
+            Self::Linear => "Katharopoulos et al. 2020: a kernel feature map, O(n) recurrent form.",
+            Self::Based(_) => "Arora et al. 2024: Taylor kernel; better recall than linear.",
+            Self::Rebased(_) => "Aksenov et al. 2024: learnable kernel; better recall than Based.",
+            Self::Linformer(_) => "Wang et al. 2020: keys and values projected to k rows, O(nk).",
+        }
+    }
+
     /// Per-head width of queries and keys; Based/ReBased use their feature dimension.
     pub fn qk_dim(&self, head_dim: usize) -> usize {
         match self {

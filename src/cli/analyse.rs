@@ -165,9 +165,11 @@ pub fn list(format: TableFormat) -> anyhow::Result<()> {
                 settings.join("; ")
             ),
             _ => outln!(
-                "{:<13} {family:<8} {learnable:<8} {}\n{:<31}{}",
+                "{:<13} {family:<8} {learnable:<8} {}\n{:<31}{}\n{:<31}{}",
                 spec.name(),
                 spec.formula(),
+                "",
+                spec.summary(),
                 "",
                 if settings.is_empty() {
                     "(no settings)".into()
@@ -199,7 +201,8 @@ fn describe(spec: &EncodingSpec) -> Value {
         })
         .collect();
     json!({"name": spec.name(), "family": family_name(spec.family()),
-           "learnable": spec.is_learnable(), "formula": spec.formula(), "settings": settings})
+           "learnable": spec.is_learnable(), "formula": spec.formula(),
+           "summary": spec.summary(), "settings": settings})
 }
 
 /// `attnlab bias` options.

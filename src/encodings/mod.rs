@@ -262,6 +262,36 @@ impl EncodingSpec {
         }
     }
 
+    /// Where the encoding comes from and why one would pick it, for tooltips and help.
+    pub fn summary(&self) -> &'static str {
+        match self {
+            Self::None => "NoPE: causal masking alone carries order (a baseline).",
+            Self::Learned => "GPT-style learned table; cannot go past its trained length.",
+            Self::Sinusoidal => "Vaswani et al. 2017: fixed sinusoids added to the input.",
+            Self::Alibi(_) => "Press et al. 2022: linear distance penalty, extrapolates well.",
+            Self::KerpleLog(_) => {
+                "Chi et al. 2022: learned logarithmic kernel; converges iff r > 1."
+            }
+            Self::KerplePower(_) => "Chi et al. 2022: learned power kernel; always converges.",
+            Self::Sandwich(_) => "Chi et al. 2023: the inner product of sinusoids as a bias.",
+            Self::Type1(_) => "Qin et al. 2023: a converging series, 1/n^2 (extrapolates).",
+            Self::Type2(_) => "Qin et al. 2023: a faster converging series, exp(-ln^2 n).",
+            Self::InvN(_) => "Qin et al. 2023: a diverging control, 1/n (fails past ~4L).",
+            Self::InvNLogN(_) => "Qin et al. 2023: a slowly diverging control, 1/(n ln n).",
+            Self::Window(_) => "Sliding-window attention: only the last w tokens are seen.",
+            Self::T5(_) => "Raffel et al. 2020: learned bias per log-spaced distance bucket.",
+            Self::DietRel(_) => "Chen et al. 2021 (DIET): learned bias per clipped distance.",
+            Self::DietAbs(_) => {
+                "Chen et al. 2021 (DIET): decoupled absolute positions in the scores."
+            }
+            Self::Rope(_) => "Su et al. 2021: rotate q and k by position; relative by design.",
+            Self::Pi(_) => "Chen et al. 2023: interpolate positions by k to reach k times longer.",
+            Self::Ntk(_) => "bloc97 2023: stretch RoPE's base instead of the positions.",
+            Self::Rerope(_) => "Su 2023: clip relative positions at w at inference time.",
+            Self::LeakyRerope(_) => "Su 2023: compress relative positions beyond w by 1/k.",
+        }
+    }
+
     pub fn family(&self) -> Family {
         match self {
             Self::None => Family::None,

@@ -17,7 +17,7 @@ pub use events::{EvalRecord, MetricRecord, RunStatus, StepRecord, Summary, Train
 pub use optim::{AdamW, Schedule};
 pub use run_dir::RunDir;
 pub use trainer::Trainer;
-pub use worker::{TrainHandle, spawn};
+pub use worker::{Priority, TrainHandle, lower_thread_priority, spawn, spawn_with};
 
 use crate::tasks::TaskSpec;
 use crate::{Error, Result};

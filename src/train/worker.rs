@@ -44,14 +44,37 @@ impl Drop for TrainHandle {
     }
 }
 
-/// Starts training `preset` into `runs_root` on a new thread.
+/// How the training thread competes with the rest of the machine for CPU time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Priority {
+    /// The scheduler's default (the CLI: training is the only work).
+    Normal,
+    /// Lower priority, so an interactive window on the same cores keeps drawing while
+    /// training uses every core. On an otherwise idle machine this costs no speed.
+    Background,
+}
+
+/// Starts training `preset` into `runs_root` on a new thread, at normal priority.
 pub fn spawn(preset: Preset, runs_root: PathBuf, waker: impl Fn() + Send + 'static) -> TrainHandle {
+    spawn_with(preset, runs_root, waker, Priority::Normal)
+}
+
+/// Starts training `preset` into `runs_root` on a new thread at `priority`.
+pub fn spawn_with(
+    preset: Preset,
+    runs_root: PathBuf,
+    waker: impl Fn() + Send + 'static,
+    priority: Priority,
+) -> TrainHandle {
     let (sender, events) = mpsc::channel();
     let stop = Arc::new(AtomicBool::new(false));
     let stop_flag = stop.clone();
     let thread = std::thread::Builder::new()
         .name(format!("train {}", preset.name))
         .spawn(move || {
+            if priority == Priority::Background {
+                lower_thread_priority();
+            }
             run::run(&preset, &runs_root, &stop_flag, &mut |event| {
                 // A dropped receiver only means nobody listens any more; the run still saves.
                 let _ = sender.send(event);
@@ -63,5 +86,37 @@ pub fn spawn(preset: Preset, runs_root: PathBuf, waker: impl Fn() + Send + 'stat
         events,
         stop,
         thread,
+    }
+}
+
+/// Lowers the calling thread's scheduling priority (nice 10). Linux keeps the nice value per
+/// thread, so the rest of the process is untouched; elsewhere this does nothing.
+#[allow(unsafe_code)]
+pub fn lower_thread_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: setpriority only reads its arguments; `who = 0` names the calling thread on Linux.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, 0, 10);
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[allow(unsafe_code)]
+    fn lowering_priority_affects_only_the_calling_thread() {
+        // SAFETY: getpriority only reads its arguments.
+        let nice = || unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+        let before = nice();
+        let lowered = std::thread::spawn(move || {
+            lower_thread_priority();
+            nice()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(lowered, 10.max(before));
+        assert_eq!(nice(), before);
     }
 }

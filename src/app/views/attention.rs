@@ -8,7 +8,8 @@ use eframe::egui;
 
 use super::super::export::Exporter;
 use super::super::runs::{LoadedAttention, RunView};
-use crate::figures::{Figure, HeatmapPlot, Plot, viridis};
+use super::colour::ColourScale;
+use crate::figures::{Figure, HeatmapPlot, Plot};
 
 /// What the textures were made from; a change re-uploads them.
 #[derive(Clone, PartialEq)]
@@ -17,44 +18,19 @@ struct Key {
     version: u64,
     example: usize,
     log: bool,
+    shared: bool,
 }
 
 #[derive(Default)]
 pub struct AttentionView {
     example: usize,
     log: bool,
+    /// One colour scale for every map (compare heads), instead of each map's own range (see
+    /// each head's structure).
+    shared: bool,
     zoom: Option<(usize, usize)>,
     key: Option<Key>,
-    textures: HashMap<(usize, usize), egui::TextureHandle>,
-}
-
-/// Colours a matrix with viridis over its own range (log10 when asked).
-pub(super) fn colour_image(
-    values: &[f32],
-    rows: usize,
-    cols: usize,
-    log: bool,
-) -> egui::ColorImage {
-    let map = |v: f32| {
-        if log {
-            f64::from(v.max(1e-9)).log10()
-        } else {
-            f64::from(v)
-        }
-    };
-    let (lo, hi) = values
-        .iter()
-        .map(|&v| map(v))
-        .fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
-    let span = (hi - lo).max(1e-12);
-    let pixels = values
-        .iter()
-        .map(|&v| {
-            let [r, g, b] = viridis((map(v) - lo) / span);
-            egui::Color32::from_rgb(r, g, b)
-        })
-        .collect();
-    egui::ColorImage::new([cols, rows], pixels)
+    textures: HashMap<(usize, usize), (egui::TextureHandle, ColourScale)>,
 }
 
 impl AttentionView {
@@ -74,6 +50,10 @@ impl AttentionView {
                     .text("example"),
             );
             ui.checkbox(&mut self.log, "log colour");
+            ui.checkbox(&mut self.shared, "one scale for all maps")
+                .on_hover_text(
+                    "off: each map spans its own range (zoom into a map for its colour bar)",
+                );
             if self.zoom.is_some() && ui.button("all heads").clicked() {
                 self.zoom = None;
             }
@@ -96,24 +76,54 @@ impl AttentionView {
             version: run.attention_version,
             example: self.example,
             log: self.log,
+            shared: self.shared,
         };
         if self.key.as_ref() == Some(&key) {
             return;
         }
         self.textures.clear();
-        for (index, layer) in attention.layers.iter().enumerate() {
-            let [_, heads, tq, tk] = layer.shape;
-            for head in 0..heads {
-                let image = colour_image(layer.head(self.example, head), tq, tk, self.log);
-                let name = format!("attention-{index}-{head}");
-                let texture = ctx.load_texture(name, image, egui::TextureOptions::NEAREST);
-                self.textures.insert((index, head), texture);
-            }
+        let (example, log) = (self.example, self.log);
+        let maps: Vec<((usize, usize), &[f32], ColourScale)> = attention
+            .layers
+            .iter()
+            .enumerate()
+            .flat_map(|(index, layer)| {
+                (0..layer.shape[1]).map(move |head| {
+                    let values = layer.head(example, head);
+                    ((index, head), values, ColourScale::of(values, log))
+                })
+            })
+            .collect();
+        let shared = maps
+            .iter()
+            .map(|(_, _, scale)| *scale)
+            .reduce(ColourScale::union);
+        for ((index, head), values, own) in maps {
+            let scale = if self.shared {
+                shared.unwrap_or(own)
+            } else {
+                own
+            };
+            let [_, _, tq, tk] = attention.layers[index].shape;
+            let name = format!("attention-{index}-{head}");
+            let image = scale.image(values, tq, tk);
+            let texture = ctx.load_texture(name, image, egui::TextureOptions::NEAREST);
+            self.textures.insert((index, head), (texture, scale));
         }
         self.key = Some(key);
     }
 
     fn grid_ui(&mut self, ui: &mut egui::Ui, attention: &LoadedAttention, heads: usize) {
+        match self.textures.values().next() {
+            Some((_, scale)) if self.shared => scale.legend(ui, "weight"),
+            _ => {
+                ui.label(
+                    egui::RichText::new("each map spans its own range; click one to zoom")
+                        .small()
+                        .weak(),
+                );
+            }
+        }
         let side = ((ui.available_width() - 40.0) / heads as f32).clamp(64.0, 320.0);
         egui::ScrollArea::vertical().show(ui, |ui| {
             for (index, layer) in attention.layers.iter().enumerate() {
@@ -173,9 +183,12 @@ impl AttentionView {
                 },
             );
         });
+        if let Some((_, scale)) = self.textures.get(&(index, head)) {
+            scale.legend(ui, "weight");
+        }
         let side = ui
             .available_width()
-            .min(ui.available_height() - 10.0)
+            .min(ui.available_height() - 30.0)
             .max(128.0);
         self.head_image(ui, attention, index, head, side);
     }
@@ -189,7 +202,7 @@ impl AttentionView {
         head: usize,
         side: f32,
     ) -> egui::Response {
-        let Some(texture) = self.textures.get(&(index, head)) else {
+        let Some((texture, _)) = self.textures.get(&(index, head)) else {
             return ui.label("…");
         };
         let layer = &attention.layers[index];

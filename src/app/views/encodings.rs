@@ -11,6 +11,7 @@ use egui_plot::{Legend, Line, Plot, PlotPoints};
 
 use super::super::export::Exporter;
 use super::super::runs::{RunView, SavedLayer};
+use super::colour::ColourScale;
 use crate::analysis::{Heads, ReceptiveField, Rows, StudiedEncoding, erf, mean_mass_by_distance};
 use crate::encodings::EncodingSpec;
 use crate::figures::encodings as fig;
@@ -62,7 +63,7 @@ pub struct EncodingsView {
     pub results: Option<Results>,
     pub error: Option<String>,
     /// The heatmap of `results`, uploaded once per result.
-    heatmap_texture: Option<egui::TextureHandle>,
+    heatmap_texture: Option<(egui::TextureHandle, ColourScale)>,
 }
 
 impl Default for EncodingsView {
@@ -398,7 +399,7 @@ fn decay_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &Expo
 fn heatmap_ui(
     ui: &mut egui::Ui,
     results: &Results,
-    texture: &mut Option<egui::TextureHandle>,
+    texture: &mut Option<(egui::TextureHandle, ColourScale)>,
     height: f32,
     exporter: &Exporter,
 ) {
@@ -412,15 +413,16 @@ fn heatmap_ui(
             fig::exp_bias_heatmap(label, *n, values.clone(), "mean over heads")
         });
     });
-    let texture = texture.get_or_insert_with(|| {
-        let floats: Vec<f32> = values
-            .iter()
-            .map(|&v| if v.is_nan() { 0.0 } else { v as f32 })
-            .collect();
-        let image = super::attention::colour_image(&floats, *n, *n, true);
-        ui.ctx()
-            .load_texture("exp-bias-heatmap", image, egui::TextureOptions::NEAREST)
+    let (texture, scale) = texture.get_or_insert_with(|| {
+        let floats: Vec<f32> = values.iter().map(|&v| v as f32).collect();
+        let scale = ColourScale::of(&floats, true);
+        let image = scale.image(&floats, *n, *n);
+        let texture =
+            ui.ctx()
+                .load_texture("exp-bias-heatmap", image, egui::TextureOptions::NEAREST);
+        (texture, scale)
     });
+    scale.legend(ui, "exp(bias)");
     let side = height.min(ui.available_width());
     ui.add(egui::Image::new((texture.id(), egui::vec2(side, side))));
 }

@@ -2,6 +2,7 @@
 //! editor, never owns training state, and exports its figures through the shared exporter.
 
 pub mod attention;
+mod colour;
 pub mod encodings;
 pub mod training;
 

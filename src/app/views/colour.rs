@@ -1,0 +1,163 @@
+//! Colouring matrices for textures, and the colour bar that says what the colours mean.
+
+use eframe::egui;
+
+use crate::figures::viridis;
+
+/// The range of values that viridis spans, on a linear or log10 axis.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ColourScale {
+    /// Ends of the range, in axis units (log10 of the value when `log`).
+    lo: f64,
+    hi: f64,
+    log: bool,
+}
+
+/// Values below this are drawn as this on a log axis (attention weights can be exactly 0).
+const LOG_FLOOR: f64 = 1e-9;
+
+impl ColourScale {
+    /// The range of `values` (NaNs ignored); an empty or constant matrix gets a unit span.
+    pub fn of(values: &[f32], log: bool) -> Self {
+        let axis = |v: f64| if log { v.max(LOG_FLOOR).log10() } else { v };
+        let (lo, hi) = values
+            .iter()
+            .filter(|v| !v.is_nan())
+            .map(|&v| axis(f64::from(v)))
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+                (lo.min(v), hi.max(v))
+            });
+        if lo.is_finite() && hi > lo {
+            Self { lo, hi, log }
+        } else {
+            let lo = if lo.is_finite() { lo } else { 0.0 };
+            Self {
+                lo,
+                hi: lo + 1.0,
+                log,
+            }
+        }
+    }
+
+    /// The smallest scale that covers both.
+    pub fn union(self, other: Self) -> Self {
+        Self {
+            lo: self.lo.min(other.lo),
+            hi: self.hi.max(other.hi),
+            log: self.log,
+        }
+    }
+
+    /// Position of `value` on the scale, clamped to [0, 1].
+    fn fraction(&self, value: f32) -> f64 {
+        let v = f64::from(value);
+        let v = if self.log {
+            v.max(LOG_FLOOR).log10()
+        } else {
+            v
+        };
+        ((v - self.lo) / (self.hi - self.lo)).clamp(0.0, 1.0)
+    }
+
+    /// The value at `fraction` of the scale.
+    fn value_at(&self, fraction: f64) -> f64 {
+        let v = self.lo + fraction * (self.hi - self.lo);
+        if self.log { 10f64.powf(v) } else { v }
+    }
+
+    /// A row-major `rows × cols` matrix as an image; NaN cells are black.
+    pub fn image(&self, values: &[f32], rows: usize, cols: usize) -> egui::ColorImage {
+        let pixels = values
+            .iter()
+            .map(|&v| {
+                if v.is_nan() {
+                    return egui::Color32::BLACK;
+                }
+                let [r, g, b] = viridis(self.fraction(v));
+                egui::Color32::from_rgb(r, g, b)
+            })
+            .collect();
+        egui::ColorImage::new([cols, rows], pixels)
+    }
+
+    /// A horizontal colour bar with the values at its ends and middle.
+    pub fn legend(&self, ui: &mut egui::Ui, label: &str) {
+        ui.horizontal(|ui| {
+            ui.label(egui::RichText::new(format!("{label}:")).small());
+            ui.label(egui::RichText::new(format_value(self.value_at(0.0))).small());
+            let (rect, _) = ui.allocate_exact_size(egui::vec2(160.0, 12.0), egui::Sense::hover());
+            const STEPS: usize = 64;
+            let width = rect.width() / STEPS as f32;
+            for i in 0..STEPS {
+                let [r, g, b] = viridis(i as f64 / (STEPS - 1) as f64);
+                let min = rect.min + egui::vec2(i as f32 * width, 0.0);
+                let cell = egui::Rect::from_min_size(min, egui::vec2(width + 0.5, rect.height()));
+                ui.painter()
+                    .rect_filled(cell, 0.0, egui::Color32::from_rgb(r, g, b));
+            }
+            ui.label(egui::RichText::new(format_value(self.value_at(1.0))).small());
+            if self.log {
+                ui.label(egui::RichText::new("(log scale)").small().weak());
+            }
+        });
+    }
+}
+
+/// Short, readable numbers for the colour bar.
+fn format_value(v: f64) -> String {
+    if v != 0.0 && (v.abs() < 1e-3 || v.abs() >= 1e4) {
+        format!("{v:.1e}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scale_spans_the_values_and_ignores_nan() {
+        let scale = ColourScale::of(&[0.25, f32::NAN, 0.75, 0.5], false);
+        assert_eq!(scale.fraction(0.25), 0.0);
+        assert_eq!(scale.fraction(0.75), 1.0);
+        assert_eq!(scale.fraction(0.5), 0.5);
+        assert_eq!(scale.value_at(1.0), 0.75);
+    }
+
+    #[test]
+    fn log_scale_maps_decades_evenly_and_floors_zero() {
+        let scale = ColourScale::of(&[1e-3, 1e-2, 1e-1], true);
+        assert!((scale.fraction(1e-2) - 0.5).abs() < 1e-6);
+        assert!((scale.value_at(1.0) - 0.1).abs() < 1e-6);
+        assert_eq!(scale.fraction(0.0), 0.0);
+    }
+
+    #[test]
+    fn constant_and_empty_matrices_get_a_unit_span() {
+        let constant = ColourScale::of(&[2.0, 2.0], false);
+        assert_eq!((constant.lo, constant.hi), (2.0, 3.0));
+        let empty = ColourScale::of(&[], false);
+        assert_eq!((empty.lo, empty.hi), (0.0, 1.0));
+    }
+
+    #[test]
+    fn union_covers_both_ranges() {
+        let a = ColourScale::of(&[0.0, 0.5], false);
+        let b = ColourScale::of(&[0.25, 1.0], false);
+        let both = a.union(b);
+        assert_eq!((both.lo, both.hi), (0.0, 1.0));
+    }
+
+    #[test]
+    fn images_have_the_matrix_shape_and_ends_of_viridis() {
+        let scale = ColourScale::of(&[0.0, 1.0], false);
+        let image = scale.image(&[0.0, 1.0, f32::NAN, 0.5, 0.5, 0.5], 2, 3);
+        assert_eq!(image.size, [3, 2]);
+        let [r, g, b] = viridis(0.0);
+        assert_eq!(image.pixels[0], egui::Color32::from_rgb(r, g, b));
+        let [r, g, b] = viridis(1.0);
+        assert_eq!(image.pixels[1], egui::Color32::from_rgb(r, g, b));
+        assert_eq!(image.pixels[2], egui::Color32::BLACK);
+    }
+}
