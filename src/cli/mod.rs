@@ -21,6 +21,7 @@ mod analyse;
 mod bench;
 mod data;
 mod eval;
+mod recall;
 mod train;
 
 use std::path::PathBuf;
@@ -88,6 +89,8 @@ pub enum Command {
     Trf(analyse::TrfArgs),
     /// Empirical receptive field of a trained run, with its TRF on the same axes.
     Erf(analyse::ErfArgs),
+    /// IoU of each attention head against the MQAR ground truth (ReBased paper, Table 5).
+    Iou(recall::IouArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -163,5 +166,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Bias(args)) => analyse::bias(&args),
         Some(Command::Trf(args)) => analyse::trf(&args),
         Some(Command::Erf(args)) => analyse::erf(&args),
+        Some(Command::Iou(args)) => recall::iou(&args),
     }
 }

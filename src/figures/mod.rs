@@ -12,6 +12,7 @@ pub mod encodings;
 mod heatmap;
 mod lines;
 mod png;
+pub mod recall;
 mod svg;
 
 use std::path::Path;

@@ -1,0 +1,167 @@
+//! `attnlab iou | spectrum`: the in-context recall analyses of a trained run.
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+
+use super::analyse::{TableFormat, with_suffix};
+use crate::analysis::TrainedRun;
+use crate::analysis::iou::{Binarise, IouProtocol, Target, example_iou, run_iou};
+use crate::figures::{self, recall};
+
+fn parse_binarise(text: &str) -> Result<Binarise, String> {
+    text.parse().map_err(|e: crate::Error| e.to_string())
+}
+
+fn parse_target(text: &str) -> Result<Target, String> {
+    match text {
+        "value" => Ok(Target::Value),
+        "key" => Ok(Target::Key),
+        _ => Err(format!("'{text}' is neither 'value' nor 'key'")),
+    }
+}
+
+/// A progress bar on stderr that `f32` fractions drive (hidden when stderr is not a terminal).
+pub(super) fn fraction_bar(what: &str) -> anyhow::Result<ProgressBar> {
+    let bar = ProgressBar::new(1000);
+    bar.set_style(ProgressStyle::with_template(&format!(
+        "{what} [{{elapsed_precise}}] {{bar:30}} {{percent}}% (eta {{eta}})"
+    ))?);
+    Ok(bar)
+}
+
+/// `attnlab iou` options.
+#[derive(Debug, Args)]
+pub struct IouArgs {
+    /// A run folder of an MQAR run (runs/<time>-<name>).
+    run: PathBuf,
+    /// Test rows to average over (the paper uses 10,000); rows past the run's test set come
+    /// from the same test generator.
+    #[arg(long, default_value_t = 10_000)]
+    examples: usize,
+    /// How a cropped attention row becomes positions: argmax, topk:K or threshold:T.
+    #[arg(long, default_value = "argmax", value_parser = parse_binarise)]
+    binarise: Binarise,
+    /// Ground-truth position of a query: the `value` token after its key, or the `key`.
+    #[arg(long, default_value = "value", value_parser = parse_target)]
+    target: Target,
+    #[arg(long, value_enum, default_value_t = TableFormat::Text)]
+    format: TableFormat,
+    /// Write the layers × heads hard-IoU heatmap (.svg, .png or .csv); soft IoU goes to
+    /// NAME-soft.EXT.
+    #[arg(long)]
+    figure: Option<PathBuf>,
+    /// Also score one test row (the example view), at --layer and --head.
+    #[arg(long)]
+    example: Option<usize>,
+    /// Model layer of the example (default: the last attention layer).
+    #[arg(long)]
+    layer: Option<usize>,
+    #[arg(long, default_value_t = 0)]
+    head: usize,
+    /// Write the example's attention and ground truth (NAME-attention.EXT, NAME-truth.EXT).
+    #[arg(long, requires = "example")]
+    example_figure: Option<PathBuf>,
+}
+
+/// `attnlab iou`.
+pub fn iou(args: &IouArgs) -> anyhow::Result<()> {
+    let run = TrainedRun::open(&args.run)?;
+    let protocol = IouProtocol {
+        binarise: args.binarise,
+        target: args.target,
+        examples: args.examples,
+    };
+    let bar = fraction_bar("IoU")?;
+    let table = run_iou(
+        &run,
+        &protocol,
+        &mut |f| bar.set_position((f * 1000.0) as u64),
+        &AtomicBool::new(false),
+    )?
+    .ok_or_else(|| anyhow::anyhow!("cancelled"))?;
+    bar.finish_and_clear();
+    if let Some(path) = &args.figure {
+        figures::save(&recall::iou_table(&table, false), path)?;
+        figures::save(&recall::iou_table(&table, true), &with_suffix(path, "soft"))?;
+    }
+    let example = match args.example {
+        Some(row) => {
+            let layer = match args.layer {
+                Some(layer) => layer,
+                None => *table.layers.last().ok_or_else(|| {
+                    anyhow::anyhow!("the run has no attention layer to take an example from")
+                })?,
+            };
+            let example = example_iou(&run, row, layer, args.head, &protocol)?;
+            if let Some(path) = &args.example_figure {
+                let [attention, truth] = recall::iou_example(&example, &table.mechanism);
+                figures::save(&attention, &with_suffix(path, "attention"))?;
+                figures::save(&truth, &with_suffix(path, "truth"))?;
+            }
+            Some(example)
+        }
+        None => None,
+    };
+    match args.format {
+        TableFormat::Json => outln!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "run": args.run, "mechanism": table.mechanism, "protocol": table.protocol,
+                "protocol_text": table.protocol.describe(), "examples": table.examples,
+                "layers": table.layers, "hard": table.hard, "soft": table.soft,
+                "hard_std": table.hard_std, "soft_std": table.soft_std,
+                "example": example.as_ref().map(|e| json!({
+                    "row": e.row, "layer": e.layer, "head": e.head, "hard": e.hard,
+                    "soft": e.soft, "query_positions": e.crop.query_positions,
+                })),
+            }))?
+        ),
+        TableFormat::Csv => {
+            outln!("layer,head,hard,soft,hard_std,soft_std,binarise,target,examples");
+            for c in table.cells() {
+                outln!(
+                    "{},{},{},{},{},{},{},{},{}",
+                    c.layer,
+                    c.head,
+                    c.hard,
+                    c.soft,
+                    c.hard_std,
+                    c.soft_std,
+                    table.protocol.binarise,
+                    table.protocol.target.name(),
+                    table.examples
+                );
+            }
+        }
+        TableFormat::Text => {
+            outln!("{} ({})", args.run.display(), table.mechanism);
+            outln!("{}", table.protocol.describe());
+            for c in table.cells() {
+                outln!(
+                    "layer {} head {}: hard {:.4} ± {:.4}   soft {:.4} ± {:.4}",
+                    c.layer,
+                    c.head,
+                    c.hard,
+                    c.hard_std,
+                    c.soft,
+                    c.soft_std
+                );
+            }
+            if let Some(e) = &example {
+                outln!(
+                    "example: test row {} layer {} head {}: hard {:.4} soft {:.4}",
+                    e.row,
+                    e.layer,
+                    e.head,
+                    e.hard,
+                    e.soft
+                );
+            }
+        }
+    }
+    Ok(())
+}
