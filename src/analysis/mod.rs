@@ -26,6 +26,7 @@ pub mod erf;
 pub mod iou;
 pub mod receptive_field;
 mod run_erf;
+pub mod spectrum;
 pub mod trained;
 
 pub use convergence::{Convergence, Probe, Verdict, convergence, convergence_with};

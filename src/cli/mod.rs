@@ -91,6 +91,8 @@ pub enum Command {
     Erf(analyse::ErfArgs),
     /// IoU of each attention head against the MQAR ground truth (ReBased paper, Table 5).
     Iou(recall::IouArgs),
+    /// Singular-value spectra of a run's attention matrices (Linformer, Figure 1).
+    Spectrum(recall::SpectrumArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -167,5 +169,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Trf(args)) => analyse::trf(&args),
         Some(Command::Erf(args)) => analyse::erf(&args),
         Some(Command::Iou(args)) => recall::iou(&args),
+        Some(Command::Spectrum(args)) => recall::spectrum(&args),
     }
 }

@@ -10,6 +10,7 @@ use serde_json::json;
 use super::analyse::{TableFormat, with_suffix};
 use crate::analysis::TrainedRun;
 use crate::analysis::iou::{Binarise, IouProtocol, Target, example_iou, run_iou};
+use crate::analysis::spectrum::{RunSpectrum, SpectrumProtocol, run_spectrum};
 use crate::figures::{self, recall};
 
 fn parse_binarise(text: &str) -> Result<Binarise, String> {
@@ -164,4 +165,110 @@ pub fn iou(args: &IouArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `attnlab spectrum` options.
+#[derive(Debug, Args)]
+pub struct SpectrumArgs {
+    /// One or more run folders of MQAR runs; several are overlaid (e.g. Linformer runs with
+    /// different k beside a softmax run).
+    #[arg(required = true)]
+    runs: Vec<PathBuf>,
+    /// Test rows whose attention matrices are averaged over.
+    #[arg(long, default_value_t = 1000)]
+    examples: usize,
+    /// Normalise σ² (the energy kept by the best rank-i approximation) instead of σ.
+    #[arg(long)]
+    squared: bool,
+    /// 1-based index of the heatmap's cumulative value (default: a quarter of the columns).
+    #[arg(long)]
+    at: Option<usize>,
+    #[arg(long, value_enum, default_value_t = TableFormat::Text)]
+    format: TableFormat,
+    /// Write the cumulative curves (.svg, .png or .csv); each run's layers × heads heatmap goes
+    /// to NAME-heatmap.EXT (NAME-heatmap-<run number>.EXT with several runs).
+    #[arg(long)]
+    figure: Option<PathBuf>,
+}
+
+/// `attnlab spectrum`.
+pub fn spectrum(args: &SpectrumArgs) -> anyhow::Result<()> {
+    let protocol = SpectrumProtocol {
+        examples: args.examples,
+        squared: args.squared,
+        at: args.at,
+    };
+    let mut spectra = Vec::new();
+    for path in &args.runs {
+        let run = TrainedRun::open(path)?;
+        let bar = fraction_bar(&format!("spectrum of {}", path.display()))?;
+        let spectrum = run_spectrum(
+            &run,
+            &protocol,
+            &mut |f| bar.set_position((f * 1000.0) as u64),
+            &AtomicBool::new(false),
+        )?
+        .ok_or_else(|| anyhow::anyhow!("cancelled"))?;
+        bar.finish_and_clear();
+        spectra.push((spectrum_label(&spectrum), spectrum));
+    }
+    if let Some(path) = &args.figure {
+        let labelled: Vec<(String, &RunSpectrum)> =
+            spectra.iter().map(|(l, s)| (l.clone(), s)).collect();
+        figures::save(&recall::spectrum_curves(&labelled), path)?;
+        for (i, (label, spectrum)) in spectra.iter().enumerate() {
+            let suffix = if spectra.len() > 1 {
+                format!("heatmap-{}", i + 1)
+            } else {
+                "heatmap".into()
+            };
+            figures::save(
+                &recall::spectrum_heatmap(label, spectrum),
+                &with_suffix(path, &suffix),
+            )?;
+        }
+    }
+    match args.format {
+        TableFormat::Json => {
+            let runs: Vec<_> = args
+                .runs
+                .iter()
+                .zip(&spectra)
+                .map(|(path, (label, s))| json!({"run": path, "label": label, "spectrum": s}))
+                .collect();
+            outln!("{}", serde_json::to_string_pretty(&json!({"runs": runs}))?);
+        }
+        TableFormat::Csv => {
+            outln!("run,layer,head,index,singular_value,cumulative");
+            for (label, s) in &spectra {
+                for (l, layer) in s.layers.iter().enumerate() {
+                    for (h, sigma) in s.singular_values[l].iter().enumerate() {
+                        for (i, value) in sigma.iter().enumerate() {
+                            let c = s.cumulative[l][h][i];
+                            outln!("{label},{layer},{h},{},{value},{c}", i + 1);
+                        }
+                    }
+                }
+            }
+        }
+        TableFormat::Text => {
+            for (label, s) in &spectra {
+                outln!("{label}: {}", s.protocol.describe(s.at));
+                for (l, layer) in s.layers.iter().enumerate() {
+                    let cells: Vec<String> =
+                        s.at_value[l].iter().map(|c| format!("{c:.4}")).collect();
+                    outln!("  layer {layer}: c({}) per head {}", s.at, cells.join(" "));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A run's name in figures and tables: its mechanism, with k for Linformer.
+fn spectrum_label(spectrum: &RunSpectrum) -> String {
+    match spectrum.proj_dim {
+        Some(k) => format!("{} k={k}", spectrum.mechanism),
+        None => spectrum.mechanism.clone(),
+    }
 }

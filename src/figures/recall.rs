@@ -1,8 +1,9 @@
 //! Figures of the in-context recall analyses: the IoU table and example, attention spectra.
 //! Each carries its protocol in the caption.
 
-use super::{Figure, HeatmapPlot, Plot};
+use super::{Figure, HeatmapPlot, LinePlot, Plot, Series};
 use crate::analysis::iou::{ExampleIou, IouTable};
+use crate::analysis::spectrum::RunSpectrum;
 
 /// A heatmap figure of a row-major `rows × cols` matrix.
 fn heatmap(
@@ -92,4 +93,62 @@ pub fn iou_example(example: &ExampleIou, mechanism: &str) -> [Figure; 2] {
             [labels[0], labels[1], "target"],
         ),
     ]
+}
+
+/// Mean normalised cumulative singular-value curves against the index (Linformer Figure 1, left):
+/// one curve per run and attention layer, averaged over heads.
+pub fn spectrum_curves(runs: &[(String, &RunSpectrum)]) -> Figure {
+    let series = runs
+        .iter()
+        .flat_map(|(label, spectrum)| {
+            spectrum
+                .layers
+                .iter()
+                .enumerate()
+                .map(move |(l, layer)| Series {
+                    name: format!("{label}, layer {layer}"),
+                    points: spectrum
+                        .layer_curve(l)
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &c)| ((i + 1) as f64, c))
+                        .collect(),
+                    dashed: false,
+                })
+        })
+        .collect();
+    let caption = runs.first().map_or(String::new(), |(_, s)| {
+        format!("{}; mean over heads", s.protocol.describe(s.at))
+    });
+    Figure {
+        title: "Spectrum of attention".into(),
+        caption: Some(caption),
+        plot: Plot::Lines(LinePlot {
+            x_label: "singular value index".into(),
+            y_label: "normalised cumulative singular value".into(),
+            x_log: false,
+            y_log: false,
+            series,
+        }),
+    }
+}
+
+/// The layers × heads heatmap of the cumulative value at the protocol's index (Linformer
+/// Figure 1, right).
+pub fn spectrum_heatmap(label: &str, spectrum: &RunSpectrum) -> Figure {
+    layer_head_heatmap(
+        format!(
+            "Cumulative singular value at index {}: {label}",
+            spectrum.at
+        ),
+        format!(
+            "{}; {}×{} matrices",
+            spectrum.protocol.describe(spectrum.at),
+            spectrum.shape.0,
+            spectrum.shape.1
+        ),
+        &spectrum.at_value,
+        &spectrum.layers,
+        &format!("c({})", spectrum.at),
+    )
 }
