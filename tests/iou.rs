@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
 use attnlab::Preset;
@@ -14,25 +13,13 @@ use attnlab::analysis::iou::{Binarise, IouProtocol, Target, example_iou, run_iou
 use attnlab::attention::MechanismSpec;
 use attnlab::encodings::EncodingSpec;
 use attnlab::model::MixerKind;
-use common::{attnlab, small_mechanisms, stderr, tiny};
+use common::{attnlab, small_mechanisms, stderr, tiny, trained_run};
 
 /// The tiny preset with the IoU protocol's layers: previous-token shift, then attention.
 fn protocol_preset(mechanism: MechanismSpec) -> Preset {
     let mut p = tiny(mechanism, EncodingSpec::from_name("learned").unwrap());
     p.model.mixers = vec![MixerKind::PrevToken, MixerKind::Attention];
     p
-}
-
-/// Trains `preset` for its few steps into `root` and returns the run folder.
-fn trained(preset: &Preset, root: &Path) -> PathBuf {
-    let mut dir = None;
-    attnlab::train::run::run(preset, root, &AtomicBool::new(false), &mut |event| {
-        if let attnlab::train::TrainEvent::Started { run_dir, .. } = event {
-            dir = Some(run_dir);
-        }
-    })
-    .unwrap();
-    dir.unwrap()
 }
 
 fn protocol(examples: usize) -> IouProtocol {
@@ -46,7 +33,7 @@ fn protocol(examples: usize) -> IouProtocol {
 #[test]
 fn iou_of_a_trained_run_uses_the_saved_attention_and_ground_truth() {
     let root = tempfile::tempdir().unwrap();
-    let dir = trained(&protocol_preset(MechanismSpec::Softmax), root.path());
+    let dir = trained_run(&protocol_preset(MechanismSpec::Softmax), root.path());
     let run = TrainedRun::open(&dir).unwrap();
 
     // 40 rows: more than the 16 of the test set, which the generator continues.
@@ -96,7 +83,7 @@ fn iou_of_a_trained_run_uses_the_saved_attention_and_ground_truth() {
 #[test]
 fn cancelled_iou_returns_nothing_and_linformer_is_refused() {
     let root = tempfile::tempdir().unwrap();
-    let dir = trained(&protocol_preset(MechanismSpec::Softmax), root.path());
+    let dir = trained_run(&protocol_preset(MechanismSpec::Softmax), root.path());
     let run = TrainedRun::open(&dir).unwrap();
     let cancelled = run_iou(&run, &protocol(10), &mut |_| {}, &AtomicBool::new(true)).unwrap();
     assert!(cancelled.is_none());
@@ -105,7 +92,7 @@ fn cancelled_iou_returns_nothing_and_linformer_is_refused() {
         .into_iter()
         .find(|m| m.name() == "linformer")
         .unwrap();
-    let dir = trained(&protocol_preset(linformer), root.path());
+    let dir = trained_run(&protocol_preset(linformer), root.path());
     let run = TrainedRun::open(&dir).unwrap();
     let err = run_iou(&run, &protocol(10), &mut |_| {}, &AtomicBool::new(false)).unwrap_err();
     assert!(err.to_string().contains("projected positions"), "{err}");
@@ -114,7 +101,7 @@ fn cancelled_iou_returns_nothing_and_linformer_is_refused() {
 #[test]
 fn iou_command_prints_the_table_and_writes_figures() {
     let root = tempfile::tempdir().unwrap();
-    let dir = trained(&protocol_preset(MechanismSpec::Softmax), root.path());
+    let dir = trained_run(&protocol_preset(MechanismSpec::Softmax), root.path());
     let figure = root.path().join("iou.svg");
     let example = root.path().join("example.svg");
     let o = attnlab(&[

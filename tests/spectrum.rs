@@ -4,31 +4,27 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
 use attnlab::analysis::TrainedRun;
 use attnlab::analysis::spectrum::{SpectrumProtocol, run_spectrum};
 use attnlab::attention::MechanismSpec;
 use attnlab::encodings::EncodingSpec;
-use common::{attnlab, small_mechanisms, stderr, tiny};
+use common::{attnlab, small_mechanisms, stderr, tiny, trained_run};
 
-fn trained(mechanism: MechanismSpec, root: &Path) -> PathBuf {
-    let preset = tiny(mechanism, EncodingSpec::from_name("learned").unwrap());
-    let mut dir = None;
-    attnlab::train::run::run(&preset, root, &AtomicBool::new(false), &mut |event| {
-        if let attnlab::train::TrainEvent::Started { run_dir, .. } = event {
-            dir = Some(run_dir);
-        }
-    })
-    .unwrap();
-    dir.unwrap()
+/// The tiny preset's positions: learned, which every mechanism accepts.
+fn learned() -> EncodingSpec {
+    EncodingSpec::from_name("learned").unwrap()
 }
 
 #[test]
 fn spectra_have_one_curve_per_layer_and_head_ending_at_one() {
     let root = tempfile::tempdir().unwrap();
-    let run = TrainedRun::open(&trained(MechanismSpec::Softmax, root.path())).unwrap();
+    let run = TrainedRun::open(&trained_run(
+        &tiny(MechanismSpec::Softmax, learned()),
+        root.path(),
+    ))
+    .unwrap();
     let protocol = SpectrumProtocol {
         examples: 20,
         ..SpectrumProtocol::default()
@@ -60,8 +56,8 @@ fn linformer_spectra_are_bounded_by_k_and_the_command_overlays_runs() {
         .into_iter()
         .find(|m| m.name() == "linformer")
         .unwrap();
-    let lin = trained(linformer, root.path());
-    let soft = trained(MechanismSpec::Softmax, root.path());
+    let lin = trained_run(&tiny(linformer, learned()), root.path());
+    let soft = trained_run(&tiny(MechanismSpec::Softmax, learned()), root.path());
     let figure = root.path().join("spectrum.svg");
     let o = attnlab(&[
         "spectrum",

@@ -25,13 +25,22 @@ fn parse_target(text: &str) -> Result<Target, String> {
     }
 }
 
-/// A progress bar on stderr that `f32` fractions drive (hidden when stderr is not a terminal).
-pub(super) fn fraction_bar(what: &str) -> anyhow::Result<ProgressBar> {
+/// Runs a library analysis that reports fractions done, behind a progress bar on stderr (hidden
+/// when stderr is not a terminal). The CLI never cancels, so `None` cannot come back.
+pub(super) fn with_progress<T>(
+    what: &str,
+    analysis: impl FnOnce(&mut dyn FnMut(f32), &AtomicBool) -> crate::Result<Option<T>>,
+) -> anyhow::Result<T> {
     let bar = ProgressBar::new(1000);
     bar.set_style(ProgressStyle::with_template(&format!(
         "{what} [{{elapsed_precise}}] {{bar:30}} {{percent}}% (eta {{eta}})"
     ))?);
-    Ok(bar)
+    let result = analysis(
+        &mut |f| bar.set_position((f * 1000.0) as u64),
+        &AtomicBool::new(false),
+    )?;
+    bar.finish_and_clear();
+    result.ok_or_else(|| anyhow::anyhow!("{what} was cancelled"))
 }
 
 /// `attnlab iou` options.
@@ -76,15 +85,9 @@ pub fn iou(args: &IouArgs) -> anyhow::Result<()> {
         target: args.target,
         examples: args.examples,
     };
-    let bar = fraction_bar("IoU")?;
-    let table = run_iou(
-        &run,
-        &protocol,
-        &mut |f| bar.set_position((f * 1000.0) as u64),
-        &AtomicBool::new(false),
-    )?
-    .ok_or_else(|| anyhow::anyhow!("cancelled"))?;
-    bar.finish_and_clear();
+    let table = with_progress("IoU", |progress, cancel| {
+        run_iou(&run, &protocol, progress, cancel)
+    })?;
     if let Some(path) = &args.figure {
         figures::save(&recall::iou_table(&table, false), path)?;
         figures::save(&recall::iou_table(&table, true), &with_suffix(path, "soft"))?;
@@ -201,15 +204,10 @@ pub fn spectrum(args: &SpectrumArgs) -> anyhow::Result<()> {
     let mut spectra = Vec::new();
     for path in &args.runs {
         let run = TrainedRun::open(path)?;
-        let bar = fraction_bar(&format!("spectrum of {}", path.display()))?;
-        let spectrum = run_spectrum(
-            &run,
-            &protocol,
-            &mut |f| bar.set_position((f * 1000.0) as u64),
-            &AtomicBool::new(false),
-        )?
-        .ok_or_else(|| anyhow::anyhow!("cancelled"))?;
-        bar.finish_and_clear();
+        let what = format!("spectrum of {}", path.display());
+        let spectrum = with_progress(&what, |progress, cancel| {
+            run_spectrum(&run, &protocol, progress, cancel)
+        })?;
         spectra.push((spectrum_label(&spectrum), spectrum));
     }
     if let Some(path) = &args.figure {
