@@ -22,6 +22,7 @@ mod bench;
 mod data;
 mod eval;
 mod recall;
+mod sweep;
 mod train;
 
 use std::path::PathBuf;
@@ -93,6 +94,8 @@ pub enum Command {
     Iou(recall::IouArgs),
     /// Singular-value spectra of a run's attention matrices (Linformer, Figure 1).
     Spectrum(recall::SpectrumArgs),
+    /// Train a grid of runs from a sweep file (resumable), plan it, or collect its results.
+    Sweep(sweep::SweepArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -170,5 +173,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Erf(args)) => analyse::erf(&args),
         Some(Command::Iou(args)) => recall::iou(&args),
         Some(Command::Spectrum(args)) => recall::spectrum(&args),
+        Some(Command::Sweep(args)) => sweep::sweep(&args),
     }
 }
