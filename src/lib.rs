@@ -8,6 +8,7 @@
 //! - [`train`]: the loop, the run folders and the worker thread;
 //! - [`preset`]: the experiment file that ties it together;
 //! - [`analysis`], [`figures`]: the encoding analyses and figures rendered without a GPU;
+//! - [`sweep`]: grids of runs (resumable, spreadable over machines) and their summary;
 //! - [`app`]: the desktop workbench (the only module that uses egui);
 //! - [`cli`]: the headless command line.
 //!
@@ -31,6 +32,7 @@ pub mod ops;
 pub mod params;
 pub mod preset;
 pub mod rng;
+pub mod sweep;
 pub mod tasks;
 pub mod train;
 

@@ -23,8 +23,11 @@ pub mod convergence;
 pub mod decay;
 mod encoding;
 pub mod erf;
+pub mod iou;
 pub mod receptive_field;
 mod run_erf;
+pub mod spectrum;
+pub mod trained;
 
 pub use convergence::{Convergence, Probe, Verdict, convergence, convergence_with};
 pub use decay::rotary_decay;
@@ -35,3 +38,4 @@ pub use receptive_field::{
     window_for,
 };
 pub use run_erf::{ErfProtocol, RunErf, mean_mass_by_distance, run_erf};
+pub use trained::{LayerAttention, TrainedRun};

@@ -331,7 +331,7 @@ fn write_heatmap(
 }
 
 /// `out.png` → `out-<label>.png`, with the label made file-name safe.
-fn with_suffix(path: &Path, label: &str) -> PathBuf {
+pub(super) fn with_suffix(path: &Path, label: &str) -> PathBuf {
     let safe: String = label
         .chars()
         .map(|c| {

@@ -21,6 +21,8 @@ mod analyse;
 mod bench;
 mod data;
 mod eval;
+mod recall;
+mod sweep;
 mod train;
 
 use std::path::PathBuf;
@@ -88,6 +90,12 @@ pub enum Command {
     Trf(analyse::TrfArgs),
     /// Empirical receptive field of a trained run, with its TRF on the same axes.
     Erf(analyse::ErfArgs),
+    /// IoU of each attention head against the MQAR ground truth (ReBased paper, Table 5).
+    Iou(recall::IouArgs),
+    /// Singular-value spectra of a run's attention matrices (Linformer, Figure 1).
+    Spectrum(recall::SpectrumArgs),
+    /// Train a grid of runs from a sweep file (resumable), plan it, or collect its results.
+    Sweep(sweep::SweepArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -163,5 +171,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Bias(args)) => analyse::bias(&args),
         Some(Command::Trf(args)) => analyse::trf(&args),
         Some(Command::Erf(args)) => analyse::erf(&args),
+        Some(Command::Iou(args)) => recall::iou(&args),
+        Some(Command::Spectrum(args)) => recall::spectrum(&args),
+        Some(Command::Sweep(args)) => sweep::sweep(&args),
     }
 }

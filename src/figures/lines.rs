@@ -79,8 +79,8 @@ fn draw_chart(
         .light_line_style(RGBColor(242, 242, 242))
         .draw()
         .map_err(draw_error)?;
-    for (i, (series, points)) in plot.series.iter().zip(visible).enumerate() {
-        let style = PALETTE[i % PALETTE.len()].stroke_width(2);
+    for (series, (points, colour)) in plot.series.iter().zip(visible.iter().zip(colours(plot))) {
+        let style = PALETTE[colour % PALETTE.len()].stroke_width(2);
         let dashed = series.dashed && points.len() > 1;
         let annotation = if dashed {
             chart.draw_series(DashedLineSeries::new(
@@ -136,6 +136,21 @@ fn draw_chart(
             .map_err(draw_error)?;
     }
     Ok(())
+}
+
+/// The palette index of each series: named series take the next colour, an unnamed one keeps the
+/// colour of the series before it (e.g. the second bound of an error band).
+fn colours(plot: &LinePlot) -> Vec<usize> {
+    let mut next = 0;
+    plot.series
+        .iter()
+        .map(|s| {
+            if !s.name.is_empty() || next == 0 {
+                next += 1;
+            }
+            next - 1
+        })
+        .collect()
 }
 
 /// The legend box's approximate size in pixels, as plotters lays it out: the longest name, the

@@ -12,7 +12,9 @@ pub mod encodings;
 mod heatmap;
 mod lines;
 mod png;
+pub mod recall;
 mod svg;
+pub mod sweep;
 
 use std::path::Path;
 
@@ -50,7 +52,8 @@ pub struct LinePlot {
     pub series: Vec<Series>,
 }
 
-/// One named curve. Points that cannot be drawn (non-finite, or non-positive on a log axis) are
+/// One named curve (an unnamed one is left out of the legend and drawn in the colour of the
+/// series before it). Points that cannot be drawn (non-finite, or non-positive on a log axis) are
 /// left out of the picture but kept in the CSV.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Series {

@@ -194,6 +194,32 @@ impl Transformer {
             .collect()
     }
 
+    /// The attention weights (B, H, Tq, Tk) of every layer (`None` for convolution layers),
+    /// without the LM head: analyses over thousands of rows (IoU, spectra) need only these, and
+    /// skipping the (B, T, V) logits keeps their memory small. Layers after the last attention
+    /// layer are not run.
+    pub fn attention_weights(&self, ids: &Tensor) -> Result<Vec<Option<Tensor>>> {
+        let mut x = self.embed(ids)?;
+        let last_attention = self
+            .blocks
+            .iter()
+            .rposition(|b| matches!(b.mixer, Mixer::Attention(_)))
+            .unwrap_or(0);
+        let mut weights = Vec::with_capacity(self.blocks.len());
+        for (layer, block) in self.blocks.iter().enumerate() {
+            if layer > last_attention {
+                weights.push(None);
+                continue;
+            }
+            let (mixed, attention) = block.mix(&x)?;
+            weights.push(attention.map(|a| a.weights.detach()));
+            if layer < last_attention {
+                x = block.feed_forward(mixed)?;
+            }
+        }
+        Ok(weights)
+    }
+
     /// Logits at every position and the attention of every attention layer.
     pub fn forward(&self, ids: &Tensor) -> Result<Forward> {
         let mut x = self.embed(ids)?;

@@ -139,3 +139,20 @@ pub const TINY: &[&str] = &[
     "--set",
     "train.warmup_steps=1",
 ];
+
+/// Trains `preset` (a few steps) into a new run folder under `root` and returns its path.
+pub fn trained_run(preset: &Preset, root: &std::path::Path) -> std::path::PathBuf {
+    let mut dir = None;
+    attnlab::train::run::run(
+        preset,
+        root,
+        &std::sync::atomic::AtomicBool::new(false),
+        &mut |event| {
+            if let attnlab::train::TrainEvent::Started { run_dir, .. } = event {
+                dir = Some(run_dir);
+            }
+        },
+    )
+    .unwrap();
+    dir.unwrap()
+}

@@ -1,0 +1,619 @@
+//! IoU of attention against the MQAR ground truth (ReBased paper, §5 and Table 5).
+//!
+//! The paper measures "the IoU between the attention matrix and the true positions of the
+//! tokens to be retrieved" over 10,000 examples, on the attention cropped to where the pairs
+//! are stored, and leaves the rest open. attnlab's protocol, written on every table and figure
+//! through [`IouProtocol::describe`]:
+//! - **Ground truth.** For the query of key i, the position the model must copy from: the value
+//!   token `2i + 1` that follows the key in the context (after the previous-token layer its
+//!   hidden state carries the key), or with [`Target::Key`] the key token `2i` itself; with
+//!   several passes, one position per pass. Taken from the generator's [`QueryTruth`].
+//! - **Crop.** Rows: the query positions only (one per pair, the rows that are scored);
+//!   columns: the context `0..2·pairs·passes`.
+//! - **Hard IoU.** Each cropped row is binarised ([`Binarise`]); the example's IoU is
+//!   `|B ∧ G| / |B ∨ G|` pooled over its rows. Top-k keeps every entry tied with the k-th
+//!   largest, so the result does not depend on column order, and never keeps a zero weight.
+//! - **Soft IoU** (threshold-free): the Ruzicka (fuzzy Jaccard) similarity
+//!   `Σ min(A, G) / Σ max(A, G)` over the crop, on the raw weights (not renormalised to the crop).
+//! - **Aggregation.** Per layer and head, the mean (and standard deviation) over examples; heads
+//!   are never mixed.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::atomic::AtomicBool;
+
+use serde::{Deserialize, Serialize};
+
+use super::trained::{LayerAttention, TrainedRun};
+use crate::tasks::mqar::{Example, QueryTruth};
+use crate::{Error, Result};
+
+/// How a cropped attention row becomes a set of positions.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Binarise {
+    /// The largest weight of the row (top-1).
+    Argmax,
+    /// The k largest weights of the row.
+    TopK(usize),
+    /// Every weight strictly above τ.
+    Threshold(f64),
+}
+
+impl Binarise {
+    /// Checks the parameter; errors say what is allowed.
+    pub fn validate(self) -> Result<Self> {
+        match self {
+            Self::TopK(0) => Err(Error::Other(
+                "binarisation topk:K needs K ≥ 1 (topk:1 is argmax)".into(),
+            )),
+            Self::Threshold(t) if !(0.0..1.0).contains(&t) => Err(Error::Other(format!(
+                "binarisation threshold:{t} needs 0 ≤ τ < 1 (attention weights lie in [0, 1])"
+            ))),
+            other => Ok(other),
+        }
+    }
+
+    /// The positions kept in `row`.
+    pub fn apply(self, row: &[f64]) -> Vec<bool> {
+        let floor = match self {
+            Self::Threshold(t) => return row.iter().map(|&a| a > t).collect(),
+            Self::Argmax => kth_largest(row, 1),
+            Self::TopK(k) => kth_largest(row, k),
+        };
+        row.iter().map(|&a| a >= floor && a > 0.0).collect()
+    }
+}
+
+/// The k-th largest value of `row` (its smallest when k exceeds its length).
+fn kth_largest(row: &[f64], k: usize) -> f64 {
+    let mut sorted = row.to_vec();
+    sorted.sort_by(|a, b| b.total_cmp(a));
+    sorted
+        .get(k.min(sorted.len()).saturating_sub(1))
+        .copied()
+        .unwrap_or(0.0)
+}
+
+impl fmt::Display for Binarise {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Argmax => write!(f, "argmax"),
+            Self::TopK(k) => write!(f, "topk:{k}"),
+            Self::Threshold(t) => write!(f, "threshold:{t}"),
+        }
+    }
+}
+
+impl FromStr for Binarise {
+    type Err = Error;
+
+    /// `argmax`, `topk:K` or `threshold:T`.
+    fn from_str(text: &str) -> Result<Self> {
+        let bad = || {
+            Error::Other(format!(
+                "binarisation '{text}' is not argmax, topk:K (K ≥ 1) or threshold:T (0 ≤ T < 1)"
+            ))
+        };
+        let parsed = match text.split_once(':') {
+            None if text == "argmax" => Self::Argmax,
+            Some(("topk", k)) => Self::TopK(k.parse().map_err(|_| bad())?),
+            Some(("threshold", t)) => Self::Threshold(t.parse().map_err(|_| bad())?),
+            _ => return Err(bad()),
+        };
+        parsed.validate()
+    }
+}
+
+/// Which token of the pair a query should attend to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Target {
+    /// The value token after the key (what the previous-token layer makes hold the key).
+    #[default]
+    Value,
+    /// The key token.
+    Key,
+}
+
+impl Target {
+    /// The name used in the CLI and in tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Value => "value",
+            Self::Key => "key",
+        }
+    }
+
+    fn positions(self, query: &QueryTruth) -> &[usize] {
+        match self {
+            Self::Value => &query.value_positions,
+            Self::Key => &query.key_positions,
+        }
+    }
+}
+
+/// Everything that decides an IoU number.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IouProtocol {
+    pub binarise: Binarise,
+    pub target: Target,
+    /// Test rows averaged over (the paper uses 10,000).
+    pub examples: usize,
+}
+
+impl Default for IouProtocol {
+    fn default() -> Self {
+        Self {
+            binarise: Binarise::Argmax,
+            target: Target::Value,
+            examples: 10_000,
+        }
+    }
+}
+
+impl IouProtocol {
+    /// One line for captions and table headers.
+    pub fn describe(&self) -> String {
+        format!("{}; mean over {} test rows", self.scoring(), self.examples)
+    }
+
+    /// How one example is scored: target, crop and binarisation.
+    pub fn scoring(&self) -> String {
+        format!(
+            "IoU vs MQAR ground truth ({} position); rows: queries, columns: context; hard: {} \
+             per row, pooled over the example's queries; soft: Σmin/Σmax",
+            self.target.name(),
+            self.binarise
+        )
+    }
+}
+
+/// The cropped matrices of one example: rows are the queries, columns the context.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Crop {
+    /// Position of each query, in order (the crop's rows).
+    pub query_positions: Vec<usize>,
+    /// Context length: the crop's columns are positions `0..context`.
+    pub context: usize,
+    /// The ground truth, row-major `queries × context`, 0 or 1.
+    pub truth: Vec<f64>,
+}
+
+impl Crop {
+    /// The crop of an example with these queries and this context length.
+    pub fn new(queries: &[QueryTruth], context: usize, target: Target) -> Self {
+        let mut truth = vec![0.0; queries.len() * context];
+        for (r, query) in queries.iter().enumerate() {
+            for &c in target.positions(query).iter().filter(|&&c| c < context) {
+                truth[r * context + c] = 1.0;
+            }
+        }
+        Self {
+            query_positions: queries.iter().map(|q| q.position).collect(),
+            context,
+            truth,
+        }
+    }
+
+    /// The crop of a `Tq × Tk` attention matrix.
+    pub fn of(&self, matrix: &[f32], tk: usize) -> Vec<f64> {
+        self.query_positions
+            .iter()
+            .flat_map(|&p| {
+                matrix[p * tk..p * tk + self.context]
+                    .iter()
+                    .map(|&a| a as f64)
+            })
+            .collect()
+    }
+
+    /// Hard IoU of cropped attention `a`: `|B ∧ G| / |B ∨ G|` pooled over the rows.
+    pub fn hard_iou(&self, a: &[f64], binarise: Binarise) -> f64 {
+        let (mut both, mut either) = (0usize, 0usize);
+        for (row, truth) in a.chunks(self.context).zip(self.truth.chunks(self.context)) {
+            for (b, &g) in binarise.apply(row).into_iter().zip(truth) {
+                let g = g > 0.5;
+                both += usize::from(b && g);
+                either += usize::from(b || g);
+            }
+        }
+        if either == 0 {
+            0.0
+        } else {
+            both as f64 / either as f64
+        }
+    }
+
+    /// Soft IoU of cropped attention `a`: `Σ min(A, G) / Σ max(A, G)`.
+    pub fn soft_iou(&self, a: &[f64]) -> f64 {
+        let (low, high) = a
+            .iter()
+            .zip(&self.truth)
+            .fold((0.0, 0.0), |(l, h), (&a, &g)| (l + a.min(g), h + a.max(g)));
+        if high > 0.0 { low / high } else { 0.0 }
+    }
+}
+
+/// Mean and standard deviation (over examples) of one layer and head.
+#[derive(Clone, Copy, Debug, Default)]
+struct Moments {
+    n: f64,
+    sum: f64,
+    sum_sq: f64,
+}
+
+impl Moments {
+    fn add(&mut self, x: f64) {
+        self.n += 1.0;
+        self.sum += x;
+        self.sum_sq += x * x;
+    }
+
+    fn mean(&self) -> f64 {
+        self.sum / self.n.max(1.0)
+    }
+
+    /// Population standard deviation.
+    fn std(&self) -> f64 {
+        (self.sum_sq / self.n.max(1.0) - self.mean().powi(2))
+            .max(0.0)
+            .sqrt()
+    }
+}
+
+/// IoU per attention layer and head of one run: the paper's Table 5, one row per head.
+#[derive(Clone, Debug, Serialize)]
+pub struct IouTable {
+    pub protocol: IouProtocol,
+    /// Test rows averaged over.
+    pub examples: usize,
+    pub mechanism: String,
+    /// Model layer of each table row (attention layers only).
+    pub layers: Vec<usize>,
+    /// Mean hard IoU, `[layer][head]`.
+    pub hard: Vec<Vec<f64>>,
+    /// Mean soft IoU, `[layer][head]`.
+    pub soft: Vec<Vec<f64>>,
+    /// Standard deviations over examples, `[layer][head]`.
+    pub hard_std: Vec<Vec<f64>>,
+    pub soft_std: Vec<Vec<f64>>,
+}
+
+/// One cell of an [`IouTable`].
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct IouCell {
+    /// Model layer.
+    pub layer: usize,
+    pub head: usize,
+    pub hard: f64,
+    pub soft: f64,
+    pub hard_std: f64,
+    pub soft_std: f64,
+}
+
+impl IouTable {
+    /// Every layer and head, layer by layer.
+    pub fn cells(&self) -> impl Iterator<Item = IouCell> + '_ {
+        self.layers.iter().enumerate().flat_map(move |(l, &layer)| {
+            (0..self.hard[l].len()).map(move |head| IouCell {
+                layer,
+                head,
+                hard: self.hard[l][head],
+                soft: self.soft[l][head],
+                hard_std: self.hard_std[l][head],
+                soft_std: self.soft_std[l][head],
+            })
+        })
+    }
+}
+
+/// The context length (crop width) of `run`'s MQAR rows.
+fn context_len(run: &TrainedRun) -> Result<usize> {
+    let c = run.mqar()?;
+    Ok(2 * c.num_kv_pairs * c.num_passes)
+}
+
+/// An error unless `attention` is over the sequence's own tokens (Linformer's is not).
+fn check_token_columns(run: &TrainedRun, attention: &LayerAttention) -> Result<()> {
+    let [_, _, tq, tk] = attention.shape;
+    if tk == tq {
+        return Ok(());
+    }
+    Err(Error::RunDir {
+        message: format!(
+            "{} attends over {tk} projected positions, not over the {tq} tokens, so its \
+             attention cannot be compared with ground-truth token positions",
+            run.preset.attention.name()
+        ),
+        path: run.run.path().to_path_buf(),
+    })
+}
+
+/// IoU of every attention layer and head of `run` over its first `protocol.examples` test rows.
+/// Returns `Ok(None)` when `cancel` was set.
+pub fn run_iou(
+    run: &TrainedRun,
+    protocol: &IouProtocol,
+    progress: &mut dyn FnMut(f32),
+    cancel: &AtomicBool,
+) -> Result<Option<IouTable>> {
+    protocol.binarise.validate()?;
+    if protocol.examples == 0 {
+        return Err(Error::Other("IoU needs at least 1 example".into()));
+    }
+    let context = context_len(run)?;
+    let layers = run.attention_layers();
+    let heads = run.preset.model.n_heads;
+    let mut hard = vec![vec![Moments::default(); heads]; layers.len()];
+    let mut soft = hard.clone();
+    let examples = run.test_examples(protocol.examples)?;
+    let finished = run.for_each_batch(&examples, progress, cancel, &mut |batch, attention| {
+        for (l, &layer) in layers.iter().enumerate() {
+            let Some(weights) = &attention[layer] else {
+                continue;
+            };
+            check_token_columns(run, weights)?;
+            score_batch(
+                batch,
+                weights,
+                context,
+                protocol,
+                &mut hard[l],
+                &mut soft[l],
+            );
+        }
+        Ok(())
+    })?;
+    if !finished {
+        return Ok(None);
+    }
+    let table = |m: &[Vec<Moments>], f: fn(&Moments) -> f64| -> Vec<Vec<f64>> {
+        m.iter().map(|row| row.iter().map(f).collect()).collect()
+    };
+    Ok(Some(IouTable {
+        protocol: *protocol,
+        examples: examples.len(),
+        mechanism: run.preset.attention.name().into(),
+        layers,
+        hard: table(&hard, Moments::mean),
+        soft: table(&soft, Moments::mean),
+        hard_std: table(&hard, Moments::std),
+        soft_std: table(&soft, Moments::std),
+    }))
+}
+
+/// Adds the IoU of every example of a batch and every head of one layer.
+fn score_batch(
+    batch: &[Example],
+    weights: &LayerAttention,
+    context: usize,
+    protocol: &IouProtocol,
+    hard: &mut [Moments],
+    soft: &mut [Moments],
+) {
+    let tk = weights.shape[3];
+    for (b, example) in batch.iter().enumerate() {
+        let crop = Crop::new(&example.queries, context, protocol.target);
+        for (h, (hard, soft)) in hard.iter_mut().zip(soft.iter_mut()).enumerate() {
+            let a = crop.of(weights.matrix(b, h), tk);
+            hard.add(crop.hard_iou(&a, protocol.binarise));
+            soft.add(crop.soft_iou(&a));
+        }
+    }
+}
+
+/// One example as the example view shows it: the model's cropped attention beside the ground
+/// truth, with that example's IoU.
+#[derive(Clone, Debug, Serialize)]
+pub struct ExampleIou {
+    pub protocol: IouProtocol,
+    /// Index of the row in the test split.
+    pub row: usize,
+    pub layer: usize,
+    pub head: usize,
+    pub crop: Crop,
+    /// The model's cropped attention, row-major `queries × context`.
+    pub attention: Vec<f64>,
+    /// The binarised attention the hard IoU used, 0 or 1, same layout.
+    pub binarised: Vec<f64>,
+    pub hard: f64,
+    pub soft: f64,
+}
+
+/// The IoU of test row `row` for model layer `layer` and head `head` of `run`.
+pub fn example_iou(
+    run: &TrainedRun,
+    row: usize,
+    layer: usize,
+    head: usize,
+    protocol: &IouProtocol,
+) -> Result<ExampleIou> {
+    protocol.binarise.validate()?;
+    let layers = run.attention_layers();
+    if !layers.contains(&layer) {
+        return Err(Error::Other(format!(
+            "layer {layer} has no attention; attention layers: {layers:?}"
+        )));
+    }
+    let heads = run.preset.model.n_heads;
+    if head >= heads {
+        return Err(Error::Other(format!(
+            "head {head} does not exist: heads are 0..{heads}"
+        )));
+    }
+    let example = run
+        .test_examples(row + 1)?
+        .pop()
+        .ok_or_else(|| Error::Other("no test rows".into()))?;
+    let attention = run.attention(&[&example.inputs])?;
+    let weights = attention[layer]
+        .as_ref()
+        .ok_or_else(|| Error::Other(format!("layer {layer} returned no attention")))?;
+    check_token_columns(run, weights)?;
+    let crop = Crop::new(&example.queries, context_len(run)?, protocol.target);
+    let a = crop.of(weights.matrix(0, head), weights.shape[3]);
+    let binarised = a
+        .chunks(crop.context)
+        .flat_map(|r| protocol.binarise.apply(r))
+        .map(|b| f64::from(u8::from(b)))
+        .collect();
+    Ok(ExampleIou {
+        protocol: *protocol,
+        row,
+        layer,
+        head,
+        hard: crop.hard_iou(&a, protocol.binarise),
+        soft: crop.soft_iou(&a),
+        attention: a,
+        binarised,
+        crop,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tasks::mqar::{MqarConfig, Split, layout};
+
+    /// An example of 4 pairs in 24 tokens (context 8, queries at 8..24 on even offsets).
+    fn example() -> Example {
+        layout(&[1, 2, 3, 4], &[9, 10, 11, 12], &[3, 0, 5, 1], 1, 24)
+    }
+
+    /// The full T × T matrix with `row_of(query position)` on every query row, zeros elsewhere.
+    fn full_matrix(ex: &Example, row_of: impl Fn(&QueryTruth) -> Vec<f32>) -> Vec<f32> {
+        let t = ex.inputs.len();
+        let mut m = vec![0f32; t * t];
+        for q in &ex.queries {
+            m[q.position * t..(q.position + 1) * t].copy_from_slice(&row_of(q));
+        }
+        m
+    }
+
+    const ALL: [Binarise; 5] = [
+        Binarise::Argmax,
+        Binarise::TopK(1),
+        Binarise::TopK(3),
+        Binarise::Threshold(0.0),
+        Binarise::Threshold(0.5),
+    ];
+
+    #[test]
+    fn perfect_attention_scores_one() {
+        let ex = example();
+        for target in [Target::Value, Target::Key] {
+            let crop = Crop::new(&ex.queries, 8, target);
+            let m = full_matrix(&ex, |q| {
+                let mut row = vec![0f32; 24];
+                row[target.positions(q)[0]] = 1.0;
+                row
+            });
+            let a = crop.of(&m, 24);
+            for how in ALL {
+                assert_eq!(crop.hard_iou(&a, how), 1.0, "{how} {target:?}");
+            }
+            assert_eq!(crop.soft_iou(&a), 1.0);
+        }
+    }
+
+    #[test]
+    fn causal_uniform_attention_scores_the_known_values() {
+        // Row p spreads 1/(p+1) over positions 0..=p; all 8 context columns are tied, so every
+        // top-k keeps all of them: |B ∧ G| = 1 and |B ∨ G| = 8 per row, IoU = 1/8.
+        let ex = example();
+        let crop = Crop::new(&ex.queries, 8, Target::Value);
+        let m = full_matrix(&ex, |q| {
+            let w = 1.0 / (q.position + 1) as f32;
+            (0..24)
+                .map(|j| if j <= q.position { w } else { 0.0 })
+                .collect()
+        });
+        let a = crop.of(&m, 24);
+        for how in [
+            Binarise::Argmax,
+            Binarise::TopK(2),
+            Binarise::Threshold(0.01),
+        ] {
+            assert!((crop.hard_iou(&a, how) - 1.0 / 8.0).abs() < 1e-12, "{how}");
+        }
+        // Above every weight (the largest is 1/9 at position 8): nothing kept, IoU = 0/4.
+        assert_eq!(crop.hard_iou(&a, Binarise::Threshold(0.2)), 0.0);
+        // Soft: Σ_G A / (|G| + Σ_¬G A) = Σ w_r / (4 + 7 Σ w_r), w_r = 1/(p_r + 1).
+        let w: f64 = ex
+            .queries
+            .iter()
+            .map(|q| 1.0 / (q.position + 1) as f64)
+            .map(|w| w as f32 as f64)
+            .sum();
+        let want = w / (4.0 + 7.0 * w);
+        assert!((crop.soft_iou(&a) - want).abs() < 1e-9);
+    }
+
+    #[test]
+    fn uniform_over_the_crop_gives_one_over_c_and_one_over_2c_minus_1() {
+        let ex = example();
+        let crop = Crop::new(&ex.queries, 8, Target::Key);
+        let a = vec![1.0 / 8.0; 4 * 8];
+        for how in [
+            Binarise::Argmax,
+            Binarise::TopK(5),
+            Binarise::Threshold(0.1),
+        ] {
+            assert!((crop.hard_iou(&a, how) - 0.125).abs() < 1e-12, "{how}");
+        }
+        assert!((crop.soft_iou(&a) - 1.0 / 15.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn topk_counts_extra_positions_against_the_score() {
+        // Weight on the value and, less, on the key: top-2 keeps both, IoU = 1/2 per row.
+        let ex = example();
+        let crop = Crop::new(&ex.queries, 8, Target::Value);
+        let m = full_matrix(&ex, |q| {
+            let mut row = vec![0f32; 24];
+            row[q.value_positions[0]] = 0.7;
+            row[q.key_positions[0]] = 0.3;
+            row
+        });
+        let a = crop.of(&m, 24);
+        assert_eq!(crop.hard_iou(&a, Binarise::Argmax), 1.0);
+        assert_eq!(crop.hard_iou(&a, Binarise::TopK(2)), 0.5);
+        assert_eq!(crop.hard_iou(&a, Binarise::Threshold(0.5)), 1.0);
+        // Soft: Σmin = 4·0.7, Σmax = 4·(1 + 0.3).
+        assert!((crop.soft_iou(&a) - 0.7 / 1.3).abs() < 1e-6);
+    }
+
+    #[test]
+    fn ground_truth_is_the_generators() {
+        let config = MqarConfig {
+            vocab_size: 256,
+            seq_len: 128,
+            num_kv_pairs: 32,
+            ..MqarConfig::default()
+        };
+        for ex in config.examples(Split::Test, 20) {
+            let crop = Crop::new(&ex.queries, 64, Target::Value);
+            assert_eq!(crop.query_positions.len(), 32);
+            for (r, &p) in crop.query_positions.iter().enumerate() {
+                let row = &crop.truth[r * 64..(r + 1) * 64];
+                let c = row.iter().position(|&g| g == 1.0).unwrap();
+                assert_eq!(row.iter().sum::<f64>(), 1.0);
+                // The query repeats the key just before column c, and its label is the token at c.
+                assert_eq!(ex.inputs[p], ex.inputs[c - 1]);
+                assert_eq!(ex.labels[p], ex.inputs[c] as i32);
+                assert_eq!(c % 2, 1);
+            }
+        }
+    }
+
+    #[test]
+    fn binarisations_parse_print_and_validate() {
+        for text in ["argmax", "topk:3", "threshold:0.25"] {
+            assert_eq!(text.parse::<Binarise>().unwrap().to_string(), text);
+        }
+        for bad in ["top", "topk:0", "topk:x", "threshold:1", "threshold:-0.1"] {
+            assert!(bad.parse::<Binarise>().is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! A trained run reloaded from its folder, for analyses that need attention on more rows than the
+//! run saved: IoU over 10,000 examples, spectra over many matrices.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use candle_core::{Device, Tensor};
+
+use crate::model::Transformer;
+use crate::params::Params;
+use crate::preset::Preset;
+use crate::tasks::mqar::{Example, MqarConfig, Split};
+use crate::train::RunDir;
+use crate::{Error, Result};
+
+/// Rows per forward pass: large enough to keep the matrix products busy, small enough that a
+/// batch of (B, H, T, T) weights stays in the tens of megabytes at T = 128.
+const BATCH_ROWS: usize = 128;
+
+/// The attention of one layer on a batch, on the CPU.
+#[derive(Clone, Debug)]
+pub struct LayerAttention {
+    /// Row-major (B, H, Tq, Tk).
+    pub weights: Vec<f32>,
+    pub shape: [usize; 4],
+}
+
+impl LayerAttention {
+    /// The Tq × Tk matrix of row `b`, head `h`.
+    pub fn matrix(&self, b: usize, h: usize) -> &[f32] {
+        let [_, heads, tq, tk] = self.shape;
+        let start = (b * heads + h) * tq * tk;
+        &self.weights[start..start + tq * tk]
+    }
+
+    fn from_tensor(weights: &Tensor) -> Result<Self> {
+        let (b, h, tq, tk) = weights.dims4()?;
+        Ok(Self {
+            weights: weights
+                .to_device(&Device::Cpu)?
+                .flatten_all()?
+                .to_vec1::<f32>()?,
+            shape: [b, h, tq, tk],
+        })
+    }
+}
+
+/// What [`TrainedRun::for_each_batch`] calls with each batch's rows and per-layer attention.
+pub type BatchVisitor<'a> = dyn FnMut(&[Example], &[Option<LayerAttention>]) -> Result<()> + 'a;
+
+/// A run's model with its checkpoint loaded.
+pub struct TrainedRun {
+    pub run: RunDir,
+    pub preset: Preset,
+    model: Transformer,
+    device: Device,
+}
+
+impl TrainedRun {
+    /// Loads the preset and checkpoint of the run folder at `path`.
+    pub fn open(path: &Path) -> Result<Self> {
+        let run = RunDir::open(path)?;
+        let preset = run.read_preset()?;
+        let device = crate::device::open(&preset.train.device)?;
+        let params = Params::new(preset.train.seed, &device);
+        let model = preset.build_model(&params)?;
+        params.load(&run.checkpoint_path())?;
+        Ok(Self {
+            run,
+            preset,
+            model,
+            device,
+        })
+    }
+
+    /// The run's MQAR settings; analyses with a ground truth need them.
+    pub fn mqar(&self) -> Result<&MqarConfig> {
+        self.preset.task.mqar().ok_or_else(|| Error::RunDir {
+            message: format!(
+                "this analysis needs an MQAR run, but the run's task is {}",
+                self.preset.task.name()
+            ),
+            path: self.run.path().to_path_buf(),
+        })
+    }
+
+    /// The first `n` rows of the run's test split (the generator continues past
+    /// `task.test_examples` with the same seed, so larger `n` adds unseen rows).
+    pub fn test_examples(&self, n: usize) -> Result<Vec<Example>> {
+        Ok(self.mqar()?.examples(Split::Test, n))
+    }
+
+    /// Model layers whose mixer is attention.
+    pub fn attention_layers(&self) -> Vec<usize> {
+        self.preset.model.attention_layers()
+    }
+
+    /// The attention of every layer (`None` for convolutions) on `rows` token rows.
+    pub fn attention(&self, rows: &[&[u32]]) -> Result<Vec<Option<LayerAttention>>> {
+        let t = rows.first().map_or(0, |r| r.len());
+        let flat: Vec<u32> = rows.iter().flat_map(|r| r.iter().copied()).collect();
+        let ids = Tensor::from_vec(flat, (rows.len(), t), &self.device)?;
+        self.model
+            .attention_weights(&ids)?
+            .iter()
+            .map(|w| w.as_ref().map(LayerAttention::from_tensor).transpose())
+            .collect()
+    }
+
+    /// Calls `visit(examples, attention)` for consecutive batches of `examples`,
+    /// reporting the fraction done to `progress` after each. Returns `Ok(false)` when `cancel`
+    /// was set (checked before every batch), `Ok(true)` when every batch was visited.
+    pub fn for_each_batch(
+        &self,
+        examples: &[Example],
+        progress: &mut dyn FnMut(f32),
+        cancel: &AtomicBool,
+        visit: &mut BatchVisitor<'_>,
+    ) -> Result<bool> {
+        for (i, batch) in examples.chunks(BATCH_ROWS).enumerate() {
+            if cancel.load(Ordering::Relaxed) {
+                return Ok(false);
+            }
+            let rows: Vec<&[u32]> = batch.iter().map(|e| e.inputs.as_slice()).collect();
+            visit(batch, &self.attention(&rows)?)?;
+            progress(((i * BATCH_ROWS + batch.len()) as f32 / examples.len() as f32).min(1.0));
+        }
+        Ok(true)
+    }
+}

@@ -1,0 +1,150 @@
+//! `attnlab sweep`: train a grid of runs, plan it for a scheduler, or collect finished runs.
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::sweep::{Sweep, SweepEvent, SweepSummary, collect, run_sweep, write_summary};
+use crate::train::TrainEvent;
+
+/// `attnlab sweep` options.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct SweepArgs {
+    #[command(subcommand)]
+    action: Option<SweepAction>,
+    /// The sweep file (TOML) to train; finished cells are skipped.
+    file: Option<PathBuf>,
+    /// Cells trained at once (overrides the file's `workers`).
+    #[arg(long)]
+    workers: Option<usize>,
+}
+
+#[derive(Debug, Subcommand)]
+enum SweepAction {
+    /// Print one self-contained `attnlab train` command per cell (for a Slurm array, GNU
+    /// parallel, …), or write them to --out, one per line.
+    Plan {
+        file: PathBuf,
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// List unfinished cells only.
+        #[arg(long)]
+        pending: bool,
+    },
+    /// Merge the finished run folders under DIRs into one summary and figures.
+    Collect {
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+        /// Where summary.json and the figures go (default: the first DIR).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+/// `attnlab sweep …`.
+pub fn sweep(args: &SweepArgs) -> anyhow::Result<()> {
+    match (&args.action, &args.file) {
+        (Some(SweepAction::Plan { file, out, pending }), _) => plan(file, out.as_ref(), *pending),
+        (Some(SweepAction::Collect { dirs, out }), _) => {
+            let summary = collect(dirs)?;
+            report(&summary, out.as_ref().unwrap_or(&dirs[0]))
+        }
+        (None, Some(file)) => train(file, args.workers),
+        (None, None) => anyhow::bail!("give a sweep file, or `plan FILE` / `collect DIR…`"),
+    }
+}
+
+fn plan(file: &std::path::Path, out: Option<&PathBuf>, pending: bool) -> anyhow::Result<()> {
+    let sweep = Sweep::load(file)?;
+    let commands: Vec<String> = sweep
+        .plan()
+        .into_iter()
+        .zip(&sweep.cells)
+        .filter(|(_, cell)| !pending || sweep.finished_run(cell).is_none())
+        .map(|(command, _)| command)
+        .collect();
+    match out {
+        Some(path) => {
+            crate::io::write_bytes(path, format!("{}\n", commands.join("\n")).as_bytes())?;
+            eprintln!("{} commands written to {}", commands.len(), path.display());
+        }
+        None => {
+            for command in commands {
+                outln!("{command}");
+            }
+        }
+    }
+    Ok(())
+}
+
+fn train(file: &std::path::Path, workers: Option<usize>) -> anyhow::Result<()> {
+    let mut sweep = Sweep::load(file)?;
+    if let Some(w) = workers {
+        anyhow::ensure!(w >= 1, "--workers must be at least 1");
+        sweep.workers = w;
+    }
+    let bar = ProgressBar::new(sweep.cells.len() as u64);
+    bar.set_style(ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} cells {msg}",
+    )?);
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let stop = AtomicBool::new(false);
+    let summary = run_sweep(&sweep, &stop, &mut |event| match event {
+        SweepEvent::Skipped { cell, run_dir } => {
+            bar.inc(1);
+            bar.println(format!(
+                "{}: done already ({})",
+                sweep.cells[cell].id,
+                run_dir.display()
+            ));
+        }
+        SweepEvent::Train { cell, event } => match event {
+            TrainEvent::Step(s) => {
+                bar.set_message(format!("{} step {}", sweep.cells[cell].id, s.step))
+            }
+            TrainEvent::Finished(summary) => {
+                bar.inc(1);
+                bar.println(super::train::summary_line(&summary));
+            }
+            TrainEvent::Failed { message, .. } => {
+                bar.inc(1);
+                bar.println(format!("{} failed: {message}", sweep.cells[cell].id));
+            }
+            _ => {}
+        },
+    })?;
+    bar.finish_and_clear();
+    report(&summary, &sweep.out)
+}
+
+/// Writes the summary files and prints the best-lr table.
+fn report(summary: &SweepSummary, dir: &std::path::Path) -> anyhow::Result<()> {
+    for path in write_summary(summary, dir)? {
+        eprintln!("wrote {}", path.display());
+    }
+    outln!("mechanism,seq_len,num_kv_pairs,d_model,best_lr,mean,std,seeds");
+    for p in &summary.points {
+        outln!(
+            "{},{},{},{},{},{},{},{}",
+            p.mechanism,
+            p.seq_len,
+            p.num_kv_pairs,
+            p.d_model,
+            p.best_lr,
+            p.mean,
+            p.std,
+            p.seeds
+        );
+    }
+    if summary.duplicates > 0 {
+        eprintln!(
+            "{} runs repeated the settings of a later run and were left out",
+            summary.duplicates
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,67 @@
+//! The sweep's Figure 1 (ReBased paper): accuracy against d_model, one figure per sequence length.
+
+use super::{Figure, LinePlot, Plot, Series};
+use crate::sweep::SweepSummary;
+
+/// One figure per (sequence length, pairs) panel, in increasing length: a solid line per
+/// mechanism through the mean at the best lr, and dashed lines in the same colour at mean ± std
+/// (clipped to [0, 1]) standing in for error bars.
+pub fn accuracy_panels(summary: &SweepSummary) -> Vec<((usize, usize), Figure)> {
+    let mut panels: Vec<(usize, usize)> = summary
+        .points
+        .iter()
+        .map(|p| (p.seq_len, p.num_kv_pairs))
+        .collect();
+    panels.sort();
+    panels.dedup();
+    panels
+        .into_iter()
+        .map(|(seq_len, pairs)| {
+            let points: Vec<_> = summary
+                .points
+                .iter()
+                .filter(|p| (p.seq_len, p.num_kv_pairs) == (seq_len, pairs))
+                .collect();
+            let mut mechanisms: Vec<&str> = points.iter().map(|p| p.mechanism.as_str()).collect();
+            mechanisms.dedup();
+            let series = mechanisms
+                .iter()
+                .flat_map(|&m| {
+                    let mine: Vec<_> = points.iter().filter(|p| p.mechanism == m).collect();
+                    let line = |name: String, offset: f64, dashed: bool| Series {
+                        name,
+                        points: mine
+                            .iter()
+                            .map(|p| {
+                                let y = (p.mean + offset * p.std).clamp(0.0, 1.0);
+                                (p.d_model as f64, y)
+                            })
+                            .collect(),
+                        dashed,
+                    };
+                    [
+                        line(m.to_string(), 0.0, false),
+                        line(String::new(), 1.0, true),
+                        line(String::new(), -1.0, true),
+                    ]
+                })
+                .collect();
+            let figure = Figure {
+                title: format!("MQAR accuracy, length {seq_len}, {pairs} pairs"),
+                caption: Some(
+                    "best test accuracy of each run; per point the lr with the highest mean over \
+                     seeds, mean over seeds with ± sample std (dashed, clipped to [0, 1])"
+                        .into(),
+                ),
+                plot: Plot::Lines(LinePlot {
+                    x_label: "d_model".into(),
+                    y_label: "accuracy".into(),
+                    x_log: true,
+                    y_log: false,
+                    series,
+                }),
+            };
+            ((seq_len, pairs), figure)
+        })
+        .collect()
+}

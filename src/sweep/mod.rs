@@ -1,0 +1,492 @@
+//! Sweeps: one base preset trained over a grid of mechanisms, widths, lengths, learning rates and
+//! seeds (the ReBased paper's Figure 1), resumable, spreadable over machines.
+//!
+//! ```toml
+//! name = "fig1"
+//! base = "../presets/mqar_rebased.toml"  # relative to this file
+//! out = "runs/sweep-fig1"                # the default is runs/sweep-<name>
+//! workers = 1                            # cells trained at once
+//! set = ["train.epochs=4"]               # overrides applied to every cell
+//! [axes]                                 # every axis is optional
+//! mechanism = ["softmax", "based", { kind = "rebased", variant = "x2" }]
+//! d_model = [32, 64]
+//! seq_len = [64, 128]
+//! num_kv_pairs = [4, 8]                  # one per seq_len
+//! lr = [1e-3, 3e-3]
+//! seed = [0, 1, 2]                       # train.seed: initialisation and data order
+//! ```
+//!
+//! Each cell trains into its own folder `out/<cell id>/<time>-<name>/`. A cell counts as done
+//! when one of its run folders has a `summary.json` with status `completed` or
+//! `target-reached`; anything else (stopped, failed, still running when killed) is trained again
+//! on resume. The summary reads only run folders (their `preset.toml` and `summary.json`), so
+//! `collect` merges folders trained anywhere.
+
+mod summary;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
+
+use serde::{Deserialize, Serialize};
+
+pub use summary::{CellResult, SummaryPoint, SweepSummary, collect, mechanism_label, summarise};
+
+use crate::preset::Preset;
+use crate::train::{RunDir, RunStatus, TrainEvent};
+use crate::{Error, Result};
+
+/// A sweep file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SweepFile {
+    name: String,
+    base: PathBuf,
+    out: Option<PathBuf>,
+    #[serde(default = "one")]
+    workers: usize,
+    #[serde(default)]
+    set: Vec<String>,
+    #[serde(default)]
+    axes: Axes,
+}
+
+fn one() -> usize {
+    1
+}
+
+/// The axes of a sweep file; an empty axis keeps the base preset's value.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct Axes {
+    mechanism: Vec<toml::Value>,
+    d_model: Vec<usize>,
+    seq_len: Vec<usize>,
+    num_kv_pairs: Vec<usize>,
+    lr: Vec<f64>,
+    seed: Vec<u64>,
+}
+
+/// One point of the grid.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Cell {
+    /// File-name-safe name, unique in the sweep: its folder under the sweep's `out`.
+    pub id: String,
+    /// `--set` overrides that turn the base preset into this cell's preset.
+    pub overrides: Vec<String>,
+}
+
+/// A loaded and validated sweep.
+#[derive(Clone, Debug)]
+pub struct Sweep {
+    pub name: String,
+    /// The base preset, as a path usable from the current directory.
+    pub base: PathBuf,
+    pub out: PathBuf,
+    pub workers: usize,
+    pub cells: Vec<Cell>,
+}
+
+/// One value of an axis: what goes into the cell id and the overrides it adds.
+struct AxisValue {
+    label: String,
+    overrides: Vec<String>,
+}
+
+impl Sweep {
+    /// Reads `path` and checks every cell's preset before any work starts.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| Error::io("cannot read sweep", path, e))?;
+        let file: SweepFile = toml::from_str(&text).map_err(|e| Error::PresetSyntax {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        let bad = |key: &str, why: String| Error::RunDir {
+            message: format!("invalid sweep: {key}: {why}"),
+            path: path.to_path_buf(),
+        };
+        if file.workers == 0 {
+            return Err(bad("workers", "must be at least 1".into()));
+        }
+        let base = path.parent().unwrap_or(Path::new("")).join(&file.base);
+        let axes = file.axes.values().map_err(|(key, why)| bad(key, why))?;
+        let sweep = Self {
+            out: file
+                .out
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(format!("runs/sweep-{}", file.name))),
+            name: file.name,
+            base,
+            workers: file.workers,
+            cells: grid(&axes, &file.set),
+        };
+        for cell in &sweep.cells {
+            sweep.preset(cell).map_err(|e| {
+                bad(
+                    &format!("cell {}", cell.id),
+                    format!("{e} (overrides {})", cell.overrides.join(" ")),
+                )
+            })?;
+        }
+        Ok(sweep)
+    }
+
+    /// The preset of `cell`.
+    pub fn preset(&self, cell: &Cell) -> Result<Preset> {
+        let mut preset = Preset::load(&self.base, &cell.overrides)?;
+        preset.name = format!("{}-{}", self.name, cell.id);
+        Ok(preset)
+    }
+
+    /// The folder `cell` trains into.
+    pub fn cell_dir(&self, cell: &Cell) -> PathBuf {
+        self.out.join(&cell.id)
+    }
+
+    /// The finished run folder of `cell`, if it has one.
+    pub fn finished_run(&self, cell: &Cell) -> Option<PathBuf> {
+        finished_runs_in(&self.cell_dir(cell)).pop()
+    }
+
+    /// One self-contained shell command per cell: trains it into its folder with the base preset
+    /// and the cell's overrides (the same preset [`Sweep::preset`] builds).
+    pub fn plan(&self) -> Vec<String> {
+        self.cells
+            .iter()
+            .map(|cell| {
+                let mut words = vec![
+                    "attnlab".to_string(),
+                    "train".into(),
+                    shell_quote(&self.base.to_string_lossy()),
+                ];
+                for o in &cell.overrides {
+                    words.push("--set".into());
+                    words.push(shell_quote(o));
+                }
+                words.push("--set".into());
+                words.push(shell_quote(&format!("name={}-{}", self.name, cell.id)));
+                words.push("--out".into());
+                words.push(shell_quote(&self.cell_dir(cell).to_string_lossy()));
+                words.push("--quiet".into());
+                words.join(" ")
+            })
+            .collect()
+    }
+}
+
+impl Axes {
+    /// The axes as lists of values, in grid order (outermost first); an error names the key.
+    fn values(&self) -> std::result::Result<Vec<Vec<AxisValue>>, (&'static str, String)> {
+        if !self.num_kv_pairs.is_empty() && self.num_kv_pairs.len() != self.seq_len.len() {
+            return Err((
+                "axes.num_kv_pairs",
+                format!(
+                    "has {} entries but axes.seq_len has {}: give one number of pairs per length",
+                    self.num_kv_pairs.len(),
+                    self.seq_len.len()
+                ),
+            ));
+        }
+        let mechanisms = self
+            .mechanism
+            .iter()
+            .map(mechanism_value)
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|why| ("axes.mechanism", why))?;
+        let lengths = self
+            .seq_len
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| {
+                let mut overrides = vec![format!("task.seq_len={l}")];
+                if let Some(n) = self.num_kv_pairs.get(i) {
+                    overrides.push(format!("task.num_kv_pairs={n}"));
+                }
+                AxisValue {
+                    label: format!("L{l}"),
+                    overrides,
+                }
+            })
+            .collect();
+        let simple = |prefix: &str, key: &str, values: Vec<String>| -> Vec<AxisValue> {
+            values
+                .into_iter()
+                .map(|v| AxisValue {
+                    label: format!("{prefix}{v}"),
+                    overrides: vec![format!("{key}={v}")],
+                })
+                .collect()
+        };
+        let strings = |v: &[usize]| v.iter().map(usize::to_string).collect();
+        Ok(vec![
+            mechanisms,
+            lengths,
+            simple("d", "model.d_model", strings(&self.d_model)),
+            simple(
+                "lr",
+                "train.lr",
+                self.lr.iter().map(f64::to_string).collect(),
+            ),
+            simple(
+                "s",
+                "train.seed",
+                self.seed.iter().map(u64::to_string).collect(),
+            ),
+        ])
+    }
+}
+
+/// A mechanism axis entry: a name (`"based"`) or a table of the `[attention]` section. The
+/// whole section is replaced, so settings of the base's mechanism do not leak into another.
+fn mechanism_value(value: &toml::Value) -> std::result::Result<AxisValue, String> {
+    let table = match value {
+        toml::Value::String(kind) => {
+            let mut t = toml::Table::new();
+            t.insert("kind".into(), toml::Value::String(kind.clone()));
+            t
+        }
+        toml::Value::Table(t) if t.get("kind").is_some_and(toml::Value::is_str) => t.clone(),
+        other => {
+            return Err(format!(
+                "{other} is neither a mechanism name nor a table with a `kind`"
+            ));
+        }
+    };
+    let mut label = vec![table["kind"].as_str().unwrap_or_default().to_string()];
+    label.extend(
+        table
+            .iter()
+            .filter(|(k, _)| *k != "kind")
+            .map(|(k, v)| match v {
+                toml::Value::String(s) => format!("{k}-{s}"),
+                v => format!("{k}-{v}"),
+            }),
+    );
+    let inline = toml::Value::Table(table).to_string();
+    Ok(AxisValue {
+        label: label.join("_"),
+        overrides: vec![format!("attention={}", inline.replace('\n', " "))],
+    })
+}
+
+/// Every combination of the axes' values, outermost axis first.
+fn grid(axes: &[Vec<AxisValue>], set: &[String]) -> Vec<Cell> {
+    let mut cells = vec![Cell {
+        id: String::new(),
+        overrides: set.to_vec(),
+    }];
+    for axis in axes.iter().filter(|a| !a.is_empty()) {
+        cells = cells
+            .iter()
+            .flat_map(|cell| {
+                axis.iter().map(move |value| Cell {
+                    id: if cell.id.is_empty() {
+                        value.label.clone()
+                    } else {
+                        format!("{}-{}", cell.id, value.label)
+                    },
+                    overrides: [cell.overrides.clone(), value.overrides.clone()].concat(),
+                })
+            })
+            .collect();
+    }
+    for cell in cells.iter_mut().filter(|c| c.id.is_empty()) {
+        cell.id = "base".into();
+    }
+    cells
+}
+
+/// `text` as one shell word.
+fn shell_quote(text: &str) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "-_./=:+,".contains(c);
+    if !text.is_empty() && text.chars().all(safe) {
+        text.to_string()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
+
+/// Whether a run ended in a state the summary uses.
+fn is_finished(status: RunStatus) -> bool {
+    matches!(status, RunStatus::Completed | RunStatus::TargetReached)
+}
+
+/// The finished run folders directly inside `dir`, oldest first (folder names start with the time).
+fn finished_runs_in(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut runs: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            RunDir::open(p)
+                .and_then(|r| r.read_summary())
+                .is_ok_and(|s| is_finished(s.status))
+        })
+        .collect();
+    runs.sort();
+    runs
+}
+
+/// What a running sweep reports.
+#[derive(Clone, Debug)]
+pub enum SweepEvent {
+    /// The cell had a finished run already; it is not trained again.
+    Skipped { cell: usize, run_dir: PathBuf },
+    /// A training event of cell `cell`.
+    Train { cell: usize, event: TrainEvent },
+}
+
+/// Trains every unfinished cell of `sweep`, `sweep.workers` at a time, calling `emit` (on this
+/// thread) for every event. Stops starting cells when `stop` is set (running cells stop at their
+/// next step and are trained again on resume). Returns the summary of every finished cell.
+pub fn run_sweep(
+    sweep: &Sweep,
+    stop: &AtomicBool,
+    emit: &mut dyn FnMut(SweepEvent),
+) -> Result<SweepSummary> {
+    let mut todo = Vec::new();
+    for (i, cell) in sweep.cells.iter().enumerate() {
+        match sweep.finished_run(cell) {
+            Some(run_dir) => emit(SweepEvent::Skipped { cell: i, run_dir }),
+            None => todo.push(i),
+        }
+    }
+    let next = AtomicUsize::new(0);
+    let (sender, events) = mpsc::channel();
+    let failures = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..sweep.workers.min(todo.len()))
+            .map(|_| {
+                let sender = sender.clone();
+                let (next, todo) = (&next, &todo);
+                scope.spawn(move || -> Vec<String> {
+                    let mut failures = Vec::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        let Some(&cell) = todo.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                            break;
+                        };
+                        if let Err(e) = train_cell(sweep, cell, stop, &sender) {
+                            failures.push(format!("cell {}: {e}", sweep.cells[cell].id));
+                        }
+                    }
+                    failures
+                })
+            })
+            .collect();
+        drop(sender);
+        for event in events {
+            emit(event);
+        }
+        workers
+            .into_iter()
+            .flat_map(|w| {
+                w.join()
+                    .unwrap_or_else(|_| vec!["a worker panicked".into()])
+            })
+            .collect::<Vec<_>>()
+    });
+    if !failures.is_empty() {
+        return Err(Error::Other(format!(
+            "{} of the sweep's cells failed (finished cells are kept): {}",
+            failures.len(),
+            failures.join("; ")
+        )));
+    }
+    collect(std::slice::from_ref(&sweep.out))
+}
+
+/// Writes `summary.json` and one accuracy figure per sequence length
+/// (`accuracy-L<len>-N<pairs>.svg` and `.csv`) into `dir`; returns the files written.
+pub fn write_summary(summary: &SweepSummary, dir: &Path) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io("cannot create folder", dir, e))?;
+    let mut written = vec![dir.join("summary.json")];
+    crate::io::write_json(&written[0], summary)?;
+    for ((seq_len, pairs), figure) in crate::figures::sweep::accuracy_panels(summary) {
+        for ext in ["svg", "csv"] {
+            let path = dir.join(format!("accuracy-L{seq_len}-N{pairs}.{ext}"));
+            crate::figures::save(&figure, &path)?;
+            written.push(path);
+        }
+    }
+    Ok(written)
+}
+
+fn train_cell(
+    sweep: &Sweep,
+    cell: usize,
+    stop: &AtomicBool,
+    sender: &mpsc::Sender<SweepEvent>,
+) -> Result<()> {
+    let preset = sweep.preset(&sweep.cells[cell])?;
+    crate::train::run::run(
+        &preset,
+        &sweep.cell_dir(&sweep.cells[cell]),
+        stop,
+        &mut |event| {
+            // A closed channel only means nobody listens; the run still saves.
+            let _ = sender.send(SweepEvent::Train { cell, event });
+        },
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn axes(text: &str) -> Vec<Vec<AxisValue>> {
+        toml::from_str::<Axes>(text).unwrap().values().unwrap()
+    }
+
+    #[test]
+    fn the_grid_is_the_product_of_the_axes() {
+        let cells = grid(
+            &axes(
+                "mechanism = [\"softmax\", {kind = \"rebased\", variant = \"x2\"}]\n\
+                 seq_len = [64, 128]\nnum_kv_pairs = [4, 8]\nseed = [0, 1, 2]",
+            ),
+            &["train.epochs=1".into()],
+        );
+        assert_eq!(cells.len(), 12);
+        assert_eq!(cells[0].id, "softmax-L64-s0");
+        assert_eq!(cells[11].id, "rebased_variant-x2-L128-s2");
+        assert_eq!(
+            cells[11].overrides,
+            [
+                "train.epochs=1",
+                "attention={ kind = \"rebased\", variant = \"x2\" }",
+                "task.seq_len=128",
+                "task.num_kv_pairs=8",
+                "train.seed=2"
+            ]
+        );
+        assert_eq!(grid(&axes(""), &[])[0].id, "base");
+    }
+
+    #[test]
+    fn mismatched_pairs_and_bad_mechanisms_name_the_key() {
+        let err = toml::from_str::<Axes>("seq_len = [64]\nnum_kv_pairs = [4, 8]")
+            .unwrap()
+            .values()
+            .err()
+            .unwrap();
+        assert_eq!(err.0, "axes.num_kv_pairs");
+        let err = toml::from_str::<Axes>("mechanism = [3]")
+            .unwrap()
+            .values()
+            .err()
+            .unwrap();
+        assert_eq!(err.0, "axes.mechanism");
+    }
+
+    #[test]
+    fn shell_words_are_quoted_when_needed() {
+        assert_eq!(shell_quote("train.lr=0.001"), "train.lr=0.001");
+        assert_eq!(
+            shell_quote("attention={ kind = \"based\" }"),
+            "'attention={ kind = \"based\" }'"
+        );
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+    }
+}

@@ -1,0 +1,251 @@
+//! A sweep's summary from its run folders: the best learning rate per cell by the mean over
+//! seeds, as the ReBased paper's Figure 1 (`main_fig_parsing.ipynb`): for each mechanism,
+//! length and width, the lr with the highest mean accuracy over seeds, with the mean and the
+//! sample standard deviation (n − 1; 0 for one seed) over seeds at that lr. A run's accuracy is
+//! its best test accuracy over evaluations (the paper's `max_accuracy`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::is_finished;
+use crate::attention::{MechanismSpec, RebasedVariant};
+use crate::preset::Preset;
+use crate::train::RunDir;
+use crate::{Error, Result};
+
+/// How deep `collect` looks for run folders under each directory it is given (a sweep's
+/// `out/<cell>/<run>` is depth 2).
+const MAX_DEPTH: usize = 4;
+
+/// One finished run of a sweep.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CellResult {
+    pub run_dir: PathBuf,
+    pub mechanism: String,
+    pub seq_len: usize,
+    pub num_kv_pairs: usize,
+    pub d_model: usize,
+    pub lr: f64,
+    pub seed: u64,
+    /// Best test accuracy over the run's evaluations.
+    pub accuracy: f64,
+}
+
+/// One point of the Figure-1 plot: a mechanism at one length and width, at its best lr.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SummaryPoint {
+    pub mechanism: String,
+    pub seq_len: usize,
+    pub num_kv_pairs: usize,
+    pub d_model: usize,
+    pub best_lr: f64,
+    /// Mean accuracy over seeds at `best_lr`.
+    pub mean: f64,
+    /// Sample standard deviation over seeds at `best_lr`.
+    pub std: f64,
+    pub seeds: usize,
+    /// Every lr tried: (lr, mean over seeds, seeds).
+    pub by_lr: Vec<(f64, f64, usize)>,
+}
+
+/// The summary of a set of finished runs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SweepSummary {
+    pub runs: Vec<CellResult>,
+    pub points: Vec<SummaryPoint>,
+    /// Runs left out because a later run had the same settings.
+    pub duplicates: usize,
+}
+
+/// The name a run's mechanism gets in the summary: the kind, with the ReBased variant when it
+/// is an ablation and Linformer's k.
+pub fn mechanism_label(preset: &Preset) -> String {
+    match &preset.attention {
+        MechanismSpec::Rebased(c) if c.variant != RebasedVariant::Rebased => {
+            format!("rebased-{:?}", c.variant).to_lowercase()
+        }
+        MechanismSpec::Linformer(c) => format!("linformer-k{}", c.proj_dim),
+        other => other.name().into(),
+    }
+}
+
+/// Every finished run folder under `dirs` (searched a few levels deep), summarised.
+pub fn collect(dirs: &[PathBuf]) -> Result<SweepSummary> {
+    let mut runs = Vec::new();
+    for dir in dirs {
+        if !dir.is_dir() {
+            return Err(Error::RunDir {
+                message: "not a folder".into(),
+                path: dir.clone(),
+            });
+        }
+        find_runs(dir, MAX_DEPTH, &mut runs)?;
+    }
+    runs.sort_by(|a, b| a.run_dir.cmp(&b.run_dir));
+    Ok(summarise(runs))
+}
+
+/// Adds the finished runs at or under `dir` to `runs`.
+fn find_runs(dir: &Path, depth: usize, runs: &mut Vec<CellResult>) -> Result<()> {
+    if let Ok(run) = RunDir::open(dir) {
+        let summary = run.read_summary()?;
+        if is_finished(summary.status) {
+            let preset = run.read_preset()?;
+            let (seq_len, num_kv_pairs) = preset
+                .task
+                .mqar()
+                .map_or((preset.task.seq_len(), 0), |c| (c.seq_len, c.num_kv_pairs));
+            runs.push(CellResult {
+                run_dir: dir.to_path_buf(),
+                mechanism: mechanism_label(&preset),
+                seq_len,
+                num_kv_pairs,
+                d_model: preset.model.d_model,
+                lr: preset.train.lr,
+                seed: preset.train.seed,
+                accuracy: summary.best_accuracy.unwrap_or(0.0),
+            });
+        }
+        return Ok(());
+    }
+    if depth == 0 {
+        return Ok(());
+    }
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::io("cannot list folder", dir, e))?;
+    let mut subdirs: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_dir())
+        .collect();
+    subdirs.sort();
+    for sub in subdirs {
+        find_runs(&sub, depth - 1, runs)?;
+    }
+    Ok(())
+}
+
+/// A point of the plot: mechanism, sequence length, pairs, d_model.
+type CellKey = (String, usize, usize, usize);
+
+/// Groups `runs` (later ones replace earlier ones with the same settings) into summary points.
+pub fn summarise(runs: Vec<CellResult>) -> SweepSummary {
+    let total = runs.len();
+    let mut unique: BTreeMap<(String, usize, usize, usize, u64, u64), CellResult> = BTreeMap::new();
+    for run in runs {
+        let key = (
+            run.mechanism.clone(),
+            run.seq_len,
+            run.num_kv_pairs,
+            run.d_model,
+            run.lr.to_bits(),
+            run.seed,
+        );
+        unique.insert(key, run);
+    }
+    let runs: Vec<CellResult> = unique.into_values().collect();
+    let mut cells: BTreeMap<CellKey, BTreeMap<u64, Vec<f64>>> = BTreeMap::new();
+    for run in &runs {
+        cells
+            .entry((
+                run.mechanism.clone(),
+                run.seq_len,
+                run.num_kv_pairs,
+                run.d_model,
+            ))
+            .or_default()
+            .entry(run.lr.to_bits())
+            .or_default()
+            .push(run.accuracy);
+    }
+    let points = cells
+        .into_iter()
+        .map(|((mechanism, seq_len, num_kv_pairs, d_model), by_lr)| {
+            let (best_lr, seeds) = by_lr
+                .iter()
+                .max_by(|a, b| mean(a.1).total_cmp(&mean(b.1)))
+                .map(|(lr, accs)| (f64::from_bits(*lr), accs.as_slice()))
+                .unwrap_or((0.0, &[]));
+            SummaryPoint {
+                mechanism,
+                seq_len,
+                num_kv_pairs,
+                d_model,
+                best_lr,
+                mean: mean(seeds),
+                std: sample_std(seeds),
+                seeds: seeds.len(),
+                by_lr: by_lr
+                    .iter()
+                    .map(|(lr, accs)| (f64::from_bits(*lr), mean(accs), accs.len()))
+                    .collect(),
+            }
+        })
+        .collect();
+    SweepSummary {
+        duplicates: total - runs.len(),
+        runs,
+        points,
+    }
+}
+
+fn mean(values: &[f64]) -> f64 {
+    values.iter().sum::<f64>() / values.len().max(1) as f64
+}
+
+/// Sample standard deviation (n − 1 in the denominator); 0 for fewer than two values.
+fn sample_std(values: &[f64]) -> f64 {
+    if values.len() < 2 {
+        return 0.0;
+    }
+    let m = mean(values);
+    (values.iter().map(|v| (v - m).powi(2)).sum::<f64>() / (values.len() - 1) as f64).sqrt()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(mechanism: &str, d_model: usize, lr: f64, seed: u64, accuracy: f64) -> CellResult {
+        CellResult {
+            run_dir: PathBuf::from(format!("{mechanism}-{d_model}-{lr}-{seed}")),
+            mechanism: mechanism.into(),
+            seq_len: 64,
+            num_kv_pairs: 4,
+            d_model,
+            lr,
+            seed,
+            accuracy,
+        }
+    }
+
+    #[test]
+    fn best_lr_is_chosen_by_the_mean_over_seeds() {
+        // lr 1e-3: one lucky seed (mean 0.55); lr 3e-3: steady (mean 0.6).
+        let summary = summarise(vec![
+            result("based", 32, 1e-3, 0, 1.0),
+            result("based", 32, 1e-3, 1, 0.1),
+            result("based", 32, 3e-3, 0, 0.5),
+            result("based", 32, 3e-3, 1, 0.7),
+            result("softmax", 32, 1e-3, 0, 0.9),
+        ]);
+        assert_eq!(summary.points.len(), 2);
+        let based = &summary.points[0];
+        assert_eq!(based.best_lr, 3e-3);
+        assert!((based.mean - 0.6).abs() < 1e-12);
+        // Sample std of {0.5, 0.7}: sqrt(0.02 / 1).
+        assert!((based.std - 0.02f64.sqrt()).abs() < 1e-12);
+        assert_eq!(based.seeds, 2);
+        assert_eq!(summary.points[1].std, 0.0, "one seed: no spread");
+    }
+
+    #[test]
+    fn a_later_run_with_the_same_settings_replaces_the_earlier() {
+        let summary = summarise(vec![
+            result("based", 32, 1e-3, 0, 0.2),
+            result("based", 32, 1e-3, 0, 0.8),
+        ]);
+        assert_eq!(summary.duplicates, 1);
+        assert_eq!(summary.points[0].mean, 0.8);
+    }
+}

@@ -1,0 +1,146 @@
+//! IoU against the MQAR ground truth on real (tiny) trained runs: the recomputed attention is the
+//! one the run saved, the table has one cell per layer and head, the CLI writes what it says.
+
+#![allow(clippy::unwrap_used)] // test helpers: a panic is the failure report
+
+mod common;
+
+use std::sync::atomic::AtomicBool;
+
+use attnlab::Preset;
+use attnlab::analysis::TrainedRun;
+use attnlab::analysis::iou::{Binarise, IouProtocol, Target, example_iou, run_iou};
+use attnlab::attention::MechanismSpec;
+use attnlab::encodings::EncodingSpec;
+use attnlab::model::MixerKind;
+use common::{attnlab, small_mechanisms, stderr, tiny, trained_run};
+
+/// The tiny preset with the IoU protocol's layers: previous-token shift, then attention.
+fn protocol_preset(mechanism: MechanismSpec) -> Preset {
+    let mut p = tiny(mechanism, EncodingSpec::from_name("learned").unwrap());
+    p.model.mixers = vec![MixerKind::PrevToken, MixerKind::Attention];
+    p
+}
+
+fn protocol(examples: usize) -> IouProtocol {
+    IouProtocol {
+        binarise: Binarise::Argmax,
+        target: Target::Value,
+        examples,
+    }
+}
+
+#[test]
+fn iou_of_a_trained_run_uses_the_saved_attention_and_ground_truth() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = trained_run(&protocol_preset(MechanismSpec::Softmax), root.path());
+    let run = TrainedRun::open(&dir).unwrap();
+
+    // 40 rows: more than the 16 of the test set, which the generator continues.
+    let table = run_iou(&run, &protocol(40), &mut |_| {}, &AtomicBool::new(false))
+        .unwrap()
+        .unwrap();
+    assert_eq!(table.examples, 40);
+    assert_eq!(table.layers, vec![1]);
+    assert_eq!(table.hard.len(), 1);
+    assert_eq!(table.hard[0].len(), 2, "one cell per head");
+    for value in table.hard.iter().chain(&table.soft).flatten() {
+        assert!((0.0..=1.0).contains(value), "{value}");
+    }
+
+    // The example view recomputes exactly the attention the run saved, on the saved rows.
+    let saved = run.run.read_attention_index().unwrap();
+    let weights = run.run.read_attention(&saved.layers[0]).unwrap();
+    let saved_row0: Vec<Vec<f32>> = weights.get(0).unwrap().get(1).unwrap().to_vec2().unwrap();
+    let example = example_iou(&run, 0, 1, 1, &protocol(1)).unwrap();
+    let want: Vec<usize> = saved.examples[0]
+        .queries
+        .iter()
+        .map(|q| q.position)
+        .collect();
+    assert_eq!(example.crop.query_positions, want);
+    for (r, &p) in want.iter().enumerate() {
+        let context = example.crop.context;
+        let got = &example.attention[r * context..(r + 1) * context];
+        for (g, &w) in got.iter().zip(&saved_row0[p][..context]) {
+            assert!((g - f64::from(w)).abs() < 1e-5);
+        }
+        let truth_col = saved.examples[0].queries[r].value_positions[0];
+        assert_eq!(
+            example.crop.truth[r * example.crop.context + truth_col],
+            1.0
+        );
+    }
+    assert!((0.0..=1.0).contains(&example.hard));
+
+    let err = example_iou(&run, 0, 0, 0, &protocol(1)).unwrap_err();
+    assert!(
+        err.to_string().contains("layer 0 has no attention"),
+        "{err}"
+    );
+}
+
+#[test]
+fn cancelled_iou_returns_nothing_and_linformer_is_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = trained_run(&protocol_preset(MechanismSpec::Softmax), root.path());
+    let run = TrainedRun::open(&dir).unwrap();
+    let cancelled = run_iou(&run, &protocol(10), &mut |_| {}, &AtomicBool::new(true)).unwrap();
+    assert!(cancelled.is_none());
+
+    let linformer = small_mechanisms()
+        .into_iter()
+        .find(|m| m.name() == "linformer")
+        .unwrap();
+    let dir = trained_run(&protocol_preset(linformer), root.path());
+    let run = TrainedRun::open(&dir).unwrap();
+    let err = run_iou(&run, &protocol(10), &mut |_| {}, &AtomicBool::new(false)).unwrap_err();
+    assert!(err.to_string().contains("projected positions"), "{err}");
+}
+
+#[test]
+fn iou_command_prints_the_table_and_writes_figures() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = trained_run(&protocol_preset(MechanismSpec::Softmax), root.path());
+    let figure = root.path().join("iou.svg");
+    let example = root.path().join("example.svg");
+    let o = attnlab(&[
+        "iou",
+        dir.to_str().unwrap(),
+        "--examples",
+        "20",
+        "--binarise",
+        "topk:2",
+        "--target",
+        "key",
+        "--format",
+        "json",
+        "--figure",
+        figure.to_str().unwrap(),
+        "--example",
+        "3",
+        "--example-figure",
+        example.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(json["examples"], 20);
+    assert_eq!(json["protocol"]["binarise"]["top-k"], 2);
+    assert_eq!(json["protocol"]["target"], "key");
+    assert_eq!(json["hard"].as_array().unwrap().len(), 1);
+    assert_eq!(json["soft"][0].as_array().unwrap().len(), 2);
+    assert_eq!(json["example"]["row"], 3);
+    for name in [
+        "iou.svg",
+        "iou-soft.svg",
+        "example-attention.svg",
+        "example-truth.svg",
+    ] {
+        let svg = std::fs::read_to_string(root.path().join(name)).unwrap();
+        assert!(svg.contains("key position"), "{name} carries the protocol");
+    }
+
+    let o = attnlab(&["iou", dir.to_str().unwrap(), "--binarise", "topk:0"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("topk:K"), "{}", stderr(&o));
+}

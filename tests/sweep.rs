@@ -1,0 +1,134 @@
+//! Sweeps: the grid trains once, a resumed sweep does not retrain finished cells, a planned
+//! command trains exactly its cell, and collect merges the folders.
+
+#![allow(clippy::unwrap_used)] // test helpers: a panic is the failure report
+
+mod common;
+
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+
+use attnlab::sweep::{Sweep, SweepEvent, run_sweep};
+use attnlab::train::TrainEvent;
+use common::{TINY, attnlab, stderr};
+
+/// A sweep file in `dir` over `axes`, on the softmax preset made tiny.
+fn sweep_file(dir: &Path, axes: &str) -> std::path::PathBuf {
+    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("presets/mqar_softmax.toml");
+    let set: Vec<String> = TINY
+        .iter()
+        .filter(|w| **w != "--set")
+        .map(|w| format!("{w:?}"))
+        .collect();
+    let text = format!(
+        "name = \"t\"\nbase = {:?}\nout = {:?}\nset = [{}]\n[axes]\n{axes}\n",
+        base,
+        dir.join("out"),
+        set.join(", ")
+    );
+    let path = dir.join("sweep.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Runs the sweep; returns the ids of skipped and of trained cells.
+fn run(sweep: &Sweep) -> (Vec<String>, Vec<String>) {
+    let (mut skipped, mut trained) = (Vec::new(), Vec::new());
+    run_sweep(sweep, &AtomicBool::new(false), &mut |event| match event {
+        SweepEvent::Skipped { cell, .. } => skipped.push(sweep.cells[cell].id.clone()),
+        SweepEvent::Train {
+            cell,
+            event: TrainEvent::Finished(_),
+        } => trained.push(sweep.cells[cell].id.clone()),
+        _ => {}
+    })
+    .unwrap();
+    skipped.sort();
+    trained.sort();
+    (skipped, trained)
+}
+
+#[test]
+fn a_resumed_sweep_trains_only_unfinished_cells() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut sweep =
+        Sweep::load(&sweep_file(dir.path(), "lr = [1e-3, 3e-3]\nseed = [0, 1]")).unwrap();
+    sweep.workers = 2;
+    let ids: Vec<String> = sweep.cells.iter().map(|c| c.id.clone()).collect();
+    assert_eq!(
+        ids,
+        ["lr0.001-s0", "lr0.001-s1", "lr0.003-s0", "lr0.003-s1"]
+    );
+    let (skipped, trained) = run(&sweep);
+    assert!(skipped.is_empty());
+    assert_eq!(trained.len(), 4);
+
+    // One cell was interrupted (its summary says stopped), one lost its folder.
+    let stopped = sweep.finished_run(&sweep.cells[1]).unwrap();
+    let summary = stopped.join("summary.json");
+    let text = std::fs::read_to_string(&summary).unwrap();
+    std::fs::write(&summary, text.replace("\"completed\"", "\"stopped\"")).unwrap();
+    std::fs::remove_dir_all(sweep.cell_dir(&sweep.cells[2])).unwrap();
+
+    let (skipped, trained) = run(&sweep);
+    assert_eq!(skipped, ["lr0.001-s0", "lr0.003-s1"]);
+    assert_eq!(trained, ["lr0.001-s1", "lr0.003-s0"]);
+    let folders = |cell: usize| {
+        std::fs::read_dir(sweep.cell_dir(&sweep.cells[cell]))
+            .unwrap()
+            .count()
+    };
+    assert_eq!(folders(0), 1, "a finished cell is not trained again");
+    assert_eq!(folders(1), 2, "the stopped run stays beside the new one");
+
+    let summary = attnlab::sweep::collect(&[sweep.out.clone()]).unwrap();
+    assert_eq!(summary.runs.len(), 4);
+    assert_eq!(summary.points.len(), 1, "one mechanism, length and width");
+    assert_eq!(summary.points[0].seeds, 2);
+    assert_eq!(summary.points[0].by_lr.len(), 2);
+}
+
+#[test]
+fn planned_commands_train_their_cell_and_collect_merges_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = sweep_file(
+        dir.path(),
+        "mechanism = [\"softmax\", { kind = \"based\", feature_dim = 4 }]\nseed = [3]",
+    );
+    let o = attnlab(&["sweep", "plan", file.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let plan = String::from_utf8(o.stdout).unwrap();
+    let commands: Vec<&str> = plan.lines().collect();
+    assert_eq!(commands.len(), 2);
+    assert!(commands[1].contains("'attention={ feature_dim = 4, kind = \"based\" }'"));
+    // Run the second command as a scheduler would, through a shell.
+    let command = commands[1].replacen("attnlab", env!("CARGO_BIN_EXE_attnlab"), 1);
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(&command)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let sweep = Sweep::load(&file).unwrap();
+    let run = sweep.finished_run(&sweep.cells[1]).unwrap();
+    let trained = attnlab::Preset::load(&run.join("preset.toml"), &[]).unwrap();
+    assert_eq!(
+        trained,
+        sweep.preset(&sweep.cells[1]).unwrap(),
+        "the plan's preset is the sweep's"
+    );
+    assert!(sweep.finished_run(&sweep.cells[0]).is_none());
+    let o = attnlab(&["sweep", "plan", file.to_str().unwrap(), "--pending"]);
+    assert_eq!(String::from_utf8(o.stdout).unwrap().lines().count(), 1);
+
+    let out = dir.path().join("out");
+    let o = attnlab(&["sweep", "collect", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let table = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        table.lines().nth(1).unwrap().starts_with("based,16,2,16,"),
+        "{table}"
+    );
+    assert!(out.join("summary.json").is_file());
+    assert!(out.join("accuracy-L16-N2.svg").is_file());
+}
