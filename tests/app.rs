@@ -220,3 +220,86 @@ fn the_mixer_pattern_is_edited_entry_by_entry() {
     assert_eq!(mixers[0], attnlab::model::MixerKind::PrevToken);
     assert!(harness.state().editor.is_dirty());
 }
+
+/// A window with one finished tiny run (trained in-process) in its run list, exporting to `root`.
+fn app_with_finished_run(root: &std::path::Path) -> AttnlabApp {
+    let mut app = app(root);
+    app.editor.preset.train.max_steps = Some(2);
+    app.exporter.folder = Some(root.to_path_buf());
+    let mut dir = None;
+    attnlab::train::run::run(
+        &app.editor.preset,
+        root,
+        &std::sync::atomic::AtomicBool::new(false),
+        &mut |event| {
+            if let attnlab::train::TrainEvent::Started { run_dir, .. } = event {
+                dir = Some(run_dir);
+            }
+        },
+    )
+    .unwrap();
+    app.runs.open(dir.unwrap(), || {});
+    app
+}
+
+#[test]
+fn iou_of_a_run_fills_the_table_shows_an_example_and_exports() {
+    let root = tempfile::tempdir().unwrap();
+    let mut app = app_with_finished_run(root.path());
+    app.tab = Tab::Iou;
+    app.iou.protocol.examples = 100;
+    let mut harness = harness(app);
+    run_until(&mut harness, "the run folder to load", |app| {
+        app.runs.selected().is_some_and(|r| !r.steps.is_empty())
+    });
+    harness.get_by_label("Compute for the selected run").click();
+    harness.run();
+    run_until(&mut harness, "the IoU table", |app| {
+        !app.iou.tables.is_empty()
+    });
+    harness.run();
+    let table = &harness.state().iou.tables[0].value;
+    assert_eq!(table.examples, 100);
+    assert_eq!((table.hard.len(), table.hard[0].len()), (2, 2));
+    // One cell per layer and head, each with hard and soft IoU.
+    assert_eq!(harness.get_all_by_label_contains("\nsoft ").count(), 4);
+    harness.get_all_by_label("PNG").next().unwrap().click();
+    harness.run();
+    assert!(root.path().join("iou-hard.png").is_file());
+    harness.get_by_label("Show example").click();
+    harness.run();
+    run_until(&mut harness, "the example", |app| {
+        app.iou.error.is_some() || app.iou.has_example()
+    });
+    assert_eq!(harness.state().iou.error, None);
+    harness.run();
+    harness.get_by_label_contains("row 0, layer 1, head 0: hard IoU");
+}
+
+#[test]
+fn spectra_of_a_run_are_plotted_and_exported() {
+    let root = tempfile::tempdir().unwrap();
+    let mut app = app_with_finished_run(root.path());
+    app.tab = Tab::Spectra;
+    app.spectra.protocol.examples = 20;
+    let mut harness = harness(app);
+    run_until(&mut harness, "the run folder to load", |app| {
+        app.runs.selected().is_some_and(|r| !r.steps.is_empty())
+    });
+    harness.get_by_label("Compute for the selected run").click();
+    harness.run();
+    run_until(&mut harness, "the spectrum", |app| {
+        !app.spectra.spectra.is_empty()
+    });
+    harness.run();
+    let spectrum = &harness.state().spectra.spectra[0].value;
+    assert_eq!(spectrum.at_value.len(), 2);
+    let curve = spectrum.layer_curve(0);
+    assert!(
+        (curve.last().unwrap() - 1.0).abs() < 1e-9,
+        "a cumulative curve ends at 1"
+    );
+    harness.get_all_by_label("SVG").next().unwrap().click();
+    harness.run();
+    assert!(root.path().join("spectrum.svg").is_file());
+}

@@ -7,6 +7,7 @@
 
 mod editor;
 mod export;
+mod job;
 mod runs;
 mod shell;
 mod views;
@@ -57,6 +58,8 @@ pub struct AttnlabApp {
     pub status: String,
     attention: views::attention::AttentionView,
     pub encodings: views::encodings::EncodingsView,
+    pub iou: views::iou::IouView,
+    pub spectra: views::spectra::SpectraView,
     shipped: Vec<PathBuf>,
     dialog: Option<Receiver<Option<Picked>>>,
     /// A preset waiting for "discard unsaved changes?" to be answered.
@@ -94,6 +97,8 @@ impl AttnlabApp {
             status: String::new(),
             attention: Default::default(),
             encodings: Default::default(),
+            iou: Default::default(),
+            spectra: Default::default(),
             shipped: shipped_presets(),
             dialog: None,
             confirm_replace: None,
@@ -303,6 +308,8 @@ impl AttnlabApp {
             match self.tab {
                 Tab::Training => views::training::ui(ui, run, &self.exporter),
                 Tab::Attention => self.attention.ui(ui, run, &self.exporter),
+                Tab::Iou => self.iou.ui(ui, &self.runs, &self.exporter),
+                Tab::Spectra => self.spectra.ui(ui, &self.runs, &self.exporter),
                 Tab::Encodings => {
                     let model = &self.editor.preset.model;
                     let shape = (

@@ -4,9 +4,18 @@
 pub mod attention;
 mod colour;
 pub mod encodings;
+pub mod iou;
+pub mod spectra;
 pub mod training;
 
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+
+use eframe::egui;
 use serde::{Deserialize, Serialize};
+
+use super::runs::{RunStore, RunView};
+use crate::analysis::TrainedRun;
 
 /// Which view the central panel shows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -15,16 +24,92 @@ pub enum Tab {
     Training,
     Attention,
     Encodings,
+    Iou,
+    Spectra,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 3] = [Tab::Training, Tab::Attention, Tab::Encodings];
+    pub const ALL: [Tab; 5] = [
+        Tab::Training,
+        Tab::Attention,
+        Tab::Encodings,
+        Tab::Iou,
+        Tab::Spectra,
+    ];
 
     pub fn label(self) -> &'static str {
         match self {
             Tab::Training => "Training",
             Tab::Attention => "Attention maps",
             Tab::Encodings => "Encodings",
+            Tab::Iou => "IoU",
+            Tab::Spectra => "Spectra",
         }
     }
+}
+
+/// An analysis of one run folder.
+pub struct PerRun<T> {
+    pub dir: PathBuf,
+    pub name: String,
+    pub value: T,
+}
+
+/// Runs `analyse` on each run folder of `runs` (name, folder) in turn, reloading its
+/// checkpoint; progress is spread evenly over the runs. `Ok(None)` when cancelled.
+pub fn analyse_runs<T>(
+    runs: &[(String, PathBuf)],
+    progress: &mut dyn FnMut(f32),
+    cancel: &AtomicBool,
+    analyse: impl Fn(&TrainedRun, &mut dyn FnMut(f32), &AtomicBool) -> crate::Result<Option<T>>,
+) -> crate::Result<Option<Vec<PerRun<T>>>> {
+    let mut done = Vec::new();
+    for (i, (name, dir)) in runs.iter().enumerate() {
+        let run = TrainedRun::open(dir)?;
+        let mut part = |p: f32| progress((i as f32 + p) / runs.len() as f32);
+        let Some(value) = analyse(&run, &mut part, cancel)? else {
+            return Ok(None);
+        };
+        done.push(PerRun {
+            dir: dir.clone(),
+            name: name.clone(),
+            value,
+        });
+    }
+    Ok(Some(done))
+}
+
+/// Adds `new` results to `results`, replacing older ones of the same run folder.
+pub fn merge<T>(results: &mut Vec<PerRun<T>>, new: Vec<PerRun<T>>) {
+    for result in new {
+        results.retain(|r| r.dir != result.dir);
+        results.push(result);
+    }
+}
+
+/// "Compute" buttons for the selected run and for every run of the list; returns the runs
+/// (name, folder) of the one clicked. Runs still training or without a folder are left out.
+pub fn run_buttons(ui: &mut egui::Ui, runs: &RunStore) -> Option<Vec<(String, PathBuf)>> {
+    let analysable = |r: &RunView| {
+        r.dir
+            .clone()
+            .filter(|_| !r.is_running())
+            .map(|dir| (r.name.clone(), dir))
+    };
+    let selected: Vec<_> = runs.selected().and_then(analysable).into_iter().collect();
+    let every: Vec<_> = runs.runs.iter().filter_map(analysable).collect();
+    let mut clicked = None;
+    for (label, list) in [
+        ("Compute for the selected run", selected),
+        ("Compute for every run", every),
+    ] {
+        if ui
+            .add_enabled(!list.is_empty(), egui::Button::new(label))
+            .on_disabled_hover_text("needs a finished run: train one or open a run folder")
+            .clicked()
+        {
+            clicked = Some(list);
+        }
+    }
+    clicked
 }

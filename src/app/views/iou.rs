@@ -1,0 +1,339 @@
+//! IoU of attention against the MQAR ground truth (issue 6): the protocol, the layers × heads
+//! table of the selected run, a bar chart across every run computed so far, and one example's
+//! cropped attention beside its ground truth.
+
+use eframe::egui;
+use egui_plot::{Bar, BarChart, Legend, Plot};
+
+use super::super::export::Exporter;
+use super::super::job::{Job, take_finished};
+use super::super::runs::RunStore;
+use super::colour::ColourScale;
+use super::{PerRun, analyse_runs, merge, run_buttons};
+use crate::analysis::TrainedRun;
+use crate::analysis::iou::{
+    Binarise, ExampleIou, IouProtocol, IouTable, Target, example_iou, run_iou,
+};
+use crate::figures::recall;
+
+/// One example's crops as textures, with the numbers behind them.
+struct ShownExample {
+    example: ExampleIou,
+    mechanism: String,
+    attention: (egui::TextureHandle, ColourScale),
+    truth: egui::TextureHandle,
+}
+
+pub struct IouView {
+    pub protocol: IouProtocol,
+    /// Tables computed so far, one per run folder (a recomputation replaces it).
+    pub tables: Vec<PerRun<IouTable>>,
+    job: Option<Job<Vec<PerRun<IouTable>>>>,
+    row: usize,
+    layer: usize,
+    head: usize,
+    example_job: Option<Job<(ExampleIou, String)>>,
+    example: Option<ShownExample>,
+    pub error: Option<String>,
+}
+
+impl Default for IouView {
+    fn default() -> Self {
+        Self {
+            protocol: IouProtocol::default(),
+            tables: Vec::new(),
+            job: None,
+            row: 0,
+            layer: 1,
+            head: 0,
+            example_job: None,
+            example: None,
+            error: None,
+        }
+    }
+}
+
+impl IouView {
+    /// Whether an example's crops are on screen.
+    pub fn has_example(&self) -> bool {
+        self.example.is_some()
+    }
+
+    pub fn ui(&mut self, ui: &mut egui::Ui, runs: &RunStore, exporter: &Exporter) {
+        self.collect(ui.ctx());
+        self.protocol_ui(ui);
+        ui.horizontal(|ui| self.start_ui(ui, runs));
+        if let Some(error) = &self.error {
+            ui.colored_label(ui.visuals().error_fg_color, error);
+        }
+        ui.separator();
+        egui::ScrollArea::vertical().show(ui, |ui| {
+            let selected = runs.selected().and_then(|r| r.dir.clone());
+            match self
+                .tables
+                .iter()
+                .find(|t| Some(&t.dir) == selected.as_ref())
+            {
+                Some(run) => table_ui(ui, run, exporter),
+                None => {
+                    ui.label("The selected run has no IoU table yet: press Compute.");
+                }
+            }
+            if !self.tables.is_empty() {
+                ui.separator();
+                bars_ui(ui, &self.tables);
+            }
+            ui.separator();
+            self.example_ui(ui, runs, exporter);
+        });
+    }
+
+    /// Takes in whatever the workers finished.
+    fn collect(&mut self, ctx: &egui::Context) {
+        match take_finished(&mut self.job) {
+            Some(Ok(Some(tables))) => {
+                merge(&mut self.tables, tables);
+                self.error = None;
+            }
+            Some(Ok(None)) => self.error = Some("IoU cancelled".into()),
+            Some(Err(e)) => self.error = Some(e.to_string()),
+            None => {}
+        }
+        match take_finished(&mut self.example_job) {
+            Some(Ok(Some((example, mechanism)))) => {
+                self.example = Some(show_example(ctx, example, mechanism));
+                self.error = None;
+            }
+            Some(Ok(None)) => {}
+            Some(Err(e)) => self.error = Some(e.to_string()),
+            None => {}
+        }
+    }
+
+    fn protocol_ui(&mut self, ui: &mut egui::Ui) {
+        let p = &mut self.protocol;
+        ui.horizontal(|ui| {
+            let label = ui.label("binarise");
+            let name = match p.binarise {
+                Binarise::Argmax => "argmax",
+                Binarise::TopK(_) => "top-k",
+                Binarise::Threshold(_) => "threshold",
+            };
+            egui::ComboBox::from_id_salt("binarise")
+                .selected_text(name)
+                .show_ui(ui, |ui| {
+                    ui.selectable_value(&mut p.binarise, Binarise::Argmax, "argmax");
+                    if ui.selectable_label(name == "top-k", "top-k").clicked() {
+                        p.binarise = Binarise::TopK(2);
+                    }
+                    if ui
+                        .selectable_label(name == "threshold", "threshold")
+                        .clicked()
+                    {
+                        p.binarise = Binarise::Threshold(0.1);
+                    }
+                })
+                .response
+                .labelled_by(label.id);
+            match &mut p.binarise {
+                Binarise::TopK(k) => {
+                    ui.add(egui::DragValue::new(k).range(1..=64).prefix("k = "));
+                }
+                Binarise::Threshold(t) => {
+                    ui.add(
+                        egui::DragValue::new(t)
+                            .range(0.0..=0.99)
+                            .speed(0.01)
+                            .prefix("τ = "),
+                    );
+                }
+                Binarise::Argmax => {}
+            }
+            let label = ui.label("target");
+            egui::ComboBox::from_id_salt("iou-target")
+                .selected_text(p.target.name())
+                .show_ui(ui, |ui| {
+                    for target in [Target::Value, Target::Key] {
+                        ui.selectable_value(&mut p.target, target, target.name());
+                    }
+                })
+                .response
+                .labelled_by(label.id);
+            let label = ui.label("examples");
+            ui.add(egui::DragValue::new(&mut p.examples).range(1..=100_000))
+                .labelled_by(label.id);
+        });
+        ui.label(egui::RichText::new(self.protocol.describe()).small().weak());
+    }
+
+    fn start_ui(&mut self, ui: &mut egui::Ui, runs: &RunStore) {
+        if let Some(job) = &self.job {
+            job.ui(ui);
+            return;
+        }
+        if let Some(list) = run_buttons(ui, runs) {
+            let protocol = self.protocol;
+            self.job = Some(Job::spawn("IoU", ui.ctx(), move |progress, cancel| {
+                analyse_runs(&list, progress, cancel, |run, progress, cancel| {
+                    run_iou(run, &protocol, progress, cancel)
+                })
+            }));
+        }
+    }
+
+    fn example_ui(&mut self, ui: &mut egui::Ui, runs: &RunStore, exporter: &Exporter) {
+        ui.strong("One example: attention beside the ground truth");
+        ui.horizontal(|ui| {
+            let label = ui.label("test row");
+            ui.add(egui::DragValue::new(&mut self.row).range(0..=1_000_000))
+                .labelled_by(label.id);
+            let label = ui.label("layer");
+            ui.add(egui::DragValue::new(&mut self.layer).range(0..=64))
+                .labelled_by(label.id);
+            let label = ui.label("head");
+            ui.add(egui::DragValue::new(&mut self.head).range(0..=64))
+                .labelled_by(label.id);
+            let run = runs
+                .selected()
+                .filter(|r| !r.is_running())
+                .and_then(|r| r.dir.clone());
+            if let Some(job) = &self.example_job {
+                job.ui(ui);
+            } else if ui
+                .add_enabled(run.is_some(), egui::Button::new("Show example"))
+                .clicked()
+                && let Some(dir) = run
+            {
+                let (row, layer, head, protocol) = (self.row, self.layer, self.head, self.protocol);
+                self.example_job = Some(Job::spawn("example", ui.ctx(), move |_, _| {
+                    let run = TrainedRun::open(&dir)?;
+                    let example = example_iou(&run, row, layer, head, &protocol)?;
+                    Ok(Some((example, run.preset.attention.name().to_string())))
+                }));
+            }
+        });
+        let Some(shown) = &self.example else {
+            return;
+        };
+        let e = &shown.example;
+        ui.horizontal(|ui| {
+            ui.label(format!(
+                "row {}, layer {}, head {}: hard IoU {:.3}, soft IoU {:.3}",
+                e.row, e.layer, e.head, e.hard, e.soft
+            ));
+            let [attention, truth] = recall::iou_example(e, &shown.mechanism);
+            exporter.buttons(ui, "iou-example-attention", || attention);
+            exporter.buttons(ui, "iou-example-truth", || truth);
+        });
+        shown.attention.1.legend(ui, "weight");
+        let rows = e.crop.query_positions.len();
+        let side = (ui.available_width() / 2.0 - 10.0).clamp(100.0, 500.0);
+        let size = egui::vec2(side, side * rows as f32 / e.crop.context.max(1) as f32);
+        ui.horizontal(|ui| {
+            ui.vertical(|ui| {
+                ui.label("model attention (queries × context)");
+                ui.image((shown.attention.0.id(), size));
+            });
+            ui.vertical(|ui| {
+                ui.label("ground truth");
+                ui.image((shown.truth.id(), size));
+            });
+        });
+    }
+}
+
+/// Uploads an example's two crops.
+fn show_example(ctx: &egui::Context, example: ExampleIou, mechanism: String) -> ShownExample {
+    let (rows, cols) = (example.crop.query_positions.len(), example.crop.context);
+    let upload = |name: &str, values: &[f64]| {
+        let floats: Vec<f32> = values.iter().map(|&v| v as f32).collect();
+        let scale = ColourScale::of(&floats, false);
+        let image = scale.image(&floats, rows, cols);
+        let texture = ctx.load_texture(name, image, egui::TextureOptions::NEAREST);
+        (texture, scale)
+    };
+    let attention = upload("iou-attention", &example.attention);
+    let (truth, _) = upload("iou-truth", &example.crop.truth);
+    ShownExample {
+        example,
+        mechanism,
+        attention,
+        truth,
+    }
+}
+
+/// The layers × heads table of one run, hard and soft, with their spread over examples.
+fn table_ui(ui: &mut egui::Ui, run: &PerRun<IouTable>, exporter: &Exporter) {
+    let table = &run.value;
+    ui.horizontal(|ui| {
+        ui.strong(format!(
+            "{}: IoU over {} examples",
+            run.name, table.examples
+        ));
+        ui.label("hard:");
+        exporter.buttons(ui, "iou-hard", || recall::iou_table(table, false));
+        ui.label("soft:");
+        exporter.buttons(ui, "iou-soft", || recall::iou_table(table, true));
+    });
+    egui::Grid::new("iou-table").striped(true).show(ui, |ui| {
+        ui.strong("layer");
+        for head in 0..table.hard.first().map_or(0, Vec::len) {
+            ui.strong(format!("head {head}"));
+        }
+        ui.end_row();
+        for (l, layer) in table.layers.iter().enumerate() {
+            ui.label(layer.to_string());
+            for h in 0..table.hard[l].len() {
+                ui.label(format!(
+                    "hard {:.3} ± {:.3}\nsoft {:.3} ± {:.3}",
+                    table.hard[l][h], table.hard_std[l][h], table.soft[l][h], table.soft_std[l][h]
+                ));
+            }
+            ui.end_row();
+        }
+    });
+}
+
+/// Hard and soft IoU of every computed run, layer and head, side by side.
+fn bars_ui(ui: &mut egui::Ui, tables: &[PerRun<IouTable>]) {
+    ui.strong("Across runs (mean over examples; whiskers are not drawn here, see the table)");
+    let mut groups = Vec::new();
+    for run in tables {
+        for cell in run.value.cells() {
+            let single = run.value.layers.len() == 1 && run.value.hard[0].len() == 1;
+            let name = if single {
+                run.name.clone()
+            } else {
+                format!("{} L{} H{}", run.name, cell.layer, cell.head)
+            };
+            groups.push((name, cell.hard, cell.soft));
+        }
+    }
+    let bars = |offset: f64, pick: fn(&(String, f64, f64)) -> f64| -> Vec<Bar> {
+        groups
+            .iter()
+            .enumerate()
+            .map(|(i, g)| Bar::new(i as f64 + offset, pick(g)).width(0.35).name(&g.0))
+            .collect()
+    };
+    let hard = BarChart::new("hard IoU", bars(-0.2, |g| g.1));
+    let soft = BarChart::new("soft IoU", bars(0.2, |g| g.2));
+    let names: Vec<String> = groups.iter().map(|g| g.0.clone()).collect();
+    Plot::new("iou-bars")
+        .height(220.0)
+        .legend(Legend::default())
+        .include_y(0.0)
+        .include_y(1.0)
+        .x_axis_formatter(move |mark, _| {
+            let i = mark.value.round();
+            if (mark.value - i).abs() < 1e-6 && i >= 0.0 {
+                names.get(i as usize).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .show(ui, |plot| {
+            plot.bar_chart(hard);
+            plot.bar_chart(soft);
+        });
+}

@@ -1,0 +1,171 @@
+//! Attention spectra (issue 6, Linformer's Figure 1): the normalised cumulative singular values of
+//! the attention matrices of every computed run and layer, and the layers × heads heatmap of the
+//! cumulative value at one index for the selected run.
+
+use eframe::egui;
+use egui_plot::{Legend, Line, Plot, PlotPoints};
+
+use super::super::export::Exporter;
+use super::super::job::{Job, take_finished};
+use super::super::runs::RunStore;
+use super::{PerRun, analyse_runs, merge, run_buttons};
+use crate::analysis::spectrum::{RunSpectrum, SpectrumProtocol, run_spectrum};
+use crate::figures::recall;
+
+#[derive(Default)]
+pub struct SpectraView {
+    pub protocol: SpectrumProtocol,
+    pub spectra: Vec<PerRun<RunSpectrum>>,
+    job: Option<Job<Vec<PerRun<RunSpectrum>>>>,
+    pub error: Option<String>,
+}
+
+impl SpectraView {
+    pub fn ui(&mut self, ui: &mut egui::Ui, runs: &RunStore, exporter: &Exporter) {
+        match take_finished(&mut self.job) {
+            Some(Ok(Some(spectra))) => {
+                merge(&mut self.spectra, spectra);
+                self.error = None;
+            }
+            Some(Ok(None)) => self.error = Some("spectrum cancelled".into()),
+            Some(Err(e)) => self.error = Some(e.to_string()),
+            None => {}
+        }
+        self.protocol_ui(ui);
+        ui.horizontal(|ui| match &self.job {
+            Some(job) => job.ui(ui),
+            None => {
+                if let Some(list) = run_buttons(ui, runs) {
+                    let protocol = self.protocol;
+                    self.job = Some(Job::spawn("spectrum", ui.ctx(), move |progress, cancel| {
+                        analyse_runs(&list, progress, cancel, |run, progress, cancel| {
+                            run_spectrum(run, &protocol, progress, cancel)
+                        })
+                    }));
+                }
+            }
+        });
+        if let Some(error) = &self.error {
+            ui.colored_label(ui.visuals().error_fg_color, error);
+        }
+        ui.separator();
+        if self.spectra.is_empty() {
+            ui.label("No spectra yet: press Compute.");
+            return;
+        }
+        self.curves_ui(ui, exporter);
+        let selected = runs.selected().and_then(|r| r.dir.clone());
+        if let Some(run) = self
+            .spectra
+            .iter()
+            .find(|s| Some(&s.dir) == selected.as_ref())
+        {
+            ui.separator();
+            heatmap_ui(ui, run, exporter);
+        }
+    }
+
+    fn protocol_ui(&mut self, ui: &mut egui::Ui) {
+        let p = &mut self.protocol;
+        ui.horizontal(|ui| {
+            let label = ui.label("examples");
+            ui.add(egui::DragValue::new(&mut p.examples).range(1..=100_000))
+                .labelled_by(label.id);
+            ui.checkbox(&mut p.squared, "energy (σ²) instead of σ");
+            let mut fixed = p.at.is_some();
+            if ui
+                .checkbox(&mut fixed, "heatmap index")
+                .on_hover_text("off: a quarter of the columns")
+                .changed()
+            {
+                p.at = fixed.then_some(32);
+            }
+            if let Some(at) = &mut p.at {
+                ui.add(egui::DragValue::new(at).range(1..=65_536));
+            }
+        });
+    }
+
+    fn curves_ui(&self, ui: &mut egui::Ui, exporter: &Exporter) {
+        let runs: Vec<(String, &RunSpectrum)> =
+            self.spectra.iter().map(|s| (label(s), &s.value)).collect();
+        ui.horizontal(|ui| {
+            ui.strong("normalised cumulative singular values (mean over heads)");
+            exporter.buttons(ui, "spectrum", || recall::spectrum_curves(&runs));
+        });
+        if let Some((_, first)) = runs.first() {
+            ui.label(
+                egui::RichText::new(first.protocol.describe(first.at))
+                    .small()
+                    .weak(),
+            );
+        }
+        Plot::new("spectrum-curves")
+            .height(260.0)
+            .legend(Legend::default())
+            .include_y(0.0)
+            .include_y(1.0)
+            .x_axis_label("singular value index")
+            .show(ui, |plot| {
+                for (name, spectrum) in &runs {
+                    for (l, layer) in spectrum.layers.iter().enumerate() {
+                        let points: PlotPoints = spectrum
+                            .layer_curve(l)
+                            .iter()
+                            .enumerate()
+                            .map(|(i, &c)| [(i + 1) as f64, c])
+                            .collect();
+                        plot.line(Line::new(format!("{name}, layer {layer}"), points));
+                    }
+                }
+            });
+    }
+}
+
+/// A run's name, with Linformer's k (the rank bound of its matrices) when it has one.
+fn label(run: &PerRun<RunSpectrum>) -> String {
+    match run.value.proj_dim {
+        Some(k) => format!("{} (k={k})", run.name),
+        None => run.name.clone(),
+    }
+}
+
+/// The layers × heads values c(at) of one run, as a coloured table.
+fn heatmap_ui(ui: &mut egui::Ui, run: &PerRun<RunSpectrum>, exporter: &Exporter) {
+    let spectrum = &run.value;
+    ui.horizontal(|ui| {
+        ui.strong(format!(
+            "{}: cumulative value at index {} of {}×{} matrices",
+            run.name, spectrum.at, spectrum.shape.0, spectrum.shape.1
+        ));
+        exporter.buttons(ui, "spectrum-heatmap", || {
+            recall::spectrum_heatmap(&label(run), spectrum)
+        });
+    });
+    egui::Grid::new("spectrum-heatmap").show(ui, |ui| {
+        ui.strong("layer");
+        for head in 0..spectrum.at_value.first().map_or(0, Vec::len) {
+            ui.strong(format!("head {head}"));
+        }
+        ui.end_row();
+        for (l, layer) in spectrum.layers.iter().enumerate() {
+            ui.label(layer.to_string());
+            for &value in &spectrum.at_value[l] {
+                let [r, g, b] = crate::figures::viridis(value);
+                let fill = egui::Color32::from_rgb(r, g, b);
+                let text = if value > 0.6 {
+                    egui::Color32::BLACK
+                } else {
+                    egui::Color32::WHITE
+                };
+                egui::Frame::new()
+                    .fill(fill)
+                    .inner_margin(4.0)
+                    .show(ui, |ui| {
+                        ui.colored_label(text, format!("{value:.3}"));
+                    });
+            }
+            ui.end_row();
+        }
+    });
+}
