@@ -139,6 +139,44 @@ impl AttnlabApp {
         self.status = format!("started {}", self.editor.preset.name);
     }
 
+    /// For the screenshot demo: gets `tab` ready to be captured (the analysis views need the
+    /// run stopped and their analysis computed); true once it is.
+    fn prepare_demo_tab(&mut self, tab: Tab, ctx: &egui::Context) -> bool {
+        let computed = match tab {
+            Tab::Iou => !self.iou.tables.is_empty(),
+            Tab::Spectra => !self.spectra.spectra.is_empty(),
+            _ => return true,
+        };
+        if computed {
+            return true;
+        }
+        let Some(run) = self.runs.selected() else {
+            return false;
+        };
+        if run.is_running() {
+            self.stop();
+            return false;
+        }
+        // The views pick the results up when they are drawn, so show the tab while computing.
+        self.tab = tab;
+        let Some(dir) = run.dir.clone() else {
+            return false;
+        };
+        let list = vec![(run.name.clone(), dir)];
+        match tab {
+            Tab::Iou if !self.iou.is_busy() => {
+                self.iou.protocol.examples = 1000;
+                self.iou.start(ctx, list);
+            }
+            Tab::Spectra if !self.spectra.is_busy() => {
+                self.spectra.protocol.examples = 200;
+                self.spectra.start(ctx, list);
+            }
+            _ => {}
+        }
+        false
+    }
+
     /// Stops the selected run after its current step.
     pub fn stop(&mut self) {
         if let Some(run) = self.runs.selected() {

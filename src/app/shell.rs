@@ -122,6 +122,11 @@ impl Shell {
             demo.wait -= 1;
             return;
         }
+        if let Some(&tab) = demo.queue.first()
+            && !self.app.prepare_demo_tab(tab, ctx)
+        {
+            return;
+        }
         let Some(tab) = demo.queue.first().copied() else {
             self.app.stop();
             // Some frames with nothing training, to measure the renderer alone.

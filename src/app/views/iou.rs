@@ -54,6 +54,11 @@ impl Default for IouView {
 }
 
 impl IouView {
+    /// Whether a computation is under way.
+    pub fn is_busy(&self) -> bool {
+        self.job.is_some()
+    }
+
     /// Whether an example's crops are on screen.
     pub fn has_example(&self) -> bool {
         self.example.is_some()
@@ -172,13 +177,18 @@ impl IouView {
             return;
         }
         if let Some(list) = run_buttons(ui, runs) {
-            let protocol = self.protocol;
-            self.job = Some(Job::spawn("IoU", ui.ctx(), move |progress, cancel| {
-                analyse_runs(&list, progress, cancel, |run, progress, cancel| {
-                    run_iou(run, &protocol, progress, cancel)
-                })
-            }));
+            self.start(ui.ctx(), list);
         }
+    }
+
+    /// Computes the IoU tables of `runs` (name, folder) on a worker thread.
+    pub fn start(&mut self, ctx: &egui::Context, runs: Vec<(String, std::path::PathBuf)>) {
+        let protocol = self.protocol;
+        self.job = Some(Job::spawn("IoU", ctx, move |progress, cancel| {
+            analyse_runs(&runs, progress, cancel, |run, progress, cancel| {
+                run_iou(run, &protocol, progress, cancel)
+            })
+        }));
     }
 
     fn example_ui(&mut self, ui: &mut egui::Ui, runs: &RunStore, exporter: &Exporter) {

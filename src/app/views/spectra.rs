@@ -36,12 +36,7 @@ impl SpectraView {
             Some(job) => job.ui(ui),
             None => {
                 if let Some(list) = run_buttons(ui, runs) {
-                    let protocol = self.protocol;
-                    self.job = Some(Job::spawn("spectrum", ui.ctx(), move |progress, cancel| {
-                        analyse_runs(&list, progress, cancel, |run, progress, cancel| {
-                            run_spectrum(run, &protocol, progress, cancel)
-                        })
-                    }));
+                    self.start(ui.ctx(), list);
                 }
             }
         });
@@ -63,6 +58,21 @@ impl SpectraView {
             ui.separator();
             heatmap_ui(ui, run, exporter);
         }
+    }
+
+    /// Whether a computation is under way.
+    pub fn is_busy(&self) -> bool {
+        self.job.is_some()
+    }
+
+    /// Computes the spectra of `runs` (name, folder) on a worker thread.
+    pub fn start(&mut self, ctx: &egui::Context, runs: Vec<(String, std::path::PathBuf)>) {
+        let protocol = self.protocol;
+        self.job = Some(Job::spawn("spectrum", ctx, move |progress, cancel| {
+            analyse_runs(&runs, progress, cancel, |run, progress, cancel| {
+                run_spectrum(run, &protocol, progress, cancel)
+            })
+        }));
     }
 
     fn protocol_ui(&mut self, ui: &mut egui::Ui) {
