@@ -57,15 +57,16 @@ pub struct AttnlabApp {
     pub status: String,
     attention: views::attention::AttentionView,
     pub encodings: views::encodings::EncodingsView,
+    pub sweep: views::sweep::SweepView,
     shipped: Vec<PathBuf>,
     dialog: Option<Receiver<Option<Picked>>>,
     /// A preset waiting for "discard unsaved changes?" to be answered.
     confirm_replace: Option<(Preset, Option<PathBuf>)>,
 }
 
-/// The presets shipped in `presets/`, if the app runs from a checkout.
-fn shipped_presets() -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> = std::fs::read_dir("presets")
+/// The TOML files shipped in `dir` (`presets/`, `sweeps/`), if the app runs from a checkout.
+fn shipped_files(dir: &str) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|dir| {
             dir.filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| p.extension().is_some_and(|e| e == "toml"))
@@ -94,7 +95,8 @@ impl AttnlabApp {
             status: String::new(),
             attention: Default::default(),
             encodings: Default::default(),
-            shipped: shipped_presets(),
+            sweep: Default::default(),
+            shipped: shipped_files("presets"),
             dialog: None,
             confirm_replace: None,
         };
@@ -312,6 +314,7 @@ impl AttnlabApp {
                     self.encodings
                         .ui(ui, &self.editor.preset.encoding, shape, run, &self.exporter);
                 }
+                Tab::Sweep => self.sweep.ui(ui, &self.exporter),
             }
         });
         self.confirm_ui(ui.ctx());

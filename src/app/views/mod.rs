@@ -4,6 +4,7 @@
 pub mod attention;
 mod colour;
 pub mod encodings;
+pub mod sweep;
 pub mod training;
 
 use serde::{Deserialize, Serialize};
@@ -15,16 +16,18 @@ pub enum Tab {
     Training,
     Attention,
     Encodings,
+    Sweep,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 3] = [Tab::Training, Tab::Attention, Tab::Encodings];
+    pub const ALL: [Tab; 4] = [Tab::Training, Tab::Attention, Tab::Encodings, Tab::Sweep];
 
     pub fn label(self) -> &'static str {
         match self {
             Tab::Training => "Training",
             Tab::Attention => "Attention maps",
             Tab::Encodings => "Encodings",
+            Tab::Sweep => "Sweep",
         }
     }
 }
