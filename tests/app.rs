@@ -303,3 +303,59 @@ fn spectra_of_a_run_are_plotted_and_exported() {
     harness.run();
     assert!(root.path().join("spectrum.svg").is_file());
 }
+
+#[test]
+fn a_sweep_fills_its_grid_and_shows_its_summary() {
+    let root = tempfile::tempdir().unwrap();
+    let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("presets/mqar_softmax.toml");
+    let file = root.path().join("sweep.toml");
+    let tiny = "model.d_model=16 task.seq_len=16 task.vocab_size=32 task.num_kv_pairs=2 \
+                task.train_examples=64 task.test_examples=16 train.batch_size=8 \
+                train.max_steps=4 train.eval_every=2 train.warmup_steps=1";
+    let set: Vec<String> = tiny.split(' ').map(|o| format!("{o:?}")).collect();
+    let text = format!(
+        "name = \"t\"\nbase = {base:?}\nout = {:?}\nworkers = 2\nset = [{}]\n\
+         [axes]\nmechanism = [\"softmax\", \"based\"]\nseed = [0, 1]\n",
+        root.path().join("out"),
+        set.join(", ")
+    );
+    std::fs::write(&file, text).unwrap();
+    let mut app = app(root.path());
+    app.exporter.folder = Some(root.path().to_path_buf());
+    app.tab = Tab::Sweep;
+    let mut harness = harness(app);
+    harness.state_mut().sweep.path = root.path().join("missing.toml").display().to_string();
+    harness.run();
+    harness.get_by_label("Load").click();
+    harness.run();
+    harness.get_by_label_contains("missing.toml");
+    assert!(harness.state().sweep.loaded.is_none());
+    harness.state_mut().sweep.path = file.display().to_string();
+    harness.run();
+    harness.get_by_label("Load").click();
+    harness.run();
+    assert_eq!(harness.state().sweep.error, None);
+    harness.get_by_label("softmax d16");
+    harness.get_by_label("seed 1");
+    assert_eq!(harness.get_all_by_label("pending").count(), 4);
+    harness.get_by_label("Run sweep").click();
+    harness.run();
+    run_until(&mut harness, "the sweep's summary", |app| {
+        app.sweep.summary.is_some()
+    });
+    harness.run();
+    let view = &harness.state().sweep;
+    assert_eq!(view.error, None);
+    assert!(view.cells.iter().all(|c| c.is_done()), "{:?}", view.cells);
+    let summary = view.summary.as_ref().unwrap();
+    assert_eq!(summary.runs.len(), 4);
+    assert_eq!(summary.points.len(), 2, "softmax and based, two seeds each");
+    assert_eq!(harness.get_all_by_label_contains("done ").count(), 4);
+    harness.get_by_label("MQAR accuracy, length 16, 2 pairs");
+    harness.get_by_label("CSV").click();
+    harness.run();
+    let csv = std::fs::read_to_string(root.path().join("sweep-accuracy-L16-N2.csv")).unwrap();
+    assert!(csv.contains("based") && csv.contains("softmax"), "{csv}");
+    // The summary files are written beside the runs, as `attnlab sweep` does.
+    assert!(root.path().join("out/summary.json").is_file());
+}

@@ -60,15 +60,16 @@ pub struct AttnlabApp {
     pub encodings: views::encodings::EncodingsView,
     pub iou: views::iou::IouView,
     pub spectra: views::spectra::SpectraView,
+    pub sweep: views::sweep::SweepView,
     shipped: Vec<PathBuf>,
     dialog: Option<Receiver<Option<Picked>>>,
     /// A preset waiting for "discard unsaved changes?" to be answered.
     confirm_replace: Option<(Preset, Option<PathBuf>)>,
 }
 
-/// The presets shipped in `presets/`, if the app runs from a checkout.
-fn shipped_presets() -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> = std::fs::read_dir("presets")
+/// The TOML files shipped in `dir` (`presets/`, `sweeps/`), if the app runs from a checkout.
+fn shipped_files(dir: &str) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|dir| {
             dir.filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| p.extension().is_some_and(|e| e == "toml"))
@@ -99,7 +100,8 @@ impl AttnlabApp {
             encodings: Default::default(),
             iou: Default::default(),
             spectra: Default::default(),
-            shipped: shipped_presets(),
+            sweep: Default::default(),
+            shipped: shipped_files("presets"),
             dialog: None,
             confirm_replace: None,
         };
@@ -277,6 +279,7 @@ impl AttnlabApp {
         };
         self.editor.refresh();
         self.runs.drain(repaint.clone());
+        self.sweep.drain(ctx);
         if let Some(receiver) = &self.dialog
             && let Ok(picked) = receiver.try_recv()
         {
@@ -357,6 +360,7 @@ impl AttnlabApp {
                     self.encodings
                         .ui(ui, &self.editor.preset.encoding, shape, run, &self.exporter);
                 }
+                Tab::Sweep => self.sweep.ui(ui, &self.exporter),
             }
         });
         self.confirm_ui(ui.ctx());

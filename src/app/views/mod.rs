@@ -6,6 +6,7 @@ mod colour;
 pub mod encodings;
 pub mod iou;
 pub mod spectra;
+pub mod sweep;
 pub mod training;
 
 use std::path::PathBuf;
@@ -26,15 +27,17 @@ pub enum Tab {
     Encodings,
     Iou,
     Spectra,
+    Sweep,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 5] = [
+    pub const ALL: [Tab; 6] = [
         Tab::Training,
         Tab::Attention,
         Tab::Encodings,
         Tab::Iou,
         Tab::Spectra,
+        Tab::Sweep,
     ];
 
     pub fn label(self) -> &'static str {
@@ -44,6 +47,7 @@ impl Tab {
             Tab::Encodings => "Encodings",
             Tab::Iou => "IoU",
             Tab::Spectra => "Spectra",
+            Tab::Sweep => "Sweep",
         }
     }
 }

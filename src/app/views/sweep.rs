@@ -1,0 +1,675 @@
+//! Sweeps: open a sweep file, train its grid on a worker thread and watch the cells fill in, or
+//! collect a finished sweep's folder; then the best-lr summary and the accuracy-vs-d_model panels
+//! (the ReBased paper's Figure 1), exported by the same figure builders as `attnlab sweep`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+
+use eframe::egui;
+use egui_plot::{Legend, Line, LineStyle, Plot, PlotPoints};
+
+use super::super::export::Exporter;
+use crate::figures::sweep::accuracy_panels;
+use crate::figures::{Figure, Plot as FigPlot};
+use crate::sweep::{Sweep, SweepEvent, SweepSummary, collect, mechanism_label, run_sweep};
+use crate::train::{RunDir, RunStatus, TrainEvent};
+
+/// How one cell of the grid stands.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CellState {
+    Pending,
+    Running {
+        step: usize,
+        total: usize,
+    },
+    /// Finished in an earlier session, so not trained again: its best test accuracy.
+    Earlier(Option<f64>),
+    /// Trained now: its best test accuracy.
+    Done(Option<f64>),
+    /// Stopped by the user; trained again on the next run.
+    Stopped,
+    Failed(String),
+}
+
+impl CellState {
+    fn text(&self) -> String {
+        let accuracy = |a: &Option<f64>| a.map_or("-".into(), |a| format!("{a:.2}"));
+        match self {
+            CellState::Pending => "pending".into(),
+            CellState::Running { step, total } => {
+                format!(
+                    "running {:.0}%",
+                    100.0 * *step as f64 / (*total).max(1) as f64
+                )
+            }
+            CellState::Earlier(a) => format!("done (earlier) {}", accuracy(a)),
+            CellState::Done(a) => format!("done {}", accuracy(a)),
+            CellState::Stopped => "stopped".into(),
+            CellState::Failed(_) => "failed".into(),
+        }
+    }
+
+    fn colour(&self, visuals: &egui::Visuals) -> egui::Color32 {
+        match self {
+            CellState::Pending => visuals.weak_text_color(),
+            CellState::Running { .. } => visuals.hyperlink_color,
+            CellState::Earlier(_) => egui::Color32::from_rgb(0x2c, 0x80, 0x2c),
+            CellState::Done(_) => egui::Color32::from_rgb(0x2c, 0xa0, 0x2c),
+            CellState::Stopped => visuals.warn_fg_color,
+            CellState::Failed(_) => visuals.error_fg_color,
+        }
+    }
+
+    pub fn is_done(&self) -> bool {
+        matches!(self, CellState::Done(_) | CellState::Earlier(_))
+    }
+}
+
+/// A loaded sweep file and where each of its cells sits in the grid.
+pub struct Loaded {
+    pub file: PathBuf,
+    pub sweep: Sweep,
+    /// Row labels (mechanism and d_model).
+    rows: Vec<String>,
+    /// Column labels (the other axes that vary: length and pairs, lr, seed).
+    columns: Vec<String>,
+    /// (row, column) of each cell.
+    place: Vec<(usize, usize)>,
+    /// Each axis with its values, as the grid varies them.
+    axes: Vec<(&'static str, String)>,
+}
+
+/// The axis values of one cell, read from its preset.
+struct CellAxes {
+    mechanism: String,
+    d_model: usize,
+    length: String,
+    lr: f64,
+    seed: u64,
+}
+
+/// `values` without repeats, in order of first appearance.
+fn distinct<T: PartialEq>(values: impl IntoIterator<Item = T>) -> Vec<T> {
+    let mut out = Vec::new();
+    for v in values {
+        if !out.contains(&v) {
+            out.push(v);
+        }
+    }
+    out
+}
+
+fn index_of(values: &[String], value: &str) -> usize {
+    values.iter().position(|v| v == value).unwrap_or(0)
+}
+
+impl Loaded {
+    fn new(file: PathBuf, sweep: Sweep) -> crate::Result<Self> {
+        let cells = sweep
+            .cells
+            .iter()
+            .map(|cell| {
+                let preset = sweep.preset(cell)?;
+                let length = match preset.task.mqar() {
+                    Some(c) => format!("L{} N{}", c.seq_len, c.num_kv_pairs),
+                    None => format!("L{}", preset.task.seq_len()),
+                };
+                Ok(CellAxes {
+                    mechanism: mechanism_label(&preset),
+                    d_model: preset.model.d_model,
+                    length,
+                    lr: preset.train.lr,
+                    seed: preset.train.seed,
+                })
+            })
+            .collect::<crate::Result<Vec<_>>>()?;
+        let values = |f: &dyn Fn(&CellAxes) -> String| distinct(cells.iter().map(f));
+        let axes: Vec<(&'static str, Vec<String>)> = vec![
+            ("mechanism", values(&|c| c.mechanism.clone())),
+            ("d_model", values(&|c| c.d_model.to_string())),
+            ("length", values(&|c| c.length.clone())),
+            ("lr", values(&|c| c.lr.to_string())),
+            ("seed", values(&|c| c.seed.to_string())),
+        ];
+        let varies = |name: &str| axes.iter().any(|(n, v)| *n == name && v.len() > 1);
+        let row = |c: &CellAxes| format!("{} d{}", c.mechanism, c.d_model);
+        let column = |c: &CellAxes| {
+            let mut parts = Vec::new();
+            if varies("length") {
+                parts.push(c.length.clone());
+            }
+            if varies("lr") {
+                parts.push(format!("lr {}", c.lr));
+            }
+            if varies("seed") {
+                parts.push(format!("seed {}", c.seed));
+            }
+            if parts.is_empty() {
+                "run".into()
+            } else {
+                parts.join(", ")
+            }
+        };
+        let mut rows = distinct(cells.iter().map(row));
+        let mut columns = distinct(cells.iter().map(column));
+        let mut place: Vec<(usize, usize)> = cells
+            .iter()
+            .map(|c| (index_of(&rows, &row(c)), index_of(&columns, &column(c))))
+            .collect();
+        if distinct(place.iter()).len() < place.len() {
+            // Two cells differ only in settings the labels do not show (e.g. two `based`
+            // feature dims): one row per cell, named by its id.
+            rows = sweep.cells.iter().map(|c| c.id.clone()).collect();
+            columns = vec!["status".into()];
+            place = (0..rows.len()).map(|i| (i, 0)).collect();
+        }
+        Ok(Self {
+            file,
+            axes: axes.into_iter().map(|(n, v)| (n, v.join(", "))).collect(),
+            sweep,
+            rows,
+            columns,
+            place,
+        })
+    }
+}
+
+/// What the worker threads tell the view.
+enum Message {
+    Cell(usize, CellState),
+    /// A sweep or a collection ended: the summary of the finished runs, and what went wrong.
+    Ended {
+        summary: Option<SweepSummary>,
+        error: Option<String>,
+    },
+}
+
+/// A file or folder chosen in a native dialog.
+enum Picked {
+    SweepFile(PathBuf),
+    Folder(PathBuf),
+}
+
+/// A sweep being trained, or a folder being collected.
+struct Job {
+    messages: Receiver<Message>,
+    /// Set to stop training (cells running stop within a step).
+    stop: Arc<AtomicBool>,
+    training: bool,
+}
+
+pub struct SweepView {
+    /// The sweep file field.
+    pub path: String,
+    pub loaded: Option<Loaded>,
+    pub cells: Vec<CellState>,
+    pub summary: Option<SweepSummary>,
+    /// The figure panels of `summary`, built once per summary.
+    panels: Vec<((usize, usize), Figure)>,
+    pub error: Option<String>,
+    job: Option<Job>,
+    dialog: Option<Receiver<Option<Picked>>>,
+    shipped: Vec<PathBuf>,
+}
+
+impl Default for SweepView {
+    fn default() -> Self {
+        Self {
+            path: String::new(),
+            loaded: None,
+            cells: Vec::new(),
+            summary: None,
+            panels: Vec::new(),
+            error: None,
+            job: None,
+            dialog: None,
+            shipped: super::super::shipped_files("sweeps"),
+        }
+    }
+}
+
+/// Runs `work` on a new thread; its result arrives on the receiver, with a repaint.
+fn in_background<T: Send + 'static>(
+    ctx: &egui::Context,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Receiver<T> {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let ctx = ctx.clone();
+    std::thread::spawn(move || {
+        let _ = sender.send(work());
+        ctx.request_repaint();
+    });
+    receiver
+}
+
+/// The grid state a sweep event puts a cell in (`totals` remembers each cell's planned steps);
+/// `None` for events that change nothing the grid shows.
+fn cell_state(event: SweepEvent, totals: &mut [usize]) -> Option<(usize, CellState)> {
+    match event {
+        SweepEvent::Skipped { cell, run_dir } => {
+            let best = RunDir::open(&run_dir)
+                .and_then(|r| r.read_summary())
+                .ok()
+                .and_then(|s| s.best_accuracy);
+            Some((cell, CellState::Earlier(best)))
+        }
+        SweepEvent::Train { cell, event } => {
+            let state = match event {
+                TrainEvent::Started { total_steps, .. } => {
+                    totals[cell] = total_steps;
+                    CellState::Running {
+                        step: 0,
+                        total: total_steps,
+                    }
+                }
+                TrainEvent::Step(s) => CellState::Running {
+                    step: s.step,
+                    total: totals[cell],
+                },
+                TrainEvent::Eval(_) => return None,
+                TrainEvent::Finished(summary) => match summary.status {
+                    RunStatus::Completed | RunStatus::TargetReached => {
+                        CellState::Done(summary.best_accuracy)
+                    }
+                    RunStatus::Stopped | RunStatus::Running => CellState::Stopped,
+                    RunStatus::Failed => {
+                        CellState::Failed(summary.error.clone().unwrap_or_default())
+                    }
+                },
+                TrainEvent::Failed { message, .. } => CellState::Failed(message),
+            };
+            Some((cell, state))
+        }
+    }
+}
+
+/// Trains `sweep` (on the calling thread, at background priority), reporting to `sender`; at the
+/// end writes the summary files into the sweep's folder, as `attnlab sweep` does.
+fn train(sweep: &Sweep, stop: &AtomicBool, sender: &Sender<Message>, ctx: &egui::Context) {
+    crate::train::lower_thread_priority();
+    let mut totals = vec![0; sweep.cells.len()];
+    let result = run_sweep(sweep, stop, &mut |event| {
+        if let Some((cell, state)) = cell_state(event, &mut totals) {
+            let _ = sender.send(Message::Cell(cell, state));
+            ctx.request_repaint();
+        }
+    });
+    let ended = match result {
+        Ok(summary) => Message::Ended {
+            error: crate::sweep::write_summary(&summary, &sweep.out)
+                .err()
+                .map(|e| e.to_string()),
+            summary: Some(summary),
+        },
+        // Failed cells: the finished ones still make a summary.
+        Err(e) => Message::Ended {
+            summary: collect(std::slice::from_ref(&sweep.out)).ok(),
+            error: Some(e.to_string()),
+        },
+    };
+    let _ = sender.send(ended);
+    ctx.request_repaint();
+}
+
+impl SweepView {
+    pub fn is_running(&self) -> bool {
+        self.job.is_some()
+    }
+
+    /// Reads and validates a sweep file; an error is shown in the view.
+    pub fn load(&mut self, path: &Path) {
+        self.path = path.display().to_string();
+        match Sweep::load(path).and_then(|sweep| Loaded::new(path.to_path_buf(), sweep)) {
+            Ok(loaded) => {
+                self.cells = vec![CellState::Pending; loaded.sweep.cells.len()];
+                self.loaded = Some(loaded);
+                self.set_summary(None);
+                self.error = None;
+            }
+            Err(e) => self.error = Some(e.to_string()),
+        }
+    }
+
+    fn set_summary(&mut self, summary: Option<SweepSummary>) {
+        self.panels = summary.as_ref().map(accuracy_panels).unwrap_or_default();
+        self.summary = summary;
+    }
+
+    /// Trains the loaded sweep's unfinished cells on a worker thread.
+    pub fn run(&mut self, ctx: &egui::Context) {
+        let Some(loaded) = &self.loaded else { return };
+        if self.job.is_some() {
+            return;
+        }
+        let sweep = loaded.sweep.clone();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (sender, messages) = std::sync::mpsc::channel();
+        let (flag, ctx) = (stop.clone(), ctx.clone());
+        let spawned = std::thread::Builder::new()
+            .name(format!("sweep {}", sweep.name))
+            .spawn(move || train(&sweep, &flag, &sender, &ctx));
+        if let Err(e) = spawned {
+            self.error = Some(format!("cannot start the sweep's thread: {e}"));
+            return;
+        }
+        self.cells = vec![CellState::Pending; self.cells.len()];
+        self.set_summary(None);
+        self.error = None;
+        self.job = Some(Job {
+            messages,
+            stop,
+            training: true,
+        });
+    }
+
+    /// Stops starting cells; the running ones stop within a step.
+    pub fn stop(&self) {
+        if let Some(job) = &self.job {
+            job.stop.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Summarises the finished runs under `dir` on a background thread.
+    pub fn collect(&mut self, ctx: &egui::Context, dir: PathBuf) {
+        if self.job.is_some() {
+            return;
+        }
+        let messages = in_background(ctx, move || {
+            let (summary, error) = match collect(&[dir]) {
+                Ok(s) => (Some(s), None),
+                Err(e) => (None, Some(e.to_string())),
+            };
+            Message::Ended { summary, error }
+        });
+        self.error = None;
+        self.job = Some(Job {
+            messages,
+            stop: Arc::new(AtomicBool::new(false)),
+            training: false,
+        });
+    }
+
+    /// Picks up worker messages and dialog answers (every frame, whichever view is shown).
+    pub fn drain(&mut self, ctx: &egui::Context) {
+        if let Some(job) = &self.job {
+            let messages: Vec<Message> = job.messages.try_iter().collect();
+            for message in messages {
+                match message {
+                    Message::Cell(i, state) => {
+                        if let Some(cell) = self.cells.get_mut(i) {
+                            *cell = state;
+                        }
+                    }
+                    Message::Ended { summary, error } => {
+                        self.job = None;
+                        self.set_summary(summary);
+                        self.error = error;
+                    }
+                }
+            }
+        }
+        if let Some(dialog) = &self.dialog
+            && let Ok(picked) = dialog.try_recv()
+        {
+            self.dialog = None;
+            match picked {
+                Some(Picked::SweepFile(path)) => self.load(&path),
+                Some(Picked::Folder(dir)) => self.collect(ctx, dir),
+                None => {}
+            }
+        }
+    }
+
+    fn ask(&mut self, ctx: &egui::Context, pick: impl FnOnce() -> Option<Picked> + Send + 'static) {
+        if self.dialog.is_none() {
+            self.dialog = Some(in_background(ctx, pick));
+        }
+    }
+
+    pub fn ui(&mut self, ui: &mut egui::Ui, exporter: &Exporter) {
+        let ctx = ui.ctx().clone();
+        self.drain(&ctx);
+        self.file_ui(ui, &ctx);
+        if let Some(error) = &self.error {
+            ui.colored_label(ui.visuals().error_fg_color, error);
+        }
+        egui::ScrollArea::both().show(ui, |ui| {
+            if self.loaded.is_some() {
+                self.sweep_ui(ui, &ctx);
+                ui.separator();
+            }
+            self.summary_ui(ui, exporter);
+        });
+    }
+
+    fn file_ui(&mut self, ui: &mut egui::Ui, ctx: &egui::Context) {
+        let idle = self.job.is_none();
+        ui.horizontal(|ui| {
+            let label = ui.label("sweep file");
+            ui.add(egui::TextEdit::singleline(&mut self.path).desired_width(320.0))
+                .labelled_by(label.id);
+            if ui.add_enabled(idle, egui::Button::new("Load")).clicked() {
+                self.load(&PathBuf::from(self.path.clone()));
+            }
+            if ui.add_enabled(idle, egui::Button::new("Open...")).clicked() {
+                self.ask(ctx, || {
+                    rfd::FileDialog::new()
+                        .add_filter("attnlab sweep", &["toml"])
+                        .set_directory("sweeps")
+                        .pick_file()
+                        .map(Picked::SweepFile)
+                });
+            }
+            let collect = ui
+                .add_enabled(idle, egui::Button::new("Collect folder..."))
+                .on_hover_text("summarise the finished runs under a folder, without training");
+            if collect.clicked() {
+                self.ask(ctx, || {
+                    rfd::FileDialog::new()
+                        .set_directory("runs")
+                        .pick_folder()
+                        .map(Picked::Folder)
+                });
+            }
+            for path in self.shipped.clone() {
+                let name = path
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                let button = ui.add_enabled(idle, egui::Button::new(name).small());
+                if button.on_hover_text(path.display().to_string()).clicked() {
+                    self.load(&path);
+                }
+            }
+        });
+    }
+
+    /// The loaded sweep: its settings, the run controls, progress and the grid.
+    fn sweep_ui(&mut self, ui: &mut egui::Ui, ctx: &egui::Context) {
+        let running = self.job.as_ref().is_some_and(|j| j.training);
+        let Some(loaded) = &mut self.loaded else {
+            return;
+        };
+        ui.strong(format!(
+            "{}: {} cells ({})",
+            loaded.sweep.name,
+            loaded.sweep.cells.len(),
+            loaded.file.display()
+        ));
+        ui.label(format!(
+            "base {}, runs into {}",
+            loaded.sweep.base.display(),
+            loaded.sweep.out.display()
+        ));
+        for (axis, values) in &loaded.axes {
+            ui.label(format!("{axis}: {values}"));
+        }
+        let mut clicked = (false, false, false);
+        ui.horizontal(|ui| {
+            let label = ui.label("workers");
+            ui.add_enabled(
+                !running,
+                egui::DragValue::new(&mut loaded.sweep.workers).range(1..=64),
+            )
+            .labelled_by(label.id);
+            let idle = self.job.is_none();
+            clicked.0 = ui
+                .add_enabled(idle, egui::Button::new("Run sweep"))
+                .on_hover_text("train the unfinished cells; finished ones are kept")
+                .clicked();
+            clicked.1 = ui
+                .add_enabled(running, egui::Button::new("Stop sweep"))
+                .on_hover_text("running cells stop within a step and train again next time")
+                .clicked();
+            clicked.2 = ui
+                .add_enabled(idle, egui::Button::new("Collect"))
+                .on_hover_text(format!(
+                    "summarise the finished runs in {}",
+                    loaded.sweep.out.display()
+                ))
+                .clicked();
+            let done = self.cells.iter().filter(|c| c.is_done()).count();
+            let total = self.cells.len().max(1);
+            ui.add(
+                egui::ProgressBar::new(done as f32 / total as f32)
+                    .desired_width(200.0)
+                    .text(format!("{done}/{} cells done", self.cells.len())),
+            );
+        });
+        grid_ui(ui, loaded, &self.cells);
+        let out = loaded.sweep.out.clone();
+        match clicked {
+            (true, _, _) => self.run(ctx),
+            (_, true, _) => self.stop(),
+            (_, _, true) => self.collect(ctx, out),
+            _ => {}
+        }
+    }
+
+    /// The best-lr table and one accuracy plot per length.
+    fn summary_ui(&self, ui: &mut egui::Ui, exporter: &Exporter) {
+        let Some(summary) = &self.summary else {
+            ui.label("Run the sweep, or collect a sweep's folder, to see its summary.");
+            return;
+        };
+        ui.strong(format!(
+            "summary: {} finished runs, {} points ({} duplicate runs left out)",
+            summary.runs.len(),
+            summary.points.len(),
+            summary.duplicates
+        ));
+        egui::Grid::new("sweep-summary")
+            .striped(true)
+            .show(ui, |ui| {
+                for head in [
+                    "mechanism",
+                    "length",
+                    "pairs",
+                    "d_model",
+                    "best lr",
+                    "mean",
+                    "std",
+                    "seeds",
+                ] {
+                    ui.strong(head);
+                }
+                ui.end_row();
+                for p in &summary.points {
+                    ui.label(&p.mechanism);
+                    ui.label(p.seq_len.to_string());
+                    ui.label(p.num_kv_pairs.to_string());
+                    ui.label(p.d_model.to_string());
+                    ui.label(p.best_lr.to_string());
+                    ui.label(format!("{:.3}", p.mean));
+                    ui.label(format!("{:.3}", p.std));
+                    ui.label(p.seeds.to_string());
+                    ui.end_row();
+                }
+            });
+        let n = self.panels.len().clamp(1, 3);
+        for row in self.panels.chunks(n) {
+            ui.columns(n, |columns| {
+                for (column, ((seq_len, pairs), figure)) in columns.iter_mut().zip(row) {
+                    column.horizontal(|ui| {
+                        ui.strong(&figure.title);
+                        let name = format!("sweep-accuracy-L{seq_len}-N{pairs}");
+                        exporter.buttons(ui, &name, || figure.clone());
+                    });
+                    panel_plot(column, figure);
+                }
+            });
+        }
+    }
+}
+
+/// The cells as a table: one row per mechanism and width, one column per other setting.
+fn grid_ui(ui: &mut egui::Ui, loaded: &Loaded, cells: &[CellState]) {
+    let mut table = vec![vec![None; loaded.columns.len()]; loaded.rows.len()];
+    for (i, &(r, c)) in loaded.place.iter().enumerate() {
+        table[r][c] = Some(i);
+    }
+    egui::Grid::new("sweep-cells").striped(true).show(ui, |ui| {
+        ui.label("");
+        for column in &loaded.columns {
+            ui.strong(column);
+        }
+        ui.end_row();
+        for (row, slots) in loaded.rows.iter().zip(&table) {
+            ui.strong(row);
+            for slot in slots {
+                let Some(i) = *slot else {
+                    ui.label("");
+                    continue;
+                };
+                let state = &cells[i];
+                let text = egui::RichText::new(state.text()).color(state.colour(ui.visuals()));
+                let mut hover = loaded.sweep.cells[i].id.clone();
+                if let CellState::Failed(message) = state {
+                    hover = format!("{hover}: {message}");
+                }
+                ui.label(text).on_hover_text(hover);
+            }
+            ui.end_row();
+        }
+    });
+}
+
+/// One accuracy panel, drawn from the figure the export writes: d_model on a log2 axis, a
+/// solid line per mechanism and its ± std lines dashed in the same colour.
+fn panel_plot(ui: &mut egui::Ui, figure: &Figure) {
+    let FigPlot::Lines(lines) = &figure.plot else {
+        return;
+    };
+    let golden = std::f32::consts::GOLDEN_RATIO - 1.0;
+    Plot::new(&figure.title)
+        .height(260.0)
+        .legend(Legend::default())
+        .include_y(0.0)
+        .include_y(1.0)
+        .x_axis_label("d_model")
+        .y_axis_label("accuracy")
+        .x_axis_formatter(|mark, _| format!("{:.0}", mark.value.exp2()))
+        .show(ui, |plot| {
+            let mut colour = egui::Color32::GRAY;
+            let mut name = String::new();
+            let mut named = 0;
+            for series in &lines.series {
+                if !series.name.is_empty() {
+                    name = series.name.clone();
+                    colour =
+                        egui::ecolor::Hsva::new(named as f32 * golden % 1.0, 0.85, 0.5, 1.0).into();
+                    named += 1;
+                }
+                let points: PlotPoints =
+                    series.points.iter().map(|&(x, y)| [x.log2(), y]).collect();
+                let line = if series.dashed {
+                    Line::new(format!("{name} ± std"), points).style(LineStyle::dashed_dense())
+                } else {
+                    Line::new(name.clone(), points)
+                };
+                plot.line(line.color(colour));
+            }
+        });
+}
