@@ -145,6 +145,12 @@ impl AttnlabApp {
     /// run stopped and their analysis computed); true once it is.
     fn prepare_demo_tab(&mut self, tab: Tab, ctx: &egui::Context) -> bool {
         let computed = match tab {
+            Tab::Sweep => {
+                if !self.sweep.is_loaded() {
+                    self.sweep.load(Path::new("sweeps/mqar_fig1_small.toml"));
+                }
+                true
+            }
             Tab::Iou => !self.iou.tables.is_empty(),
             Tab::Spectra => !self.spectra.spectra.is_empty(),
             _ => return true,

@@ -314,6 +314,11 @@ fn train(sweep: &Sweep, stop: &AtomicBool, sender: &Sender<Message>, ctx: &egui:
 }
 
 impl SweepView {
+    /// Whether a sweep file is loaded.
+    pub fn is_loaded(&self) -> bool {
+        self.loaded.is_some()
+    }
+
     pub fn is_running(&self) -> bool {
         self.job.is_some()
     }
