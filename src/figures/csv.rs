@@ -5,14 +5,16 @@
 
 use std::fmt::Write;
 
-use super::{Figure, HeatmapPlot, LinePlot, Plot};
+use super::{BarPlot, Figure, HeatmapPlot, LinePlot, Plot};
 
 /// `fig`'s data as CSV: `series,x,y` for line plots, `row,col,value` for heatmaps (empty NaN
-/// cells are left out).
+/// cells are left out), `group,series,value,error` for bars (missing values kept as NaN, the
+/// error empty when the series has none).
 pub fn render_csv(fig: &Figure) -> String {
     match &fig.plot {
         Plot::Lines(plot) => lines_csv(plot),
         Plot::Heatmap(plot) => heatmap_csv(plot),
+        Plot::Bars(plot) => bars_csv(plot),
     }
 }
 
@@ -43,6 +45,21 @@ fn heatmap_csv(plot: &HeatmapPlot) -> String {
     out
 }
 
+/// One `group,series,value,error` row per group and series, group by group.
+fn bars_csv(plot: &BarPlot) -> String {
+    let mut out = String::from("group,series,value,error\n");
+    for (g, group) in plot.groups.iter().enumerate() {
+        let group = quoted(group);
+        for series in &plot.series {
+            let value = series.values.get(g).map_or(f64::NAN, |v| *v);
+            let error = series.errors.as_ref().and_then(|e| e.get(g));
+            let error = error.map_or(String::new(), f64::to_string);
+            let _ = writeln!(out, "{group},{},{value},{error}", quoted(&series.name));
+        }
+    }
+    out
+}
+
 /// `field` as a CSV field: quoted (with quotes doubled) when it holds a comma, quote or newline.
 fn quoted(field: &str) -> String {
     if field.contains([',', '"', '\n', '\r']) {
@@ -55,7 +72,7 @@ fn quoted(field: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::figures::tests::{heatmap_figure, lines_figure};
+    use crate::figures::tests::{bars_figure, heatmap_figure, lines_figure};
 
     #[test]
     fn lines_are_tidy_rows() {
@@ -72,6 +89,22 @@ mod tests {
         assert_eq!(
             render_csv(&heatmap_figure(2)),
             "row,col,value\n0,0,1\n1,0,0.5\n1,1,0.5\n"
+        );
+    }
+
+    #[test]
+    fn bars_are_a_row_per_group_and_series_with_missing_values_kept() {
+        let mut fig = bars_figure();
+        let Plot::Bars(plot) = &mut fig.plot else {
+            unreachable!()
+        };
+        plot.series[1].values[2] = f64::NAN;
+        assert_eq!(
+            render_csv(&fig),
+            "group,series,value,error\n\
+             softmax,hard IoU,0.9,0.05\nsoftmax,soft IoU,0.6,\n\
+             linear,hard IoU,0.5,0.1\nlinear,soft IoU,0.4,\n\
+             based,hard IoU,0.7,0\nbased,soft IoU,NaN,\n"
         );
     }
 

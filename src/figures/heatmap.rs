@@ -312,7 +312,7 @@ mod tests {
     fn plot(n: usize) -> HeatmapPlot {
         match heatmap_figure(n).plot {
             Plot::Heatmap(plot) => plot,
-            Plot::Lines(_) => unreachable!(),
+            Plot::Lines(_) | Plot::Bars(_) => unreachable!(),
         }
     }
 

@@ -11,7 +11,7 @@ use super::svg::{AXIS_LABEL_SIZE, Area, FONT, TICK_SIZE, draw_error};
 use crate::Result;
 
 /// Matplotlib's tab10: ten colours that stay distinct from each other, cycled for more series.
-const PALETTE: [RGBColor; 10] = [
+pub(super) const PALETTE: [RGBColor; 10] = [
     RGBColor(0x1f, 0x77, 0xb4),
     RGBColor(0xff, 0x7f, 0x0e),
     RGBColor(0x2c, 0xa0, 0x2c),
@@ -23,6 +23,10 @@ const PALETTE: [RGBColor; 10] = [
     RGBColor(0xbc, 0xbd, 0x22),
     RGBColor(0x17, 0xbe, 0xcf),
 ];
+
+/// Label areas under and left of the plot, in pixels.
+pub(super) const X_LABEL_AREA: u32 = 56;
+pub(super) const Y_LABEL_AREA: u32 = 86;
 
 /// Dash and gap lengths of dashed series, in pixels.
 const DASH: u32 = 9;
@@ -58,27 +62,8 @@ fn draw_chart(
     x: Axis,
     y: Axis,
 ) -> Result<()> {
-    let mut chart = ChartBuilder::on(area)
-        .margin_left(12)
-        .margin_right(30)
-        .margin_top(8)
-        .margin_bottom(4)
-        .x_label_area_size(56)
-        .y_label_area_size(86)
-        .build_cartesian_2d(x, y)
-        .map_err(draw_error)?;
-    chart
-        .configure_mesh()
-        .x_desc(plot.x_label.as_str())
-        .y_desc(plot.y_label.as_str())
-        .x_labels(8)
-        .y_labels(8)
-        .label_style((FONT, TICK_SIZE))
-        .axis_desc_style((FONT, AXIS_LABEL_SIZE))
-        .bold_line_style(RGBColor(215, 215, 215))
-        .light_line_style(RGBColor(242, 242, 242))
-        .draw()
-        .map_err(draw_error)?;
+    let titles = [plot.x_label.as_str(), plot.y_label.as_str()];
+    let mut chart = axes_chart(area, (x, y), titles, X_LABEL_AREA, 8)?;
     for (series, (points, colour)) in plot.series.iter().zip(visible.iter().zip(colours(plot))) {
         let style = PALETTE[colour % PALETTE.len()].stroke_width(2);
         let dashed = series.dashed && points.len() > 1;
@@ -121,20 +106,69 @@ fn draw_chart(
             .iter()
             .map(|points| points.iter().map(|p| chart.backend_coord(p)).collect())
             .collect();
-        let corner = least_covered_corner(
-            &paths,
-            chart.plotting_area().get_pixel_range(),
-            legend_size(&names),
-        );
-        chart
-            .configure_series_labels()
-            .position(corner)
-            .label_font((FONT, TICK_SIZE))
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(190, 190, 190))
-            .draw()
-            .map_err(draw_error)?;
+        draw_legend(&mut chart, &paths, &names)?;
     }
+    Ok(())
+}
+
+/// The chart line and bar plots are drawn on.
+pub(super) type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<Axis, Axis>>;
+
+/// A chart filling `area` with `axes` (x, y), their `titles` and grid drawn, and up to
+/// `x_ticks` tick labels along x under the plot, in an area `x_label_area` pixels high. With no
+/// x ticks there are no vertical grid lines either (bar groups are labelled by their caller).
+pub(super) fn axes_chart<'a, 'b>(
+    area: &'a Area<'b>,
+    (x, y): (Axis, Axis),
+    [x_title, y_title]: [&str; 2],
+    x_label_area: u32,
+    x_ticks: usize,
+) -> Result<Chart<'a, 'b>> {
+    let mut chart = ChartBuilder::on(area)
+        .margin_left(12)
+        .margin_right(30)
+        .margin_top(8)
+        .margin_bottom(4)
+        .x_label_area_size(x_label_area)
+        .y_label_area_size(Y_LABEL_AREA)
+        .build_cartesian_2d(x, y)
+        .map_err(draw_error)?;
+    let mut mesh = chart.configure_mesh();
+    mesh.x_desc(x_title)
+        .y_desc(y_title)
+        .x_labels(x_ticks)
+        .y_labels(8)
+        .label_style((FONT, TICK_SIZE))
+        .axis_desc_style((FONT, AXIS_LABEL_SIZE))
+        .bold_line_style(RGBColor(215, 215, 215))
+        .light_line_style(RGBColor(242, 242, 242));
+    if x_ticks == 0 {
+        mesh.disable_x_mesh();
+    }
+    mesh.draw().map_err(draw_error)?;
+    Ok(chart)
+}
+
+/// Draws the legend of the series labelled on `chart` (named `names`) in the corner where it
+/// hides the least of the data, given as polylines `paths` in pixels.
+pub(super) fn draw_legend<'a, 'b: 'a>(
+    chart: &mut Chart<'a, 'b>,
+    paths: &[Vec<(i32, i32)>],
+    names: &[&str],
+) -> Result<()> {
+    let corner = least_covered_corner(
+        paths,
+        chart.plotting_area().get_pixel_range(),
+        legend_size(names),
+    );
+    chart
+        .configure_series_labels()
+        .position(corner)
+        .label_font((FONT, TICK_SIZE))
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(190, 190, 190))
+        .draw()
+        .map_err(draw_error)?;
     Ok(())
 }
 
@@ -154,7 +188,7 @@ fn colours(plot: &LinePlot) -> Vec<usize> {
 }
 
 /// The legend box's approximate size in pixels, as plotters lays it out: the longest name, the
-/// 30-pixel sample line and 10-pixel margins across; one line per name down.
+/// 30-pixel sample and 10-pixel margins across; one line per name down.
 fn legend_size(names: &[&str]) -> (i32, i32) {
     let longest = names.iter().map(|n| n.chars().count()).max().unwrap_or(0);
     let char_width = 0.7 * TICK_SIZE / 1.24 / 1.24;
@@ -164,7 +198,7 @@ fn legend_size(names: &[&str]) -> (i32, i32) {
 }
 
 /// The corner of the plotting area (`pixels`, absolute) where a legend of `size` hides the least
-/// of the polylines `paths`; upper right on ties, as readers expect it there.
+/// of the polylines `paths` (line series, bar outlines); upper right on ties, as readers expect it there.
 fn least_covered_corner(
     paths: &[Vec<(i32, i32)>],
     pixels: (Range<i32>, Range<i32>),

@@ -6,6 +6,7 @@
 //! fonts are needed), and the CSV holds the same numbers in tidy form for other tools.
 
 mod axis;
+mod bars;
 mod colormap;
 mod csv;
 pub mod encodings;
@@ -40,6 +41,7 @@ pub struct Figure {
 pub enum Plot {
     Lines(LinePlot),
     Heatmap(HeatmapPlot),
+    Bars(BarPlot),
 }
 
 /// Curves over a shared pair of axes, each optionally logarithmic.
@@ -77,6 +79,29 @@ pub struct HeatmapPlot {
     /// Colour by log10 of the values, for matrices spanning orders of magnitude; values ≤ 0
     /// get the lowest colour.
     pub log_colour: bool,
+}
+
+/// Grouped bars: along x one group per category (e.g. a run), in each group one bar per series
+/// (e.g. a measure), in the series' colour. The y axis starts at 0 (lower only for negative
+/// values) so bar lengths compare.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BarPlot {
+    pub x_label: String,
+    pub y_label: String,
+    /// The categories along x, labelled under their groups.
+    pub groups: Vec<String>,
+    pub series: Vec<BarSeries>,
+}
+
+/// One measure across the groups. A NaN (or infinite) value is missing: no bar is drawn, but the
+/// CSV keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BarSeries {
+    pub name: String,
+    /// One per group.
+    pub values: Vec<f64>,
+    /// Half-lengths of ± error whiskers, one per group (NaN or 0: no whisker; never negative).
+    pub errors: Option<Vec<f64>>,
 }
 
 /// A file format a figure can be saved in.
@@ -170,6 +195,31 @@ pub(crate) mod tests {
                 y_label: "query position".into(),
                 value_label: "weight".into(),
                 log_colour: false,
+            }),
+        }
+    }
+
+    /// Hard and soft IoU of three runs, errors on the hard one only (the last one zero).
+    pub(crate) fn bars_figure() -> Figure {
+        Figure {
+            title: "IoU".into(),
+            caption: Some("argmax, 100 test rows".into()),
+            plot: Plot::Bars(BarPlot {
+                x_label: "run".into(),
+                y_label: "IoU".into(),
+                groups: vec!["softmax".into(), "linear".into(), "based".into()],
+                series: vec![
+                    BarSeries {
+                        name: "hard IoU".into(),
+                        values: vec![0.9, 0.5, 0.7],
+                        errors: Some(vec![0.05, 0.1, 0.0]),
+                    },
+                    BarSeries {
+                        name: "soft IoU".into(),
+                        values: vec![0.6, 0.4, 0.55],
+                        errors: None,
+                    },
+                ],
             }),
         }
     }

@@ -1,8 +1,8 @@
 //! Figures of the in-context recall analyses: the IoU table and example, attention spectra.
 //! Each carries its protocol in the caption.
 
-use super::{Figure, HeatmapPlot, LinePlot, Plot, Series};
-use crate::analysis::iou::{ExampleIou, IouTable};
+use super::{BarPlot, BarSeries, Figure, HeatmapPlot, LinePlot, Plot, Series};
+use crate::analysis::iou::{ExampleIou, IouCell, IouTable};
 use crate::analysis::spectrum::RunSpectrum;
 
 /// A heatmap figure of a row-major `rows × cols` matrix.
@@ -61,6 +61,61 @@ pub fn iou_table(table: &IouTable, soft: bool) -> Figure {
         &table.layers,
         &format!("{kind} IoU"),
     )
+}
+
+/// Hard and soft IoU of several runs side by side, with ± std over examples as whiskers: one
+/// group per run and attention head, labelled by the run alone when it has a single head
+/// (layer × head), else "run L{model layer} H{head}".
+pub fn iou_bars(runs: &[(String, &IouTable)]) -> Figure {
+    let cells: Vec<(String, IouCell)> = runs
+        .iter()
+        .flat_map(|(run, table)| {
+            let single = table.cells().count() == 1;
+            table.cells().map(move |c| {
+                let label = if single {
+                    run.clone()
+                } else {
+                    format!("{run} L{} H{}", c.layer, c.head)
+                };
+                (label, c)
+            })
+        })
+        .collect();
+    let series = |name: &str, value: fn(&IouCell) -> (f64, f64)| {
+        let (values, errors) = cells.iter().map(|(_, c)| value(c)).unzip();
+        BarSeries {
+            name: name.into(),
+            values,
+            errors: Some(errors),
+        }
+    };
+    Figure {
+        title: "IoU with the MQAR ground truth".into(),
+        caption: protocols_caption(runs),
+        plot: Plot::Bars(BarPlot {
+            x_label: "run, attention layer and head".into(),
+            y_label: "IoU".into(),
+            series: vec![
+                series("hard IoU", |c| (c.hard, c.hard_std)),
+                series("soft IoU", |c| (c.soft, c.soft_std)),
+            ],
+            groups: cells.into_iter().map(|(label, _)| label).collect(),
+        }),
+    }
+}
+
+/// The runs' common IoU protocol, or each run's when they differ (their numbers are then not
+/// comparable, which the caption must say).
+fn protocols_caption(runs: &[(String, &IouTable)]) -> Option<String> {
+    let (_, first) = runs.first()?;
+    if runs.iter().all(|(_, t)| t.protocol == first.protocol) {
+        return Some(first.protocol.describe());
+    }
+    let each: Vec<String> = runs
+        .iter()
+        .map(|(run, t)| format!("{run}: {}", t.protocol.describe()))
+        .collect();
+    Some(format!("protocols differ: {}", each.join("; ")))
 }
 
 /// The example view as two figures: the model's cropped attention and the ground truth.
@@ -151,4 +206,93 @@ pub fn spectrum_heatmap(label: &str, spectrum: &RunSpectrum) -> Figure {
         &spectrum.layers,
         &format!("c({})", spectrum.at),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::iou::{Binarise, IouProtocol};
+
+    /// A table of `heads` heads in each of the model layers `layers`, cell (l, h) holding hard
+    /// IoU `l + h / 10`, soft IoU half that, and stds of a tenth of those.
+    fn table(layers: Vec<usize>, heads: usize) -> IouTable {
+        let grid = |scale: f64| -> Vec<Vec<f64>> {
+            (0..layers.len())
+                .map(|l| {
+                    (0..heads)
+                        .map(|h| scale * (l as f64 + h as f64 / 10.0))
+                        .collect()
+                })
+                .collect()
+        };
+        IouTable {
+            protocol: IouProtocol::default(),
+            examples: 10_000,
+            mechanism: "softmax".into(),
+            hard: grid(1.0),
+            soft: grid(0.5),
+            hard_std: grid(0.1),
+            soft_std: grid(0.05),
+            layers,
+        }
+    }
+
+    fn bars(fig: &Figure) -> &BarPlot {
+        let Plot::Bars(plot) = &fig.plot else {
+            panic!("not a bar plot")
+        };
+        plot
+    }
+
+    #[test]
+    fn single_head_runs_are_labelled_by_run_and_others_by_layer_and_head() {
+        let (one, many) = (table(vec![1], 1), table(vec![1, 3], 2));
+        let fig = iou_bars(&[("a".into(), &one), ("b".into(), &many)]);
+        let plot = bars(&fig);
+        assert_eq!(
+            plot.groups,
+            ["a", "b L1 H0", "b L1 H1", "b L3 H0", "b L3 H1"]
+        );
+        let [hard, soft] = &plot.series[..] else {
+            panic!("{:?}", plot.series)
+        };
+        assert_eq!(
+            (hard.name.as_str(), soft.name.as_str()),
+            ("hard IoU", "soft IoU")
+        );
+        assert_eq!(hard.values, [0.0, 0.0, 0.1, 1.0, 1.1]);
+        assert_eq!(soft.values, [0.0, 0.0, 0.05, 0.5, 0.55]);
+        let close =
+            |got: &[f64], want: &[f64]| got.iter().zip(want).all(|(g, w)| (g - w).abs() < 1e-12);
+        assert!(close(
+            hard.errors.as_deref().unwrap(),
+            &[0.0, 0.0, 0.01, 0.1, 0.11]
+        ));
+        assert!(close(
+            soft.errors.as_deref().unwrap(),
+            &[0.0, 0.0, 0.005, 0.05, 0.055]
+        ));
+        assert_eq!(plot.y_label, "IoU");
+        assert_eq!(fig.caption, Some(IouProtocol::default().describe()));
+        crate::figures::render_svg(&fig).unwrap();
+    }
+
+    #[test]
+    fn differing_protocols_are_listed() {
+        let a = table(vec![0], 1);
+        let mut b = table(vec![0], 1);
+        b.protocol.binarise = Binarise::TopK(2);
+        let fig = iou_bars(&[("a".into(), &a), ("b".into(), &b)]);
+        let caption = fig.caption.unwrap();
+        assert!(caption.starts_with("protocols differ: a: "), "{caption}");
+        assert!(
+            caption.contains(&format!("; b: {}", b.protocol.describe())),
+            "{caption}"
+        );
+        assert!(
+            caption.contains("argmax") && caption.contains("topk:2"),
+            "{caption}"
+        );
+        assert_eq!(iou_bars(&[]).caption, None);
+    }
 }

@@ -7,7 +7,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::heatmap::Grid;
-use super::{Figure, Plot, heatmap, lines};
+use super::{Figure, Plot, bars, heatmap, lines};
 use crate::{Error, Result};
 
 /// The font family of all text; the PNG renderer embeds DejaVu Sans.
@@ -19,7 +19,7 @@ pub(super) const AXIS_LABEL_SIZE: f64 = 20.0;
 pub(super) const TICK_SIZE: f64 = 17.0;
 const CAPTION_SIZE: f64 = 17.0;
 
-/// Line plots are landscape; heatmaps are close to square so their cells are.
+/// Line and bar plots are landscape; heatmaps are close to square so their cells are.
 const LINES_SIZE: (u32, u32) = (1000, 650);
 const HEATMAP_SIZE: (u32, u32) = (860, 760);
 
@@ -46,6 +46,12 @@ pub fn render_svg(fig: &Figure) -> Result<String> {
             let grid = Grid::from_plot(plot)?;
             let area = framed_area(&mut svg, HEATMAP_SIZE, fig, grid.downsampling_note())?;
             heatmap::draw(&area, plot, &grid)?;
+            area.present().map_err(draw_error)?;
+        }
+        Plot::Bars(plot) => {
+            bars::validate(plot)?;
+            let area = framed_area(&mut svg, LINES_SIZE, fig, None)?;
+            bars::draw(&area, plot)?;
             area.present().map_err(draw_error)?;
         }
     }
