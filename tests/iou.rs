@@ -144,3 +144,33 @@ fn iou_command_prints_the_table_and_writes_figures() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("topk:K"), "{}", stderr(&o));
 }
+
+#[test]
+fn iou_command_compares_runs_as_bars() {
+    let root = tempfile::tempdir().unwrap();
+    let softmax = trained_run(&protocol_preset(MechanismSpec::Softmax), root.path());
+    let based = trained_run(
+        &protocol_preset(MechanismSpec::all_defaults()[2].clone()),
+        root.path(),
+    );
+    let bars = root.path().join("bars.csv");
+    let o = attnlab(&[
+        "iou",
+        softmax.to_str().unwrap(),
+        "--examples",
+        "10",
+        "--with",
+        based.to_str().unwrap(),
+        "--bars",
+        bars.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let csv = std::fs::read_to_string(&bars).unwrap();
+    let name = |dir: &std::path::Path| dir.file_name().unwrap().to_string_lossy().into_owned();
+    // Two heads per run: a group per run and head, hard and soft each.
+    for run in [name(&softmax), name(&based)] {
+        assert_eq!(csv.matches(&run).count(), 4, "{csv}");
+    }
+    let o = attnlab(&["iou", softmax.to_str().unwrap(), "--with", "x"]);
+    assert!(!o.status.success(), "--with without --bars is refused");
+}

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::analyse::{TableFormat, with_suffix};
 use crate::analysis::TrainedRun;
-use crate::analysis::iou::{Binarise, IouProtocol, Target, example_iou, run_iou};
+use crate::analysis::iou::{Binarise, IouProtocol, IouTable, Target, example_iou, run_iou};
 use crate::analysis::spectrum::{RunSpectrum, SpectrumProtocol, run_spectrum};
 use crate::figures::{self, recall};
 
@@ -41,6 +41,14 @@ pub(super) fn with_progress<T>(
     )?;
     bar.finish_and_clear();
     result.ok_or_else(|| anyhow::anyhow!("{what} was cancelled"))
+}
+
+/// A run's name for legends: its folder's name.
+fn run_label(dir: &std::path::Path) -> String {
+    dir.file_name().map_or_else(
+        || dir.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
 }
 
 /// `attnlab iou` options.
@@ -75,6 +83,12 @@ pub struct IouArgs {
     /// Write the example's attention and ground truth (NAME-attention.EXT, NAME-truth.EXT).
     #[arg(long, requires = "example")]
     example_figure: Option<PathBuf>,
+    /// Another run to compare in the --bars chart, scored with the same protocol (repeatable).
+    #[arg(long = "with", value_name = "RUN", requires = "bars")]
+    others: Vec<PathBuf>,
+    /// Write hard and soft IoU of RUN and every --with run as grouped bars (.svg, .png or .csv).
+    #[arg(long)]
+    bars: Option<PathBuf>,
 }
 
 /// `attnlab iou`.
@@ -91,6 +105,18 @@ pub fn iou(args: &IouArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.figure {
         figures::save(&recall::iou_table(&table, false), path)?;
         figures::save(&recall::iou_table(&table, true), &with_suffix(path, "soft"))?;
+    }
+    if let Some(path) = &args.bars {
+        let mut runs = vec![(run_label(&args.run), table.clone())];
+        for other in &args.others {
+            let run = TrainedRun::open(other)?;
+            let table = with_progress("IoU", |progress, cancel| {
+                run_iou(&run, &protocol, progress, cancel)
+            })?;
+            runs.push((run_label(other), table));
+        }
+        let runs: Vec<(String, &IouTable)> = runs.iter().map(|(n, t)| (n.clone(), t)).collect();
+        figures::save(&recall::iou_bars(&runs), path)?;
     }
     let example = match args.example {
         Some(row) => {

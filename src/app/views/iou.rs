@@ -86,7 +86,7 @@ impl IouView {
             }
             if !self.tables.is_empty() {
                 ui.separator();
-                bars_ui(ui, &self.tables);
+                bars_ui(ui, &self.tables, exporter);
             }
             ui.separator();
             self.example_ui(ui, runs, exporter);
@@ -305,8 +305,15 @@ fn table_ui(ui: &mut egui::Ui, run: &PerRun<IouTable>, exporter: &Exporter) {
 }
 
 /// Hard and soft IoU of every computed run, layer and head, side by side.
-fn bars_ui(ui: &mut egui::Ui, tables: &[PerRun<IouTable>]) {
-    ui.strong("Across runs (mean over examples; whiskers are not drawn here, see the table)");
+fn bars_ui(ui: &mut egui::Ui, tables: &[PerRun<IouTable>], exporter: &Exporter) {
+    ui.horizontal(|ui| {
+        ui.strong("Across runs (mean over examples; the export draws ± std whiskers)");
+        exporter.buttons(ui, "iou-runs", || {
+            let runs: Vec<(String, &IouTable)> =
+                tables.iter().map(|t| (t.name.clone(), &t.value)).collect();
+            recall::iou_bars(&runs)
+        });
+    });
     let mut groups = Vec::new();
     for run in tables {
         for cell in run.value.cells() {
