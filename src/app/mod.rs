@@ -532,7 +532,7 @@ fn progress_ui(ui: &mut egui::Ui, run: &RunView) {
     }
     ui.add(
         egui::ProgressBar::new(progress)
-            .desired_width(160.0)
+            .desired_width(280.0)
             .text(text),
     );
 }
