@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a panic is the failure report
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use attnlab::app::{AttnlabApp, Persisted, Tab};
@@ -226,19 +228,8 @@ fn app_with_finished_run(root: &std::path::Path) -> AttnlabApp {
     let mut app = app(root);
     app.editor.preset.train.max_steps = Some(2);
     app.exporter.folder = Some(root.to_path_buf());
-    let mut dir = None;
-    attnlab::train::run::run(
-        &app.editor.preset,
-        root,
-        &std::sync::atomic::AtomicBool::new(false),
-        &mut |event| {
-            if let attnlab::train::TrainEvent::Started { run_dir, .. } = event {
-                dir = Some(run_dir);
-            }
-        },
-    )
-    .unwrap();
-    app.runs.open(dir.unwrap(), || {});
+    let dir = common::trained_run(&app.editor.preset, root);
+    app.runs.open(dir, || {});
     app
 }
 
