@@ -24,6 +24,7 @@ pub mod cli;
 pub mod device;
 pub mod encodings;
 mod error;
+pub mod extrapolation;
 pub mod figures;
 pub mod io;
 pub mod model;

@@ -17,7 +17,9 @@ fn app(root: &std::path::Path) -> AttnlabApp {
     app.runs_root = root.to_path_buf();
     let p = &mut app.editor.preset;
     p.model.d_model = 16;
-    let attnlab::tasks::TaskSpec::Mqar(t) = &mut p.task;
+    let attnlab::tasks::TaskSpec::Mqar(t) = &mut p.task else {
+        unreachable!("the default task is MQAR")
+    };
     t.seq_len = 16;
     t.vocab_size = 32;
     t.num_kv_pairs = 2;

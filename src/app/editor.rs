@@ -78,7 +78,10 @@ impl Editor {
     }
 
     fn task_ui(&mut self, ui: &mut egui::Ui) {
-        let TaskSpec::Mqar(t) = &mut self.preset.task;
+        let TaskSpec::Mqar(t) = &mut self.preset.task else {
+            ui.label("Edit this task's settings in the preset file.");
+            return;
+        };
         number(ui, "vocabulary", &mut t.vocab_size, 8..=65_536);
         number(ui, "sequence length", &mut t.seq_len, 4..=8192);
         number(ui, "key-value pairs", &mut t.num_kv_pairs, 1..=1024);

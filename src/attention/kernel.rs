@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Attention, Mechanism, MechanismShape};
 use crate::Result;
-use crate::encodings::{Encoding, LengthCache};
+use crate::encodings::{Encoding, LengthCache, QueryBlock};
 use crate::ops::{causal_mask, dot_scores, standardise};
 use crate::params::{Init, Params};
 
@@ -155,30 +155,61 @@ impl KernelAttention {
     }
 
     /// g = exp(mask + bias): the causal 0/1 gate, times exp(b) when the encoding has a bias.
-    fn gate(&self, scores: &Tensor, pos: &dyn Encoding) -> Result<Tensor> {
-        let t = scores.dim(2)?;
-        let mask = self.masks.get_or(t, || causal_mask(scores))?;
-        match pos.logit_bias(t)? {
+    /// The gates of whole sequences are cached per length.
+    fn gate(&self, scores: &Tensor, bias: Option<Tensor>, block: QueryBlock) -> Result<Tensor> {
+        let whole = block == QueryBlock::whole(block.total);
+        let mask = if whole {
+            self.masks.get_or(block.total, || causal_mask(scores))?
+        } else {
+            causal_mask(scores)?
+        };
+        match bias {
             Some(bias) => Ok(bias.broadcast_add(&mask)?.exp()?),
-            None => self.causal_gates.get_or(t, || Ok(mask.exp()?)),
+            None if whole => self.causal_gates.get_or(block.total, || Ok(mask.exp()?)),
+            None => Ok(mask.exp()?),
         }
     }
-}
 
-impl Mechanism for KernelAttention {
-    fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, pos: &dyn Encoding) -> Result<Attention> {
+    /// Row-normalised κ·g for the block's queries.
+    fn attention(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        pos: &dyn Encoding,
+        block: QueryBlock,
+        bias: Option<Tensor>,
+    ) -> Result<Attention> {
         let (q, k) = match &self.norms {
             Some((q_norm, k_norm)) => (q_norm.apply(q)?, k_norm.apply(k)?),
             None => (q.clone(), k.clone()),
         };
-        let kernel = pos.scores(&q, &k, &|q, k| self.kernel(q, k))?; // (B, H, T, T)
-        let weighted = kernel.broadcast_mul(&self.gate(&kernel, pos)?)?;
+        let kernel = pos.block_scores(&q, &k, block, &|q, k| self.kernel(q, k))?;
+        let weighted = kernel.broadcast_mul(&self.gate(&kernel, bias, block)?)?;
         // ε as in the reference kernels (o / (z + 1e-12)): only matters for an all-zero ReBased row.
         let norm = (weighted.sum_keepdim(D::Minus1)? + 1e-12)?;
         Ok(Attention {
             weights: weighted.broadcast_div(&norm)?,
             values: v.clone(),
         })
+    }
+}
+
+impl Mechanism for KernelAttention {
+    fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, pos: &dyn Encoding) -> Result<Attention> {
+        let t = q.dim(2)?;
+        self.attention(q, k, v, pos, QueryBlock::whole(t), pos.logit_bias(t)?)
+    }
+
+    fn attend_block(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        pos: &dyn Encoding,
+        block: QueryBlock,
+    ) -> Result<Attention> {
+        self.attention(q, k, v, pos, block, pos.block_bias(block)?)
     }
 }
 

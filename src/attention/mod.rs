@@ -28,7 +28,7 @@ pub use kernel::{KernelAttention, KernelKind, RebasedConfig, RebasedVariant};
 pub use linformer::{Linformer, LinformerConfig, LinformerSharing};
 pub use softmax::SoftmaxAttention;
 
-use crate::encodings::Encoding;
+use crate::encodings::{Encoding, QueryBlock};
 use crate::params::Params;
 use crate::{Error, Result};
 
@@ -76,6 +76,18 @@ pub trait Mechanism: Send + Sync {
     /// q, k (B, H, T, Dqk) and v (B, H, T, Dh), projected but not yet positioned; calls the
     /// encoding's hooks itself.
     fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, pos: &dyn Encoding) -> Result<Attention>;
+
+    /// The attention of one block of queries (q holds its rows) over the causal prefix of keys
+    /// and values `0..block.keys()`: weights (B, H, len, keys). Evaluating a long sequence block
+    /// by block never holds the n×n matrix; rows equal those of [`Mechanism::attend`].
+    fn attend_block(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        pos: &dyn Encoding,
+        block: QueryBlock,
+    ) -> Result<Attention>;
 }
 
 impl MechanismSpec {

@@ -21,6 +21,7 @@ mod analyse;
 mod bench;
 mod data;
 mod eval;
+mod extrapolate;
 mod train;
 
 use std::path::PathBuf;
@@ -88,6 +89,9 @@ pub enum Command {
     Trf(analyse::TrfArgs),
     /// Empirical receptive field of a trained run, with its TRF on the same axes.
     Erf(analyse::ErfArgs),
+    /// Validation perplexity against length for LM runs or presets (trained first), with
+    /// Definition 0.1's check and Theorem 0.4's verdict.
+    Extrapolate(extrapolate::ExtrapolateArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -163,5 +167,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Bias(args)) => analyse::bias(&args),
         Some(Command::Trf(args)) => analyse::trf(&args),
         Some(Command::Erf(args)) => analyse::erf(&args),
+        Some(Command::Extrapolate(args)) => extrapolate::extrapolate(&args),
     }
 }

@@ -9,6 +9,7 @@ mod axis;
 mod colormap;
 mod csv;
 pub mod encodings;
+pub mod extrapolation;
 mod heatmap;
 mod lines;
 mod png;
