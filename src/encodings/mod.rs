@@ -180,6 +180,14 @@ pub trait Encoding: Send + Sync {
         score(q, k)
     }
 
+    /// q and k of a whole sequence positioned so that `scores(q, k, f) = f(q', k')` for every
+    /// score function f, when the encoding acts that way: unchanged for encodings that do not
+    /// rotate, rotated at their own positions for RoPE, PI and NTK. `None` for ReRoPE, which
+    /// merges two score matrices. Kernel mechanisms use it for their recurrent form.
+    fn positioned(&self, q: &Tensor, k: &Tensor) -> Result<Option<(Tensor, Tensor)>> {
+        Ok(Some((q.clone(), k.clone())))
+    }
+
     /// Logit-bias encodings: the additive term for a length-`t` sequence, (H, T, T) or
     /// (1, T, T), entry [h, i, j] for key j ≤ i. `None` when there is no bias.
     fn logit_bias(&self, _t: usize) -> Result<Option<Tensor>> {

@@ -350,6 +350,14 @@ impl Encoding for Rotary {
         Ok((&second + (first - &second)?.broadcast_mul(&mask)?)?)
     }
 
+    fn positioned(&self, q: &Tensor, k: &Tensor) -> Result<Option<(Tensor, Tensor)>> {
+        if matches!(self.profile.positions, Positions::Rectified { .. }) {
+            return Ok(None);
+        }
+        let own = self.own_tables(q.dim(2)?)?;
+        Ok(Some((rotate(q, &own)?, rotate(k, &own)?)))
+    }
+
     fn rotary_profile(&self) -> Option<RotaryProfile> {
         Some(self.profile.clone())
     }

@@ -8,7 +8,7 @@ use candle_core::Tensor;
 use super::Linear;
 use crate::Result;
 use crate::attention::{Attention, Mechanism};
-use crate::encodings::{Encoding, QueryBlock};
+use crate::encodings::Encoding;
 use crate::params::Params;
 
 pub struct MultiHeadAttention {
@@ -88,22 +88,9 @@ impl MultiHeadAttention {
     pub fn forward_blocks(&self, x: &Tensor, chunk: usize) -> Result<Tensor> {
         let (q, k, v) = self.project(&x.detach())?;
         let (q, k, v) = (q.detach(), k.detach(), v.detach());
-        let outputs = QueryBlock::cover(q.dim(2)?, chunk)
-            .map(|block| {
-                let rows = |x: &Tensor, start, len| -> Result<Tensor> {
-                    Ok(x.narrow(2, start, len)?.contiguous()?)
-                };
-                let keys = block.keys();
-                let attention = self.mechanism.attend_block(
-                    &rows(&q, block.start, block.len)?,
-                    &rows(&k, 0, keys)?,
-                    &rows(&v, 0, keys)?,
-                    self.encoding.as_ref(),
-                    block,
-                )?;
-                Ok(attention.weights.matmul(&attention.values)?.detach())
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(self.merge(&Tensor::cat(&outputs, 2)?)?.detach())
+        let y = self
+            .mechanism
+            .output_blocks(&q, &k, &v, self.encoding.as_ref(), chunk)?;
+        Ok(self.merge(&y)?.detach())
     }
 }
