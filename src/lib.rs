@@ -4,10 +4,11 @@
 //! Modules, in layering order (a module uses only those above it):
 //! - [`encodings`], [`attention`]: where position enters, and how scores become weights;
 //! - [`model`]: the transformer that composes them;
-//! - [`tasks`]: what the model learns (MQAR);
+//! - [`tasks`]: what the model learns (MQAR, language modelling on a text corpus);
 //! - [`train`]: the loop, the run folders and the worker thread;
 //! - [`preset`]: the experiment file that ties it together;
-//! - [`analysis`], [`figures`]: the encoding analyses and figures rendered without a GPU;
+//! - [`analysis`], [`extrapolation`], [`figures`]: the encoding analyses, perplexity against
+//!   length, and figures rendered without a GPU;
 //! - [`sweep`]: grids of runs (resumable, spreadable over machines) and their summary;
 //! - [`app`]: the desktop workbench (the only module that uses egui);
 //! - [`cli`]: the headless command line.
@@ -25,6 +26,7 @@ pub mod cli;
 pub mod device;
 pub mod encodings;
 mod error;
+pub mod extrapolation;
 pub mod figures;
 pub mod io;
 pub mod model;

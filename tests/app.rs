@@ -19,7 +19,9 @@ fn app(root: &std::path::Path) -> AttnlabApp {
     app.runs_root = root.to_path_buf();
     let p = &mut app.editor.preset;
     p.model.d_model = 16;
-    let attnlab::tasks::TaskSpec::Mqar(t) = &mut p.task;
+    let attnlab::tasks::TaskSpec::Mqar(t) = &mut p.task else {
+        unreachable!("the default task is MQAR")
+    };
     t.seq_len = 16;
     t.vocab_size = 32;
     t.num_kv_pairs = 2;
@@ -349,4 +351,49 @@ fn a_sweep_fills_its_grid_and_shows_its_summary() {
     assert!(csv.contains("based") && csv.contains("softmax"), "{csv}");
     // The summary files are written beside the runs, as `attnlab sweep` does.
     assert!(root.path().join("out/summary.json").is_file());
+}
+
+#[test]
+fn extrapolation_of_a_language_model_fills_the_table_and_exports() {
+    let root = tempfile::tempdir().unwrap();
+    let mut app = app(root.path());
+    app.exporter.folder = Some(root.path().to_path_buf());
+    let p = &mut app.editor.preset;
+    p.encoding = attnlab::encodings::EncodingSpec::from_name("alibi").unwrap();
+    p.model.n_layers = 1;
+    p.train.max_steps = Some(2);
+    p.task = attnlab::tasks::TaskSpec::Lm(attnlab::tasks::lm::LmConfig {
+        corpus: "generated".into(),
+        seq_len: 8,
+        train_bytes: 4000,
+        valid_bytes: 600,
+        train_examples: 64,
+        test_examples: 8,
+        ..Default::default()
+    });
+    let dir = common::trained_run(&app.editor.preset, root.path());
+    app.runs.open(dir.clone(), || {});
+    app.tab = Tab::Extrapolation;
+    app.extrapolation.lengths = "8, 16, 32".into();
+    let mut harness = harness(app);
+    run_until(&mut harness, "the run folder to load", |app| {
+        app.runs.selected().is_some_and(|r| !r.steps.is_empty())
+    });
+    harness.get_by_label("Compute for the selected run").click();
+    harness.run();
+    run_until(&mut harness, "the perplexity table", |app| {
+        app.extrapolation.result.is_some() || app.extrapolation.error.is_some()
+    });
+    assert_eq!(harness.state().extrapolation.error, None);
+    harness.run();
+    let result = harness.state().extrapolation.result.as_ref().unwrap();
+    assert_eq!(result.lengths, [8, 16, 32]);
+    assert!(result.curves[0].points.iter().all(|p| p.ppl.is_some()));
+    harness.get_by_label("Def. 0.1 (δ = 0.1)");
+    harness.get_by_label("8 (L)");
+    // The results are kept in the run folder too.
+    assert!(dir.join("extrapolation-non-overlapping.json").is_file());
+    harness.get_all_by_label("SVG").next().unwrap().click();
+    harness.run();
+    assert!(root.path().join("perplexity-vs-length.svg").is_file());
 }

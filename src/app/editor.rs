@@ -10,6 +10,8 @@ use crate::attention::{LinformerSharing, MechanismSpec, RebasedVariant};
 use crate::encodings::{DietSharing, EncodingSpec};
 use crate::model::{MixerKind, ModelConfig};
 use crate::tasks::TaskSpec;
+use crate::tasks::lm::{LmConfig, Tokens};
+use crate::tasks::mqar::MqarConfig;
 use crate::train::{Schedule, TrainConfig};
 
 /// The preset being edited, where it came from, and what was last saved.
@@ -92,7 +94,7 @@ impl Editor {
         egui::CollapsingHeader::new("Model")
             .default_open(true)
             .show(ui, |ui| model_ui(ui, &mut self.preset.model));
-        egui::CollapsingHeader::new("Task (MQAR)")
+        egui::CollapsingHeader::new("Task")
             .default_open(false)
             .show(ui, |ui| task_ui(ui, &mut self.preset.task));
         egui::CollapsingHeader::new("Training")
@@ -157,8 +159,84 @@ fn mixers_ui(ui: &mut egui::Ui, mixers: &mut Vec<MixerKind>) {
     }
 }
 
+/// The task picker (MQAR or language modelling) and the chosen task's settings.
 fn task_ui(ui: &mut egui::Ui, task: &mut TaskSpec) {
-    let TaskSpec::Mqar(t) = task;
+    ui.horizontal(|ui| {
+        let label = ui.label("task");
+        egui::ComboBox::from_id_salt("task")
+            .selected_text(task.name())
+            .show_ui(ui, |ui| {
+                let choices = [
+                    TaskSpec::Mqar(MqarConfig::default()),
+                    TaskSpec::Lm(LmConfig::default()),
+                ];
+                for choice in choices {
+                    let selected = choice.name() == task.name();
+                    if ui.selectable_label(selected, choice.name()).clicked() && !selected {
+                        *task = choice;
+                    }
+                }
+            })
+            .response
+            .labelled_by(label.id)
+            .on_hover_text(
+                "mqar: multi-query associative recall; lm: next-byte prediction on text",
+            );
+    });
+    match task {
+        TaskSpec::Mqar(t) => mqar_ui(ui, t),
+        TaskSpec::Lm(t) => lm_ui(ui, t),
+    }
+}
+
+/// Language modelling: the corpus (a built-in one or any UTF-8 file or folder) and its split.
+fn lm_ui(ui: &mut egui::Ui, t: &mut LmConfig) {
+    ui.horizontal(|ui| {
+        let label = ui.label("corpus");
+        ui.add(egui::TextEdit::singleline(&mut t.corpus).desired_width(140.0))
+            .labelled_by(label.id)
+            .on_hover_text("a built-in corpus, or the path of a UTF-8 file or folder");
+        egui::ComboBox::from_id_salt("corpus")
+            .selected_text("built-in")
+            .show_ui(ui, |ui| {
+                for name in ["auto", "cargo-registry", "rust-docs", "generated"] {
+                    ui.selectable_value(&mut t.corpus, name.to_string(), name);
+                }
+            });
+    });
+    choice(ui, "tokens", &mut t.tokens, &[Tokens::Bytes, Tokens::Chars]);
+    if t.tokens == Tokens::Chars {
+        number(ui, "vocabulary", &mut t.vocab_size, 2..=65_536);
+    }
+    number(ui, "training length L", &mut t.seq_len, 4..=8192);
+    number(
+        ui,
+        "training bytes read",
+        &mut t.train_bytes,
+        1024..=1_000_000_000,
+    );
+    number(
+        ui,
+        "validation bytes read",
+        &mut t.valid_bytes,
+        1024..=1_000_000_000,
+    );
+    ui.horizontal(|ui| {
+        let label = ui.label("validation share (%)");
+        ui.add(egui::DragValue::new(&mut t.val_percent).range(1..=90))
+            .labelled_by(label.id);
+    });
+    number(
+        ui,
+        "training windows",
+        &mut t.train_examples,
+        1..=10_000_000,
+    );
+    number(ui, "test windows", &mut t.test_examples, 1..=100_000);
+    seed(ui, "data seed", &mut t.seed);
+}
+
+fn mqar_ui(ui: &mut egui::Ui, t: &mut MqarConfig) {
     number(ui, "vocabulary", &mut t.vocab_size, 8..=65_536);
     number(ui, "sequence length", &mut t.seq_len, 4..=8192);
     number(ui, "key-value pairs", &mut t.num_kv_pairs, 1..=1024);

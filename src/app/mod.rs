@@ -61,6 +61,7 @@ pub struct AttnlabApp {
     pub iou: views::iou::IouView,
     pub spectra: views::spectra::SpectraView,
     pub sweep: views::sweep::SweepView,
+    pub extrapolation: views::extrapolation::ExtrapolationView,
     shipped: Vec<PathBuf>,
     dialog: Option<Receiver<Option<Picked>>>,
     /// A preset waiting for "discard unsaved changes?" to be answered.
@@ -101,6 +102,7 @@ impl AttnlabApp {
             iou: Default::default(),
             spectra: Default::default(),
             sweep: Default::default(),
+            extrapolation: Default::default(),
             shipped: shipped_files("presets"),
             dialog: None,
             confirm_replace: None,
@@ -367,6 +369,10 @@ impl AttnlabApp {
                         .ui(ui, &self.editor.preset.encoding, shape, run, &self.exporter);
                 }
                 Tab::Sweep => self.sweep.ui(ui, &self.exporter),
+                Tab::Extrapolation => {
+                    self.extrapolation
+                        .ui(ui, &mut self.runs, &self.runs_root, &self.exporter)
+                }
             }
         });
         self.confirm_ui(ui.ctx());

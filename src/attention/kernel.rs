@@ -9,15 +9,17 @@
 //!   (corl-team/rebased `src/mixers/rebased.py`; Aksenov et al. 2024, arXiv 2402.10644).
 //!   The paper's ablations are the other [`RebasedVariant`]s.
 //!
-//! The quadratic view is exact (it is the same function as the recurrent form) and is what the
-//! views show; a linear-time view for long evaluation belongs with length extrapolation.
+//! The quadratic view is what the views show. Long evaluation ([`Mechanism::output_blocks`])
+//! uses the same function in its chunked-cumulative (recurrent) form, φ(q_i)ᵀ Σ_{j≤i} φ(k_j) v_jᵀ
+//! over φ(q_i)·Σ_{j≤i} φ(k_j), with the explicit feature maps of the three kernels; encodings with
+//! a bias (or ReRoPE) keep the quadratic form, evaluated over blocks of queries.
 
 use candle_core::{D, Tensor};
 use serde::{Deserialize, Serialize};
 
 use super::{Attention, Mechanism, MechanismShape};
 use crate::Result;
-use crate::encodings::{Encoding, LengthCache};
+use crate::encodings::{Encoding, LengthCache, QueryBlock};
 use crate::ops::{causal_mask, dot_scores, standardise};
 use crate::params::{Init, Params};
 
@@ -155,30 +157,145 @@ impl KernelAttention {
     }
 
     /// g = exp(mask + bias): the causal 0/1 gate, times exp(b) when the encoding has a bias.
-    fn gate(&self, scores: &Tensor, pos: &dyn Encoding) -> Result<Tensor> {
-        let t = scores.dim(2)?;
-        let mask = self.masks.get_or(t, || causal_mask(scores))?;
-        match pos.logit_bias(t)? {
+    /// The gates of whole sequences are cached per length.
+    fn gate(&self, scores: &Tensor, bias: Option<Tensor>, block: QueryBlock) -> Result<Tensor> {
+        let whole = block == QueryBlock::whole(block.total);
+        let mask = if whole {
+            self.masks.get_or(block.total, || causal_mask(scores))?
+        } else {
+            causal_mask(scores)?
+        };
+        match bias {
             Some(bias) => Ok(bias.broadcast_add(&mask)?.exp()?),
-            None => self.causal_gates.get_or(t, || Ok(mask.exp()?)),
+            None if whole => self.causal_gates.get_or(block.total, || Ok(mask.exp()?)),
+            None => Ok(mask.exp()?),
         }
     }
-}
 
-impl Mechanism for KernelAttention {
-    fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, pos: &dyn Encoding) -> Result<Attention> {
+    /// Row-normalised κ·g for the block's queries.
+    fn attention(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        pos: &dyn Encoding,
+        block: QueryBlock,
+        bias: Option<Tensor>,
+    ) -> Result<Attention> {
         let (q, k) = match &self.norms {
             Some((q_norm, k_norm)) => (q_norm.apply(q)?, k_norm.apply(k)?),
             None => (q.clone(), k.clone()),
         };
-        let kernel = pos.scores(&q, &k, &|q, k| self.kernel(q, k))?; // (B, H, T, T)
-        let weighted = kernel.broadcast_mul(&self.gate(&kernel, pos)?)?;
+        let kernel = pos.block_scores(&q, &k, block, &|q, k| self.kernel(q, k))?;
+        let weighted = kernel.broadcast_mul(&self.gate(&kernel, bias, block)?)?;
         // ε as in the reference kernels (o / (z + 1e-12)): only matters for an all-zero ReBased row.
         let norm = (weighted.sum_keepdim(D::Minus1)? + 1e-12)?;
         Ok(Attention {
             weights: weighted.broadcast_div(&norm)?,
             values: v.clone(),
         })
+    }
+}
+
+impl KernelAttention {
+    /// φ with κ(q, k) = φ(q)·φ(k): elu + 1 (linear); [1, √c·x, c·(x⊗x)/√2] with c the score
+    /// scale (Based, 1 + s + s²/2); c·(x⊗x) (ReBased, s²). x (B, H, T, f) → (B, H, T, F).
+    fn features(&self, x: &Tensor) -> Result<Tensor> {
+        let outer = |x: &Tensor| -> Result<Tensor> {
+            let (b, h, t, f) = x.dims4()?;
+            Ok(x.unsqueeze(4)?
+                .broadcast_mul(&x.unsqueeze(3)?)?
+                .reshape((b, h, t, f * f))?)
+        };
+        Ok(match self.kind {
+            KernelKind::Linear => (x.elu(1.0)? + 1.0)?,
+            KernelKind::Based => {
+                let ones = x.narrow(3, 0, 1)?.ones_like()?;
+                let linear = (x * self.scale.sqrt())?;
+                let square = (outer(x)? * (self.scale / 2f64.sqrt()))?;
+                Tensor::cat(&[&ones, &linear, &square], 3)?
+            }
+            KernelKind::Rebased(_) => (outer(x)? * self.scale)?,
+        })
+    }
+
+    /// The chunked-cumulative (recurrent) form, O(T·chunk) time and no T×T matrix: per block,
+    /// the running sums S = Σ φ(k_j) v_jᵀ and z = Σ φ(k_j) over earlier blocks plus the block's
+    /// own causal part. `None` when the encoding adds a bias or does not act on q and k alone
+    /// (ReRoPE): those take the blockwise quadratic form.
+    fn recurrent_output(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        pos: &dyn Encoding,
+        chunk: usize,
+    ) -> Result<Option<Tensor>> {
+        let t = q.dim(2)?;
+        let first_row = QueryBlock {
+            start: 0,
+            len: 1,
+            total: t,
+        };
+        if pos.block_bias(first_row)?.is_some() {
+            return Ok(None);
+        }
+        let (q, k) = match &self.norms {
+            Some((q_norm, k_norm)) => (q_norm.apply(q)?, k_norm.apply(k)?),
+            None => (q.clone(), k.clone()),
+        };
+        let Some((q, k)) = pos.positioned(&q, &k)? else {
+            return Ok(None);
+        };
+        let (fq, fk) = (self.features(&q)?, self.features(&k)?);
+        let (b, h, _, f) = fq.dims4()?;
+        let mut state = Tensor::zeros((b, h, f, v.dim(3)?), v.dtype(), v.device())?;
+        let mut total = Tensor::zeros((b, h, f, 1), v.dtype(), v.device())?;
+        let mut outputs = Vec::new();
+        for block in QueryBlock::cover(t, chunk) {
+            let rows = |x: &Tensor| x.narrow(2, block.start, block.len)?.contiguous();
+            let (qc, kc, vc) = (rows(&fq)?, rows(&fk)?, rows(v)?);
+            let own = qc.matmul(&kc.t()?)?;
+            let own = own.broadcast_mul(&causal_mask(&own)?.exp()?)?; // (B, H, len, len)
+            let numerator = (own.matmul(&vc)? + qc.matmul(&state)?)?;
+            let denominator = (own.sum_keepdim(D::Minus1)? + qc.matmul(&total)?)?;
+            outputs.push(numerator.broadcast_div(&(denominator + 1e-12)?)?);
+            state = (state + kc.t()?.matmul(&vc)?)?;
+            total = (total + kc.sum_keepdim(2)?.t()?)?;
+        }
+        Ok(Some(Tensor::cat(&outputs, 2)?))
+    }
+}
+
+impl Mechanism for KernelAttention {
+    fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, pos: &dyn Encoding) -> Result<Attention> {
+        let t = q.dim(2)?;
+        self.attention(q, k, v, pos, QueryBlock::whole(t), pos.logit_bias(t)?)
+    }
+
+    fn attend_block(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        pos: &dyn Encoding,
+        block: QueryBlock,
+    ) -> Result<Attention> {
+        self.attention(q, k, v, pos, block, pos.block_bias(block)?)
+    }
+
+    fn output_blocks(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        pos: &dyn Encoding,
+        chunk: usize,
+    ) -> Result<Tensor> {
+        match self.recurrent_output(q, k, v, pos, chunk)? {
+            Some(output) => Ok(output),
+            None => super::blockwise_output(self, q, k, v, pos, chunk),
+        }
     }
 }
 
@@ -212,6 +329,53 @@ mod tests {
             .to_vec1::<f32>()
             .unwrap();
         assert_eq!(kern, vec![0.5, 0.5, 5.0, 5.0]);
+    }
+
+    /// The recurrent form equals the explicit weights · values, for every kernel and with RoPE.
+    #[test]
+    fn recurrent_form_equals_the_explicit_matrix() {
+        let shape = MechanismShape {
+            n_heads: 2,
+            qk_dim: 4,
+            head_dim: 3,
+            max_len: 16,
+        };
+        let random = |seed, d| {
+            let data =
+                crate::rng::normal_vec(&mut crate::rng::stream(seed, "kernel"), 2 * 2 * 7 * d, 1.0);
+            Tensor::from_vec(data, (2, 2, 7, d), &Device::Cpu).unwrap()
+        };
+        let (q, k, v) = (random(1, 4), random(2, 4), random(3, 3));
+        let rope = crate::encodings::EncodingSpec::Rope(Default::default());
+        let enc_shape = crate::encodings::EncodingShape {
+            d_model: 8,
+            n_heads: 2,
+            qk_dim: 4,
+            max_len: 16,
+        };
+        let p = Params::new(0, &Device::Cpu);
+        let rope = rope.build(&enc_shape, &p).unwrap();
+        for kind in [
+            KernelKind::Linear,
+            KernelKind::Based,
+            KernelKind::Rebased(RebasedVariant::Rebased),
+        ] {
+            let att = KernelAttention::new(kind, &shape, &p.pp(format!("{kind:?}"))).unwrap();
+            for pos in [&NoEncoding as &dyn Encoding, rope.as_ref()] {
+                let explicit = att.attend(&q, &k, &v, pos).unwrap();
+                let explicit = explicit.weights.matmul(&explicit.values).unwrap();
+                let recurrent = att.recurrent_output(&q, &k, &v, pos, 3).unwrap().unwrap();
+                let diff = (explicit - recurrent)
+                    .unwrap()
+                    .abs()
+                    .unwrap()
+                    .max_all()
+                    .unwrap()
+                    .to_scalar::<f32>()
+                    .unwrap();
+                assert!(diff < 1e-4, "{kind:?}: {diff}");
+            }
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@ use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
 use super::{Attention, Mechanism, MechanismShape};
-use crate::encodings::Encoding;
+use crate::encodings::{Encoding, QueryBlock};
 use crate::ops::{dot_scores, softmax_rows};
 use crate::params::{Init, Params};
 use crate::{Error, Result};
@@ -130,5 +130,24 @@ impl Mechanism for Linformer {
             weights: softmax_rows(&scores, false)?,
             values: project(&self.f, v)?,
         })
+    }
+
+    /// Only the whole sequence: the projection mixes every position into every key.
+    fn attend_block(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        pos: &dyn Encoding,
+        block: QueryBlock,
+    ) -> Result<Attention> {
+        if block == QueryBlock::whole(block.total) {
+            return self.attend(q, k, v, pos);
+        }
+        Err(crate::Error::Other(
+            "linformer cannot be evaluated in blocks of queries: it is not causal, its keys are \
+             projected along the whole sequence"
+                .into(),
+        ))
     }
 }

@@ -28,7 +28,7 @@ pub use kernel::{KernelAttention, KernelKind, RebasedConfig, RebasedVariant};
 pub use linformer::{Linformer, LinformerConfig, LinformerSharing};
 pub use softmax::SoftmaxAttention;
 
-use crate::encodings::Encoding;
+use crate::encodings::{Encoding, QueryBlock};
 use crate::params::Params;
 use crate::{Error, Result};
 
@@ -76,6 +76,59 @@ pub trait Mechanism: Send + Sync {
     /// q, k (B, H, T, Dqk) and v (B, H, T, Dh), projected but not yet positioned; calls the
     /// encoding's hooks itself.
     fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, pos: &dyn Encoding) -> Result<Attention>;
+
+    /// The attention of one block of queries (q holds its rows) over the causal prefix of keys
+    /// and values `0..block.keys()`: weights (B, H, len, keys). Evaluating a long sequence block
+    /// by block never holds the n×n matrix; rows equal those of [`Mechanism::attend`].
+    fn attend_block(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        pos: &dyn Encoding,
+        block: QueryBlock,
+    ) -> Result<Attention>;
+
+    /// The outputs (B, H, T, Dh) of a whole sequence, computed `chunk` queries at a time, so
+    /// at most chunk × T weights per head exist at once (kernel mechanisms use their
+    /// recurrent form where it exists). Equal to `attend`'s weights · values.
+    fn output_blocks(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        pos: &dyn Encoding,
+        chunk: usize,
+    ) -> Result<Tensor> {
+        blockwise_output(self, q, k, v, pos, chunk)
+    }
+}
+
+/// [`Mechanism::output_blocks`] by [`Mechanism::attend_block`] on each block of queries.
+pub fn blockwise_output<M: Mechanism + ?Sized>(
+    mechanism: &M,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    pos: &dyn Encoding,
+    chunk: usize,
+) -> Result<Tensor> {
+    let rows =
+        |x: &Tensor, start, len| -> Result<Tensor> { Ok(x.narrow(2, start, len)?.contiguous()?) };
+    let outputs = QueryBlock::cover(q.dim(2)?, chunk)
+        .map(|block| {
+            let keys = block.keys();
+            let attention = mechanism.attend_block(
+                &rows(q, block.start, block.len)?,
+                &rows(k, 0, keys)?,
+                &rows(v, 0, keys)?,
+                pos,
+                block,
+            )?;
+            Ok(attention.weights.matmul(&attention.values)?.detach())
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Tensor::cat(&outputs, 2)?)
 }
 
 impl MechanismSpec {

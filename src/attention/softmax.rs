@@ -4,7 +4,7 @@ use candle_core::Tensor;
 
 use super::{Attention, Mechanism, MechanismShape};
 use crate::Result;
-use crate::encodings::Encoding;
+use crate::encodings::{Encoding, QueryBlock};
 use crate::ops::{dot_scores, softmax_rows};
 
 pub struct SoftmaxAttention {
@@ -19,16 +19,35 @@ impl SoftmaxAttention {
     }
 }
 
-impl Mechanism for SoftmaxAttention {
-    fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, pos: &dyn Encoding) -> Result<Attention> {
-        let t = q.dim(2)?;
-        let mut scores = pos.scores(q, k, &|q, k| dot_scores(q, k, self.scale))?; // (B, H, T, T)
-        if let Some(bias) = pos.logit_bias(t)? {
-            scores = scores.broadcast_add(&bias)?;
-        }
+impl SoftmaxAttention {
+    /// softmax(scores + bias) with the causal mask (offset for a block of queries).
+    fn attention(scores: Tensor, bias: Option<Tensor>, v: &Tensor) -> Result<Attention> {
+        let scores = match bias {
+            Some(bias) => scores.broadcast_add(&bias)?,
+            None => scores,
+        };
         Ok(Attention {
             weights: softmax_rows(&scores, true)?,
             values: v.clone(),
         })
+    }
+}
+
+impl Mechanism for SoftmaxAttention {
+    fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, pos: &dyn Encoding) -> Result<Attention> {
+        let scores = pos.scores(q, k, &|q, k| dot_scores(q, k, self.scale))?; // (B, H, T, T)
+        Self::attention(scores, pos.logit_bias(q.dim(2)?)?, v)
+    }
+
+    fn attend_block(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        pos: &dyn Encoding,
+        block: QueryBlock,
+    ) -> Result<Attention> {
+        let scores = pos.block_scores(q, k, block, &|q, k| dot_scores(q, k, self.scale))?;
+        Self::attention(scores, pos.block_bias(block)?, v)
     }
 }

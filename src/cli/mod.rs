@@ -21,6 +21,7 @@ mod analyse;
 mod bench;
 mod data;
 mod eval;
+mod extrapolate;
 mod recall;
 mod sweep;
 mod train;
@@ -96,6 +97,9 @@ pub enum Command {
     Spectrum(recall::SpectrumArgs),
     /// Train a grid of runs from a sweep file (resumable), plan it, or collect its results.
     Sweep(sweep::SweepArgs),
+    /// Validation perplexity against length for LM runs or presets (trained first), with
+    /// Definition 0.1's check and Theorem 0.4's verdict.
+    Extrapolate(extrapolate::ExtrapolateArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -174,5 +178,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Iou(args)) => recall::iou(&args),
         Some(Command::Spectrum(args)) => recall::spectrum(&args),
         Some(Command::Sweep(args)) => sweep::sweep(&args),
+        Some(Command::Extrapolate(args)) => extrapolate::extrapolate(&args),
     }
 }

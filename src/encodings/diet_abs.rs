@@ -11,7 +11,7 @@ use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
 use super::table::DietSharing;
-use super::{Encoding, EncodingShape};
+use super::{Encoding, EncodingShape, QueryBlock};
 use crate::params::{Init, Params};
 use crate::{Error, Result};
 
@@ -58,13 +58,18 @@ impl DietAbs {
 
 impl Encoding for DietAbs {
     fn logit_bias(&self, t: usize) -> Result<Option<Tensor>> {
+        self.block_bias(QueryBlock::whole(t))
+    }
+
+    fn block_bias(&self, block: QueryBlock) -> Result<Option<Tensor>> {
         let max_len = self.p_q.dim(1)?;
+        let t = block.keys();
         if t > max_len {
             return Err(Error::Other(format!(
                 "DIET-ABS has position embeddings for {max_len} positions and cannot cover {t}"
             )));
         }
-        let p_q = self.p_q.narrow(1, 0, t)?;
+        let p_q = self.p_q.narrow(1, block.start, block.len)?;
         let p_k = self.p_k.narrow(1, 0, t)?;
         Ok(Some(p_q.matmul(&p_k.transpose(1, 2)?.contiguous()?)?))
     }

@@ -117,6 +117,42 @@ pub struct EncodingShape {
 /// How a mechanism turns (positioned) queries and keys into a score per pair, (B, H, Tq, Tk).
 pub type ScoreFn<'a> = &'a dyn Fn(&Tensor, &Tensor) -> Result<Tensor>;
 
+/// A block of query rows, for evaluating long sequences without an n×n matrix: the queries at
+/// positions `start..start + len` of a length-`total` sequence, against the causal prefix of
+/// keys `0..start + len`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueryBlock {
+    pub start: usize,
+    pub len: usize,
+    pub total: usize,
+}
+
+impl QueryBlock {
+    /// Every query of a length-`t` sequence at once (the explicit-matrix path).
+    pub fn whole(t: usize) -> Self {
+        Self {
+            start: 0,
+            len: t,
+            total: t,
+        }
+    }
+
+    /// Number of keys the block sees.
+    pub fn keys(&self) -> usize {
+        self.start + self.len
+    }
+
+    /// The blocks of at most `chunk` queries covering a length-`total` sequence.
+    pub fn cover(total: usize, chunk: usize) -> impl Iterator<Item = Self> {
+        let chunk = chunk.max(1);
+        (0..total).step_by(chunk).map(move |start| Self {
+            start,
+            len: chunk.min(total - start),
+            total,
+        })
+    }
+}
+
 /// A positional encoding, built for one model. Every hook defaults to "does nothing".
 pub trait Encoding: Send + Sync {
     /// Absolute encodings: x (B, T, D) → x + P[0..T].
@@ -132,10 +168,39 @@ pub trait Encoding: Send + Sync {
         score(q, k)
     }
 
+    /// [`Encoding::scores`] for one block of queries: q holds the block's rows, k the keys
+    /// `0..block.keys()`. Only rotary encodings depend on where the block starts.
+    fn block_scores(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        _block: QueryBlock,
+        score: ScoreFn<'_>,
+    ) -> Result<Tensor> {
+        score(q, k)
+    }
+
+    /// q and k of a whole sequence positioned so that `scores(q, k, f) = f(q', k')` for every
+    /// score function f, when the encoding acts that way: unchanged for encodings that do not
+    /// rotate, rotated at their own positions for RoPE, PI and NTK. `None` for ReRoPE, which
+    /// merges two score matrices. Kernel mechanisms use it for their recurrent form.
+    fn positioned(&self, q: &Tensor, k: &Tensor) -> Result<Option<(Tensor, Tensor)>> {
+        Ok(Some((q.clone(), k.clone())))
+    }
+
     /// Logit-bias encodings: the additive term for a length-`t` sequence, (H, T, T) or
     /// (1, T, T), entry [h, i, j] for key j ≤ i. `None` when there is no bias.
     fn logit_bias(&self, _t: usize) -> Result<Option<Tensor>> {
         Ok(None)
+    }
+
+    /// The rows of the bias for one block of queries, (H|1, len, keys). The default cuts them
+    /// out of the full matrix; encodings that can be used on long sequences compute only them.
+    fn block_bias(&self, block: QueryBlock) -> Result<Option<Tensor>> {
+        Ok(self
+            .logit_bias(block.keys())?
+            .map(|b| b.narrow(1, block.start, block.len))
+            .transpose()?)
     }
 
     /// Relative biases: p_h(t) per head as plain numbers, with the current parameter values.

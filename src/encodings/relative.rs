@@ -7,22 +7,26 @@ use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
 
-use super::{DistanceBias, Encoding, LengthCache};
+use super::{DistanceBias, Encoding, LengthCache, QueryBlock};
 use crate::Result;
 
-/// Per-distance values (H, T) → (H, T, T) with entry [h, i, j] = v[h, i − j] for j ≤ i.
+/// Per-distance values (H, ≥ keys) → (H, len, keys) with entry [h, r, j] = v[h, i − j] for
+/// query i = start + r and key j ≤ i: the whole Toeplitz matrix for [`QueryBlock::whole`].
 /// Entries above the diagonal repeat v[h, 0]; every mechanism masks them.
-pub(crate) fn toeplitz(per_distance: &Tensor, index: &Tensor) -> Result<Tensor> {
-    let (h, t) = per_distance.dims2()?;
-    Ok(per_distance.index_select(index, 1)?.reshape((h, t, t))?)
+pub(crate) fn toeplitz(per_distance: &Tensor, index: &Tensor, block: QueryBlock) -> Result<Tensor> {
+    let h = per_distance.dim(0)?;
+    Ok(per_distance
+        .index_select(index, 1)?
+        .reshape((h, block.len, block.keys()))?)
 }
 
-/// The flat (T·T) gather index of [`toeplitz`]: i − j below the diagonal, 0 above it.
-pub(crate) fn distance_index(t: usize, device: &Device) -> Result<Tensor> {
-    let index: Vec<u32> = (0..t * t)
-        .map(|ij| (ij / t).saturating_sub(ij % t) as u32)
+/// The flat (len·keys) gather index of [`toeplitz`]: i − j below the diagonal, 0 above it.
+pub(crate) fn distance_index(block: QueryBlock, device: &Device) -> Result<Tensor> {
+    let keys = block.keys();
+    let index: Vec<u32> = (0..block.len * keys)
+        .map(|rj| (block.start + rj / keys).saturating_sub(rj % keys) as u32)
         .collect();
-    Ok(Tensor::from_vec(index, t * t, device)?)
+    Ok(Tensor::from_vec(index, block.len * keys, device)?)
 }
 
 /// The distances 0..t as a (1, t) f32 row, for learned biases written as formulas of t.
@@ -40,6 +44,8 @@ pub struct FixedBias {
     n_heads: usize,
     device: Device,
     cache: LengthCache,
+    /// Per-distance rows (H, T) per sequence length, for blocks.
+    rows: LengthCache,
 }
 
 impl FixedBias {
@@ -49,25 +55,38 @@ impl FixedBias {
             n_heads,
             device: device.clone(),
             cache: LengthCache::default(),
+            rows: LengthCache::default(),
         }
     }
 
-    /// (H|1, T, T) tabulated from the formulas.
-    fn table(&self, t: usize) -> Result<Tensor> {
+    /// (H|1, T) per-distance values at distances 0..t, from the formulas.
+    fn per_distance(&self, t: usize) -> Result<Tensor> {
         let mut row = vec![0f64; t];
         let mut data = Vec::with_capacity(self.heads.len() * t);
         for head in &self.heads {
             head.fill(&mut row);
             data.extend(row.iter().map(|&p| p as f32));
         }
-        let per_distance = Tensor::from_vec(data, (self.heads.len(), t), &self.device)?;
-        toeplitz(&per_distance, &distance_index(t, &self.device)?)
+        Ok(Tensor::from_vec(data, (self.heads.len(), t), &self.device)?)
+    }
+
+    /// The bias rows of `block`, (H|1, len, keys).
+    fn block_table(&self, block: QueryBlock) -> Result<Tensor> {
+        let per_distance = self
+            .rows
+            .get_or(block.total, || self.per_distance(block.total))?;
+        toeplitz(&per_distance, &distance_index(block, &self.device)?, block)
     }
 }
 
 impl Encoding for FixedBias {
     fn logit_bias(&self, t: usize) -> Result<Option<Tensor>> {
-        Ok(Some(self.cache.get_or(t, || self.table(t))?))
+        let whole = QueryBlock::whole(t);
+        Ok(Some(self.cache.get_or(t, || self.block_table(whole))?))
+    }
+
+    fn block_bias(&self, block: QueryBlock) -> Result<Option<Tensor>> {
+        Ok(Some(self.block_table(block)?))
     }
 
     fn distance_biases(&self) -> Result<Option<Vec<Arc<dyn DistanceBias>>>> {
@@ -121,8 +140,17 @@ impl<L: LearnedDistance + 'static> LearnedBias<L> {
 
 impl<L: LearnedDistance> Encoding for LearnedBias<L> {
     fn logit_bias(&self, t: usize) -> Result<Option<Tensor>> {
-        let index = self.indices.get_or(t, || distance_index(t, &self.device))?;
-        Ok(Some(toeplitz(&self.inner.per_distance(t)?, &index)?))
+        let whole = QueryBlock::whole(t);
+        let index = self
+            .indices
+            .get_or(t, || distance_index(whole, &self.device))?;
+        Ok(Some(toeplitz(&self.inner.per_distance(t)?, &index, whole)?))
+    }
+
+    fn block_bias(&self, block: QueryBlock) -> Result<Option<Tensor>> {
+        let index = distance_index(block, &self.device)?;
+        let per_distance = self.inner.per_distance(block.keys())?;
+        Ok(Some(toeplitz(&per_distance, &index, block)?))
     }
 
     fn distance_biases(&self) -> Result<Option<Vec<Arc<dyn DistanceBias>>>> {
@@ -147,7 +175,8 @@ mod tests {
     #[test]
     fn toeplitz_puts_distance_values_on_diagonals() {
         let v = Tensor::new(&[[0f32, 1.0, 2.0]], &Device::Cpu).unwrap();
-        let m = toeplitz(&v, &distance_index(3, &Device::Cpu).unwrap())
+        let whole = QueryBlock::whole(3);
+        let m = toeplitz(&v, &distance_index(whole, &Device::Cpu).unwrap(), whole)
             .unwrap()
             .to_vec3::<f32>()
             .unwrap();

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use candle_core::{D, Device, Tensor};
 use serde::{Deserialize, Serialize};
 
-use super::{Encoding, LengthCache, ScoreFn};
+use super::{Encoding, LengthCache, QueryBlock, ScoreFn};
 use crate::Result;
 
 const DEFAULT_BASE: f64 = 10_000.0;
@@ -201,7 +201,7 @@ pub struct Rotary {
     device: Device,
     /// (cos, sin) for q and k at their own positions (mapped linearly), per length.
     own: LengthCache,
-    /// (cos, sin) for the queries of the second score matrix, per length.
+    /// (cos, sin) for the queries of the second score matrix, per length (one row for ReRoPE).
     second_q: LengthCache,
     /// (cos, sin) for the keys of the second score matrix (Leaky ReRoPE), per length.
     second_k: LengthCache,
@@ -251,22 +251,22 @@ impl Rotary {
             .get_or(t, || self.tables((0..t).map(|i| i as f64 / scale)))
     }
 
-    /// ReRoPE/Leaky ReRoPE: the scores where i − j ≥ w.
+    /// ReRoPE/Leaky ReRoPE: the scores where i − j ≥ w, for the block's queries.
     fn second_scores(
         &self,
         q: &Tensor,
         k: &Tensor,
-        window: usize,
-        leak: Option<f64>,
+        block: QueryBlock,
+        (window, leak): (usize, Option<f64>),
         score: ScoreFn<'_>,
     ) -> Result<Tensor> {
-        let t = q.dim(2)?;
+        let t = block.total;
         let w = window as f64;
         match leak {
             None => {
                 let at_w = self
                     .second_q
-                    .get_or(t, || self.tables(std::iter::once(w)))?;
+                    .get_or(1, || self.tables(std::iter::once(w)))?;
                 score(&rotate(q, &at_w)?, k)
             }
             Some(scale) => {
@@ -276,19 +276,42 @@ impl Rotary {
                 let k_tables = self
                     .second_k
                     .get_or(t, || self.tables((0..t).map(|j| j as f64 / scale)))?;
-                score(&rotate(q, &q_tables)?, &rotate(k, &k_tables)?)
+                score(
+                    &rotate(q, &query_rows(&q_tables, block)?)?,
+                    &rotate(k, &key_rows(&k_tables, block)?)?,
+                )
             }
         }
     }
 
-    fn window_mask(&self, t: usize, window: usize) -> Result<Tensor> {
-        self.in_window.get_or(t, || {
-            let data: Vec<f32> = (0..t * t)
-                .map(|ij| f32::from(u8::from((ij / t).saturating_sub(ij % t) < window)))
+    /// 1 where i − j < w (the first score matrix applies), (len, keys).
+    fn window_mask(&self, block: QueryBlock, window: usize) -> Result<Tensor> {
+        let make = || {
+            let keys = block.keys();
+            let data: Vec<f32> = (0..block.len * keys)
+                .map(|rj| {
+                    let i = block.start + rj / keys;
+                    f32::from(u8::from(i.saturating_sub(rj % keys) < window))
+                })
                 .collect();
-            Ok(Tensor::from_vec(data, (t, t), &self.device)?)
-        })
+            Ok(Tensor::from_vec(data, (block.len, keys), &self.device)?)
+        };
+        if block == QueryBlock::whole(block.total) {
+            self.in_window.get_or(block.total, make)
+        } else {
+            make()
+        }
     }
+}
+
+/// The rows of (2, T, d) tables at the block's query positions.
+fn query_rows(tables: &Tensor, block: QueryBlock) -> Result<Tensor> {
+    Ok(tables.narrow(1, block.start, block.len)?)
+}
+
+/// The rows of (2, T, d) tables at the block's key positions.
+fn key_rows(tables: &Tensor, block: QueryBlock) -> Result<Tensor> {
+    Ok(tables.narrow(1, 0, block.keys())?)
 }
 
 /// x (…, T, d) rotated by its (cos, sin) tables (2, T|1, d): x·cos + rotate_half(x)·sin,
@@ -304,15 +327,35 @@ fn rotate(x: &Tensor, tables: &Tensor) -> Result<Tensor> {
 
 impl Encoding for Rotary {
     fn scores(&self, q: &Tensor, k: &Tensor, score: ScoreFn<'_>) -> Result<Tensor> {
-        let t = q.dim(2)?;
-        let own = self.own_tables(t)?;
-        let first = score(&rotate(q, &own)?, &rotate(k, &own)?)?;
+        self.block_scores(q, k, QueryBlock::whole(q.dim(2)?), score)
+    }
+
+    fn block_scores(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        block: QueryBlock,
+        score: ScoreFn<'_>,
+    ) -> Result<Tensor> {
+        let own = self.own_tables(block.total)?;
+        let first = score(
+            &rotate(q, &query_rows(&own, block)?)?,
+            &rotate(k, &key_rows(&own, block)?)?,
+        )?;
         let Positions::Rectified { window, leak } = self.profile.positions else {
             return Ok(first);
         };
-        let second = self.second_scores(q, k, window, leak, score)?;
-        let mask = self.window_mask(t, window)?;
+        let second = self.second_scores(q, k, block, (window, leak), score)?;
+        let mask = self.window_mask(block, window)?;
         Ok((&second + (first - &second)?.broadcast_mul(&mask)?)?)
+    }
+
+    fn positioned(&self, q: &Tensor, k: &Tensor) -> Result<Option<(Tensor, Tensor)>> {
+        if matches!(self.profile.positions, Positions::Rectified { .. }) {
+            return Ok(None);
+        }
+        let own = self.own_tables(q.dim(2)?)?;
+        Ok(Some((rotate(q, &own)?, rotate(k, &own)?)))
     }
 
     fn rotary_profile(&self) -> Option<RotaryProfile> {

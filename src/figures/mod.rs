@@ -10,6 +10,7 @@ mod bars;
 mod colormap;
 mod csv;
 pub mod encodings;
+pub mod extrapolation;
 mod heatmap;
 mod lines;
 mod png;

@@ -48,8 +48,8 @@ impl MultiHeadAttention {
         &self.encoding
     }
 
-    /// x (B, T, D) → output (B, T, D) and the layer's attention.
-    pub fn forward(&self, x: &Tensor) -> Result<(Tensor, Attention)> {
+    /// q, k (B, H, T, Dqk) and v (B, H, T, Dh) of x (B, T, D).
+    fn project(&self, x: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
         let (b, t, _) = x.dims3()?;
         let h = self.n_heads;
         let qkv = self.qkv.forward(x)?; // (B, T, H·(2·Dqk + Dh))
@@ -60,12 +60,37 @@ impl MultiHeadAttention {
                 .transpose(1, 2)?
                 .contiguous()?) // (B, H, T, width)
         };
-        let q = split(0, self.qk_dim)?;
-        let k = split(self.qk_dim, self.qk_dim)?;
-        let v = split(2 * self.qk_dim, self.head_dim)?;
+        Ok((
+            split(0, self.qk_dim)?,
+            split(self.qk_dim, self.qk_dim)?,
+            split(2 * self.qk_dim, self.head_dim)?,
+        ))
+    }
+
+    /// Heads' outputs (B, H, T, Dh) → (B, T, D).
+    fn merge(&self, y: &Tensor) -> Result<Tensor> {
+        let (b, h, t, dh) = y.dims4()?;
+        let y = y.transpose(1, 2)?.reshape((b, t, h * dh))?; // (B, T, H·Dh)
+        self.out.forward(&y)
+    }
+
+    /// x (B, T, D) → output (B, T, D) and the layer's attention.
+    pub fn forward(&self, x: &Tensor) -> Result<(Tensor, Attention)> {
+        let (q, k, v) = self.project(x)?;
         let attention = self.mechanism.attend(&q, &k, &v, self.encoding.as_ref())?;
         let y = attention.weights.matmul(&attention.values)?; // (B, H, T, Dh)
-        let y = y.transpose(1, 2)?.reshape((b, t, h * self.head_dim))?; // (B, T, H·Dh)
-        Ok((self.out.forward(&y)?, attention))
+        Ok((self.merge(&y)?, attention))
+    }
+
+    /// x (B, T, D) → output (B, T, D), the queries taken `chunk` at a time, so at most
+    /// chunk × T attention weights per head exist at once. For evaluation: the result is
+    /// detached from the autograd graph, which lets each block's tensors be freed.
+    pub fn forward_blocks(&self, x: &Tensor, chunk: usize) -> Result<Tensor> {
+        let (q, k, v) = self.project(&x.detach())?;
+        let (q, k, v) = (q.detach(), k.detach(), v.detach());
+        let y = self
+            .mechanism
+            .output_blocks(&q, &k, &v, self.encoding.as_ref(), chunk)?;
+        Ok(self.merge(&y)?.detach())
     }
 }

@@ -27,14 +27,18 @@ struct Block {
 }
 
 impl Block {
-    /// x + mixer(norm(x)), and the attention if the mixer is attention.
-    fn mix(&self, x: &Tensor) -> Result<(Tensor, Option<Attention>)> {
+    /// x + mixer(norm(x)), and the attention if the mixer is attention and `chunk` is `None`;
+    /// with `Some(chunk)`, attention runs over blocks of `chunk` queries and is not returned.
+    fn mix(&self, x: &Tensor, chunk: Option<usize>) -> Result<(Tensor, Option<Attention>)> {
         let h = self.norm.forward(x)?;
         let (y, attention) = match &self.mixer {
-            Mixer::Attention(mha) => {
-                let (y, attention) = mha.forward(&h)?;
-                (y, Some(attention))
-            }
+            Mixer::Attention(mha) => match chunk {
+                Some(chunk) => (mha.forward_blocks(&h, chunk)?, None),
+                None => {
+                    let (y, attention) = mha.forward(&h)?;
+                    (y, Some(attention))
+                }
+            },
             Mixer::ShortConv(conv) => (conv.forward(&h)?, None),
             Mixer::PrevToken(shift) => (shift.forward(&h)?, None),
         };
@@ -174,10 +178,10 @@ impl Transformer {
             return Err(crate::Error::Other("model has no blocks".into()));
         };
         for block in earlier {
-            x = block.feed_forward(block.mix(&x)?.0)?;
+            x = block.feed_forward(block.mix(&x, None)?.0)?;
         }
         let (b, t, d) = x.dims3()?;
-        let mixed = last.mix(&x)?.0.reshape((b * t, d))?;
+        let mixed = last.mix(&x, None)?.0.reshape((b * t, d))?;
         let scored = last.feed_forward(mixed.index_select(rows, 0)?)?; // (R, D)
         self.head.forward(&self.final_norm.forward(&scored)?)
     }
@@ -211,7 +215,7 @@ impl Transformer {
                 weights.push(None);
                 continue;
             }
-            let (mixed, attention) = block.mix(&x)?;
+            let (mixed, attention) = block.mix(&x, None)?;
             weights.push(attention.map(|a| a.weights.detach()));
             if layer < last_attention {
                 x = block.feed_forward(mixed)?;
@@ -220,12 +224,23 @@ impl Transformer {
         Ok(weights)
     }
 
+    /// Logits at every position (B, T, V), with attention evaluated over blocks of `chunk`
+    /// queries: no layer holds a T×T matrix, so sequences far longer than the training length
+    /// fit. Evaluation only: the result is detached from the autograd graph.
+    pub fn logits_blocks(&self, ids: &Tensor, chunk: usize) -> Result<Tensor> {
+        let mut x = self.embed(ids)?.detach();
+        for block in &self.blocks {
+            x = block.feed_forward(block.mix(&x, Some(chunk))?.0)?.detach();
+        }
+        Ok(self.head.forward(&self.final_norm.forward(&x)?)?.detach())
+    }
+
     /// Logits at every position and the attention of every attention layer.
     pub fn forward(&self, ids: &Tensor) -> Result<Forward> {
         let mut x = self.embed(ids)?;
         let mut attention = Vec::with_capacity(self.blocks.len());
         for block in &self.blocks {
-            let (mixed, layer_attention) = block.mix(&x)?;
+            let (mixed, layer_attention) = block.mix(&x, None)?;
             x = block.feed_forward(mixed)?;
             attention.push(layer_attention);
         }

@@ -4,6 +4,8 @@
 //! (`IGNORE` where a position is not scored). Training, evaluation and the views only see
 //! datasets and batches, so a new task needs no change elsewhere.
 
+pub mod corpus;
+pub mod lm;
 pub mod mqar;
 
 use candle_core::{Device, Tensor};
@@ -20,6 +22,8 @@ pub const IGNORE: i32 = -100;
 pub enum TaskSpec {
     /// Multi-query associative recall (zoology's `multiquery_ar`).
     Mqar(mqar::MqarConfig),
+    /// Next-token language modelling on a text corpus.
+    Lm(lm::LmConfig),
 }
 
 impl Default for TaskSpec {
@@ -32,12 +36,14 @@ impl TaskSpec {
     pub fn name(&self) -> &'static str {
         match self {
             Self::Mqar(_) => "mqar",
+            Self::Lm(_) => "lm",
         }
     }
 
     pub fn vocab_size(&self) -> usize {
         match self {
             Self::Mqar(c) => c.vocab_size,
+            Self::Lm(c) => c.vocab_size,
         }
     }
 
@@ -45,6 +51,7 @@ impl TaskSpec {
     pub fn seq_len(&self) -> usize {
         match self {
             Self::Mqar(c) => c.seq_len,
+            Self::Lm(c) => c.seq_len,
         }
     }
 
@@ -52,26 +59,39 @@ impl TaskSpec {
     pub fn mqar(&self) -> Option<&mqar::MqarConfig> {
         match self {
             Self::Mqar(c) => Some(c),
+            Self::Lm(_) => None,
         }
     }
 
     pub fn train_examples(&self) -> usize {
         match self {
             Self::Mqar(c) => c.train_examples,
+            Self::Lm(c) => c.train_examples,
         }
     }
 
     pub fn test_examples(&self) -> usize {
         match self {
             Self::Mqar(c) => c.test_examples,
+            Self::Lm(c) => c.test_examples,
+        }
+    }
+
+    /// The language-modelling settings, when this is the LM task.
+    pub fn lm(&self) -> Option<&lm::LmConfig> {
+        match self {
+            Self::Lm(c) => Some(c),
+            Self::Mqar(_) => None,
         }
     }
 
     /// Whether a position may not look at later positions. MQAR's targets never appear after
-    /// their query, so non-causal mixers (Linformer) are allowed there.
+    /// their query, so non-causal mixers (Linformer) are allowed there; language modelling
+    /// predicts the next token, which a non-causal mixer would see.
     pub fn requires_causal(&self) -> bool {
         match self {
             Self::Mqar(_) => false,
+            Self::Lm(_) => true,
         }
     }
 
@@ -79,6 +99,7 @@ impl TaskSpec {
     pub fn validate(&self) -> Result<()> {
         match self {
             Self::Mqar(c) => c.validate(),
+            Self::Lm(c) => c.validate(),
         }
     }
 
@@ -89,6 +110,7 @@ impl TaskSpec {
                 c.generate(mqar::Split::Train),
                 c.generate(mqar::Split::Test),
             )),
+            Self::Lm(c) => c.datasets(),
         }
     }
 }

@@ -4,6 +4,7 @@
 pub mod attention;
 mod colour;
 pub mod encodings;
+pub mod extrapolation;
 pub mod iou;
 pub mod spectra;
 pub mod sweep;
@@ -28,16 +29,18 @@ pub enum Tab {
     Iou,
     Spectra,
     Sweep,
+    Extrapolation,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 6] = [
+    pub const ALL: [Tab; 7] = [
         Tab::Training,
         Tab::Attention,
         Tab::Encodings,
         Tab::Iou,
         Tab::Spectra,
         Tab::Sweep,
+        Tab::Extrapolation,
     ];
 
     pub fn label(self) -> &'static str {
@@ -48,6 +51,7 @@ impl Tab {
             Tab::Iou => "IoU",
             Tab::Spectra => "Spectra",
             Tab::Sweep => "Sweep",
+            Tab::Extrapolation => "Extrapolation",
         }
     }
 }

@@ -1,0 +1,350 @@
+//! Length extrapolation (issue 5): perplexity against evaluation length for language-modelling
+//! runs, in either protocol, with the Definition 0.1 and Theorem 0.4 verdicts side by side; and a
+//! button that trains a chosen set of encodings and evaluates them in one go.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use eframe::egui;
+use egui_plot::{Legend, Line, LineStyle, Plot, PlotPoints};
+
+use super::super::export::Exporter;
+use super::super::job::{Job, take_finished};
+use super::super::runs::RunStore;
+use super::run_buttons;
+use crate::Preset;
+use crate::extrapolation::{
+    Extrapolation, Options, Protocol, extrapolate_runs, train_and_extrapolate,
+};
+use crate::figures::extrapolation::perplexity_vs_length;
+use crate::train::RunDir;
+
+/// What a job of this view hands back: the sweep, and run folders that are new to the list.
+type Done = (Extrapolation, Vec<PathBuf>);
+
+#[derive(Default)]
+pub struct ExtrapolationView {
+    pub options: Options,
+    /// Evaluation lengths as typed (comma-separated); empty for L, 2L, …, 64L.
+    pub lengths: String,
+    log_ppl: bool,
+    /// Shipped language-modelling presets ticked for "train and evaluate".
+    pub ticked: BTreeSet<PathBuf>,
+    job: Option<Job<Done>>,
+    pub result: Option<Extrapolation>,
+    pub error: Option<String>,
+}
+
+/// The shipped language-modelling presets (`presets/lm_*.toml`).
+fn lm_presets() -> Vec<PathBuf> {
+    super::super::shipped_files("presets")
+        .into_iter()
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("lm_"))
+        })
+        .collect()
+}
+
+/// `Ok(None)` when `cancel` was set while `result` was computed (the library reports that as
+/// an error).
+fn unless_cancelled<T>(cancel: &AtomicBool, result: crate::Result<T>) -> crate::Result<Option<T>> {
+    match result {
+        Err(_) if cancel.load(Ordering::Relaxed) => Ok(None),
+        other => other.map(Some),
+    }
+}
+
+impl ExtrapolationView {
+    pub fn ui(
+        &mut self,
+        ui: &mut egui::Ui,
+        runs: &mut RunStore,
+        runs_root: &Path,
+        exporter: &Exporter,
+    ) {
+        match take_finished(&mut self.job) {
+            Some(Ok(Some((sweep, new_runs)))) => {
+                for dir in new_runs {
+                    runs.open(dir, || {});
+                }
+                self.result = Some(sweep);
+                self.error = None;
+            }
+            Some(Ok(None)) => self.error = Some("extrapolation cancelled".into()),
+            Some(Err(e)) => self.error = Some(e.to_string()),
+            None => {}
+        }
+        self.options_ui(ui);
+        match &self.job {
+            Some(job) => job.ui(ui),
+            None => self.start_ui(ui, runs, runs_root),
+        }
+        if let Some(error) = &self.error {
+            ui.colored_label(ui.visuals().error_fg_color, error);
+        }
+        ui.separator();
+        let Some(sweep) = &self.result else {
+            ui.label(
+                "No results yet: evaluate language-modelling runs, or tick encodings and press \
+                 Train and evaluate.",
+            );
+            return;
+        };
+        egui::ScrollArea::vertical().show(ui, |ui| {
+            curves_ui(ui, sweep, self.log_ppl, exporter);
+            ui.separator();
+            table_ui(ui, sweep);
+        });
+    }
+
+    fn options_ui(&mut self, ui: &mut egui::Ui) {
+        let o = &mut self.options;
+        ui.horizontal(|ui| {
+            let label = ui.label("protocol");
+            egui::ComboBox::from_id_salt("protocol")
+                .selected_text(o.protocol.name())
+                .show_ui(ui, |ui| {
+                    for protocol in [Protocol::NonOverlapping, Protocol::Sliding] {
+                        ui.selectable_value(&mut o.protocol, protocol, protocol.name());
+                    }
+                })
+                .response
+                .labelled_by(label.id);
+            if o.protocol == Protocol::Sliding {
+                let mut fixed = o.stride.is_some();
+                if ui
+                    .checkbox(&mut fixed, "stride")
+                    .on_hover_text("off: n/2")
+                    .changed()
+                {
+                    o.stride = fixed.then_some(32);
+                }
+                if let Some(stride) = &mut o.stride {
+                    ui.add(egui::DragValue::new(stride).range(1..=65_536));
+                }
+            }
+            let label = ui.label("lengths");
+            ui.add(
+                egui::TextEdit::singleline(&mut self.lengths)
+                    .hint_text("L, 2L, …, 64L")
+                    .desired_width(160.0),
+            )
+            .labelled_by(label.id);
+            let label = ui.label("δ");
+            ui.add(
+                egui::DragValue::new(&mut o.delta)
+                    .range(0.001..=10.0)
+                    .speed(0.01),
+            )
+            .labelled_by(label.id);
+            ui.checkbox(&mut o.rotary_variants, "RoPE: PI, NTK, ReRoPE at inference");
+            ui.checkbox(&mut self.log_ppl, "log perplexity");
+        });
+        ui.horizontal(|ui| {
+            let label = ui.label("tokens scored");
+            ui.add(egui::DragValue::new(&mut o.max_tokens).range(1024..=16_777_216))
+                .labelled_by(label.id);
+            let label = ui.label("queries per block");
+            ui.add(egui::DragValue::new(&mut o.chunk).range(1..=65_536))
+                .labelled_by(label.id)
+                .on_hover_text("softmax attention is evaluated in blocks of this many queries");
+        });
+        ui.label(
+            egui::RichText::new(o.protocol.describe(o.stride))
+                .small()
+                .weak(),
+        );
+    }
+
+    /// The options with the typed lengths, or what is wrong with them.
+    fn parsed_options(&self) -> Result<Options, String> {
+        let mut options = self.options.clone();
+        options.lengths = self
+            .lengths
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(|t| {
+                t.parse::<usize>()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| format!("length '{t}' is not a positive whole number"))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(options)
+    }
+
+    fn start_ui(&mut self, ui: &mut egui::Ui, runs: &RunStore, runs_root: &Path) {
+        let options = match self.parsed_options() {
+            Ok(options) => options,
+            Err(message) => {
+                ui.colored_label(ui.visuals().error_fg_color, message);
+                return;
+            }
+        };
+        ui.horizontal(|ui| {
+            if let Some(list) = run_buttons(ui, runs) {
+                let options = options.clone();
+                self.job = Some(Job::spawn(
+                    "extrapolation",
+                    ui.ctx(),
+                    move |progress, cancel| {
+                        let dirs = list
+                            .iter()
+                            .map(|(_, dir)| RunDir::open(dir))
+                            .collect::<crate::Result<Vec<_>>>()?;
+                        let sweep = extrapolate_runs(&dirs, &options, progress, cancel);
+                        Ok(unless_cancelled(cancel, sweep)?.map(|s| (s, Vec::new())))
+                    },
+                ));
+            }
+        });
+        ui.horizontal_wrapped(|ui| {
+            ui.label("train and evaluate:");
+            for path in lm_presets() {
+                let name = path
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().trim_start_matches("lm_").to_string())
+                    .unwrap_or_default();
+                let mut on = self.ticked.contains(&path);
+                if ui.checkbox(&mut on, name).changed() {
+                    if on {
+                        self.ticked.insert(path);
+                    } else {
+                        self.ticked.remove(&path);
+                    }
+                }
+            }
+            let button = ui
+                .add_enabled(
+                    !self.ticked.is_empty(),
+                    egui::Button::new("Train and evaluate"),
+                )
+                .on_hover_text("trains each ticked preset, then evaluates them all (one job)");
+            if button.clicked() {
+                let presets: crate::Result<Vec<Preset>> =
+                    self.ticked.iter().map(|p| Preset::load(p, &[])).collect();
+                match presets {
+                    Ok(presets) => {
+                        let root = runs_root.to_path_buf();
+                        self.job = Some(Job::spawn(
+                            "train and evaluate",
+                            ui.ctx(),
+                            move |progress, cancel| {
+                                let done = train_and_extrapolate(
+                                    &presets, &root, &options, progress, cancel,
+                                );
+                                Ok(unless_cancelled(cancel, done)?.map(|(dirs, sweep)| {
+                                    (sweep, dirs.iter().map(|d| d.path().to_path_buf()).collect())
+                                }))
+                            },
+                        ));
+                    }
+                    Err(e) => self.error = Some(e.to_string()),
+                }
+            }
+        });
+    }
+}
+
+/// Perplexity against length, one line per curve (dashed: encoding changed at inference), on a
+/// log2 length axis.
+fn curves_ui(ui: &mut egui::Ui, sweep: &Extrapolation, log_ppl: bool, exporter: &Exporter) {
+    ui.horizontal(|ui| {
+        ui.strong(format!(
+            "validation perplexity vs length ({} protocol, trained at L = {})",
+            sweep.protocol.name(),
+            sweep.train_length
+        ));
+        exporter.buttons(ui, "perplexity-vs-length", || {
+            perplexity_vs_length(sweep, log_ppl)
+        });
+    });
+    ui.label(
+        egui::RichText::new(&sweep.protocol_description)
+            .small()
+            .weak(),
+    );
+    let axis = |v: f64| if log_ppl { v.log10() } else { v };
+    Plot::new("perplexity")
+        .height(300.0)
+        .legend(Legend::default())
+        .x_axis_label("evaluation length n (log2)")
+        .y_axis_label(if log_ppl {
+            "log10 perplexity"
+        } else {
+            "perplexity"
+        })
+        .x_axis_formatter(|mark, _| format!("{:.0}", 2f64.powf(mark.value)))
+        .show(ui, |plot| {
+            for curve in &sweep.curves {
+                let points: PlotPoints = curve
+                    .points
+                    .iter()
+                    .filter_map(|p| Some([(p.length as f64).log2(), axis(p.ppl?)]))
+                    .collect();
+                let mut line = Line::new(curve.name.clone(), points);
+                if curve.inference.is_some() {
+                    line = line.style(LineStyle::dashed_loose());
+                }
+                plot.line(line);
+            }
+        });
+}
+
+/// The perplexity table with Definition 0.1's largest δ and both verdicts; hover a value for
+/// its time and memory.
+fn table_ui(ui: &mut egui::Ui, sweep: &Extrapolation) {
+    egui::Grid::new("perplexity-table")
+        .striped(true)
+        .show(ui, |ui| {
+            ui.strong(format!("perplexity ({})", sweep.protocol.name()));
+            for &n in &sweep.lengths {
+                ui.strong(if n == sweep.train_length {
+                    format!("{n} (L)")
+                } else {
+                    n.to_string()
+                });
+            }
+            ui.strong("max δ");
+            ui.strong(format!("Def. 0.1 (δ = {})", sweep.delta_threshold));
+            ui.strong("Thm 0.4");
+            ui.end_row();
+            for curve in &sweep.curves {
+                ui.label(&curve.name);
+                for point in &curve.points {
+                    let text = point.ppl.map_or("n/a".to_string(), |p| format!("{p:.3}"));
+                    let memory = point.peak_bytes.map_or(String::new(), |b| {
+                        format!(", peak {:.0} MiB", b as f64 / 1048576.0)
+                    });
+                    let hover = format!(
+                        "{} tokens in {:.1} s{memory}{}",
+                        point.tokens,
+                        point.secs,
+                        point
+                            .note
+                            .as_deref()
+                            .map_or(String::new(), |n| format!("\n{n}"))
+                    );
+                    ui.label(text).on_hover_text(hover);
+                }
+                let max = curve
+                    .delta
+                    .iter()
+                    .flatten()
+                    .copied()
+                    .fold(None, |m: Option<f64>, d| Some(m.map_or(d, |m| m.max(d))));
+                ui.label(max.map_or("n/a".into(), |d| format!("{d:.3}")));
+                ui.label(match curve.extrapolates {
+                    Some(true) => "yes",
+                    Some(false) => "no",
+                    None => "n/a",
+                });
+                ui.label(&curve.theorem)
+                    .on_hover_text(&curve.theorem_evidence);
+                ui.end_row();
+            }
+        });
+}

@@ -1,0 +1,460 @@
+//! Length extrapolation: train at length L, measure validation perplexity at lengths up to 64L
+//! (the central experiment of "Exploring Transformer Extrapolation", Tables 4–6).
+//!
+//! For every run (and, for RoPE runs, every inference-time scaling in [`variants`]) and every
+//! length n, the model is rebuilt for n and its checkpoint loaded, then scored on the
+//! validation stream in the chosen [`Protocol`]. Attention runs over blocks of `chunk` queries
+//! ([`crate::model::Transformer::logits_blocks`]), so no layer holds an n×n matrix. Each point
+//! records its time and peak memory.
+//!
+//! Choices the paper leaves open:
+//! - Definition 0.1 is checked against the perplexity at the training length L (the first
+//!   length when L is not among them): δ_n = |ppl_n − ppl_L| / ppl_L, and a curve extrapolates
+//!   when every δ_n < δ (default 0.1).
+//! - Learned absolute positions (and DIET-ABS) have a table of L positions: lengths beyond it
+//!   are reported as missing (`null`, "n/a") with a note, not an error for the whole sweep.
+//!   Sinusoidal positions are computed for any length, so they are evaluated everywhere.
+
+mod memory;
+pub mod perplexity;
+pub mod variants;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+pub use perplexity::{Protocol, Scored, Window, windows};
+pub use variants::{Variant, inference_variants};
+
+use crate::analysis::StudiedEncoding;
+use crate::encodings::EncodingSpec;
+use crate::params::Params;
+use crate::preset::Preset;
+use crate::train::{RunDir, TrainEvent};
+use crate::{Error, Result};
+
+/// How to evaluate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Options {
+    /// Evaluation lengths; empty means L, 2L, 4L, …, 64L.
+    pub lengths: Vec<usize>,
+    pub protocol: Protocol,
+    /// Sliding protocol's stride; `None` means n/2.
+    pub stride: Option<usize>,
+    /// Queries per attention block.
+    pub chunk: usize,
+    /// Tokens per forward pass (short windows are batched up to this).
+    pub batch_tokens: usize,
+    /// At most this many validation tokens are scored (rounded down to a multiple of the
+    /// longest length).
+    pub max_tokens: usize,
+    /// Definition 0.1's δ.
+    pub delta: f64,
+    /// Also evaluate RoPE runs with PI, NTK, ReRoPE and Leaky ReRoPE at inference.
+    pub rotary_variants: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            lengths: Vec::new(),
+            protocol: Protocol::NonOverlapping,
+            stride: None,
+            chunk: 256,
+            batch_tokens: 16_384,
+            max_tokens: 65_536,
+            delta: 0.1,
+            rotary_variants: true,
+        }
+    }
+}
+
+/// L, 2L, 4L, …, 64L.
+pub fn default_lengths(train_length: usize) -> Vec<usize> {
+    (0..7).map(|k| train_length << k).collect()
+}
+
+/// One evaluation length of one curve.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LengthPoint {
+    pub length: usize,
+    /// `None` where the model cannot run at this length (see `note`).
+    pub ppl: Option<f64>,
+    /// Tokens scored.
+    pub tokens: usize,
+    pub secs: f64,
+    /// Peak resident memory of the process during this length (Linux), bytes.
+    pub peak_bytes: Option<u64>,
+    /// The largest attention-weight block one layer holds at once, bytes (f32).
+    pub attention_block_bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// One model's perplexity against length, with both extrapolation verdicts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Curve {
+    /// The run's name, plus ` + <variant>` for an inference-time scaling.
+    pub name: String,
+    pub run: PathBuf,
+    /// The encoding the curve was evaluated with.
+    pub encoding: String,
+    /// The inference-time change, when there is one.
+    pub inference: Option<String>,
+    pub points: Vec<LengthPoint>,
+    /// Definition 0.1: |ppl_n − ppl_L| / ppl_L per length.
+    pub delta: Vec<Option<f64>>,
+    /// Whether every δ_n < δ (`None` without any perplexity beyond L).
+    pub extrapolates: Option<bool>,
+    /// Theorem 0.4 from the encoding's formula: converges, diverges, undetermined, not-applicable.
+    pub theorem: String,
+    pub theorem_evidence: String,
+}
+
+/// The result of an extrapolation sweep: the issue's JSON (`protocol`, `train_length`,
+/// `lengths`, `ppl`, `delta`) plus every curve's details.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Extrapolation {
+    pub protocol: Protocol,
+    /// What the protocol scores, in words (the figures' caption).
+    pub protocol_description: String,
+    pub train_length: usize,
+    pub lengths: Vec<usize>,
+    /// δ of Definition 0.1.
+    pub delta_threshold: f64,
+    pub ppl: BTreeMap<String, Vec<Option<f64>>>,
+    pub delta: BTreeMap<String, Vec<Option<f64>>>,
+    /// In evaluation order.
+    pub curves: Vec<Curve>,
+}
+
+impl Extrapolation {
+    fn new(options: &Options, train_length: usize, lengths: Vec<usize>) -> Self {
+        Self {
+            protocol: options.protocol,
+            protocol_description: options.protocol.describe(options.stride),
+            train_length,
+            lengths,
+            delta_threshold: options.delta,
+            ppl: BTreeMap::new(),
+            delta: BTreeMap::new(),
+            curves: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, curve: Curve) {
+        let ppl = curve.points.iter().map(|p| p.ppl).collect();
+        self.ppl.insert(curve.name.clone(), ppl);
+        self.delta.insert(curve.name.clone(), curve.delta.clone());
+        self.curves.push(curve);
+    }
+
+    /// The file a run folder keeps this protocol's results in.
+    pub fn file_name(protocol: Protocol) -> String {
+        format!("extrapolation-{}.json", protocol.name())
+    }
+}
+
+/// Definition 0.1 for a perplexity series: δ_n against the value at the training length.
+pub fn relative_change(
+    ppl: &[Option<f64>],
+    lengths: &[usize],
+    train_length: usize,
+) -> Vec<Option<f64>> {
+    let reference = lengths.iter().position(|&n| n == train_length).unwrap_or(0);
+    let Some(base) = ppl.get(reference).copied().flatten() else {
+        return vec![None; ppl.len()];
+    };
+    ppl.iter()
+        .map(|p| p.map(|p| (p - base).abs() / base))
+        .collect()
+}
+
+/// Evaluates every run in `runs` and saves each run's curves in its folder
+/// (`extrapolation-<protocol>.json`, atomically). `progress` gets the done fraction in [0, 1].
+pub fn extrapolate_runs(
+    runs: &[RunDir],
+    options: &Options,
+    progress: &mut dyn FnMut(f32),
+    cancel: &AtomicBool,
+) -> Result<Extrapolation> {
+    let presets = runs
+        .iter()
+        .map(|r| r.read_preset())
+        .collect::<Result<Vec<_>>>()?;
+    let Some(first) = presets.first() else {
+        return Err(Error::Other("no run to evaluate".into()));
+    };
+    let train_length = first.task.seq_len();
+    if let Some(other) = presets.iter().find(|p| p.task.seq_len() != train_length) {
+        return Err(Error::Other(format!(
+            "runs trained at different lengths ({train_length} and {}) cannot share one table; \
+             evaluate them separately",
+            other.task.seq_len()
+        )));
+    }
+    let lengths = match options.lengths.is_empty() {
+        true => default_lengths(train_length),
+        false => options.lengths.clone(),
+    };
+    let mut all = Extrapolation::new(options, train_length, lengths.clone());
+    let jobs: usize = presets
+        .iter()
+        .map(|p| 1 + curve_variants(p, options).len())
+        .sum();
+    let mut done = 0usize;
+    for (run, preset) in runs.iter().zip(&presets) {
+        let mut own = Extrapolation::new(options, train_length, lengths.clone());
+        let tokens = validation_tokens(preset)?;
+        let mut variants = vec![None];
+        variants.extend(curve_variants(preset, options).into_iter().map(Some));
+        for variant in variants {
+            let mut tick = |f: f32| progress((done as f32 + f) / jobs as f32);
+            let curve = evaluate_curve(
+                run,
+                preset,
+                variant.as_ref(),
+                &tokens,
+                &lengths,
+                options,
+                &mut tick,
+                cancel,
+            )?;
+            done += 1;
+            own.push(curve.clone());
+            all.push(curve);
+        }
+        crate::io::write_json(
+            &run.path().join(Extrapolation::file_name(options.protocol)),
+            &own,
+        )?;
+    }
+    progress(1.0);
+    Ok(all)
+}
+
+/// Trains each preset into a new run folder under `runs_root`; `progress` gets the fraction
+/// of all planned steps done. Returns the run folders in preset order.
+pub fn train_presets(
+    presets: &[Preset],
+    runs_root: &Path,
+    progress: &mut dyn FnMut(f32),
+    cancel: &AtomicBool,
+) -> Result<Vec<RunDir>> {
+    let mut runs = Vec::new();
+    let steps = |p: &Preset| p.train.total_steps(p.task.train_examples()).max(1);
+    let total: usize = presets.iter().map(steps).sum();
+    let mut before = 0;
+    for preset in presets {
+        let mut run_dir = None;
+        crate::train::run::run(preset, runs_root, cancel, &mut |event| match event {
+            TrainEvent::Started { run_dir: dir, .. } => run_dir = Some(dir),
+            TrainEvent::Step(step) => progress((before + step.step) as f32 / total as f32),
+            _ => {}
+        })?;
+        before += steps(preset);
+        let dir = run_dir
+            .ok_or_else(|| Error::Other(format!("training {} made no run folder", preset.name)))?;
+        runs.push(RunDir::open(&dir)?);
+    }
+    Ok(runs)
+}
+
+/// Trains each preset, then evaluates them all: what the GUI's "train and evaluate" button
+/// calls. Progress: the first half is training, the second evaluation.
+pub fn train_and_extrapolate(
+    presets: &[Preset],
+    runs_root: &Path,
+    options: &Options,
+    progress: &mut dyn FnMut(f32),
+    cancel: &AtomicBool,
+) -> Result<(Vec<RunDir>, Extrapolation)> {
+    let runs = train_presets(presets, runs_root, &mut |f| progress(0.5 * f), cancel)?;
+    let sweep = extrapolate_runs(&runs, options, &mut |f| progress(0.5 + 0.5 * f), cancel)?;
+    Ok((runs, sweep))
+}
+
+fn curve_variants(preset: &Preset, options: &Options) -> Vec<Variant> {
+    if options.rotary_variants {
+        inference_variants(&preset.encoding)
+    } else {
+        Vec::new()
+    }
+}
+
+/// The validation stream of an LM run.
+fn validation_tokens(preset: &Preset) -> Result<Vec<u32>> {
+    match preset.task.lm() {
+        Some(lm) => lm.validation_tokens(),
+        None => Err(Error::Other(format!(
+            "extrapolation needs a language-modelling run (task.kind = \"lm\"); {} is a {} run",
+            preset.name,
+            preset.task.name()
+        ))),
+    }
+}
+
+/// The longest sequence `preset`'s encoding has positions for, when it has a table.
+fn position_limit(preset: &Preset) -> Option<usize> {
+    matches!(
+        preset.encoding,
+        EncodingSpec::Learned | EncodingSpec::DietAbs(_)
+    )
+    .then(|| preset.task.seq_len())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn evaluate_curve(
+    run: &RunDir,
+    preset: &Preset,
+    variant: Option<&Variant>,
+    tokens: &[u32],
+    lengths: &[usize],
+    options: &Options,
+    progress: &mut dyn FnMut(f32),
+    cancel: &AtomicBool,
+) -> Result<Curve> {
+    let train_length = preset.task.seq_len();
+    let longest = lengths.iter().copied().max().unwrap_or(train_length);
+    let available = tokens.len().saturating_sub(1).min(options.max_tokens);
+    let span = available / longest * longest;
+    if span == 0 {
+        return Err(Error::Other(format!(
+            "{}: the validation stream has {} tokens, fewer than the longest length {longest} + 1; \
+             raise task.valid_bytes or --max-tokens",
+            preset.name,
+            tokens.len()
+        )));
+    }
+    let mut points = Vec::new();
+    let mut evaluated = preset.clone();
+    for (i, &n) in lengths.iter().enumerate() {
+        let overrides = variant
+            .map(|v| v.overrides(n, train_length))
+            .unwrap_or_default();
+        evaluated = with_overrides(run, &overrides)?;
+        let pass = perplexity::Pass {
+            tokens,
+            span,
+            protocol: options.protocol,
+            stride: options.stride,
+            chunk: options.chunk,
+            batch_tokens: options.batch_tokens,
+        };
+        let mut tick = |done: usize, total: usize| {
+            progress((i as f32 + done as f32 / total.max(1) as f32) / lengths.len() as f32)
+        };
+        points.push(evaluate_length(
+            run, &evaluated, &pass, n, &mut tick, cancel,
+        )?);
+    }
+    let ppl: Vec<Option<f64>> = points.iter().map(|p| p.ppl).collect();
+    let delta = relative_change(&ppl, lengths, train_length);
+    let beyond: Vec<f64> = lengths
+        .iter()
+        .zip(&delta)
+        .filter(|(n, _)| **n > train_length)
+        .filter_map(|(_, d)| *d)
+        .collect();
+    let verdict = match variant {
+        None => StudiedEncoding::from_run(run, None)?.verdict()?,
+        Some(_) => StudiedEncoding::untrained(
+            &evaluated.encoding,
+            evaluated.model.n_heads,
+            evaluated.attention.qk_dim(evaluated.model.head_dim()),
+        )?
+        .verdict()?,
+    };
+    Ok(Curve {
+        name: match variant {
+            Some(v) => format!("{} + {}", preset.name, v.label),
+            None => preset.name.clone(),
+        },
+        run: run.path().to_path_buf(),
+        encoding: evaluated.encoding.name().into(),
+        inference: variant.map(|v| v.description.to_string()),
+        points,
+        extrapolates: (!beyond.is_empty()).then(|| beyond.iter().all(|&d| d < options.delta)),
+        delta,
+        theorem: verdict.verdict,
+        theorem_evidence: verdict.evidence,
+    })
+}
+
+/// The run's preset with `overrides` applied (validated like any preset).
+fn with_overrides(run: &RunDir, overrides: &[String]) -> Result<Preset> {
+    let origin = run.path().join("preset.toml");
+    let text = std::fs::read_to_string(&origin)
+        .map_err(|e| Error::io("cannot read preset", &origin, e))?;
+    Preset::parse(&text, overrides, &origin)
+}
+
+/// Builds the model for length `n`, loads the checkpoint and scores it.
+fn evaluate_length(
+    run: &RunDir,
+    preset: &Preset,
+    pass: &perplexity::Pass<'_>,
+    n: usize,
+    tick: &mut dyn FnMut(usize, usize),
+    cancel: &AtomicBool,
+) -> Result<LengthPoint> {
+    let windows = (pass.batch_tokens / n).max(1) as u64;
+    let block = windows * preset.model.n_heads as u64 * pass.chunk.min(n) as u64 * n as u64 * 4;
+    let mut point = LengthPoint {
+        length: n,
+        ppl: None,
+        tokens: 0,
+        secs: 0.0,
+        peak_bytes: None,
+        attention_block_bytes: block,
+        note: None,
+    };
+    let limit = position_limit(preset);
+    if let Some(limit) = limit.filter(|&limit| n > limit) {
+        point.note = Some(format!(
+            "{} positions exist only for the first {limit} tokens (trained table)",
+            preset.encoding.name()
+        ));
+        return Ok(point);
+    }
+    let device = crate::device::open(&preset.train.device)?;
+    let params = Params::new(preset.train.seed, &device);
+    let model = crate::model::Transformer::new(
+        &preset.model,
+        &preset.attention,
+        &preset.encoding,
+        preset.task.vocab_size(),
+        limit.unwrap_or(n.max(preset.task.seq_len())),
+        &params,
+    )?;
+    params.load(&run.checkpoint_path())?;
+    let reset = memory::reset_peak();
+    let started = Instant::now();
+    let scored = perplexity::score(&model, &device, pass, n, tick, cancel)?;
+    point.secs = started.elapsed().as_secs_f64();
+    point.peak_bytes = memory::peak_bytes().filter(|_| reset);
+    point.ppl = Some(scored.perplexity());
+    point.tokens = scored.tokens;
+    Ok(point)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_change_is_against_the_training_length() {
+        let ppl = [Some(12.0), Some(10.0), Some(15.0), None];
+        let d = relative_change(&ppl, &[32, 64, 128, 256], 64);
+        assert_eq!(d, vec![Some(0.2), Some(0.0), Some(0.5), None]);
+    }
+
+    #[test]
+    fn default_lengths_double_up_to_64l() {
+        assert_eq!(default_lengths(8), vec![8, 16, 32, 64, 128, 256, 512]);
+    }
+}
