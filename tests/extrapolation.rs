@@ -184,6 +184,7 @@ fn cli_trains_presets_then_stores_perplexity_by_length() {
         "lm-rope",
         "lm-rope + pi",
         "lm-rope + rerope",
+        "lm-rope + rerope w=L/2",
         "lm-rope + leaky-rerope",
     ] {
         let ppl = json["ppl"][name].as_array().unwrap();

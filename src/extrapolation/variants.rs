@@ -6,6 +6,7 @@
 //! | `pi` | positions / k, k = max(1, n/L): the longest distance maps into the trained range |
 //! | `ntk` | base·α^(d/(d−2)), α = max(1, n/L) |
 //! | `rerope` | window w = L/4 (the author's best w is L/4–L/2) |
+//! | `rerope w=L/2` | window w = L/2, the other end of that range |
 //! | `leaky-rerope` | w = L/4, k = max(1, (n−1−w)/(L−1−w)): the largest position is L−1, as the post's condition for staying in the trained range requires |
 
 use crate::encodings::EncodingSpec;
@@ -69,6 +70,16 @@ pub fn inference_variants(spec: &EncodingSpec) -> Vec<Variant> {
                 vec![
                     "encoding.kind=rerope".into(),
                     format!("encoding.window={}", window(l)),
+                ]
+            },
+        },
+        Variant {
+            label: "rerope w=L/2",
+            description: "ReRoPE, w = L/2 (the other end of the post's range)",
+            overrides: |_, l| {
+                vec![
+                    "encoding.kind=rerope".into(),
+                    format!("encoding.window={}", (l / 2).max(1)),
                 ]
             },
         },
