@@ -40,9 +40,19 @@ pub struct BenchArgs {
     python: String,
 }
 
+/// A trainer on the preset's own device: a benchmark that quietly fell back to the CPU would
+/// report CPU numbers under the GPU's name, so the fallback notice is an error here.
+fn bench_trainer(preset: &Preset) -> anyhow::Result<Trainer> {
+    let trainer = Trainer::new(preset)?;
+    if let Some(notice) = trainer.device_notice() {
+        anyhow::bail!("{notice}; not benchmarking the CPU in its place");
+    }
+    Ok(trainer)
+}
+
 /// Measures the mean time of `steps` training steps after 5 warm-up steps, in milliseconds.
 pub fn ms_per_step(preset: &Preset, steps: usize) -> anyhow::Result<f64> {
-    let mut trainer = Trainer::new(preset)?;
+    let mut trainer = bench_trainer(preset)?;
     for _ in 0..5 {
         trainer.train_step()?;
     }
@@ -56,7 +66,7 @@ pub fn ms_per_step(preset: &Preset, steps: usize) -> anyhow::Result<f64> {
 /// Trains with an evaluation per epoch until the preset's target accuracy, like the reference
 /// script; returns (seconds including evaluation, epochs) or `None` if it was never reached.
 fn time_to_target(preset: &Preset, verbose: bool) -> anyhow::Result<Option<(f64, usize)>> {
-    let mut trainer = Trainer::new(preset)?;
+    let mut trainer = bench_trainer(preset)?;
     let started = Instant::now();
     let epochs = preset.train.epochs;
     for epoch in 1..=epochs {
@@ -116,6 +126,7 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
     let tokens = (preset.train.batch_size * preset.task.seq_len()) as f64;
     let mut result = json!({
         "config": preset.name,
+        "device": preset.train.device,
         "threads": candle_core::utils::get_num_threads(),
         "ms_per_step": ms,
         "tokens_per_s": tokens / (ms / 1e3),
