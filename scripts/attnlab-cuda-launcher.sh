@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Launcher for the CUDA build (copied to dist/attnlab-cuda by scripts/build-cuda.sh).
-# attnlab-cuda.bin links the NVIDIA driver library (libcuda.so.1) and the CUDA 13 libraries
+# Launcher for the CUDA build, copied by scripts/build-cuda.sh to dist/attnlab-cuda (which starts
+# dist/attnlab-cuda.bin) and dist/gpu-tests (dist/gpu-tests.bin, the test binary of tests/gpu.rs).
+# The binaries link the NVIDIA driver library (libcuda.so.1) and the CUDA 13 libraries
 # dynamically, so without them the loader would refuse to start it. This finds them first:
 # - CUDA libraries: the system's (ldconfig, LD_LIBRARY_PATH), else a pip install (PyTorch's
 #   nvidia/cu13 wheels); missing ones are named and attnlab does not start.
@@ -43,4 +44,4 @@ if ! have libcuda.so.1; then
   echo "attnlab-cuda: no NVIDIA driver (libcuda.so.1) found; CUDA devices will not open, runs use the CPU" >&2
   LD_LIBRARY_PATH="$here/stub${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
-exec "$here/attnlab-cuda.bin" "$@"
+exec "$here/$(basename "$0").bin" "$@"

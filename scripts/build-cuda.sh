@@ -6,10 +6,14 @@
 #   scripts/build-cuda.sh                      # sm_90 (H100/H200)
 #   CUDA_COMPUTE_CAP=80 scripts/build-cuda.sh  # A100; 89 for L4/RTX 40xx, 120 for RTX 50xx
 #
-# Output: dist/attnlab-cuda (launcher), dist/attnlab-cuda.bin (stripped binary),
-#         dist/stub/libcuda.so.1 (used only where no driver is installed, see below).
+# Output in dist/, everything a GPU machine without Rust needs:
+#   attnlab-cuda (launcher) and attnlab-cuda.bin (stripped binary);
+#   gpu-tests (launcher) and gpu-tests.bin (tests/gpu.rs, CPU vs GPU) unless GPU_TESTS=0;
+#   stub/libcuda.so.1 (used only where no driver is installed, see the launcher);
+#   ref_mqar_torch_cuda.py and ref_mqar_torch.py (the PyTorch reference, for `attnlab bench --torch`).
 # Environment: CUDA_COMPUTE_CAP (default 90), CUDA_WHEELS_DIR (default .cuda-wheels),
-#              CARGO_TARGET_DIR (default target), PYTHON (default python3), JOBS (default 2).
+#              CARGO_TARGET_DIR (default target), PYTHON (default python3), JOBS (default 2),
+#              GPU_TESTS (default 1).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -83,14 +87,29 @@ nvcc --version | tail -1
 cd "$ROOT"
 nice -n 15 cargo build --release --features cuda --bin attnlab -j "$JOBS"
 
+if [ "${GPU_TESTS:-1}" = 1 ]; then
+  step "cargo test --release --features cuda --test gpu --no-run"
+  GPU_TEST_BIN="$(nice -n 15 cargo test --release --features cuda --test gpu --no-run -j "$JOBS" \
+    --message-format=json | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)"
+fi
+
 step "dist/"
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
+rm -rf "$ROOT/dist"
 mkdir -p "$ROOT/dist/stub"
-cp "$TARGET/release/attnlab" "$ROOT/dist/attnlab-cuda.bin"
-strip "$ROOT/dist/attnlab-cuda.bin"
+install_bin() { # $1 built binary, $2 name in dist/
+  cp "$1" "$ROOT/dist/$2.bin"
+  strip "$ROOT/dist/$2.bin"
+  cp "$ROOT/scripts/attnlab-cuda-launcher.sh" "$ROOT/dist/$2"
+  chmod +x "$ROOT/dist/$2"
+}
+install_bin "$TARGET/release/attnlab" attnlab-cuda
+[ -n "${GPU_TEST_BIN:-}" ] && install_bin "$GPU_TEST_BIN" gpu-tests
 cp "$TK/lib/stubs/libcuda.so" "$ROOT/dist/stub/libcuda.so.1"
-cp "$ROOT/scripts/attnlab-cuda-launcher.sh" "$ROOT/dist/attnlab-cuda"
-chmod +x "$ROOT/dist/attnlab-cuda"
+cp "$ROOT/scripts/ref_mqar_torch_cuda.py" "$ROOT/dist/"
+REF="$ROOT/../shared/bench/ref_mqar_torch.py"
+[ -f "$REF" ] && cp "$REF" "$ROOT/dist/"
 ls -l "$ROOT/dist"
+du -sh "$ROOT/dist"
 echo "needs at run time:"
 readelf -d "$ROOT/dist/attnlab-cuda.bin" | grep NEEDED
