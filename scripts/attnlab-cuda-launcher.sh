@@ -20,7 +20,7 @@ have() {
 
 missing_libs() {
   local lib out=""
-  for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcurand.so.10 libnvrtc.so.13; do
+  for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcurand.so.10; do
     have "$lib" || out="$out $lib"
   done
   echo "$out"
@@ -36,7 +36,7 @@ fi
 missing="$(missing_libs)"
 if [ -n "$missing" ]; then
   echo "attnlab-cuda: CUDA 13 libraries not found:$missing" >&2
-  echo "  install the CUDA 13 toolkit, or \`pip install nvidia-cublas nvidia-cuda-runtime nvidia-cuda-nvrtc nvidia-curand\`," >&2
+  echo "  install the CUDA 13 toolkit, or \`pip install nvidia-cublas nvidia-cuda-runtime nvidia-curand\`," >&2
   echo "  or add their directory to LD_LIBRARY_PATH; use the CPU build of attnlab otherwise." >&2
   exit 127
 fi

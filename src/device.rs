@@ -165,6 +165,8 @@ fn cannot_open(name: &str, error: &str) -> String {
              CUDA_COMPUTE_CAP set to this GPU's compute capability",
         ),
     ];
+    // candle appends a backtrace on the following lines when RUST_BACKTRACE is set.
+    let error = error.lines().next().unwrap_or_default();
     match HINTS.iter().find(|(code, _)| error.contains(code)) {
         Some((_, hint)) => format!("cannot open device '{name}': {hint} ({error})"),
         None => format!("cannot open device '{name}': {error}"),
@@ -254,7 +256,7 @@ mod tests {
         let msg = cannot_open("cuda:3", "DriverError(CUDA_ERROR_INVALID_DEVICE, \"\")");
         assert!(msg.contains("no GPU with this index"), "{msg}");
         assert!(msg.contains("CUDA_ERROR_INVALID_DEVICE"), "{msg}");
-        let msg = cannot_open("metal", "no Metal device");
+        let msg = cannot_open("metal", "no Metal device\n   0: <unknown>\n");
         assert_eq!(msg, "cannot open device 'metal': no Metal device");
     }
 

@@ -1,7 +1,9 @@
 //! CPU and GPU agree: for every mechanism × encoding (and the short-convolution hybrids), the
 //! loss, every gradient and the parameters after one optimiser step on `cuda:0` match the CPU's
-//! within float tolerance. Skipped, with a note on stderr, where `cuda:0` does not open (a
-//! build without `--features cuda`, or no driver or GPU); `attnlab devices` says why.
+//! within float tolerance. Skipped, with a note on stderr (`--nocapture` shows it), where
+//! `cuda:0` does not open (a build without `--features cuda`, or no driver or GPU); `attnlab
+//! devices` says why. On a machine that has a GPU, set ATTNLAB_REQUIRE_GPU=1 so that a GPU that
+//! fails to open fails the tests instead of skipping them.
 
 #![allow(clippy::unwrap_used)] // test helpers: a panic is the failure report
 
@@ -19,6 +21,9 @@ const GPU: &str = "cuda:0";
 fn gpu() -> Option<Device> {
     match attnlab::device::open(GPU) {
         Ok(device) => Some(device),
+        Err(e) if std::env::var_os("ATTNLAB_REQUIRE_GPU").is_some() => {
+            panic!("ATTNLAB_REQUIRE_GPU is set but {e}")
+        }
         Err(e) => {
             eprintln!("SKIPPED: no GPU to compare with the CPU ({e})");
             None
