@@ -1,9 +1,14 @@
 //! Choosing the compute device from a preset or the command line.
 //!
 //! Names: `cpu`, `cuda` / `cuda:N`, `metal`. A device this build was not compiled for is a
-//! clear error that says which cargo feature to build with, never a silent CPU fallback.
+//! clear error that says which cargo feature to build with. A GPU this build supports but that
+//! does not open here (no driver, no GPU, driver too old) is a different matter: runs fall back
+//! to the CPU through [`open_or_fallback`], with a notice saying why, so a GPU build started on
+//! a machine without a GPU still works.
 
-use candle_core::Device;
+use std::sync::{Once, OnceLock};
+
+use candle_core::{DType, Device, Tensor};
 
 use crate::{Error, Result};
 
@@ -30,15 +35,142 @@ pub fn check(name: &str) -> Result<()> {
     }
 }
 
-/// Opens the device called `name`.
+/// Opens the device called `name` and runs a tiny computation on it, so a device that opens
+/// but cannot run attnlab's kernels (a driver too old for the PTX, missing cuBLAS) fails here
+/// with a hint rather than in the middle of a run.
 pub fn open(name: &str) -> Result<Device> {
     check(name)?;
     let device = match parse(name)? {
-        Parsed::Cpu => Ok(Device::Cpu),
+        Parsed::Cpu => return Ok(Device::Cpu),
         Parsed::Cuda(ordinal) => Device::new_cuda(ordinal),
         Parsed::Metal => Device::new_metal(0),
     };
-    device.map_err(|e| Error::Device(format!("cannot open device '{name}': {e}")))
+    device
+        .and_then(|device| smoke_test(&device).map(|()| device))
+        .map_err(|e| Error::Device(cannot_open(name, &e.to_string())))
+}
+
+/// A device opened for a run, or the CPU standing in for it.
+#[derive(Clone, Debug)]
+pub struct Opened {
+    pub device: Device,
+    /// The name of the device actually used (`cpu` after a fallback).
+    pub name: String,
+    /// Why the CPU stands in for the device asked for; `None` when that device opened.
+    pub notice: Option<String>,
+}
+
+/// Opens `name`, or the CPU when this build supports the device but it does not open here (no
+/// driver, no GPU), with a notice for the run's log and summary. A name that is no device, or
+/// one this build was not compiled for, stays an error, as in preset validation.
+pub fn open_or_fallback(name: &str) -> Result<Opened> {
+    check(name)?;
+    Ok(or_cpu(name, open(name)))
+}
+
+fn or_cpu(name: &str, opened: Result<Device>) -> Opened {
+    match opened {
+        Ok(device) => Opened {
+            device,
+            name: name.to_string(),
+            notice: None,
+        },
+        Err(e) => Opened {
+            device: Device::Cpu,
+            name: "cpu".to_string(),
+            notice: Some(format!("{e}; running on the CPU instead")),
+        },
+    }
+}
+
+/// Whether one device opens here, for a device picker.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceStatus {
+    pub name: &'static str,
+    /// `Err` holds why it does not open.
+    pub usable: std::result::Result<(), String>,
+}
+
+/// Opens every device of [`available`] once, which can take a second or two for a GPU (driver
+/// start-up); the first call starts that probe on a background thread and returns `None` until
+/// it is done, so a GUI never waits for it.
+pub fn probed() -> Option<&'static [DeviceStatus]> {
+    static PROBED: OnceLock<Vec<DeviceStatus>> = OnceLock::new();
+    static STARTED: Once = Once::new();
+    STARTED.call_once(|| {
+        std::thread::spawn(|| PROBED.get_or_init(probe_all));
+    });
+    PROBED.get().map(Vec::as_slice)
+}
+
+/// A device picker's entries: every device of [`available`], with why it does not open here
+/// (`None` while it opens, or while the background probe of [`probed`] is still running).
+pub fn picker() -> Vec<(&'static str, Option<String>)> {
+    let probed = probed().unwrap_or_default();
+    available()
+        .into_iter()
+        .map(|name| {
+            let status = probed.iter().find(|s| s.name == name);
+            (name, status.and_then(|s| s.usable.clone().err()))
+        })
+        .collect()
+}
+
+/// Opens every device of [`available`] now, on this thread.
+pub fn probe_all() -> Vec<DeviceStatus> {
+    available()
+        .into_iter()
+        .map(|name| DeviceStatus {
+            name,
+            usable: open(name).map(drop).map_err(|e| e.to_string()),
+        })
+        .collect()
+}
+
+/// exp(ones(2,2)·ones(2,2)) summed: exercises cuBLAS, an element-wise and a reduction kernel.
+fn smoke_test(device: &Device) -> candle_core::Result<()> {
+    let ones = Tensor::ones((2, 2), DType::F32, device)?;
+    let got = ones.matmul(&ones)?.exp()?.sum_all()?.to_scalar::<f32>()?;
+    let want = 4.0 * 2f32.exp();
+    if (got - want).abs() > 1e-3 * want {
+        candle_core::bail!("a test computation gave {got} instead of {want}");
+    }
+    Ok(())
+}
+
+/// The message for a device that did not open: the backend's own error, and what it means in
+/// words where the error code is one a user can act on.
+fn cannot_open(name: &str, error: &str) -> String {
+    const HINTS: [(&str, &str); 6] = [
+        (
+            "CUDA_ERROR_STUB_LIBRARY",
+            "no NVIDIA driver is installed (libcuda.so.1 is a stub)",
+        ),
+        ("CUDA_ERROR_NO_DEVICE", "the NVIDIA driver sees no GPU"),
+        (
+            "CUDA_ERROR_INVALID_DEVICE",
+            "there is no GPU with this index",
+        ),
+        (
+            "CUDA_ERROR_INSUFFICIENT_DRIVER",
+            "the NVIDIA driver is older than this build's CUDA 13 (needs driver R580 or newer)",
+        ),
+        (
+            "CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
+            "the NVIDIA driver is older than the CUDA compiler that built the kernels",
+        ),
+        (
+            "CUDA_ERROR_NO_BINARY_FOR_GPU",
+            "the kernels were built for another GPU generation; rebuild with \
+             CUDA_COMPUTE_CAP set to this GPU's compute capability",
+        ),
+    ];
+    // candle appends a backtrace on the following lines when RUST_BACKTRACE is set.
+    let error = error.lines().next().unwrap_or_default();
+    match HINTS.iter().find(|(code, _)| error.contains(code)) {
+        Some((_, hint)) => format!("cannot open device '{name}': {hint} ({error})"),
+        None => format!("cannot open device '{name}': {error}"),
+    }
 }
 
 enum Parsed {
@@ -79,15 +211,80 @@ mod tests {
     #[test]
     fn cpu_always_opens() {
         assert!(open("cpu").unwrap().is_cpu());
+        let opened = open_or_fallback("cpu").unwrap();
+        assert!(opened.device.is_cpu());
+        assert_eq!((opened.name.as_str(), opened.notice), ("cpu", None));
     }
 
     #[test]
     fn unknown_and_uncompiled_devices_say_why() {
         let err = check("tpu").unwrap_err().to_string();
         assert!(err.contains("unknown device 'tpu'"), "{err}");
+        for bad in ["cuda:", "cuda:x", "cuda:-1", "CPU"] {
+            assert!(check(bad).is_err(), "{bad}");
+            assert!(open_or_fallback(bad).is_err(), "{bad}");
+        }
         if !cfg!(feature = "cuda") {
             let err = check("cuda:1").unwrap_err().to_string();
             assert!(err.contains("--features cuda"), "{err}");
         }
+    }
+
+    #[test]
+    fn a_device_that_does_not_open_falls_back_to_the_cpu_with_a_notice() {
+        let error = Error::Device(cannot_open(
+            "cuda:0",
+            "DriverError(CUDA_ERROR_STUB_LIBRARY, \"stub library\")",
+        ));
+        let opened = or_cpu("cuda:0", Err(error));
+        assert!(opened.device.is_cpu());
+        assert_eq!(opened.name, "cpu");
+        let notice = opened.notice.unwrap();
+        assert!(notice.contains("cannot open device 'cuda:0'"), "{notice}");
+        assert!(notice.contains("no NVIDIA driver is installed"), "{notice}");
+        assert!(notice.ends_with("running on the CPU instead"), "{notice}");
+    }
+
+    #[test]
+    fn a_device_that_opens_is_used_without_notice() {
+        let opened = or_cpu("cuda:1", Ok(Device::Cpu));
+        assert_eq!((opened.name.as_str(), opened.notice), ("cuda:1", None));
+    }
+
+    #[test]
+    fn cuda_errors_get_a_hint_in_words_and_others_pass_through() {
+        let msg = cannot_open("cuda:3", "DriverError(CUDA_ERROR_INVALID_DEVICE, \"\")");
+        assert!(msg.contains("no GPU with this index"), "{msg}");
+        assert!(msg.contains("CUDA_ERROR_INVALID_DEVICE"), "{msg}");
+        let msg = cannot_open("metal", "no Metal device\n   0: <unknown>\n");
+        assert_eq!(msg, "cannot open device 'metal': no Metal device");
+    }
+
+    #[test]
+    fn uncompiled_gpus_stay_an_error() {
+        if !cfg!(feature = "cuda") {
+            let err = open_or_fallback("cuda:0").unwrap_err().to_string();
+            assert!(err.contains("--features cuda"), "{err}");
+        }
+    }
+
+    #[test]
+    fn probing_lists_every_available_device_and_the_cpu_opens() {
+        let statuses = probe_all();
+        let names: Vec<_> = statuses.iter().map(|s| s.name).collect();
+        assert_eq!(names, available());
+        assert_eq!(statuses[0].usable, Ok(()));
+        let started = std::time::Instant::now();
+        while probed().is_none() {
+            assert!(
+                started.elapsed().as_secs() < 60,
+                "background probe never finished"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(probed().unwrap(), statuses.as_slice());
+        let entries = picker();
+        assert_eq!(entries.len(), statuses.len());
+        assert_eq!(entries[0], ("cpu", None));
     }
 }

@@ -204,3 +204,19 @@ fn a_closed_output_pipe_ends_quietly() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
 }
+
+#[test]
+fn devices_lists_what_this_build_can_open() {
+    let o = attnlab(&["devices"]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.starts_with("cpu      ok\n"), "{stdout}");
+    if cfg!(feature = "cuda") {
+        // One line for cuda:0: ok, or why not (and then a failing exit status).
+        let line = stdout.lines().nth(1).unwrap();
+        assert!(line.starts_with("cuda:0"), "{stdout}");
+        assert_eq!(o.status.success(), line.ends_with(" ok"), "{}", stderr(&o));
+    } else {
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    }
+}

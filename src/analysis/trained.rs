@@ -52,6 +52,9 @@ pub type BatchVisitor<'a> = dyn FnMut(&[Example], &[Option<LayerAttention>]) -> 
 pub struct TrainedRun {
     pub run: RunDir,
     pub preset: Preset,
+    /// Why the model runs on the CPU instead of the run's device (e.g. a GPU run opened on a
+    /// machine without one), if it does.
+    pub device_notice: Option<String>,
     model: Transformer,
     device: Device,
 }
@@ -61,13 +64,15 @@ impl TrainedRun {
     pub fn open(path: &Path) -> Result<Self> {
         let run = RunDir::open(path)?;
         let preset = run.read_preset()?;
-        let device = crate::device::open(&preset.train.device)?;
+        let opened = crate::device::open_or_fallback(&preset.train.device)?;
+        let device = opened.device;
         let params = Params::new(preset.train.seed, &device);
         let model = preset.build_model(&params)?;
         params.load(&run.checkpoint_path())?;
         Ok(Self {
             run,
             preset,
+            device_notice: opened.notice,
             model,
             device,
         })

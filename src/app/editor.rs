@@ -300,14 +300,22 @@ fn train_ui(ui: &mut egui::Ui, t: &mut TrainConfig) {
         egui::ComboBox::from_id_salt("device")
             .selected_text(t.device.clone())
             .show_ui(ui, |ui| {
-                for name in crate::device::available() {
-                    ui.selectable_value(&mut t.device, name.to_string(), name);
+                for (name, unusable) in crate::device::picker() {
+                    let text = match unusable {
+                        Some(_) => format!("{name} (does not open here)"),
+                        None => name.to_string(),
+                    };
+                    let item = ui.selectable_value(&mut t.device, name.to_string(), text);
+                    if let Some(why) = unusable {
+                        item.on_hover_text(why);
+                    }
                 }
             })
             .response
             .labelled_by(label.id)
             .on_hover_text(
-                "devices this build supports (rebuild with --features cuda or metal for GPUs)",
+                "devices this build supports (rebuild with --features cuda or metal for GPUs); \
+                 one that does not open here falls back to the CPU with a notice",
             );
     });
 }

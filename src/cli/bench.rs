@@ -40,9 +40,19 @@ pub struct BenchArgs {
     python: String,
 }
 
+/// A trainer on the preset's own device: a benchmark that quietly fell back to the CPU would
+/// report CPU numbers under the GPU's name, so the fallback notice is an error here.
+fn bench_trainer(preset: &Preset) -> anyhow::Result<Trainer> {
+    let trainer = Trainer::new(preset)?;
+    if let Some(notice) = trainer.device_notice() {
+        anyhow::bail!("{notice}; not benchmarking the CPU in its place");
+    }
+    Ok(trainer)
+}
+
 /// Measures the mean time of `steps` training steps after 5 warm-up steps, in milliseconds.
 pub fn ms_per_step(preset: &Preset, steps: usize) -> anyhow::Result<f64> {
-    let mut trainer = Trainer::new(preset)?;
+    let mut trainer = bench_trainer(preset)?;
     for _ in 0..5 {
         trainer.train_step()?;
     }
@@ -56,7 +66,7 @@ pub fn ms_per_step(preset: &Preset, steps: usize) -> anyhow::Result<f64> {
 /// Trains with an evaluation per epoch until the preset's target accuracy, like the reference
 /// script; returns (seconds including evaluation, epochs) or `None` if it was never reached.
 fn time_to_target(preset: &Preset, verbose: bool) -> anyhow::Result<Option<(f64, usize)>> {
-    let mut trainer = Trainer::new(preset)?;
+    let mut trainer = bench_trainer(preset)?;
     let started = Instant::now();
     let epochs = preset.train.epochs;
     for epoch in 1..=epochs {
@@ -78,12 +88,43 @@ fn time_to_target(preset: &Preset, verbose: bool) -> anyhow::Result<Option<(f64,
     Ok(None)
 }
 
+/// The reference script's arguments for the preset's model, data and schedule, so an
+/// overridden configuration (e.g. `--set model.d_model=512`) is compared with the same one.
+/// The script's model is always softmax attention with learned positions.
+fn torch_args(preset: &Preset) -> Vec<String> {
+    let (m, t) = (&preset.model, &preset.train);
+    let mut args = vec![
+        (
+            "--threads",
+            candle_core::utils::get_num_threads().to_string(),
+        ),
+        ("--d", m.d_model.to_string()),
+        ("--heads", m.n_heads.to_string()),
+        ("--layers", m.n_layers.to_string()),
+        ("--batch", t.batch_size.to_string()),
+        ("--lr", t.lr.to_string()),
+        ("--epochs", t.epochs.to_string()),
+    ];
+    if let Some(mqar) = preset.task.mqar() {
+        args.push(("--T", mqar.seq_len.to_string()));
+        args.push(("--kv", mqar.num_kv_pairs.to_string()));
+        args.push(("--vocab", mqar.vocab_size.to_string()));
+    }
+    args.into_iter()
+        .flat_map(|(key, value)| [key.to_string(), value])
+        .collect()
+}
+
 /// Runs the PyTorch script and returns its last JSON line.
-fn run_torch(python: &str, script: &Path, extra: &[&str]) -> anyhow::Result<Value> {
-    let threads = candle_core::utils::get_num_threads().to_string();
+fn run_torch(
+    python: &str,
+    script: &Path,
+    preset: &Preset,
+    extra: &[&str],
+) -> anyhow::Result<Value> {
     let output = Command::new(python)
         .arg(script)
-        .args(["--threads", &threads])
+        .args(torch_args(preset))
         .args(extra)
         .output()
         .with_context(|| format!("cannot run {python} {}", script.display()))?;
@@ -116,6 +157,7 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
     let tokens = (preset.train.batch_size * preset.task.seq_len()) as f64;
     let mut result = json!({
         "config": preset.name,
+        "device": preset.train.device,
         "threads": candle_core::utils::get_num_threads(),
         "ms_per_step": ms,
         "tokens_per_s": tokens / (ms / 1e3),
@@ -145,13 +187,13 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
         }
     }
     if let Some(script) = &args.torch {
-        let steps = run_torch(&args.python, script, &["--steps-only"])?;
+        let steps = run_torch(&args.python, script, &preset, &["--steps-only"])?;
         let mut torch = json!({ "ms_per_step": steps["ms_per_step"] });
         if let Some(torch_ms) = steps["ms_per_step"].as_f64() {
             result["step_ratio"] = json!(ms / torch_ms);
         }
         if !args.steps_only {
-            let full = run_torch(&args.python, script, &[])?;
+            let full = run_torch(&args.python, script, &preset, &[])?;
             torch["time_to_99_s"] = full["time_to_99_s"].clone();
             if let (Some(ours), Some(theirs)) = (
                 result["time_to_99_s"].as_f64(),
@@ -174,4 +216,32 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
         outln!("{result}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reference(overrides: &[String]) -> Preset {
+        Preset::parse(REFERENCE_PRESET, overrides, Path::new("bench_mqar.toml")).unwrap()
+    }
+
+    /// The reference preset gives the reference script's own defaults, overrides follow.
+    #[test]
+    fn torch_gets_the_presets_configuration() {
+        let args = torch_args(&reference(&[])).join(" ");
+        let defaults = "--d 128 --heads 2 --layers 2 --batch 64 --lr 0.001 --epochs 40 --T 64 --kv 4 --vocab 256";
+        assert!(args.ends_with(defaults), "{args}");
+        let larger = [
+            "model.d_model=512",
+            "task.seq_len=1024",
+            "task.vocab_size=2048",
+        ];
+        let larger = reference(&larger.map(String::from));
+        let args = torch_args(&larger).join(" ");
+        assert!(
+            args.contains("--d 512 ") && args.contains("--T 1024 "),
+            "{args}"
+        );
+    }
 }

@@ -80,6 +80,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// List the devices this build supports and whether each opens here (driver, GPU, kernels).
+    Devices,
     /// List every positional encoding: family, formula, settings and their ranges.
     Encodings {
         #[arg(long, value_enum, default_value_t = analyse::TableFormat::Text)]
@@ -141,6 +143,21 @@ pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
     })
 }
 
+/// `attnlab devices`: one line per device; fails when a GPU this build supports does not open,
+/// so scripts on a GPU machine can check for it first.
+fn devices() -> anyhow::Result<()> {
+    let statuses = crate::device::probe_all();
+    for status in &statuses {
+        match &status.usable {
+            Ok(()) => outln!("{:<8} ok", status.name),
+            Err(why) => outln!("{:<8} unavailable: {why}", status.name),
+        }
+    }
+    let failed = statuses.iter().filter(|s| s.usable.is_err()).count();
+    anyhow::ensure!(failed == 0, "{failed} device(s) do not open here");
+    Ok(())
+}
+
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
@@ -171,6 +188,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             overrides,
             json,
         }) => eval::eval(&run, &overrides, json),
+        Some(Command::Devices) => devices(),
         Some(Command::Encodings { format }) => analyse::list(format),
         Some(Command::Bias(args)) => analyse::bias(&args),
         Some(Command::Trf(args)) => analyse::trf(&args),

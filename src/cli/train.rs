@@ -33,8 +33,12 @@ pub fn train(path: &Path, overrides: &[String], out: &Path, quiet: bool) -> anyh
                 run_dir,
                 total_steps,
                 n_params,
+                device_notice,
                 ..
             } => {
+                if let Some(notice) = device_notice {
+                    bar.suspend(|| eprintln!("warning: {notice}"));
+                }
                 bar.set_length(total_steps as u64);
                 bar.println(format!(
                     "run folder {} ({n_params} parameters)",

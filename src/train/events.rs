@@ -60,7 +60,11 @@ pub struct Summary {
     pub mechanism: String,
     pub encoding: String,
     pub task: String,
+    /// The device the run trained on (`cpu` when the preset's device did not open).
     pub device: String,
+    /// Why the run trained on the CPU instead of the preset's device, if it did.
+    #[serde(default)]
+    pub device_notice: Option<String>,
     pub n_params: usize,
     pub steps: usize,
     pub total_steps: usize,
@@ -86,6 +90,8 @@ pub enum TrainEvent {
         total_steps: usize,
         steps_per_epoch: usize,
         n_params: usize,
+        /// Why the run trains on the CPU instead of the preset's device, if it does.
+        device_notice: Option<String>,
     },
     Step(StepRecord),
     Eval(EvalRecord),
@@ -96,4 +102,21 @@ pub enum TrainEvent {
         message: String,
         run_dir: Option<PathBuf>,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs saved before `device_notice` existed still open.
+    #[test]
+    fn a_summary_without_device_notice_reads_as_none() {
+        let json = r#"{"name":"r","status":"completed","mechanism":"softmax","encoding":"rope",
+            "task":"mqar","device":"cpu","n_params":10,"steps":4,"total_steps":4,"epoch":1.0,
+            "elapsed_secs":0.5,"last_loss":1.5,"last_accuracy":0.25,"best_accuracy":0.25,
+            "time_to_target_secs":null,"tokens_per_s":100.0,"error":null,"attnlab_version":"0.1.0"}"#;
+        let summary: Summary = serde_json::from_str(json).unwrap();
+        assert_eq!(summary.device_notice, None);
+        assert_eq!(summary.status, RunStatus::Completed);
+    }
 }

@@ -64,6 +64,7 @@ fn run_inner(
         total_steps: trainer.total_steps(),
         steps_per_epoch: trainer.steps_per_epoch(),
         n_params: trainer.params().count(),
+        device_notice: trainer.device_notice().map(str::to_string),
     });
 
     let eval_interval = preset.train.eval_interval(preset.task.train_examples());
@@ -111,7 +112,8 @@ fn initial_summary(preset: &Preset, trainer: &Trainer) -> Summary {
         mechanism: preset.attention.name().into(),
         encoding: preset.encoding.name().into(),
         task: preset.task.name().into(),
-        device: preset.train.device.clone(),
+        device: trainer.device_name().to_string(),
+        device_notice: trainer.device_notice().map(str::to_string),
         n_params: trainer.params().count(),
         steps: 0,
         total_steps: trainer.total_steps(),

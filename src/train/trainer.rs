@@ -32,6 +32,9 @@ pub struct EvalStats {
 pub struct Trainer {
     preset: Preset,
     device: Device,
+    /// The device actually used and why it differs from the preset's, see [`crate::device::Opened`].
+    device_name: String,
+    device_notice: Option<String>,
     params: Params,
     model: Transformer,
     optimizer: AdamW,
@@ -47,7 +50,8 @@ pub struct Trainer {
 impl Trainer {
     /// Builds model, optimiser and datasets for a validated preset.
     pub fn new(preset: &Preset) -> Result<Self> {
-        let device = crate::device::open(&preset.train.device)?;
+        let opened = crate::device::open_or_fallback(&preset.train.device)?;
+        let device = opened.device;
         let params = Params::new(preset.train.seed, &device);
         let model = preset.build_model(&params)?;
         let vars: Vec<Var> = params.vars().into_iter().map(|(_, v)| v).collect();
@@ -62,6 +66,8 @@ impl Trainer {
             step: 0,
             preset: preset.clone(),
             device,
+            device_name: opened.name,
+            device_notice: opened.notice,
             params,
             model,
             optimizer,
@@ -84,6 +90,16 @@ impl Trainer {
 
     pub fn device(&self) -> &Device {
         &self.device
+    }
+
+    /// The name of the device training runs on (`cpu` when the preset's did not open).
+    pub fn device_name(&self) -> &str {
+        &self.device_name
+    }
+
+    /// Why training runs on the CPU instead of the preset's device, if it does.
+    pub fn device_notice(&self) -> Option<&str> {
+        self.device_notice.as_deref()
     }
 
     pub fn test_set(&self) -> &Dataset {
