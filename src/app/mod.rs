@@ -484,8 +484,13 @@ impl AttnlabApp {
         if let Some(i) = removed {
             self.runs.remove(i);
         }
-        if let Some(error) = self.runs.selected().and_then(|r| r.error.clone()) {
-            ui.colored_label(ui.visuals().error_fg_color, error);
+        if let Some(run) = self.runs.selected() {
+            if let Some(notice) = &run.notice {
+                ui.colored_label(ui.visuals().warn_fg_color, notice);
+            }
+            if let Some(error) = &run.error {
+                ui.colored_label(ui.visuals().error_fg_color, error);
+            }
         }
     }
 

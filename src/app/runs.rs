@@ -37,8 +37,8 @@ impl SavedLayer {
     }
 }
 
-/// A run folder's preset, metrics and status.
-type Folder = (Preset, Vec<MetricRecord>, String);
+/// A run folder's preset, metrics, status and device notice.
+type Folder = (Preset, Vec<MetricRecord>, String, Option<String>);
 
 /// One run in the run list.
 pub struct RunView {
@@ -50,6 +50,8 @@ pub struct RunView {
     pub evals: Vec<EvalRecord>,
     pub total_steps: usize,
     pub error: Option<String>,
+    /// Why the run is not on the device its preset asked for (it fell back to the CPU).
+    pub notice: Option<String>,
     pub attention: Option<LoadedAttention>,
     /// Bumped whenever `attention` changes, so views can cache what they derive from it.
     pub attention_version: u64,
@@ -118,11 +120,11 @@ pub fn read_attention(dir: &Path) -> crate::Result<LoadedAttention> {
 
 fn read_folder(dir: &Path) -> crate::Result<Folder> {
     let run = RunDir::open(dir)?;
-    let status = run
-        .read_summary()
-        .map(|s| format!("{:?}", s.status).to_lowercase())
-        .unwrap_or_else(|_| "unknown".into());
-    Ok((run.read_preset()?, run.read_metrics()?, status))
+    let (status, notice) = match run.read_summary() {
+        Ok(s) => (format!("{:?}", s.status).to_lowercase(), s.device_notice),
+        Err(_) => ("unknown".into(), None),
+    };
+    Ok((run.read_preset()?, run.read_metrics()?, status, notice))
 }
 
 /// The run list.
@@ -145,6 +147,7 @@ impl RunStore {
             steps: Vec::new(),
             evals: Vec::new(),
             error: None,
+            notice: None,
             attention: None,
             attention_version: 0,
             handle: Some(handle),
@@ -182,6 +185,7 @@ impl RunStore {
             evals: Vec::new(),
             total_steps: 0,
             error: None,
+            notice: None,
             attention: None,
             attention_version: 0,
             handle: None,
@@ -234,10 +238,12 @@ fn drain_events(run: &mut RunView, repaint: impl Fn() + Send + Clone + 'static) 
             Ok(TrainEvent::Started {
                 run_dir,
                 total_steps,
+                device_notice,
                 ..
             }) => {
                 run.dir = Some(run_dir);
                 run.total_steps = total_steps;
+                run.notice = device_notice;
                 run.status = "running".into();
             }
             Ok(TrainEvent::Step(step)) => run.steps.push(step),
@@ -297,10 +303,11 @@ fn apply_folder(
     repaint: impl Fn() + Send + 'static,
 ) {
     match folder {
-        Ok((preset, metrics, status)) => {
+        Ok((preset, metrics, status, notice)) => {
             run.name = preset.name.clone();
             run.preset = preset;
             run.status = status;
+            run.notice = notice;
             for record in metrics {
                 match record {
                     MetricRecord::Step(s) => run.steps.push(s),
