@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts the workbench under Xvfb on a shipped preset, trains it until its attention is saved,
 # and writes a screenshot of every view to assets/screenshots/ (then prints frame times).
-# Needs: apt-get install xvfb mesa-vulkan-drivers (software rendering, no GPU needed).
+# Needs: apt-get install xvfb libgl1-mesa-dri libegl1 (OpenGL software rendering, no GPU needed;
+# add mesa-vulkan-drivers to compare with ATTNLAB_RENDERER=wgpu).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${2:-assets/screenshots}"

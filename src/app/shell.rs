@@ -188,11 +188,22 @@ impl eframe::App for Shell {
         eframe::set_value(storage, eframe::APP_KEY, &self.app.persisted());
     }
 
-    fn on_exit(&mut self) {
+    fn on_exit(&mut self, _gl: Option<&eframe::glow::Context>) {
         if self.report {
             self.training.report("while training");
             self.idle.report("while idle");
         }
+    }
+}
+
+/// The renderer named by `ATTNLAB_RENDERER`: `glow` (OpenGL, the default) or `wgpu`. On a
+/// software rasteriser (Mesa's llvmpipe under Xvfb, a VM, a remote desktop) glow draws this window
+/// about 5 times faster than wgpu on lavapipe (README, "The workbench"); on a GPU both are fast.
+fn renderer() -> anyhow::Result<eframe::Renderer> {
+    match std::env::var("ATTNLAB_RENDERER").as_deref() {
+        Err(_) | Ok("glow") => Ok(eframe::Renderer::Glow),
+        Ok("wgpu") => Ok(eframe::Renderer::Wgpu),
+        Ok(other) => anyhow::bail!("ATTNLAB_RENDERER={other}: expected wgpu or glow"),
     }
 }
 
@@ -210,6 +221,7 @@ pub fn run_native() -> anyhow::Result<()> {
         viewport: egui::ViewportBuilder::default()
             .with_inner_size([1400.0, 900.0])
             .with_title("attnlab"),
+        renderer: renderer()?,
         ..Default::default()
     };
     let screenshots = std::env::var_os("ATTNLAB_SCREENSHOTS").map(PathBuf::from);

@@ -89,14 +89,14 @@ pub fn spawn_with(
     }
 }
 
-/// Lowers the calling thread's scheduling priority (nice 10). Linux keeps the nice value per
+/// Lowers the calling thread's scheduling priority to the lowest (nice 19). Linux keeps the nice value per
 /// thread, so the rest of the process is untouched; elsewhere this does nothing.
 #[allow(unsafe_code)]
 pub fn lower_thread_priority() {
     #[cfg(target_os = "linux")]
     // SAFETY: setpriority only reads its arguments; `who = 0` names the calling thread on Linux.
     unsafe {
-        libc::setpriority(libc::PRIO_PROCESS, 0, 10);
+        libc::setpriority(libc::PRIO_PROCESS, 0, 19);
     }
 }
 
@@ -116,7 +116,7 @@ mod tests {
         })
         .join()
         .unwrap();
-        assert_eq!(lowered, 10.max(before));
+        assert_eq!(lowered, 19.max(before));
         assert_eq!(nice(), before);
     }
 }
