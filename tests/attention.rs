@@ -73,14 +73,7 @@ fn capturing_attention_does_not_change_the_output() {
             .unwrap()
             .index_select(&batch.rows, 0)
             .unwrap();
-        let diff = (scored - gathered)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .max_all()
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap();
+        let diff = common::max_abs_diff(&scored, &gathered);
         assert!(diff < 1e-4, "{}: outputs differ by {diff}", preset.name);
     }
 }

@@ -24,14 +24,7 @@ fn block_evaluation_equals_the_explicit_matrices() {
         let (model, _) = common::build(preset);
         let explicit = model.forward(&ids).unwrap().logits;
         let blocks = model.logits_blocks(&ids, 5).unwrap();
-        let diff = (explicit - blocks)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .max_all()
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap();
+        let diff = common::max_abs_diff(&explicit, &blocks);
         assert!(diff < 1e-4, "{}: max difference {diff}", preset.name);
         checked += 1;
     }

@@ -369,10 +369,13 @@ impl AttnlabApp {
                         .ui(ui, &self.editor.preset.encoding, shape, run, &self.exporter);
                 }
                 Tab::Sweep => self.sweep.ui(ui, &self.exporter),
-                Tab::Extrapolation => {
-                    self.extrapolation
-                        .ui(ui, &mut self.runs, &self.runs_root, &self.exporter)
-                }
+                Tab::Extrapolation => self.extrapolation.ui(
+                    ui,
+                    &mut self.runs,
+                    &self.runs_root,
+                    &self.shipped,
+                    &self.exporter,
+                ),
             }
         });
         self.confirm_ui(ui.ctx());

@@ -156,3 +156,15 @@ pub fn trained_run(preset: &Preset, root: &std::path::Path) -> std::path::PathBu
     .unwrap();
     dir.unwrap()
 }
+
+/// The largest absolute difference between two tensors of one shape.
+pub fn max_abs_diff(a: &candle_core::Tensor, b: &candle_core::Tensor) -> f32 {
+    (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
+}

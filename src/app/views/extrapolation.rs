@@ -36,17 +36,6 @@ pub struct ExtrapolationView {
     pub error: Option<String>,
 }
 
-/// The shipped language-modelling presets (`presets/lm_*.toml`).
-fn lm_presets() -> Vec<PathBuf> {
-    super::super::shipped_files("presets")
-        .into_iter()
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("lm_"))
-        })
-        .collect()
-}
-
 /// `Ok(None)` when `cancel` was set while `result` was computed (the library reports that as
 /// an error).
 fn unless_cancelled<T>(cancel: &AtomicBool, result: crate::Result<T>) -> crate::Result<Option<T>> {
@@ -57,11 +46,14 @@ fn unless_cancelled<T>(cancel: &AtomicBool, result: crate::Result<T>) -> crate::
 }
 
 impl ExtrapolationView {
+    /// `shipped` is the app's list of `presets/` (read once at start); the `lm_*` ones are
+    /// offered for "train and evaluate".
     pub fn ui(
         &mut self,
         ui: &mut egui::Ui,
         runs: &mut RunStore,
         runs_root: &Path,
+        shipped: &[PathBuf],
         exporter: &Exporter,
     ) {
         match take_finished(&mut self.job) {
@@ -79,7 +71,7 @@ impl ExtrapolationView {
         self.options_ui(ui);
         match &self.job {
             Some(job) => job.ui(ui),
-            None => self.start_ui(ui, runs, runs_root),
+            None => self.start_ui(ui, runs, runs_root, shipped),
         }
         if let Some(error) = &self.error {
             ui.colored_label(ui.visuals().error_fg_color, error);
@@ -176,7 +168,13 @@ impl ExtrapolationView {
         Ok(options)
     }
 
-    fn start_ui(&mut self, ui: &mut egui::Ui, runs: &RunStore, runs_root: &Path) {
+    fn start_ui(
+        &mut self,
+        ui: &mut egui::Ui,
+        runs: &RunStore,
+        runs_root: &Path,
+        shipped: &[PathBuf],
+    ) {
         let options = match self.parsed_options() {
             Ok(options) => options,
             Err(message) => {
@@ -203,17 +201,21 @@ impl ExtrapolationView {
         });
         ui.horizontal_wrapped(|ui| {
             ui.label("train and evaluate:");
-            for path in lm_presets() {
+            let lm = shipped.iter().filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("lm_"))
+            });
+            for path in lm {
                 let name = path
                     .file_stem()
                     .map(|s| s.to_string_lossy().trim_start_matches("lm_").to_string())
                     .unwrap_or_default();
-                let mut on = self.ticked.contains(&path);
+                let mut on = self.ticked.contains(path);
                 if ui.checkbox(&mut on, name).changed() {
                     if on {
-                        self.ticked.insert(path);
+                        self.ticked.insert(path.clone());
                     } else {
-                        self.ticked.remove(&path);
+                        self.ticked.remove(path);
                     }
                 }
             }
