@@ -4,13 +4,14 @@
 use candle_core::{D, Tensor};
 
 use crate::Result;
-use crate::ops::{add_bias, gelu_erf, layer_norm};
+use crate::ops::{gelu_erf, layer_norm, linear};
 use crate::params::{Init, Params};
 
 /// y = x Wᵀ + b. Inputs of any rank are flattened to one matrix product (one large GEMM is
-/// faster on CPU than a batch of small ones).
+/// faster on CPU than a batch of small ones); see [`crate::ops::linear`].
 pub struct Linear {
-    weight_t: Tensor,
+    /// (out, in), as `nn.Linear`.
+    weight: Tensor,
     bias: Option<Tensor>,
 }
 
@@ -22,30 +23,31 @@ impl Linear {
         let bias = bias
             .then(|| params.get("bias", out_dim, Init::Uniform(bound)))
             .transpose()?;
-        Ok(Self::from_weight(weight, bias)?)
+        Ok(Self::from_weight(weight, bias))
     }
 
     /// A layer over an existing (out, in) weight, e.g. a tied embedding.
-    pub fn from_weight(weight: Tensor, bias: Option<Tensor>) -> candle_core::Result<Self> {
+    pub fn from_weight(weight: Tensor, bias: Option<Tensor>) -> Self {
+        Self { weight, bias }
+    }
+
+    /// The layer restricted to output features `start..start + len`, sharing this layer's
+    /// parameters: projecting q, k and v through slices of one fused weight gives each its own
+    /// contiguous output, where narrowing one wide output makes candle copy it (and its
+    /// backward assemble a full-width gradient from zeros) once per slice.
+    pub fn rows(&self, start: usize, len: usize) -> Result<Self> {
         Ok(Self {
-            weight_t: weight.t()?,
-            bias,
+            weight: self.weight.narrow(0, start, len)?,
+            bias: self
+                .bias
+                .as_ref()
+                .map(|b| b.narrow(0, start, len))
+                .transpose()?,
         })
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let (in_dim, out_dim) = self.weight_t.dims2()?;
-        let mut dims = x.dims().to_vec();
-        let rows = x.elem_count() / in_dim;
-        let y = x.reshape((rows, in_dim))?.matmul(&self.weight_t)?;
-        let y = match &self.bias {
-            Some(b) => add_bias(&y, b)?,
-            None => y,
-        };
-        if let Some(last) = dims.last_mut() {
-            *last = out_dim;
-        }
-        Ok(y.reshape(dims)?)
+        linear(x, &self.weight, self.bias.as_ref())
     }
 }
 

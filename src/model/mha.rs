@@ -9,6 +9,7 @@ use super::Linear;
 use crate::Result;
 use crate::attention::{Attention, Mechanism};
 use crate::encodings::Encoding;
+use crate::ops::matmul;
 use crate::params::Params;
 
 pub struct MultiHeadAttention {
@@ -52,10 +53,12 @@ impl MultiHeadAttention {
     fn project(&self, x: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
         let (b, t, _) = x.dims3()?;
         let h = self.n_heads;
-        let qkv = self.qkv.forward(x)?; // (B, T, H·(2·Dqk + Dh))
+        // Column blocks of the fused (B, T, H·(2·Dqk + Dh)) projection, one at a time.
         let split = |start: usize, width: usize| -> Result<Tensor> {
-            Ok(qkv
-                .narrow(2, start * h, width * h)?
+            Ok(self
+                .qkv
+                .rows(start * h, width * h)?
+                .forward(x)?
                 .reshape((b, t, h, width))?
                 .transpose(1, 2)?
                 .contiguous()?) // (B, H, T, width)
@@ -78,7 +81,7 @@ impl MultiHeadAttention {
     pub fn forward(&self, x: &Tensor) -> Result<(Tensor, Attention)> {
         let (q, k, v) = self.project(x)?;
         let attention = self.mechanism.attend(&q, &k, &v, self.encoding.as_ref())?;
-        let y = attention.weights.matmul(&attention.values)?; // (B, H, T, Dh)
+        let y = matmul(&attention.weights, &attention.values)?; // (B, H, T, Dh)
         Ok((self.merge(&y)?, attention))
     }
 

@@ -150,7 +150,7 @@ impl Transformer {
         let embedding = Embedding::new(vocab_size, d, &params.pp("embedding"))?;
         let head = if config.tie_embeddings {
             let bias = params.get("head.bias", vocab_size, crate::params::Init::Constant(0.0))?;
-            Linear::from_weight(embedding.weight().clone(), Some(bias))?
+            Linear::from_weight(embedding.weight().clone(), Some(bias))
         } else {
             Linear::new(d, vocab_size, true, &params.pp("head"))?
         };

@@ -6,6 +6,9 @@
 //! `*_composed` versions, which also serve as the tests' reference).
 
 mod fused;
+mod gemm;
+mod linear;
+mod matmul;
 
 use candle_core::{D, DType, Tensor};
 
@@ -52,14 +55,31 @@ pub fn causal_mask(x: &Tensor) -> Result<Tensor> {
     Ok(Tensor::from_vec(data, (tq, tk), x.device())?.to_dtype(x.dtype())?)
 }
 
-/// x (…, D) + b (D).
-pub fn add_bias(x: &Tensor, b: &Tensor) -> Result<Tensor> {
-    if fusable(x) {
-        return Ok(x
-            .contiguous()?
-            .apply_op2(&b.contiguous()?, fused::AddBias)?);
+/// y = x Wᵀ + b for x (…, in), W (out, in), b (out), as `nn.Linear`.
+pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+    match b {
+        Some(b) if fusable(x) => {
+            Ok(x.contiguous()?
+                .apply_op3(&w.contiguous()?, &b.contiguous()?, linear::LinearOp)?)
+        }
+        _ => linear_composed(x, w, b),
     }
-    Ok(x.broadcast_add(b)?)
+}
+
+/// [`linear`] from plain tensor ops: one (rows, in) × (in, out) product.
+pub fn linear_composed(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+    let (out_dim, in_dim) = w.dims2()?;
+    let mut dims = x.dims().to_vec();
+    let rows = x.elem_count() / in_dim;
+    let y = x.reshape((rows, in_dim))?.matmul(&w.t()?)?;
+    let y = match b {
+        Some(b) => y.broadcast_add(b)?,
+        None => y,
+    };
+    if let Some(last) = dims.last_mut() {
+        *last = out_dim;
+    }
+    Ok(y.reshape(dims)?)
 }
 
 /// GELU, exact erf form (PyTorch's `nn.GELU()`).
@@ -106,9 +126,18 @@ pub fn standardise_composed(x: &Tensor, eps: f64) -> Result<Tensor> {
     Ok(centred.broadcast_div(&(var + eps)?.sqrt()?)?)
 }
 
+/// a (…, m, k) · b (…, k, n). Batches of f32 CPU matrices run in parallel, one product per
+/// thread, transposed operands read in place (see `matmul.rs`); anything else is candle's.
+pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    if fusable(a) && matmul::fits(a, b) {
+        return Ok(a.apply_op2(b, matmul::BatchedMatmul)?);
+    }
+    Ok(a.matmul(b)?)
+}
+
 /// q·kᵀ·scale for q (…, Tq, d), k (…, Tk, d) → (…, Tq, Tk).
 pub fn dot_scores(q: &Tensor, k: &Tensor, scale: f64) -> Result<Tensor> {
-    Ok((q.matmul(&k.t()?)? * scale)?)
+    Ok((matmul(q, &k.t()?)? * scale)?)
 }
 
 #[cfg(test)]
@@ -182,10 +211,6 @@ mod tests {
         );
         assert_close(&fused.0, &composed.0, "layer_norm value");
         assert_close(&fused.1, &composed.1, "layer_norm gradient");
-        let fused = value_and_grad(|x| add_bias(x, &beta), &x, &upstream);
-        let composed = value_and_grad(|x| Ok(x.broadcast_add(&beta)?), &x, &upstream);
-        assert_close(&fused.0, &composed.0, "add_bias value");
-        assert_close(&fused.1, &composed.1, "add_bias gradient");
         let fused = value_and_grad(gelu_erf, &x, &upstream);
         let composed = value_and_grad(|x| Ok(x.gelu_erf()?), &x, &upstream);
         assert_close(&fused.0, &composed.0, "gelu value");
@@ -196,6 +221,81 @@ mod tests {
             assert_close(&fused.0, &composed.0, "softmax value");
             assert_close(&fused.1, &composed.1, "softmax gradient");
         }
+    }
+
+    #[test]
+    fn fused_linear_matches_the_composed_op_in_value_and_every_gradient() {
+        let x = Var::from_tensor(&random((2, 3, 5, 7), 5)).unwrap();
+        let w = Var::from_tensor(
+            &random((1, 1, 4, 7), 6)
+                .squeeze(0)
+                .unwrap()
+                .squeeze(0)
+                .unwrap(),
+        )
+        .unwrap();
+        let b = Var::from_tensor(&random((1, 1, 1, 4), 7).flatten_all().unwrap()).unwrap();
+        let upstream = random((2, 3, 5, 4), 8);
+        type LinearFn = dyn Fn(&Tensor, &Tensor, Option<&Tensor>) -> Result<Tensor>;
+        let run = |f: &LinearFn| {
+            let y = f(x.as_tensor(), w.as_tensor(), Some(b.as_tensor())).unwrap();
+            let grads = (&y * &upstream)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap();
+            let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            let grad = |v: &Var| flat(grads.get(v.as_tensor()).unwrap());
+            assert_eq!(y.dims(), &[2, 3, 5, 4]);
+            [flat(&y), grad(&x), grad(&w), grad(&b)]
+        };
+        let fused = run(&linear);
+        let composed = run(&linear_composed);
+        for (what, (f, c)) in ["value", "dx", "dW", "db"]
+            .iter()
+            .zip(fused.iter().zip(&composed))
+        {
+            assert_close(f, c, what);
+        }
+    }
+
+    #[test]
+    fn batched_matmul_matches_candle_in_value_and_gradients() {
+        let a = Var::from_tensor(&random((2, 3, 5, 7), 9)).unwrap();
+        let b = Var::from_tensor(&random((2, 3, 4, 7), 10)).unwrap();
+        let upstream = random((2, 3, 5, 4), 11);
+        let run = |f: &dyn Fn(&Tensor, &Tensor) -> Result<Tensor>| {
+            let y = f(a.as_tensor(), &b.as_tensor().t().unwrap()).unwrap();
+            let grads = (&y * &upstream)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap();
+            let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            let grad = |v: &Var| flat(grads.get(v.as_tensor()).unwrap());
+            [flat(&y), grad(&a), grad(&b)]
+        };
+        let ours = run(&matmul);
+        let candle = run(&|a, b| Ok(a.matmul(b)?));
+        for (what, (o, c)) in ["value", "da", "db"].iter().zip(ours.iter().zip(&candle)) {
+            assert_close(o, c, what);
+        }
+        // A batch smaller than the thread pool takes the one-product-at-a-time path.
+        let small = matmul(&random((1, 1, 5, 7), 12), &random((1, 1, 7, 3), 13)).unwrap();
+        assert_eq!(small.dims(), &[1, 1, 5, 3]);
+    }
+
+    #[test]
+    fn fast_erf_is_within_1e_6_of_libm() {
+        let worst = (-60_000..=60_000)
+            .map(|i| i as f32 * 1e-4)
+            .map(|x| (fused::erf(x) - libm::erff(x)).abs())
+            .fold(0f32, f32::max);
+        assert!(worst < 1e-6, "max |erf − erff| = {worst}");
+        assert!((fused::erf(100.0) - 1.0).abs() < 1e-6);
+        assert!((fused::erf(-100.0) + 1.0).abs() < 1e-6);
     }
 
     #[test]
