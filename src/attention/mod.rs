@@ -67,7 +67,8 @@ impl Default for BasedConfig {
 pub struct Attention {
     /// Row-normalised weights, (B, H, Tq, Tk).
     pub weights: Tensor,
-    /// The values the weights mix, (B, H, Tk, Dh). `weights · values` is the layer's output.
+    /// The values the weights mix, (B, H, Tk, Dh), possibly a strided view of the model's
+    /// (B, T, H, Dh) projection. `ops::matmul(weights, values)` is the layer's output.
     pub values: Tensor,
 }
 
@@ -125,7 +126,7 @@ pub fn blockwise_output<M: Mechanism + ?Sized>(
                 pos,
                 block,
             )?;
-            Ok(attention.weights.matmul(&attention.values)?.detach())
+            Ok(crate::ops::matmul(&attention.weights, &attention.values)?.detach())
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(Tensor::cat(&outputs, 2)?)

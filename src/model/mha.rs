@@ -9,7 +9,7 @@ use super::Linear;
 use crate::Result;
 use crate::attention::{Attention, Mechanism};
 use crate::encodings::Encoding;
-use crate::ops::matmul;
+use crate::ops::matmul_merge_heads;
 use crate::params::Params;
 
 pub struct MultiHeadAttention {
@@ -49,7 +49,8 @@ impl MultiHeadAttention {
         &self.encoding
     }
 
-    /// q, k (B, H, T, Dqk) and v (B, H, T, Dh) of x (B, T, D).
+    /// q, k (B, H, T, Dqk) and v (B, H, T, Dh) of x (B, T, D), as views of (B, T, H, ·)
+    /// projections: heads are not copied out ([`crate::ops::matmul`] reads such views in place).
     fn project(&self, x: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
         let (b, t, _) = x.dims3()?;
         let h = self.n_heads;
@@ -60,8 +61,7 @@ impl MultiHeadAttention {
                 .rows(start * h, width * h)?
                 .forward(x)?
                 .reshape((b, t, h, width))?
-                .transpose(1, 2)?
-                .contiguous()?) // (B, H, T, width)
+                .transpose(1, 2)?) // (B, H, T, width)
         };
         Ok((
             split(0, self.qk_dim)?,
@@ -81,8 +81,8 @@ impl MultiHeadAttention {
     pub fn forward(&self, x: &Tensor) -> Result<(Tensor, Attention)> {
         let (q, k, v) = self.project(x)?;
         let attention = self.mechanism.attend(&q, &k, &v, self.encoding.as_ref())?;
-        let y = matmul(&attention.weights, &attention.values)?; // (B, H, T, Dh)
-        Ok((self.merge(&y)?, attention))
+        let y = matmul_merge_heads(&attention.weights, &attention.values)?; // (B, T, H·Dh)
+        Ok((self.out.forward(&y)?, attention))
     }
 
     /// x (B, T, D) → output (B, T, D), the queries taken `chunk` at a time, so at most

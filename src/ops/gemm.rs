@@ -58,43 +58,76 @@ fn fits(len: usize, rows: usize, cols: usize, row_stride: usize, col_stride: usi
         .is_some_and(|last| last < len)
 }
 
+/// The output of a product: `rows × cols`, row-major with rows `row_stride` apart (more
+/// than `cols` when products fill interleaved column blocks, e.g. heads side by side).
+pub struct MatMut<'a> {
+    pub data: &'a mut [f32],
+    pub rows: usize,
+    pub cols: usize,
+    pub row_stride: usize,
+}
+
+impl<'a> MatMut<'a> {
+    /// A row-major (rows, cols) output.
+    pub fn row_major(data: &'a mut [f32], rows: usize, cols: usize) -> Self {
+        Self {
+            data,
+            rows,
+            cols,
+            row_stride: cols,
+        }
+    }
+}
+
 /// `dst = a · b` (or `dst += a · b` with `accumulate`), dst row-major (a.rows, b.cols).
 /// Runs on rayon's pool, like candle's own matmul.
 ///
 /// # Panics
 /// If the shapes disagree or a view reaches past its slice: callers pass shapes they built.
 pub fn gemm(dst: &mut [f32], a: MatRef, b: MatRef, accumulate: bool) {
+    let dst = MatMut::row_major(dst, a.rows, b.cols);
+    gemm_with(dst, a, b, accumulate, 1.0, parallelism(true));
+}
+
+/// `dst = scale · a · b`, on rayon's pool when `parallel`, else on the calling thread only
+/// (for many small products run side by side).
+pub fn gemm_scaled(dst: MatMut, a: MatRef, b: MatRef, scale: f32, parallel: bool) {
+    gemm_with(dst, a, b, false, scale, parallelism(parallel));
+}
+
+fn parallelism(parallel: bool) -> gemm::Parallelism {
     let threads = rayon::current_num_threads();
-    let parallelism = if threads > 1 {
+    if parallel && threads > 1 {
         gemm::Parallelism::Rayon(threads)
     } else {
         gemm::Parallelism::None
-    };
-    gemm_with(dst, a, b, accumulate, parallelism);
-}
-
-/// [`gemm`] on the calling thread only: for many small products run in parallel.
-pub fn gemm_serial(dst: &mut [f32], a: MatRef, b: MatRef) {
-    gemm_with(dst, a, b, false, gemm::Parallelism::None);
+    }
 }
 
 fn gemm_with(
-    dst: &mut [f32],
+    dst: MatMut,
     a: MatRef,
     b: MatRef,
     accumulate: bool,
+    scale: f32,
     parallelism: gemm::Parallelism,
 ) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     assert_eq!(k, b.rows, "gemm: inner dimensions differ");
+    assert_eq!((dst.rows, dst.cols), (m, n), "gemm: output shape differs");
     assert!(a.fits() && b.fits(), "gemm: operand view out of bounds");
-    assert!(fits(dst.len(), m, n, n, 1), "gemm: output too small");
+    assert!(
+        fits(dst.data.len(), m, n, dst.row_stride, 1),
+        "gemm: output too small"
+    );
     if m == 0 || n == 0 {
         return;
     }
     if k == 0 {
         if !accumulate {
-            dst[..m * n].fill(0.0);
+            for row in dst.data.chunks_mut(dst.row_stride).take(m) {
+                row[..n].fill(0.0);
+            }
         }
         return;
     }
@@ -107,9 +140,9 @@ fn gemm_with(
             m,
             n,
             k,
-            dst.as_mut_ptr(),
+            dst.data.as_mut_ptr(),
             1,
-            n as isize,
+            dst.row_stride as isize,
             accumulate,
             a.data.as_ptr(),
             a.col_stride as isize,
@@ -118,7 +151,7 @@ fn gemm_with(
             b.col_stride as isize,
             b.row_stride as isize,
             1.0,
-            1.0,
+            scale,
             false,
             false,
             false,
@@ -152,6 +185,26 @@ mod tests {
             true,
         );
         assert_eq!(dst, vec![-4.0, 8.0, -4.0, 26.0]);
+    }
+
+    #[test]
+    fn scaled_products_fill_interleaved_column_blocks() {
+        // Two 1×1·1×2 products side by side in rows of width 4: [x x | y y].
+        let (a, b) = ([2f32], [1f32, 3.0]);
+        let mut dst = vec![0f32; 4];
+        let a = MatRef::row_major(&a, 1, 1);
+        let b = MatRef::row_major(&b, 1, 2);
+        fn block(dst: &mut [f32], start: usize) -> MatMut<'_> {
+            MatMut {
+                data: &mut dst[start..],
+                rows: 1,
+                cols: 2,
+                row_stride: 4,
+            }
+        }
+        gemm_scaled(block(&mut dst, 0), a, b, 0.5, false);
+        gemm_scaled(block(&mut dst, 2), a, b, -1.0, true);
+        assert_eq!(dst, vec![1.0, 3.0, -2.0, -6.0]);
     }
 
     #[test]

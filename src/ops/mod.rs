@@ -127,17 +127,49 @@ pub fn standardise_composed(x: &Tensor, eps: f64) -> Result<Tensor> {
 }
 
 /// a (…, m, k) · b (…, k, n). Batches of f32 CPU matrices run in parallel, one product per
-/// thread, transposed operands read in place (see `matmul.rs`); anything else is candle's.
+/// thread, transposed operands and heads split from (B, T, H, D) read in place (see
+/// `matmul.rs`); anything else is candle's, with such views copied first.
 pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    scaled_matmul(a, b, 1.0)
+}
+
+/// scale · a · b, the scale applied inside the product (no extra pass over the result).
+fn scaled_matmul(a: &Tensor, b: &Tensor, scale: f64) -> Result<Tensor> {
     if fusable(a) && matmul::fits(a, b) {
-        return Ok(a.apply_op2(b, matmul::BatchedMatmul)?);
+        let op = matmul::BatchedMatmul {
+            scale: scale as f32,
+            merge_heads: false,
+        };
+        return Ok(a.apply_op2(b, op)?);
     }
-    Ok(a.matmul(b)?)
+    let product = matmul::flat_for_candle(a)?.matmul(&matmul::flat_for_candle(b)?)?;
+    Ok(if scale == 1.0 {
+        product
+    } else {
+        (product * scale)?
+    })
+}
+
+/// Attention outputs with the heads merged: weights (B, H, Tq, Tk) · values (B, H, Tk, Dh)
+/// → (B, Tq, H·Dh), what the output projection reads.
+pub fn matmul_merge_heads(weights: &Tensor, values: &Tensor) -> Result<Tensor> {
+    let (b, h, tq, _) = weights.dims4()?;
+    let dh = values.dim(3)?;
+    if fusable(weights) && matmul::fits(weights, values) {
+        let op = matmul::BatchedMatmul {
+            scale: 1.0,
+            merge_heads: true,
+        };
+        return Ok(weights.apply_op2(values, op)?);
+    }
+    Ok(matmul(weights, values)?
+        .transpose(1, 2)?
+        .reshape((b, tq, h * dh))?)
 }
 
 /// q·kᵀ·scale for q (…, Tq, d), k (…, Tk, d) → (…, Tq, Tk).
 pub fn dot_scores(q: &Tensor, k: &Tensor, scale: f64) -> Result<Tensor> {
-    Ok((matmul(q, &k.t()?)? * scale)?)
+    scaled_matmul(q, &k.t()?, scale)
 }
 
 #[cfg(test)]
@@ -277,9 +309,29 @@ mod tests {
             let grad = |v: &Var| flat(grads.get(v.as_tensor()).unwrap());
             [flat(&y), grad(&a), grad(&b)]
         };
-        let ours = run(&matmul);
         let candle = run(&|a, b| Ok(a.matmul(b)?));
+        let ours = run(&matmul);
         for (what, (o, c)) in ["value", "da", "db"].iter().zip(ours.iter().zip(&candle)) {
+            assert_close(o, c, what);
+        }
+        // Scaled (scores) and heads-merged (outputs) products, against candle's ops composed.
+        let candle = run(&|a, b| Ok((a.matmul(b)? * 0.3)?));
+        let ours = run(&|a, b| scaled_matmul(a, b, 0.3));
+        for (what, (o, c)) in ["scaled", "da", "db"].iter().zip(ours.iter().zip(&candle)) {
+            assert_close(o, c, what);
+        }
+        let merged = |a: &Tensor, b: &Tensor| -> Result<Tensor> {
+            // Back to (B, H, Tq, Dh) so `run` can compare it with the plain product.
+            let (batch, heads, tq, _) = a.dims4()?;
+            let y = matmul_merge_heads(a, b)?;
+            assert_eq!(y.dims(), &[batch, tq, heads * b.dim(3)?]);
+            Ok(y.reshape((batch, tq, heads, b.dim(3)?))?.transpose(1, 2)?)
+        };
+        let candle = run(&|a, b| Ok(a.matmul(b)?));
+        for (what, (o, c)) in ["merged", "da", "db"]
+            .iter()
+            .zip(run(&merged).iter().zip(&candle))
+        {
             assert_close(o, c, what);
         }
         // A batch smaller than the thread pool takes the one-product-at-a-time path.
