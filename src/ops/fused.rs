@@ -22,6 +22,14 @@ pub(super) fn slice<'a>(
     Ok(&data[start..end])
 }
 
+/// `n` zeros, written by all threads: `vec![0.0; n]` zero-fills on the calling thread alone,
+/// a serial pass per op output that the profile showed (a few % of a training step).
+pub(super) fn zeros(n: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(n);
+    out.par_extend(rayon::iter::repeat_n(0f32, n));
+    out
+}
+
 /// Runs `f(out, a, b)` over matching chunks of `chunk` elements of `a` and `b`, in parallel.
 fn zip_chunks(
     a: &[f32],
@@ -29,7 +37,7 @@ fn zip_chunks(
     chunk: usize,
     f: impl Fn(&mut [f32], &[f32], &[f32]) + Sync,
 ) -> Vec<f32> {
-    let mut out = vec![0f32; a.len()];
+    let mut out = zeros(a.len());
     out.par_chunks_mut(chunk)
         .zip(a.par_chunks(chunk).zip(b.par_chunks(chunk)))
         .for_each(|(o, (a, b))| f(o, a, b));
@@ -64,7 +72,7 @@ impl CustomOp1 for Standardise {
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let x = slice(storage, layout)?;
         let d = last_dim(layout);
-        let mut out = vec![0f32; x.len()];
+        let mut out = zeros(x.len());
         out.par_chunks_mut(d)
             .zip(x.par_chunks(d))
             .for_each(|(o, row)| {
@@ -112,7 +120,7 @@ impl CustomOp3 for StandardiseGrad {
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (dy, x, y) = (slice(s1, l1)?, slice(s2, l2)?, slice(s3, l3)?);
         let d = last_dim(l1);
-        let mut out = vec![0f32; dy.len()];
+        let mut out = zeros(dy.len());
         out.par_chunks_mut(d)
             .zip(dy.par_chunks(d).zip(x.par_chunks(d).zip(y.par_chunks(d))))
             .for_each(|(o, (dy, (x, y)))| {
@@ -163,7 +171,7 @@ impl CustomOp1 for RowSoftmax {
         } else {
             1
         };
-        let mut out = vec![0f32; x.len()];
+        let mut out = zeros(x.len());
         out.par_chunks_mut(tk)
             .zip(x.par_chunks(tk))
             .enumerate()
@@ -324,7 +332,7 @@ impl CustomOp1 for GeluErf {
         layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let x = slice(storage, layout)?;
-        let mut out = vec![0f32; x.len()];
+        let mut out = zeros(x.len());
         out.par_chunks_mut(4096)
             .zip(x.par_chunks(4096))
             .for_each(|(o, x)| {
@@ -366,7 +374,7 @@ impl CustomOp3 for LayerNorm {
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (x, gamma, beta) = (slice(s1, l1)?, slice(s2, l2)?, slice(s3, l3)?);
         let d = last_dim(l1);
-        let mut out = vec![0f32; x.len()];
+        let mut out = zeros(x.len());
         out.par_chunks_mut(d)
             .zip(x.par_chunks(d))
             .for_each(|(o, row)| {

@@ -148,7 +148,7 @@ impl CustomOp2 for BatchedMatmul {
         // Products per output block and where each one's rows go inside it.
         let heads = if self.merge_heads { l1.dims()[1] } else { 1 };
         let block = heads * m * n;
-        let mut out = vec![0f32; sa.count * m * n];
+        let mut out = super::fused::zeros(sa.count * m * n);
         if block > 0 {
             let parallel_blocks = sa.count / heads >= rayon::current_num_threads();
             let fill = |(index, dst): (usize, &mut [f32])| {
