@@ -10,8 +10,10 @@ use crate::rng::{self, AttnRng, SliceRandom};
 use crate::tasks::{Batch, Dataset};
 use crate::{Error, Result};
 
-/// Rows per forward pass when evaluating (forward only, so larger than a training batch).
-const EVAL_BATCH: usize = 256;
+/// Tokens per forward pass when evaluating. Larger passes were measured slower on the CPU
+/// (1,000 MQAR rows of 64 tokens: 0.62 s in passes of 256 rows, 0.35 s in passes of 64):
+/// their activations outgrow the caches.
+const EVAL_TOKENS: usize = 4096;
 
 /// Result of one optimiser step.
 #[derive(Clone, Copy, Debug)]
@@ -192,7 +194,8 @@ impl Trainer {
     fn evaluate_in_pool(&self) -> Result<EvalStats> {
         let (mut correct, mut loss_sum, mut scored) = (0f64, 0f64, 0usize);
         let rows: Vec<usize> = (0..self.test.len()).collect();
-        for chunk in rows.chunks(EVAL_BATCH) {
+        let rows_per_pass = (EVAL_TOKENS / self.test.seq_len.max(1)).max(1);
+        for chunk in rows.chunks(rows_per_pass) {
             let batch = self.test.batch(chunk, &self.device)?;
             if batch.n_scored == 0 {
                 continue;
