@@ -183,15 +183,31 @@ mod tests {
         x: &Var,
         upstream: &Tensor,
     ) -> (Vec<f32>, Vec<f32>) {
-        let y = f(x.as_tensor()).unwrap();
-        let grads = (&y * upstream)
+        let mut flat = value_and_grads(&f(x.as_tensor()).unwrap(), upstream, &[x]);
+        let grad = flat.pop().unwrap();
+        (flat.pop().unwrap(), grad)
+    }
+
+    /// `y`, then the gradient of each of `vars`, under the upstream gradient, flattened.
+    fn value_and_grads(y: &Tensor, upstream: &Tensor, vars: &[&Var]) -> Vec<Vec<f32>> {
+        let grads = (y * upstream)
             .unwrap()
             .sum_all()
             .unwrap()
             .backward()
             .unwrap();
         let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-        (flat(&y), flat(grads.get(x.as_tensor()).unwrap()))
+        std::iter::once(flat(y))
+            .chain(vars.iter().map(|v| flat(grads.get(v.as_tensor()).unwrap())))
+            .collect()
+    }
+
+    /// Asserts each pair of flattened tensors agree, naming the first that does not.
+    fn assert_all_close(a: &[Vec<f32>], b: &[Vec<f32>], names: &[&str]) {
+        assert_eq!((a.len(), b.len()), (names.len(), names.len()));
+        for ((a, b), name) in a.iter().zip(b).zip(names) {
+            assert_close(a, b, name);
+        }
     }
 
     fn assert_close(a: &[f32], b: &[f32], what: &str) {
@@ -271,25 +287,11 @@ mod tests {
         type LinearFn = dyn Fn(&Tensor, &Tensor, Option<&Tensor>) -> Result<Tensor>;
         let run = |f: &LinearFn| {
             let y = f(x.as_tensor(), w.as_tensor(), Some(b.as_tensor())).unwrap();
-            let grads = (&y * &upstream)
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .backward()
-                .unwrap();
-            let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-            let grad = |v: &Var| flat(grads.get(v.as_tensor()).unwrap());
             assert_eq!(y.dims(), &[2, 3, 5, 4]);
-            [flat(&y), grad(&x), grad(&w), grad(&b)]
+            value_and_grads(&y, &upstream, &[&x, &w, &b])
         };
-        let fused = run(&linear);
-        let composed = run(&linear_composed);
-        for (what, (f, c)) in ["value", "dx", "dW", "db"]
-            .iter()
-            .zip(fused.iter().zip(&composed))
-        {
-            assert_close(f, c, what);
-        }
+        let names = ["value", "dx", "dW", "db"];
+        assert_all_close(&run(&linear), &run(&linear_composed), &names);
     }
 
     #[test]
@@ -299,44 +301,27 @@ mod tests {
         let upstream = random((2, 3, 5, 4), 11);
         let run = |f: &dyn Fn(&Tensor, &Tensor) -> Result<Tensor>| {
             let y = f(a.as_tensor(), &b.as_tensor().t().unwrap()).unwrap();
-            let grads = (&y * &upstream)
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .backward()
-                .unwrap();
-            let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-            let grad = |v: &Var| flat(grads.get(v.as_tensor()).unwrap());
-            [flat(&y), grad(&a), grad(&b)]
+            value_and_grads(&y, &upstream, &[&a, &b])
         };
         let candle = run(&|a, b| Ok(a.matmul(b)?));
-        let ours = run(&matmul);
-        for (what, (o, c)) in ["value", "da", "db"].iter().zip(ours.iter().zip(&candle)) {
-            assert_close(o, c, what);
-        }
+        assert_all_close(&run(&matmul), &candle, &["value", "da", "db"]);
         // Scaled (scores) and heads-merged (outputs) products, against candle's ops composed.
-        let candle = run(&|a, b| Ok((a.matmul(b)? * 0.3)?));
-        let ours = run(&|a, b| scaled_matmul(a, b, 0.3));
-        for (what, (o, c)) in ["scaled", "da", "db"].iter().zip(ours.iter().zip(&candle)) {
-            assert_close(o, c, what);
-        }
+        let scaled = run(&|a, b| scaled_matmul(a, b, 0.3));
+        let candle_scaled = run(&|a, b| Ok((a.matmul(b)? * 0.3)?));
+        assert_all_close(&scaled, &candle_scaled, &["scaled", "da", "db"]);
         let merged = |a: &Tensor, b: &Tensor| -> Result<Tensor> {
-            // Back to (B, H, Tq, Dh) so `run` can compare it with the plain product.
+            // Back to (B, H, Tq, Dh) so that it compares with the plain product.
             let (batch, heads, tq, _) = a.dims4()?;
             let y = matmul_merge_heads(a, b)?;
             assert_eq!(y.dims(), &[batch, tq, heads * b.dim(3)?]);
             Ok(y.reshape((batch, tq, heads, b.dim(3)?))?.transpose(1, 2)?)
         };
-        let candle = run(&|a, b| Ok(a.matmul(b)?));
-        for (what, (o, c)) in ["merged", "da", "db"]
-            .iter()
-            .zip(run(&merged).iter().zip(&candle))
-        {
-            assert_close(o, c, what);
-        }
+        assert_all_close(&run(&merged), &candle, &["merged", "da", "db"]);
         // A batch smaller than the thread pool takes the one-product-at-a-time path.
-        let small = matmul(&random((1, 1, 5, 7), 12), &random((1, 1, 7, 3), 13)).unwrap();
-        assert_eq!(small.dims(), &[1, 1, 5, 3]);
+        let (a, b) = (random((1, 1, 5, 7), 12), random((1, 1, 7, 3), 13));
+        let flat = |t: Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let small = flat(matmul(&a, &b).unwrap());
+        assert_close(&small, &flat(a.matmul(&b).unwrap()), "one product");
     }
 
     #[test]
