@@ -9,6 +9,10 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use attnlab::Preset;
 use attnlab::train::Trainer;
 
+/// The allocator of the `attnlab` binary, so these numbers match `attnlab bench`.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const REFERENCE: &str = include_str!("../presets/bench_mqar.toml");
 
 fn reference(overrides: &[&str]) -> Preset {

@@ -80,16 +80,16 @@ fn a_run_reports_curves_and_attention_and_stops() {
     let root = tempfile::tempdir().unwrap();
     let mut harness = harness(app(root.path()));
     harness.get_by_label("Start").click();
-    harness.run();
+    step_while_working(&mut harness);
     run_until(&mut harness, "steps and an evaluation", |app| {
         app.runs
             .selected()
             .is_some_and(|r| r.steps.len() >= 3 && r.attention.is_some())
     });
     harness.state_mut().tab = Tab::Attention;
-    harness.run();
+    step_while_working(&mut harness);
     harness.get_by_label("Stop").click();
-    harness.run();
+    step_while_working(&mut harness);
     run_until(&mut harness, "the run to stop", |app| {
         app.runs.selected().is_some_and(|r| !r.is_running())
     });
@@ -179,7 +179,7 @@ fn a_run_that_ends_at_its_first_evaluation_shows_its_attention_on_one_colour_sca
     app.editor.preset.train.max_steps = Some(2);
     let mut harness = harness(app);
     harness.get_by_label("Start").click();
-    harness.run();
+    step_while_working(&mut harness);
     run_until(&mut harness, "the run to end with its attention", |app| {
         app.runs
             .selected()
@@ -225,6 +225,24 @@ fn the_mixer_pattern_is_edited_entry_by_entry() {
     assert!(harness.state().editor.is_dirty());
 }
 
+/// One frame after starting or stopping background work (training, an analysis job): its
+/// events ask for repaints, so `harness.run()`, which fails unless the window settles within
+/// a few frames, passes or fails on how fast the work goes. `run_until` does the waiting.
+fn step_while_working(harness: &mut Harness<'_, AttnlabApp>) {
+    harness.step();
+}
+
+/// Runs frames until the selected run's folder and then its attention have loaded. Both come
+/// from background threads that ask for a repaint when done, so a `harness.run()` started
+/// before the second one could see it arrive past its frame limit.
+fn wait_for_loaded_run(harness: &mut Harness<'_, AttnlabApp>) {
+    run_until(harness, "the run folder and its attention to load", |app| {
+        app.runs
+            .selected()
+            .is_some_and(|r| !r.steps.is_empty() && r.attention.is_some())
+    });
+}
+
 /// A window with one finished tiny run (trained in-process) in its run list, exporting to `root`.
 fn app_with_finished_run(root: &std::path::Path) -> AttnlabApp {
     let mut app = app(root);
@@ -242,11 +260,9 @@ fn iou_of_a_run_fills_the_table_shows_an_example_and_exports() {
     app.tab = Tab::Iou;
     app.iou.protocol.examples = 100;
     let mut harness = harness(app);
-    run_until(&mut harness, "the run folder to load", |app| {
-        app.runs.selected().is_some_and(|r| !r.steps.is_empty())
-    });
+    wait_for_loaded_run(&mut harness);
     harness.get_by_label("Compute for the selected run").click();
-    harness.run();
+    step_while_working(&mut harness);
     run_until(&mut harness, "the IoU table", |app| {
         !app.iou.tables.is_empty()
     });
@@ -260,7 +276,7 @@ fn iou_of_a_run_fills_the_table_shows_an_example_and_exports() {
     harness.run();
     assert!(root.path().join("iou-hard.png").is_file());
     harness.get_by_label("Show example").click();
-    harness.run();
+    step_while_working(&mut harness);
     run_until(&mut harness, "the example", |app| {
         app.iou.error.is_some() || app.iou.has_example()
     });
@@ -276,11 +292,9 @@ fn spectra_of_a_run_are_plotted_and_exported() {
     app.tab = Tab::Spectra;
     app.spectra.protocol.examples = 20;
     let mut harness = harness(app);
-    run_until(&mut harness, "the run folder to load", |app| {
-        app.runs.selected().is_some_and(|r| !r.steps.is_empty())
-    });
+    wait_for_loaded_run(&mut harness);
     harness.get_by_label("Compute for the selected run").click();
-    harness.run();
+    step_while_working(&mut harness);
     run_until(&mut harness, "the spectrum", |app| {
         !app.spectra.spectra.is_empty()
     });
@@ -332,7 +346,7 @@ fn a_sweep_fills_its_grid_and_shows_its_summary() {
     harness.get_by_label("seed 1");
     assert_eq!(harness.get_all_by_label("pending").count(), 4);
     harness.get_by_label("Run sweep").click();
-    harness.run();
+    step_while_working(&mut harness);
     run_until(&mut harness, "the sweep's summary", |app| {
         app.sweep.summary.is_some()
     });
@@ -376,11 +390,9 @@ fn extrapolation_of_a_language_model_fills_the_table_and_exports() {
     app.tab = Tab::Extrapolation;
     app.extrapolation.lengths = "8, 16, 32".into();
     let mut harness = harness(app);
-    run_until(&mut harness, "the run folder to load", |app| {
-        app.runs.selected().is_some_and(|r| !r.steps.is_empty())
-    });
+    wait_for_loaded_run(&mut harness);
     harness.get_by_label("Compute for the selected run").click();
-    harness.run();
+    step_while_working(&mut harness);
     run_until(&mut harness, "the perplexity table", |app| {
         app.extrapolation.result.is_some() || app.extrapolation.error.is_some()
     });
