@@ -1,9 +1,10 @@
-//! Fused CPU kernels, each with its analytic backward pass, for the two composites that cost
-//! most on the CPU: row standardisation (LayerNorm's core) and row softmax with an optional
-//! causal mask. Built from plain tensor ops they take ~8 full passes forward and ~20 backward
-//! (candle's autograd also zero-fills and adds once per gradient); fused they take one pass
-//! each way. They run on contiguous f32 CPU tensors; [`super`] falls back to the composed
-//! ops elsewhere (GPU, other dtypes), and the tests check both agree, values and gradients.
+//! Fused CPU kernels, each with its analytic backward pass: row standardisation and LayerNorm,
+//! row softmax with an optional causal mask, GELU (with a branch-free erf), and the column sums
+//! that bias gradients need. Built from plain tensor ops a LayerNorm or softmax takes ~8 full
+//! passes forward and ~20 backward (candle's autograd also zero-fills and adds once per
+//! gradient); fused they take one pass each way. They run on contiguous f32 CPU tensors;
+//! [`super`] falls back to the composed ops elsewhere (GPU, other dtypes), and the tests check
+//! both agree, values and gradients.
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Shape, Tensor};
 use rayon::prelude::*;
@@ -264,7 +265,7 @@ impl CustomOp2 for ChunkGrad {
 }
 
 /// Column sums of a row-major (rows, d) slice, computed in parallel blocks of rows.
-pub(super) fn column_sums(data: &[f32], d: usize) -> Vec<f32> {
+fn column_sums_of(data: &[f32], d: usize) -> Vec<f32> {
     const BLOCK_ROWS: usize = 256;
     data.par_chunks(BLOCK_ROWS * d)
         .map(|block| {
@@ -314,6 +315,30 @@ pub(super) fn erf(x: f32) -> f32 {
     .rev()
     .fold(0.0, |acc, c| acc * x2 + c);
     x * p / q
+}
+
+/// Column sums (d) of a tensor viewed as (rows, d), d its last dimension: the gradient of a
+/// bias broadcast over rows, in one parallel pass over the data (no copy out first).
+pub(super) fn column_sums(x: &Tensor) -> candle_core::Result<Tensor> {
+    x.contiguous()?.apply_op1_no_bwd(&ColumnSums)
+}
+
+struct ColumnSums;
+
+impl CustomOp1 for ColumnSums {
+    fn name(&self) -> &'static str {
+        "attnlab-column-sums"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let d = last_dim(layout);
+        let sums = column_sums_of(slice(storage, layout)?, d);
+        Ok((CpuStorage::F32(sums), Shape::from(d)))
+    }
 }
 
 /// GELU with the exact erf form, as PyTorch's `nn.GELU()`: x·Φ(x).
@@ -400,8 +425,8 @@ impl CustomOp3 for LayerNorm {
         // dx = standardise-backward of (dy ⊙ γ); dγ = Σ dy ⊙ ŷ; dβ = Σ dy.
         let dy_gamma = grad.broadcast_mul(gamma)?.contiguous()?;
         let dx = dy_gamma.apply_op3_no_bwd(&x, &y_hat, &StandardiseGrad { eps: self.eps })?;
-        let d_gamma = super::linear::column_sums(&(&grad * &y_hat)?)?;
-        let d_beta = super::linear::column_sums(&grad)?;
+        let d_gamma = column_sums(&(&grad * &y_hat)?)?;
+        let d_beta = column_sums(&grad)?;
         Ok((Some(dx), Some(d_gamma), Some(d_beta)))
     }
 }

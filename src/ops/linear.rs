@@ -6,9 +6,9 @@
 //! forward writes the bias and the product into one buffer, and the backward is two matrix
 //! products and one parallel column sum, each W-shaped result already in W's layout.
 
-use candle_core::{CpuStorage, CustomOp1, CustomOp3, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 
-use super::fused::{last_dim, slice};
+use super::fused::{column_sums, last_dim, slice};
 use super::gemm::{MatRef, gemm};
 
 /// (x, W, b) → x Wᵀ + b for x (…, in), W (out, in), b (out).
@@ -74,29 +74,5 @@ impl CustomOp3 for LinearOp {
         let dw = dy.t()?.matmul(&x2)?; // (out, in), W's own layout
         let db = column_sums(&dy)?;
         Ok((Some(dx), Some(dw), Some(db)))
-    }
-}
-
-/// Column sums (d) of a tensor viewed as (rows, d), d its last dimension: the gradient of a
-/// bias broadcast over rows, in one parallel pass over the data (no copy out first).
-pub fn column_sums(x: &Tensor) -> candle_core::Result<Tensor> {
-    x.contiguous()?.apply_op1_no_bwd(&ColumnSums)
-}
-
-struct ColumnSums;
-
-impl CustomOp1 for ColumnSums {
-    fn name(&self) -> &'static str {
-        "attnlab-column-sums"
-    }
-
-    fn cpu_fwd(
-        &self,
-        storage: &CpuStorage,
-        layout: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let d = last_dim(layout);
-        let sums = super::fused::column_sums(slice(storage, layout)?, d);
-        Ok((CpuStorage::F32(sums), Shape::from(d)))
     }
 }
