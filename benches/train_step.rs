@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{Criterion, criterion_group};
 
 use attnlab::Preset;
 use attnlab::train::Trainer;
@@ -43,4 +43,15 @@ fn capture_attention(c: &mut Criterion) {
 }
 
 criterion_group!(benches, train_step, capture_attention);
-criterion_main!(benches);
+
+/// `criterion_main!`, after the CPU pool setting of the `attnlab` binary (so these numbers
+/// match `attnlab bench`).
+fn main() {
+    // SAFETY: the first statement of `main`: no other thread exists yet.
+    #[allow(unsafe_code)]
+    unsafe {
+        attnlab::device::shorten_cpu_pool_spin();
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

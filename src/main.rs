@@ -6,6 +6,11 @@ use clap::Parser as _;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
+    // SAFETY: the first statement of `main`: no other thread exists yet.
+    #[allow(unsafe_code)]
+    unsafe {
+        attnlab::device::shorten_cpu_pool_spin();
+    }
     match attnlab::cli::run(attnlab::cli::Cli::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) if attnlab::cli::is_broken_pipe(&error) => std::process::ExitCode::SUCCESS,
