@@ -4,7 +4,7 @@
 use candle_core::{D, Tensor};
 
 use crate::Result;
-use crate::ops::{gelu_erf, layer_norm, linear};
+use crate::ops::{gelu_erf, layer_norm, linear, linear_heads};
 use crate::params::{Init, Params};
 
 /// y = x Wᵀ + b. Inputs of any rank are flattened to one matrix product (one large GEMM is
@@ -48,6 +48,11 @@ impl Linear {
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         linear(x, &self.weight, self.bias.as_ref())
+    }
+
+    /// x (B, T, in) → (B, heads, T, out / heads): the output split into attention heads.
+    pub fn forward_heads(&self, x: &Tensor, heads: usize) -> Result<Tensor> {
+        linear_heads(x, &self.weight, self.bias.as_ref(), heads)
     }
 }
 

@@ -49,19 +49,12 @@ impl MultiHeadAttention {
         &self.encoding
     }
 
-    /// q, k (B, H, T, Dqk) and v (B, H, T, Dh) of x (B, T, D), as views of (B, T, H, ·)
-    /// projections: heads are not copied out ([`crate::ops::matmul`] reads such views in place).
+    /// q, k (B, H, T, Dqk) and v (B, H, T, Dh) of x (B, T, D).
     fn project(&self, x: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
-        let (b, t, _) = x.dims3()?;
         let h = self.n_heads;
         // Column blocks of the fused (B, T, H·(2·Dqk + Dh)) projection, one at a time.
         let split = |start: usize, width: usize| -> Result<Tensor> {
-            Ok(self
-                .qkv
-                .rows(start * h, width * h)?
-                .forward(x)?
-                .reshape((b, t, h, width))?
-                .transpose(1, 2)?) // (B, H, T, width)
+            self.qkv.rows(start * h, width * h)?.forward_heads(x, h)
         };
         Ok((
             split(0, self.qk_dim)?,
@@ -77,12 +70,26 @@ impl MultiHeadAttention {
         self.out.forward(&y)
     }
 
-    /// x (B, T, D) → output (B, T, D) and the layer's attention.
-    pub fn forward(&self, x: &Tensor) -> Result<(Tensor, Attention)> {
+    /// The heads' outputs side by side (B, T, H·Dh), before the output projection, and the
+    /// layer's attention.
+    fn attend(&self, x: &Tensor) -> Result<(Tensor, Attention)> {
         let (q, k, v) = self.project(x)?;
         let attention = self.mechanism.attend(&q, &k, &v, self.encoding.as_ref())?;
-        let y = matmul_merge_heads(&attention.weights, &attention.values)?; // (B, T, H·Dh)
+        let y = matmul_merge_heads(&attention.weights, &attention.values)?;
+        Ok((y, attention))
+    }
+
+    /// x (B, T, D) → output (B, T, D) and the layer's attention.
+    pub fn forward(&self, x: &Tensor) -> Result<(Tensor, Attention)> {
+        let (y, attention) = self.attend(x)?;
         Ok((self.out.forward(&y)?, attention))
+    }
+
+    /// x (B, T, D) → the output at the flat positions `rows` (b·T + t) only: (R, D). Every
+    /// query still attends; only the output projection is limited to the rows.
+    pub fn forward_rows(&self, x: &Tensor, rows: &Tensor) -> Result<Tensor> {
+        let (y, _) = self.attend(x)?;
+        self.out.forward(&super::gather_rows(&y, rows)?)
     }
 
     /// x (B, T, D) → output (B, T, D), the queries taken `chunk` at a time, so at most

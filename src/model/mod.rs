@@ -17,7 +17,15 @@ pub use layers::{Embedding, LayerNorm, Linear, Mlp};
 pub use mha::MultiHeadAttention;
 pub use transformer::{Forward, Transformer};
 
+use candle_core::Tensor;
+
 use crate::{Error, Result};
+
+/// The rows of x (B, T, D) at the flat positions `rows` (b·T + t): (R, D).
+fn gather_rows(x: &Tensor, rows: &Tensor) -> Result<Tensor> {
+    let (b, t, d) = x.dims3()?;
+    Ok(x.reshape((b * t, d))?.index_select(rows, 0)?)
+}
 
 /// The `[model]` section of a preset.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

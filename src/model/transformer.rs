@@ -6,7 +6,7 @@ use candle_core::Tensor;
 
 use super::{
     Embedding, LayerNorm, Linear, MixerKind, Mlp, ModelConfig, MultiHeadAttention, PrevToken,
-    ShortConv,
+    ShortConv, gather_rows,
 };
 use crate::Result;
 use crate::attention::{Attention, MechanismShape, MechanismSpec};
@@ -43,6 +43,18 @@ impl Block {
             Mixer::PrevToken(shift) => (shift.forward(&h)?, None),
         };
         Ok(((x + y)?, attention))
+    }
+
+    /// [`Self::mix`] at the flat positions `rows` (b·T + t) only: (R, D). The mixer still
+    /// reads every position; its output projection and the residual skip the others.
+    fn mix_rows(&self, x: &Tensor, rows: &Tensor) -> Result<Tensor> {
+        let h = self.norm.forward(x)?;
+        let y = match &self.mixer {
+            Mixer::Attention(mha) => mha.forward_rows(&h, rows)?,
+            Mixer::ShortConv(conv) => gather_rows(&conv.forward(&h)?, rows)?,
+            Mixer::PrevToken(shift) => gather_rows(&shift.forward(&h)?, rows)?,
+        };
+        Ok((gather_rows(x, rows)? + y)?)
     }
 
     /// x + mlp(norm(x)); works on (B, T, D) or on gathered rows (R, D).
@@ -170,8 +182,9 @@ impl Transformer {
 
     /// Logits (R, V) at the flat positions `rows` (b·T + t) only: the training and evaluation path.
     ///
-    /// Semantics-preserving shortcut: the last block's MLP, the final norm and the LM head only
-    /// run on the scored rows (4 of 64 positions in MQAR), since no later layer reads the others.
+    /// Semantics-preserving shortcut: the last block's output projection, residual and MLP,
+    /// the final norm and the LM head only run on the scored rows (4 of 64 positions in
+    /// MQAR), since no later layer reads the others.
     pub fn logits_at(&self, ids: &Tensor, rows: &Tensor) -> Result<Tensor> {
         let mut x = self.embed(ids)?;
         let Some((last, earlier)) = self.blocks.split_last() else {
@@ -180,9 +193,7 @@ impl Transformer {
         for block in earlier {
             x = block.feed_forward(block.mix(&x, None)?.0)?;
         }
-        let (b, t, d) = x.dims3()?;
-        let mixed = last.mix(&x, None)?.0.reshape((b * t, d))?;
-        let scored = last.feed_forward(mixed.index_select(rows, 0)?)?; // (R, D)
+        let scored = last.feed_forward(last.mix_rows(&x, rows)?)?; // (R, D)
         self.head.forward(&self.final_norm.forward(&scored)?)
     }
 

@@ -1,18 +1,24 @@
-//! y = x Wᵀ + b as one autograd node on the CPU.
+//! y = x Wᵀ + b as one autograd node on the CPU, optionally split into attention heads.
 //!
 //! Built from candle ops, a linear layer is four nodes (transpose, reshape, matmul, bias add);
 //! candle's backward zero-fills and adds a full gradient for each, copies the bias gradient out
 //! to sum it, and accumulates W's gradient through a transposed (strided) view. Fused, the
 //! forward writes the bias and the product into one buffer, and the backward is two matrix
 //! products and one parallel column sum, each W-shaped result already in W's layout.
+//! Split into heads, the output is (B, H, T, D) itself rather than a reshaped and transposed
+//! view, which would be two more nodes per projection (the second summed through strides).
 
-use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp3, Layout, Shape, Tensor};
+use rayon::prelude::*;
 
 use super::fused::{column_sums, last_dim, slice};
 use super::gemm::{MatRef, gemm};
 
-/// (x, W, b) → x Wᵀ + b for x (…, in), W (out, in), b (out).
-pub struct LinearOp;
+/// (x, W, b) → x Wᵀ + b for x (…, in), W (out, in), b (out). With `heads`, x is (B, T, in)
+/// and the result (B, heads, T, out / heads), contiguous.
+pub struct LinearOp {
+    pub heads: Option<usize>,
+}
 
 /// x's shape with the last dimension replaced by `out`.
 fn with_last(shape: &Shape, out: usize) -> Shape {
@@ -21,6 +27,45 @@ fn with_last(shape: &Shape, out: usize) -> Shape {
         *last = out;
     }
     Shape::from(dims)
+}
+
+/// A contiguous (a, b, c, d) array with its middle axes swapped: (a, c, b, d), on all threads.
+/// (B, T, H, D) → (B, H, T, D) splits heads; the same call on (B, H, T, D) merges them.
+fn swap_middle_axes(data: &[f32], (a, b, c, d): (usize, usize, usize, usize)) -> Vec<f32> {
+    let mut out = super::fused::zeros(a * b * c * d);
+    if d == 0 {
+        return out;
+    }
+    // Each output row (i, k, j) of d values is input row (i, j, k).
+    out.par_chunks_mut(b * d)
+        .enumerate()
+        .for_each(|(ik, rows)| {
+            let (i, k) = (ik / c, ik % c);
+            for (j, row) in rows.chunks_mut(d).enumerate() {
+                let src = ((i * b + j) * c + k) * d;
+                row.copy_from_slice(&data[src..src + d]);
+            }
+        });
+    out
+}
+
+/// [`swap_middle_axes`] of a rank-4 tensor, outside autograd (for the backward pass).
+struct SwapMiddleAxes;
+
+impl CustomOp1 for SwapMiddleAxes {
+    fn name(&self) -> &'static str {
+        "attnlab-swap-middle-axes"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (a, b, c, d) = layout.shape().dims4()?;
+        let out = swap_middle_axes(slice(storage, layout)?, (a, b, c, d));
+        Ok((CpuStorage::F32(out), Shape::from((a, c, b, d))))
+    }
 }
 
 impl CustomOp3 for LinearOp {
@@ -55,7 +100,21 @@ impl CustomOp3 for LinearOp {
             MatRef::row_major(w, out_dim, in_dim).t(),
             true,
         );
-        Ok((CpuStorage::F32(y), with_last(l1.shape(), out_dim)))
+        match self.heads {
+            None => Ok((CpuStorage::F32(y), with_last(l1.shape(), out_dim))),
+            Some(heads) => {
+                let (batch, t, _) = l1.shape().dims3()?;
+                if heads == 0 || out_dim % heads != 0 {
+                    candle_core::bail!("linear: {out_dim} outputs do not split into {heads} heads");
+                }
+                let dims = (batch, t, heads, out_dim / heads);
+                let split = swap_middle_axes(&y, dims);
+                Ok((
+                    CpuStorage::F32(split),
+                    Shape::from((batch, heads, t, dims.3)),
+                ))
+            }
+        }
     }
 
     fn bwd(
@@ -68,11 +127,30 @@ impl CustomOp3 for LinearOp {
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let (out_dim, in_dim) = w.dims2()?;
         let rows = x.elem_count() / in_dim;
-        let dy = grad.contiguous()?.reshape((rows, out_dim))?;
+        let dy = match self.heads {
+            None => grad.contiguous()?,
+            Some(_) => grad.contiguous()?.apply_op1_no_bwd(&SwapMiddleAxes)?,
+        };
+        let dy = dy.reshape((rows, out_dim))?;
         let x2 = x.detach().contiguous()?.reshape((rows, in_dim))?;
         let dx = dy.matmul(&w.detach())?.reshape(x.shape())?;
         let dw = dy.t()?.matmul(&x2)?; // (out, in), W's own layout
         let db = column_sums(&dy)?;
         Ok((Some(dx), Some(dw), Some(db)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn swapping_the_middle_axes_twice_is_the_identity() {
+        // (1, 2, 3, 2): element (0, j, k, l) = 6j + 2k + l.
+        let data: Vec<f32> = (0..12).map(|v| v as f32).collect();
+        let swapped = swap_middle_axes(&data, (1, 2, 3, 2));
+        // (0, k, j, l) of the result is (0, j, k, l) of the input: k = 1, j = 1 → 6 + 2 = 8.
+        assert_eq!(&swapped[(2 + 1) * 2..(2 + 1) * 2 + 2], &[8.0, 9.0]);
+        assert_eq!(swap_middle_axes(&swapped, (1, 3, 2, 2)), data);
     }
 }

@@ -60,6 +60,17 @@ impl Stack {
         })
     }
 
+    /// The same matrices, transposed (a view: rows and columns swap strides).
+    fn t(self) -> Self {
+        Self {
+            rows: self.cols,
+            cols: self.rows,
+            row_stride: self.col_stride,
+            col_stride: self.row_stride,
+            ..self
+        }
+    }
+
     /// Whether candle's own matmul accepts this layout (one batch level).
     fn is_flat(&self) -> bool {
         self.count == self.inner
@@ -88,20 +99,26 @@ pub fn flat_for_candle(x: &Tensor) -> candle_core::Result<Tensor> {
 }
 
 /// scale · a (…, m, k) · b (…, k, n) with equal batch dimensions; see the module docs.
+#[derive(Clone, Copy, Default)]
 pub struct BatchedMatmul {
     pub scale: f32,
     /// For a (B, H, m, k) · (B, H, k, n): write (B, m, H·n), the heads side by side as the
     /// output projection reads them, instead of (B, H, m, n) then a transposing copy.
     pub merge_heads: bool,
+    /// b is given as bᵀ (…, n, k): attention scores q·kᵀ take k as it is, where a transposed
+    /// view would be one more autograd node, whose gradient candle sums through strides.
+    pub b_transposed: bool,
 }
 
-/// Whether `a · b` can run as a [`BatchedMatmul`] without copying either operand.
-pub fn fits(a: &Tensor, b: &Tensor) -> bool {
+/// Whether `a · b` can run as a [`BatchedMatmul`] without copying either operand (`b` as
+/// given, so pass bᵀ for `b_transposed`).
+pub fn fits(a: &Tensor, b: &Tensor, b_transposed: bool) -> bool {
     let (ra, rb) = (a.rank(), b.rank());
+    let inner = if b_transposed { rb - 1 } else { rb - 2 };
     ra >= 3
         && ra == rb
         && a.dims()[..ra - 2] == b.dims()[..rb - 2]
-        && a.dims()[ra - 1] == b.dims()[rb - 2]
+        && a.dims()[ra - 1] == b.dims()[inner]
         && Stack::of(a.layout()).is_some()
         && Stack::of(b.layout()).is_some()
 }
@@ -139,6 +156,7 @@ impl CustomOp2 for BatchedMatmul {
         let (Some(sa), Some(sb)) = (Stack::of(l1), Stack::of(l2)) else {
             candle_core::bail!("batched matmul: unsupported strides {l1:?} {l2:?}");
         };
+        let sb = if self.b_transposed { sb.t() } else { sb };
         if sa.count != sb.count || sa.cols != sb.rows || (self.merge_heads && l1.dims().len() != 4)
         {
             candle_core::bail!("batched matmul: shapes {:?} {:?}", l1.dims(), l2.dims());
@@ -189,13 +207,20 @@ impl CustomOp2 for BatchedMatmul {
         } else {
             grad
         };
-        // dA = s·dC·Bᵀ, dB = s·Aᵀ·dC; the transposes are views.
+        // dA = s·dC·Bᵀ, dB = s·Aᵀ·dC (dBᵀ = s·dCᵀ·A when b is given as bᵀ); transposes are views.
         let op = Self {
             scale: self.scale,
-            merge_heads: false,
+            ..Self::default()
         };
-        let da = grad.apply_op2_no_bwd(&b.detach().t()?, &op)?;
-        let db = a.detach().t()?.apply_op2_no_bwd(&grad, &op)?;
+        let (a, b) = (a.detach(), b.detach());
+        let da = match self.b_transposed {
+            true => grad.apply_op2_no_bwd(&b, &op)?,
+            false => grad.apply_op2_no_bwd(&b.t()?, &op)?,
+        };
+        let db = match self.b_transposed {
+            true => grad.t()?.apply_op2_no_bwd(&a, &op)?,
+            false => a.t()?.apply_op2_no_bwd(&grad, &op)?,
+        };
         Ok((Some(da), Some(db)))
     }
 }

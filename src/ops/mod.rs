@@ -59,11 +59,38 @@ pub fn causal_mask(x: &Tensor) -> Result<Tensor> {
 pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
     match b {
         Some(b) if fusable(x) => {
+            let op = linear::LinearOp { heads: None };
             Ok(x.contiguous()?
-                .apply_op3(&w.contiguous()?, &b.contiguous()?, linear::LinearOp)?)
+                .apply_op3(&w.contiguous()?, &b.contiguous()?, op)?)
         }
         _ => linear_composed(x, w, b),
     }
+}
+
+/// [`linear`] of x (B, T, in), split into heads: (B, heads, T, out / heads), what attention
+/// takes as q, k or v. On the CPU it is one contiguous node (see `linear.rs`).
+pub fn linear_heads(x: &Tensor, w: &Tensor, b: Option<&Tensor>, heads: usize) -> Result<Tensor> {
+    match b {
+        Some(b) if fusable(x) => {
+            let op = linear::LinearOp { heads: Some(heads) };
+            Ok(x.contiguous()?
+                .apply_op3(&w.contiguous()?, &b.contiguous()?, op)?)
+        }
+        _ => linear_heads_composed(x, w, b, heads),
+    }
+}
+
+/// [`linear_heads`] from plain tensor ops: the heads are a view of the (B, T, out) output.
+pub fn linear_heads_composed(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    heads: usize,
+) -> Result<Tensor> {
+    let (batch, t, _) = x.dims3()?;
+    let y = linear_composed(x, w, b)?;
+    let width = y.dim(2)? / heads;
+    Ok(y.reshape((batch, t, heads, width))?.transpose(1, 2)?)
 }
 
 /// [`linear`] from plain tensor ops: one (rows, in) × (in, out) product.
@@ -135,10 +162,10 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 
 /// scale · a · b, the scale applied inside the product (no extra pass over the result).
 fn scaled_matmul(a: &Tensor, b: &Tensor, scale: f64) -> Result<Tensor> {
-    if fusable(a) && matmul::fits(a, b) {
+    if fusable(a) && matmul::fits(a, b, false) {
         let op = matmul::BatchedMatmul {
             scale: scale as f32,
-            merge_heads: false,
+            ..Default::default()
         };
         return Ok(a.apply_op2(b, op)?);
     }
@@ -155,10 +182,11 @@ fn scaled_matmul(a: &Tensor, b: &Tensor, scale: f64) -> Result<Tensor> {
 pub fn matmul_merge_heads(weights: &Tensor, values: &Tensor) -> Result<Tensor> {
     let (b, h, tq, _) = weights.dims4()?;
     let dh = values.dim(3)?;
-    if fusable(weights) && matmul::fits(weights, values) {
+    if fusable(weights) && matmul::fits(weights, values, false) {
         let op = matmul::BatchedMatmul {
             scale: 1.0,
             merge_heads: true,
+            ..Default::default()
         };
         return Ok(weights.apply_op2(values, op)?);
     }
@@ -169,6 +197,14 @@ pub fn matmul_merge_heads(weights: &Tensor, values: &Tensor) -> Result<Tensor> {
 
 /// q·kᵀ·scale for q (…, Tq, d), k (…, Tk, d) → (…, Tq, Tk).
 pub fn dot_scores(q: &Tensor, k: &Tensor, scale: f64) -> Result<Tensor> {
+    if fusable(q) && matmul::fits(q, k, true) {
+        let op = matmul::BatchedMatmul {
+            scale: scale as f32,
+            b_transposed: true,
+            ..Default::default()
+        };
+        return Ok(q.apply_op2(k, op)?);
+    }
     scaled_matmul(q, &k.t()?, scale)
 }
 
@@ -292,6 +328,15 @@ mod tests {
         };
         let names = ["value", "dx", "dW", "db"];
         assert_all_close(&run(&linear), &run(&linear_composed), &names);
+        // Split into heads: x (B, T, in) = (6, 5, 7), 4 outputs as 2 heads of 2.
+        let x3 = Var::from_tensor(&x.as_tensor().reshape((6, 5, 7)).unwrap()).unwrap();
+        let upstream = random((6, 2, 5, 2), 14);
+        let run = |f: &dyn Fn(&Tensor, &Tensor, Option<&Tensor>, usize) -> Result<Tensor>| {
+            let y = f(x3.as_tensor(), w.as_tensor(), Some(b.as_tensor()), 2).unwrap();
+            assert_eq!(y.dims(), &[6, 2, 5, 2]);
+            value_and_grads(&y, &upstream, &[&x3, &w, &b])
+        };
+        assert_all_close(&run(&linear_heads), &run(&linear_heads_composed), &names);
     }
 
     #[test]
@@ -309,6 +354,9 @@ mod tests {
         let scaled = run(&|a, b| scaled_matmul(a, b, 0.3));
         let candle_scaled = run(&|a, b| Ok((a.matmul(b)? * 0.3)?));
         assert_all_close(&scaled, &candle_scaled, &["scaled", "da", "db"]);
+        // Scores q·kᵀ read k (…, Tk, d) as it is, a transposed operand.
+        let scores = run(&|q, kt| dot_scores(q, &kt.t()?, 0.3));
+        assert_all_close(&scores, &candle_scaled, &["scores", "dq", "dk"]);
         let merged = |a: &Tensor, b: &Tensor| -> Result<Tensor> {
             // Back to (B, H, Tq, Dh) so that it compares with the plain product.
             let (batch, heads, tq, _) = a.dims4()?;
