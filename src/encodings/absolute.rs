@@ -5,6 +5,7 @@
 use candle_core::{Device, Tensor};
 
 use super::{Encoding, EncodingShape};
+use crate::ops::add_broadcast;
 use crate::params::{Init, Params};
 use crate::{Error, Result};
 
@@ -33,7 +34,7 @@ fn add_table(x: &Tensor, table: &Tensor, what: &str) -> Result<Tensor> {
             "sequence of length {t} is longer than the {what} table ({max_len} positions)"
         )));
     }
-    Ok(x.broadcast_add(&table.narrow(0, 0, t)?)?)
+    add_broadcast(x, &table.narrow(0, 0, t)?)
 }
 
 impl Encoding for Learned {

@@ -109,6 +109,17 @@ pub fn linear_composed(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Ten
     Ok(y.reshape(dims)?)
 }
 
+/// x + y, y broadcast over x's leading dimensions: y's shape is the end of x's, as a (T, D)
+/// position table is of a (B, T, D) batch.
+pub fn add_broadcast(x: &Tensor, y: &Tensor) -> Result<Tensor> {
+    if fusable(x) && fusable(y) {
+        return Ok(x
+            .contiguous()?
+            .apply_op2(&y.contiguous()?, fused::AddBroadcast)?);
+    }
+    Ok(x.broadcast_add(y)?)
+}
+
 /// GELU, exact erf form (PyTorch's `nn.GELU()`).
 pub fn gelu_erf(x: &Tensor) -> Result<Tensor> {
     if fusable(x) {
@@ -305,6 +316,21 @@ mod tests {
             assert_close(&fused.0, &composed.0, "softmax value");
             assert_close(&fused.1, &composed.1, "softmax gradient");
         }
+    }
+
+    #[test]
+    fn broadcast_add_matches_candle_in_value_and_both_gradients() {
+        let x = Var::from_tensor(&random((2, 3, 5, 7), 15)).unwrap();
+        let y = Var::from_tensor(&random((1, 3, 5, 7), 16).squeeze(0).unwrap()).unwrap();
+        let upstream = random((2, 3, 5, 7), 17);
+        let run = |f: &dyn Fn(&Tensor, &Tensor) -> Result<Tensor>| {
+            let out = f(x.as_tensor(), y.as_tensor()).unwrap();
+            value_and_grads(&out, &upstream, &[&x, &y])
+        };
+        let candle = run(&|x, y| Ok(x.broadcast_add(y)?));
+        assert_all_close(&run(&add_broadcast), &candle, &["value", "dx", "dy"]);
+        let wrong = Tensor::zeros((3, 7), DType::F32, &Device::Cpu).unwrap();
+        assert!(add_broadcast(x.as_tensor(), &wrong).is_err());
     }
 
     #[test]
