@@ -50,7 +50,7 @@ fn main() {
     // SAFETY: the first statement of `main`: no other thread exists yet.
     #[allow(unsafe_code)]
     unsafe {
-        attnlab::device::shorten_cpu_pool_spin();
+        attnlab::device::tune_cpu_runtime();
     }
     benches();
     Criterion::default().configure_from_args().final_summary();

@@ -9,7 +9,7 @@ fn main() -> std::process::ExitCode {
     // SAFETY: the first statement of `main`: no other thread exists yet.
     #[allow(unsafe_code)]
     unsafe {
-        attnlab::device::shorten_cpu_pool_spin();
+        attnlab::device::tune_cpu_runtime();
     }
     match attnlab::cli::run(attnlab::cli::Cli::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,

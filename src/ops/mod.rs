@@ -357,7 +357,8 @@ mod tests {
         // Split into heads: x (B, T, in) = (6, 5, 7), 4 outputs as 2 heads of 2.
         let x3 = Var::from_tensor(&x.as_tensor().reshape((6, 5, 7)).unwrap()).unwrap();
         let upstream = random((6, 2, 5, 2), 14);
-        let run = |f: &dyn Fn(&Tensor, &Tensor, Option<&Tensor>, usize) -> Result<Tensor>| {
+        type HeadsFn = dyn Fn(&Tensor, &Tensor, Option<&Tensor>, usize) -> Result<Tensor>;
+        let run = |f: &HeadsFn| {
             let y = f(x3.as_tensor(), w.as_tensor(), Some(b.as_tensor()), 2).unwrap();
             assert_eq!(y.dims(), &[6, 2, 5, 2]);
             value_and_grads(&y, &upstream, &[&x3, &w, &b])
