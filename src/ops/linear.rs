@@ -13,6 +13,7 @@ use rayon::prelude::*;
 
 use super::fused::{column_sums, last_dim, slice};
 use super::gemm::{MatRef, gemm};
+use super::matmul::product;
 
 /// (x, W, b) → x Wᵀ + b for x (…, in), W (out, in), b (out). With `heads`, x is (B, T, in)
 /// and the result (B, heads, T, out / heads), contiguous.
@@ -133,8 +134,8 @@ impl CustomOp3 for LinearOp {
         };
         let dy = dy.reshape((rows, out_dim))?;
         let x2 = x.detach().contiguous()?.reshape((rows, in_dim))?;
-        let dx = dy.matmul(&w.detach())?.reshape(x.shape())?;
-        let dw = dy.t()?.matmul(&x2)?; // (out, in), W's own layout
+        let dx = product(&dy, &w.detach())?.reshape(x.shape())?;
+        let dw = product(&dy.t()?, &x2)?; // (out, in), W's own layout
         let db = column_sums(&dy)?;
         Ok((Some(dx), Some(dw), Some(db)))
     }

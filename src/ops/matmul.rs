@@ -99,7 +99,7 @@ pub fn flat_for_candle(x: &Tensor) -> candle_core::Result<Tensor> {
 }
 
 /// scale · a (…, m, k) · b (…, k, n) with equal batch dimensions; see the module docs.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 pub struct BatchedMatmul {
     pub scale: f32,
     /// For a (B, H, m, k) · (B, H, k, n): write (B, m, H·n), the heads side by side as the
@@ -108,6 +108,17 @@ pub struct BatchedMatmul {
     /// b is given as bᵀ (…, n, k): attention scores q·kᵀ take k as it is, where a transposed
     /// view would be one more autograd node, whose gradient candle sums through strides.
     pub b_transposed: bool,
+}
+
+/// The plain product: scale 1, heads not merged, b as given.
+impl Default for BatchedMatmul {
+    fn default() -> Self {
+        Self {
+            scale: 1.0,
+            merge_heads: false,
+            b_transposed: false,
+        }
+    }
 }
 
 /// Whether `a · b` can run as a [`BatchedMatmul`] without copying either operand (`b` as
@@ -121,6 +132,15 @@ pub fn fits(a: &Tensor, b: &Tensor, b_transposed: bool) -> bool {
         && a.dims()[ra - 1] == b.dims()[inner]
         && Stack::of(a.layout()).is_some()
         && Stack::of(b.layout()).is_some()
+}
+
+/// a (m, k) · b (k, n) outside autograd, either operand possibly a transposed view: for
+/// backward passes. candle's matmul zero-fills its output on one thread before the product
+/// overwrites it; here the zeroing is shared by all threads.
+pub fn product(a: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
+    a.unsqueeze(0)?
+        .apply_op2_no_bwd(&b.unsqueeze(0)?, &BatchedMatmul::default())?
+        .squeeze(0)
 }
 
 impl BatchedMatmul {

@@ -195,7 +195,6 @@ pub fn matmul_merge_heads(weights: &Tensor, values: &Tensor) -> Result<Tensor> {
     let dh = values.dim(3)?;
     if fusable(weights) && matmul::fits(weights, values, false) {
         let op = matmul::BatchedMatmul {
-            scale: 1.0,
             merge_heads: true,
             ..Default::default()
         };
