@@ -125,10 +125,11 @@ impl Default for BatchedMatmul {
 /// given, so pass bᵀ for `b_transposed`).
 pub fn fits(a: &Tensor, b: &Tensor, b_transposed: bool) -> bool {
     let (ra, rb) = (a.rank(), b.rank());
+    if ra < 3 || ra != rb {
+        return false;
+    }
     let inner = if b_transposed { rb - 1 } else { rb - 2 };
-    ra >= 3
-        && ra == rb
-        && a.dims()[..ra - 2] == b.dims()[..rb - 2]
+    a.dims()[..ra - 2] == b.dims()[..rb - 2]
         && a.dims()[ra - 1] == b.dims()[inner]
         && Stack::of(a.layout()).is_some()
         && Stack::of(b.layout()).is_some()
