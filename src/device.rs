@@ -197,7 +197,7 @@ fn parse(name: &str) -> Result<Parsed> {
 }
 
 /// The environment variable that sets how long candle's CPU thread pool spins before it sleeps.
-pub const CPU_POOL_SPIN_VAR: &str = "CANDLE_BARRIER_POOL_SPIN_LIMIT";
+const CPU_POOL_SPIN_VAR: &str = "CANDLE_BARRIER_POOL_SPIN_LIMIT";
 
 /// The spin [`tune_cpu_runtime`] sets: spins of 100 to 5,000 measured the same.
 const SHORT_SPIN: &str = "1000";
@@ -219,8 +219,8 @@ const PURGE_DELAY_MS: std::ffi::c_long = 10_000;
 ///   of 1,000. A spin the user set in `CANDLE_BARRIER_POOL_SPIN_LIMIT` is kept.
 /// - mimalloc (the binaries' allocator) returns freed memory to the OS after its purge delay.
 ///   A step frees and reallocates the same few hundred MB, and each return made the next
-///   step fault the pages in again, zeroed by the kernel (an eighth of a step's CPU time):
-///   75.4 → 73.7 ms per step with freed memory kept for 10 s.
+///   step fault the pages in again, zeroed by the kernel: 75.5 → 72.8 ms per step with freed
+///   memory kept for 10 s.
 ///
 /// # Safety
 /// It sets an environment variable, which is undefined behaviour while another thread may
@@ -252,7 +252,7 @@ mod tests {
     fn the_purge_delay_option_is_mimallocs() {
         // SAFETY: mi_option_get only reads an option.
         let delay = unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
-        // Either mimalloc 3's default, or this module's value if a test set it first.
+        // mimalloc 3's default, or this module's value should the test process have been tuned.
         assert!(
             delay == 1_000 || delay == PURGE_DELAY_MS,
             "option 15 is {delay}"

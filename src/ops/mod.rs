@@ -14,8 +14,8 @@ use candle_core::{D, DType, Tensor};
 
 use crate::Result;
 
-/// Whether the fused CPU kernels apply to `x`.
-fn fusable(x: &Tensor) -> bool {
+/// Whether the fused CPU kernels apply to `x` (f32 on the CPU).
+pub(crate) fn fusable(x: &Tensor) -> bool {
     x.device().is_cpu() && x.dtype() == DType::F32
 }
 
@@ -58,11 +58,7 @@ pub fn causal_mask(x: &Tensor) -> Result<Tensor> {
 /// y = x Wᵀ + b for x (…, in), W (out, in), b (out), as `nn.Linear`.
 pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
     match b {
-        Some(b) if fusable(x) => {
-            let op = linear::LinearOp { heads: None };
-            Ok(x.contiguous()?
-                .apply_op3(&w.contiguous()?, &b.contiguous()?, op)?)
-        }
+        Some(b) if fusable(x) => fused_linear(x, w, b, None),
         _ => linear_composed(x, w, b),
     }
 }
@@ -71,13 +67,16 @@ pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
 /// takes as q, k or v. On the CPU it is one contiguous node (see `linear.rs`).
 pub fn linear_heads(x: &Tensor, w: &Tensor, b: Option<&Tensor>, heads: usize) -> Result<Tensor> {
     match b {
-        Some(b) if fusable(x) => {
-            let op = linear::LinearOp { heads: Some(heads) };
-            Ok(x.contiguous()?
-                .apply_op3(&w.contiguous()?, &b.contiguous()?, op)?)
-        }
+        Some(b) if fusable(x) => fused_linear(x, w, b, Some(heads)),
         _ => linear_heads_composed(x, w, b, heads),
     }
+}
+
+/// The fused [`linear::LinearOp`], its output split into `heads` if given.
+fn fused_linear(x: &Tensor, w: &Tensor, b: &Tensor, heads: Option<usize>) -> Result<Tensor> {
+    let op = linear::LinearOp { heads };
+    Ok(x.contiguous()?
+        .apply_op3(&w.contiguous()?, &b.contiguous()?, op)?)
 }
 
 /// [`linear_heads`] from plain tensor ops: the heads are a view of the (B, T, out) output.

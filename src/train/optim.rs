@@ -4,12 +4,13 @@
 //! inspected and saved, and so that gradient clipping and the schedule live in one place.
 
 use candle_core::backprop::GradStore;
-use candle_core::{DType, Tensor, Var};
+use candle_core::{Tensor, Var};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::TrainConfig;
 use crate::Result;
+use crate::ops::fusable;
 
 /// How the learning rate evolves after warm-up.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -94,8 +95,21 @@ impl AdamW {
     /// One update with learning rate `lr`; gradients are scaled by `grad_scale` first (clipping).
     pub fn step(&mut self, grads: &GradStore, lr: f64, grad_scale: f64) -> Result<()> {
         self.step += 1;
+        let rule = self.rule(lr, grad_scale);
+        // Parameters are independent: update them side by side.
+        self.slots
+            .par_iter_mut()
+            .try_for_each(|slot| match grads.get(slot.var.as_tensor()) {
+                Some(g) if fusable(g) => slot.update_in_one_pass(g, &rule),
+                Some(g) => slot.update(g, &rule),
+                None => Ok(()),
+            })
+    }
+
+    /// The constants of the current step's update.
+    fn rule(&self, lr: f64, grad_scale: f64) -> Rule {
         let t = self.step as i32;
-        let rule = Rule {
+        Rule {
             lr,
             beta1: self.beta1,
             beta2: self.beta2,
@@ -104,17 +118,7 @@ impl AdamW {
             step_size: lr / (1.0 - self.beta1.powi(t)),
             v_correction: 1.0 / (1.0 - self.beta2.powi(t)).sqrt(),
             grad_scale,
-        };
-        // Parameters are independent: update them side by side.
-        self.slots
-            .par_iter_mut()
-            .try_for_each(|slot| match grads.get(slot.var.as_tensor()) {
-                Some(g) if g.device().is_cpu() && g.dtype() == DType::F32 => {
-                    slot.update_in_one_pass(g, &rule)
-                }
-                Some(g) => slot.update(g, &rule),
-                None => Ok(()),
-            })
+        }
     }
 }
 
@@ -181,7 +185,7 @@ impl Slot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::Device;
+    use candle_core::{DType, Device};
 
     #[test]
     fn cosine_schedule_matches_pytorch() {
@@ -205,8 +209,6 @@ mod tests {
         assert_eq!(learning_rate(&c, 3, 100), 1.0);
     }
 
-    /// First AdamW step on p = 1 with gradient 2, lr 0.1, wd 0.1, by torch.optim.AdamW's rule:
-    /// p·(1 − lr·wd) − lr·m̂/(√v̂ + ε) = 0.99 − 0.1·2/2 = 0.89.
     #[test]
     fn the_one_pass_update_matches_the_tensor_ops() {
         let device = Device::Cpu;
@@ -222,17 +224,14 @@ mod tests {
             v: Tensor::zeros((5, 8), DType::F32, &device).unwrap(),
         };
         let (mut fused, mut composed) = (slot(), slot());
+        let config = TrainConfig {
+            weight_decay: 0.1,
+            ..TrainConfig::default()
+        };
+        let mut schedule = AdamW::new(vec![], &config).unwrap();
         for step in 1..=3 {
-            let rule = Rule {
-                lr: 1e-2,
-                beta1: 0.9,
-                beta2: 0.999,
-                eps: 1e-8,
-                weight_decay: 0.1,
-                step_size: 1e-2 / (1.0 - 0.9f64.powi(step)),
-                v_correction: 1.0 / (1.0 - 0.999f64.powi(step)).sqrt(),
-                grad_scale: 0.5,
-            };
+            schedule.step = step;
+            let rule = schedule.rule(1e-2, 0.5);
             let g = grad(step as u64);
             fused.update_in_one_pass(&g, &rule).unwrap();
             composed.update(&g, &rule).unwrap();
@@ -248,6 +247,8 @@ mod tests {
         }
     }
 
+    /// First AdamW step on p = 1 with gradient 2, lr 0.1, wd 0.1, by torch.optim.AdamW's rule:
+    /// p·(1 − lr·wd) − lr·m̂/(√v̂ + ε) = 0.99 − 0.1·2/2 = 0.89.
     #[test]
     fn first_step_matches_pytorch() {
         let var = Var::new(&[1f32], &Device::Cpu).unwrap();
