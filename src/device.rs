@@ -173,6 +173,34 @@ fn cannot_open(name: &str, error: &str) -> String {
     }
 }
 
+/// Turns TF32 tensor-core products for f32 on or off on CUDA devices (`train.precision =
+/// "tf32"`), through candle's switch; nothing elsewhere. The switch is one per process: two
+/// runs in one window with different precisions on one GPU use the last one started.
+pub fn use_tf32(device: &Device, on: bool) {
+    #[cfg(feature = "cuda")]
+    if device.is_cuda() {
+        candle_core::cuda_backend::set_gemm_reduced_precision_f32(on);
+    }
+    #[cfg(not(feature = "cuda"))]
+    let _ = (device, on);
+}
+
+/// What a precision means on a device where it is not what its name says, for the run's log:
+/// tf32 is f32 off CUDA, and bf16 on the CPU only rounds (candle widens its products to f32).
+pub fn precision_note(device: &Device, precision: crate::ops::Precision) -> Option<String> {
+    use crate::ops::Precision;
+    match precision {
+        Precision::Tf32 if !device.is_cuda() => Some(
+            "train.precision = tf32 acts on CUDA matrix products only; here they stay f32".into(),
+        ),
+        Precision::Bf16 if device.is_cpu() => Some(
+            "train.precision = bf16 on the CPU rounds product operands to bf16 but computes in              f32, slower than f32: it shows the accuracy cost, not the speed-up"
+                .into(),
+        ),
+        _ => None,
+    }
+}
+
 enum Parsed {
     Cpu,
     Cuda(usize),

@@ -205,6 +205,7 @@ impl Preset {
             &self.encoding,
             self.task.vocab_size(),
             self.task.seq_len(),
+            self.train.precision,
             params,
         )
     }

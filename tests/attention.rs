@@ -131,6 +131,7 @@ fn explicit_matrices_match_the_papers_formulas() {
         qk_dim: d,
         head_dim: 3,
         max_len: t,
+        precision: attnlab::ops::Precision::F32,
     };
     let scale = 1.0 / (d as f64).sqrt();
     let elu1 = |x: f32| {
@@ -191,6 +192,7 @@ fn linear_attention_recurrent_form_matches_the_matrix() {
         qk_dim: d,
         head_dim: 2,
         max_len: t,
+        precision: attnlab::ops::Precision::F32,
     };
     let mechanism = MechanismSpec::Linear
         .build(&shape, &Params::new(0, &Device::Cpu))

@@ -9,6 +9,7 @@ use crate::Preset;
 use crate::attention::{LinformerSharing, MechanismSpec, RebasedVariant};
 use crate::encodings::{DietSharing, EncodingSpec};
 use crate::model::{MixerKind, ModelConfig};
+use crate::ops::Precision;
 use crate::tasks::TaskSpec;
 use crate::tasks::lm::{LmConfig, Tokens};
 use crate::tasks::mqar::MqarConfig;
@@ -317,6 +318,25 @@ fn train_ui(ui: &mut egui::Ui, t: &mut TrainConfig) {
                 "devices this build supports (rebuild with --features cuda or metal for GPUs); \
                  one that does not open here falls back to the CPU with a notice",
             );
+    });
+    precision_ui(ui, &mut t.precision);
+}
+
+/// The `train.precision` picker, what each costs on hover.
+fn precision_ui(ui: &mut egui::Ui, precision: &mut Precision) {
+    ui.horizontal(|ui| {
+        let label = ui.label("precision");
+        egui::ComboBox::from_id_salt("precision")
+            .selected_text(precision.name())
+            .show_ui(ui, |ui| {
+                for option in Precision::ALL {
+                    ui.selectable_value(precision, option, option.name())
+                        .on_hover_text(option.summary());
+                }
+            })
+            .response
+            .labelled_by(label.id)
+            .on_hover_text(format!("train.precision: {}", precision.summary()));
     });
 }
 

@@ -239,11 +239,15 @@ fn drain_events(run: &mut RunView, repaint: impl Fn() + Send + Clone + 'static) 
                 run_dir,
                 total_steps,
                 device_notice,
+                precision_note,
                 ..
             }) => {
                 run.dir = Some(run_dir);
                 run.total_steps = total_steps;
-                run.notice = device_notice;
+                run.notice = match (device_notice, precision_note) {
+                    (Some(device), Some(precision)) => Some(format!("{device}; {precision}")),
+                    (device, precision) => device.or(precision),
+                };
                 run.status = "running".into();
             }
             Ok(TrainEvent::Step(step)) => run.steps.push(step),

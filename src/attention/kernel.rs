@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use super::{Attention, Mechanism, MechanismShape};
 use crate::Result;
 use crate::encodings::{Encoding, LengthCache, QueryBlock};
-use crate::ops::{causal_mask, dot_scores, standardise};
+use crate::ops::{Precision, causal_mask, dot_scores, standardise};
 use crate::params::{Init, Params};
 
 /// ReBased settings.
@@ -114,6 +114,7 @@ impl FeatureNorm {
 pub struct KernelAttention {
     kind: KernelKind,
     scale: f64,
+    precision: Precision,
     norms: Option<(FeatureNorm, FeatureNorm)>,
     /// The additive causal mask per length.
     masks: LengthCache,
@@ -134,6 +135,7 @@ impl KernelAttention {
         Ok(Self {
             kind,
             scale: 1.0 / (shape.qk_dim as f64).sqrt(),
+            precision: shape.precision,
             norms,
             masks: LengthCache::default(),
             causal_gates: LengthCache::default(),
@@ -142,17 +144,22 @@ impl KernelAttention {
 
     /// κ(q_i, k_j) for all pairs, (B, H, T, T), before masking.
     fn kernel(&self, q: &Tensor, k: &Tensor) -> Result<Tensor> {
+        let scores = |q: &Tensor, k: &Tensor| {
+            self.precision
+                .product(q, k, |q, k| dot_scores(q, k, self.scale))
+        };
         Ok(match self.kind {
             KernelKind::Linear => {
                 let phi_q = (q.elu(1.0)? + 1.0)?;
                 let phi_k = (k.elu(1.0)? + 1.0)?;
-                phi_q.matmul(&phi_k.t()?)?
+                self.precision
+                    .product(&phi_q, &phi_k, |q, k| dot_scores(q, k, 1.0))?
             }
             KernelKind::Based => {
-                let s = dot_scores(q, k, self.scale)?;
+                let s = scores(q, k)?;
                 ((s.sqr()? * 0.5)? + (s + 1.0)?)?
             }
-            KernelKind::Rebased(_) => dot_scores(q, k, self.scale)?.sqr()?,
+            KernelKind::Rebased(_) => scores(q, k)?.sqr()?,
         })
     }
 
@@ -311,6 +318,7 @@ mod tests {
             qk_dim: 1,
             head_dim: 1,
             max_len: 8,
+            precision: Precision::F32,
         }
     }
 
@@ -339,6 +347,7 @@ mod tests {
             qk_dim: 4,
             head_dim: 3,
             max_len: 16,
+            precision: Precision::F32,
         };
         let random = |seed, d| {
             let data =

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Attention, Mechanism, MechanismShape};
 use crate::encodings::{Encoding, QueryBlock};
-use crate::ops::{dot_scores, softmax_rows};
+use crate::ops::{Precision, dot_scores, softmax_rows};
 use crate::params::{Init, Params};
 use crate::{Error, Result};
 
@@ -70,6 +70,7 @@ pub struct Linformer {
     /// (H or 1, k, n)
     f: Tensor,
     scale: f64,
+    precision: Precision,
 }
 
 impl Linformer {
@@ -101,6 +102,7 @@ impl Linformer {
             e,
             f,
             scale: 1.0 / (shape.qk_dim as f64).sqrt(),
+            precision: shape.precision,
         })
     }
 }
@@ -125,7 +127,9 @@ fn project(proj: &Tensor, x: &Tensor) -> Result<Tensor> {
 impl Mechanism for Linformer {
     fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, _pos: &dyn Encoding) -> Result<Attention> {
         let keys = project(&self.e, k)?; // (B, H, k, d)
-        let scores = dot_scores(q, &keys, self.scale)?; // (B, H, T, k)
+        let scores = self
+            .precision
+            .product(q, &keys, |q, k| dot_scores(q, k, self.scale))?; // (B, H, T, k)
         Ok(Attention {
             weights: softmax_rows(&scores, false)?,
             values: project(&self.f, v)?,

@@ -235,4 +235,6 @@ pub struct MechanismShape {
     pub qk_dim: usize,
     pub head_dim: usize,
     pub max_len: usize,
+    /// How its score products compute.
+    pub precision: crate::ops::Precision,
 }

@@ -5,29 +5,35 @@ use candle_core::Tensor;
 use super::{Attention, Mechanism, MechanismShape};
 use crate::Result;
 use crate::encodings::{Encoding, QueryBlock};
-use crate::ops::{dot_scores, softmax_rows};
+use crate::ops::{Precision, dot_scores, softmax_rows, softmax_rows_biased};
 
 pub struct SoftmaxAttention {
     scale: f64,
+    precision: Precision,
 }
 
 impl SoftmaxAttention {
     pub fn new(shape: &MechanismShape) -> Self {
         Self {
             scale: 1.0 / (shape.qk_dim as f64).sqrt(),
+            precision: shape.precision,
         }
     }
-}
 
-impl SoftmaxAttention {
+    /// q·kᵀ/√d in the layer's precision, f32 out.
+    fn scores(&self, q: &Tensor, k: &Tensor) -> Result<Tensor> {
+        self.precision
+            .product(q, k, |q, k| dot_scores(q, k, self.scale))
+    }
+
     /// softmax(scores + bias) with the causal mask (offset for a block of queries).
     fn attention(scores: Tensor, bias: Option<Tensor>, v: &Tensor) -> Result<Attention> {
-        let scores = match bias {
-            Some(bias) => scores.broadcast_add(&bias)?,
-            None => scores,
+        let weights = match bias {
+            Some(bias) => softmax_rows_biased(&scores, &bias, true)?,
+            None => softmax_rows(&scores, true)?,
         };
         Ok(Attention {
-            weights: softmax_rows(&scores, true)?,
+            weights,
             values: v.clone(),
         })
     }
@@ -35,7 +41,7 @@ impl SoftmaxAttention {
 
 impl Mechanism for SoftmaxAttention {
     fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, pos: &dyn Encoding) -> Result<Attention> {
-        let scores = pos.scores(q, k, &|q, k| dot_scores(q, k, self.scale))?; // (B, H, T, T)
+        let scores = pos.scores(q, k, &|q, k| self.scores(q, k))?; // (B, H, T, T)
         Self::attention(scores, pos.logit_bias(q.dim(2)?)?, v)
     }
 
@@ -47,7 +53,7 @@ impl Mechanism for SoftmaxAttention {
         pos: &dyn Encoding,
         block: QueryBlock,
     ) -> Result<Attention> {
-        let scores = pos.block_scores(q, k, block, &|q, k| dot_scores(q, k, self.scale))?;
+        let scores = pos.block_scores(q, k, block, &|q, k| self.scores(q, k))?;
         Self::attention(scores, pos.block_bias(block)?, v)
     }
 }

@@ -1,6 +1,7 @@
 //! `attnlab bench`: training throughput and time to 99% MQAR accuracy on the reference
 //! configuration (`presets/bench_mqar.toml`), optionally side by side with the PyTorch
-//! reference script (`../shared/bench/ref_mqar_torch.py`).
+//! references: `../shared/bench/ref_mqar_torch.py` (plain eager, the same model) and, on a GPU,
+//! `../shared/bench/ref_mqar_torch_fast.py` (fused attention, TF32, bf16 autocast).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -35,6 +36,12 @@ pub struct BenchArgs {
     /// Also run this PyTorch reference script (ref_mqar_torch.py) and report the ratios.
     #[arg(long, value_name = "SCRIPT")]
     torch: Option<PathBuf>,
+    /// Also run the GPU reference (ref_mqar_torch_fast.py) in each of `--torch-modes`.
+    #[arg(long, value_name = "SCRIPT")]
+    torch_fast: Option<PathBuf>,
+    /// Modes of --torch-fast: eager, tf32, bf16, compile.
+    #[arg(long, default_value = "eager,tf32,bf16")]
+    torch_modes: String,
     /// Python interpreter for --torch.
     #[arg(long, default_value = "python3")]
     python: String,
@@ -50,8 +57,16 @@ fn bench_trainer(preset: &Preset) -> anyhow::Result<Trainer> {
     Ok(trainer)
 }
 
-/// Measures the mean time of `steps` training steps after 5 warm-up steps, in milliseconds.
-pub fn ms_per_step(preset: &Preset, steps: usize) -> anyhow::Result<f64> {
+/// What the step-time measurement gives.
+pub struct StepTime {
+    /// Mean milliseconds per step over the timed steps.
+    pub ms: f64,
+    /// Autograd nodes of one step ([`Trainer::graph_nodes`]).
+    pub graph_nodes: usize,
+}
+
+/// Measures the mean time of `steps` training steps after 5 warm-up steps.
+pub fn step_time(preset: &Preset, steps: usize) -> anyhow::Result<StepTime> {
     let mut trainer = bench_trainer(preset)?;
     for _ in 0..5 {
         trainer.train_step()?;
@@ -60,7 +75,9 @@ pub fn ms_per_step(preset: &Preset, steps: usize) -> anyhow::Result<f64> {
     for _ in 0..steps {
         trainer.train_step()?;
     }
-    Ok(started.elapsed().as_secs_f64() * 1e3 / steps.max(1) as f64)
+    let ms = started.elapsed().as_secs_f64() * 1e3 / steps.max(1) as f64;
+    let graph_nodes = trainer.graph_nodes()?;
+    Ok(StepTime { ms, graph_nodes })
 }
 
 /// Trains with an evaluation per epoch until the preset's target accuracy, like the reference
@@ -115,17 +132,28 @@ fn torch_args(preset: &Preset) -> Vec<String> {
         .collect()
 }
 
-/// Runs the PyTorch script and returns its last JSON line.
-fn run_torch(
-    python: &str,
-    script: &Path,
-    preset: &Preset,
-    extra: &[&str],
-) -> anyhow::Result<Value> {
+/// The fast GPU reference's arguments: the model and data of [`torch_args`] (it takes no
+/// thread count, learning rate or epochs) and the modes to run.
+fn torch_fast_args(preset: &Preset, modes: &str) -> Vec<String> {
+    let keep = [
+        "--d", "--heads", "--layers", "--batch", "--T", "--kv", "--vocab",
+    ];
+    let args = torch_args(preset);
+    let mut kept: Vec<String> = args
+        .chunks(2)
+        .filter(|pair| keep.contains(&pair[0].as_str()))
+        .flatten()
+        .cloned()
+        .collect();
+    kept.extend(["--modes".to_string(), modes.to_string()]);
+    kept
+}
+
+/// Runs a PyTorch script with `args` and returns every JSON line it printed.
+fn run_torch(python: &str, script: &Path, args: &[String]) -> anyhow::Result<Vec<Value>> {
     let output = Command::new(python)
         .arg(script)
-        .args(torch_args(preset))
-        .args(extra)
+        .args(args)
         .output()
         .with_context(|| format!("cannot run {python} {}", script.display()))?;
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -135,12 +163,26 @@ fn run_torch(
         script.display(),
         String::from_utf8_lossy(&output.stderr).trim()
     );
-    let last = stdout
+    let lines: Vec<Value> = stdout
         .lines()
-        .rev()
-        .find(|l| l.trim_start().starts_with('{'));
-    let last = last.with_context(|| format!("{} printed no JSON", script.display()))?;
-    Ok(serde_json::from_str(last)?)
+        .filter(|l| l.trim_start().starts_with('{'))
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
+    anyhow::ensure!(!lines.is_empty(), "{} printed no JSON", script.display());
+    Ok(lines)
+}
+
+/// The last JSON line of the plain reference script.
+fn run_torch_last(
+    python: &str,
+    script: &Path,
+    preset: &Preset,
+    extra: &[&str],
+) -> anyhow::Result<Value> {
+    let mut args = torch_args(preset);
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let mut lines = run_torch(python, script, &args)?;
+    Ok(lines.pop().unwrap_or_default())
 }
 
 pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
@@ -153,20 +195,26 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
         )?,
     };
     let text = args.format == Format::Text;
-    let ms = ms_per_step(&preset, args.steps)?;
+    let measured = step_time(&preset, args.steps)?;
+    let ms = measured.ms;
     let tokens = (preset.train.batch_size * preset.task.seq_len()) as f64;
     let mut result = json!({
         "config": preset.name,
         "device": preset.train.device,
+        "precision": preset.train.precision.name(),
         "threads": candle_core::utils::get_num_threads(),
         "ms_per_step": ms,
         "tokens_per_s": tokens / (ms / 1e3),
+        "graph_nodes": measured.graph_nodes,
     });
     if text {
         outln!(
-            "{}: {ms:.1} ms per training step ({:.0} tokens/s)",
+            "{} ({}, {}): {ms:.1} ms per training step ({:.0} tokens/s, {} autograd nodes per step)",
             preset.name,
-            tokens / (ms / 1e3)
+            preset.train.device,
+            preset.train.precision,
+            tokens / (ms / 1e3),
+            measured.graph_nodes,
         );
     }
     if !args.steps_only {
@@ -187,13 +235,13 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
         }
     }
     if let Some(script) = &args.torch {
-        let steps = run_torch(&args.python, script, &preset, &["--steps-only"])?;
+        let steps = run_torch_last(&args.python, script, &preset, &["--steps-only"])?;
         let mut torch = json!({ "ms_per_step": steps["ms_per_step"] });
         if let Some(torch_ms) = steps["ms_per_step"].as_f64() {
             result["step_ratio"] = json!(ms / torch_ms);
         }
         if !args.steps_only {
-            let full = run_torch(&args.python, script, &preset, &[])?;
+            let full = run_torch_last(&args.python, script, &preset, &[])?;
             torch["time_to_99_s"] = full["time_to_99_s"].clone();
             if let (Some(ours), Some(theirs)) = (
                 result["time_to_99_s"].as_f64(),
@@ -211,6 +259,32 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
             );
         }
         result["torch"] = torch;
+    }
+    if let Some(script) = &args.torch_fast {
+        let modes = run_torch(
+            &args.python,
+            script,
+            &torch_fast_args(&preset, &args.torch_modes),
+        )?;
+        let mut fast = serde_json::Map::new();
+        for mode in &modes {
+            let (Some(name), Some(torch_ms)) =
+                (mode["mode"].as_str(), mode["ms_per_step"].as_f64())
+            else {
+                continue;
+            };
+            if text {
+                outln!(
+                    "PyTorch {name}: {torch_ms:.1} ms per step; ratio attnlab / PyTorch {:.2}",
+                    ms / torch_ms
+                );
+            }
+            fast.insert(
+                name.to_string(),
+                json!({ "ms_per_step": torch_ms, "ratio": ms / torch_ms }),
+            );
+        }
+        result["torch_fast"] = Value::Object(fast);
     }
     if !text {
         outln!("{result}");
@@ -242,6 +316,17 @@ mod tests {
         assert!(
             args.contains("--d 512 ") && args.contains("--T 1024 "),
             "{args}"
+        );
+    }
+
+    /// The fast reference takes the model and data only (it has no --threads, --lr or
+    /// --epochs), then the modes.
+    #[test]
+    fn torch_fast_gets_the_model_and_the_modes() {
+        let args = torch_fast_args(&reference(&[]), "tf32,bf16").join(" ");
+        assert_eq!(
+            args,
+            "--d 128 --heads 2 --layers 2 --batch 64 --T 64 --kv 4 --vocab 256 --modes tf32,bf16"
         );
     }
 }

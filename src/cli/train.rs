@@ -34,10 +34,14 @@ pub fn train(path: &Path, overrides: &[String], out: &Path, quiet: bool) -> anyh
                 total_steps,
                 n_params,
                 device_notice,
+                precision_note,
                 ..
             } => {
                 if let Some(notice) = device_notice {
                     bar.suspend(|| eprintln!("warning: {notice}"));
+                }
+                if let Some(note) = precision_note {
+                    bar.suspend(|| eprintln!("note: {note}"));
                 }
                 bar.set_length(total_steps as u64);
                 bar.println(format!(

@@ -429,6 +429,7 @@ fn evaluate_length(
         &preset.encoding,
         preset.task.vocab_size(),
         limit.unwrap_or(n.max(preset.task.seq_len())),
+        preset.train.precision,
         &params,
     )?;
     params.load(&run.checkpoint_path())?;

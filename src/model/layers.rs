@@ -1,34 +1,46 @@
 //! Linear, LayerNorm, Embedding and MLP, written with differentiable ops only and initialised
 //! like PyTorch's modules (so `attnlab bench` and the PyTorch reference start alike).
 
-use candle_core::{D, Tensor};
+use candle_core::Tensor;
 
 use crate::Result;
-use crate::ops::{gelu_erf, layer_norm, linear, linear_heads};
+use crate::ops::{Precision, add_broadcast, gelu_erf, layer_norm, linear, linear_heads};
 use crate::params::{Init, Params};
 
 /// y = x Wᵀ + b. Inputs of any rank are flattened to one matrix product (one large GEMM is
-/// faster on CPU than a batch of small ones); see [`crate::ops::linear`].
+/// faster on CPU than a batch of small ones); see [`crate::ops::linear`]. In bf16 the product
+/// takes bf16 operands and the bias is added in f32 ([`Precision::product`]).
 pub struct Linear {
     /// (out, in), as `nn.Linear`.
     weight: Tensor,
     bias: Option<Tensor>,
+    precision: Precision,
 }
 
 impl Linear {
     /// U(±1/√in) for weight and bias, as `nn.Linear`.
-    pub fn new(in_dim: usize, out_dim: usize, bias: bool, params: &Params) -> Result<Self> {
+    pub fn new(
+        in_dim: usize,
+        out_dim: usize,
+        bias: bool,
+        precision: Precision,
+        params: &Params,
+    ) -> Result<Self> {
         let bound = 1.0 / (in_dim as f64).sqrt();
         let weight = params.get("weight", (out_dim, in_dim), Init::Uniform(bound))?;
         let bias = bias
             .then(|| params.get("bias", out_dim, Init::Uniform(bound)))
             .transpose()?;
-        Ok(Self::from_weight(weight, bias))
+        Ok(Self::from_weight(weight, bias, precision))
     }
 
     /// A layer over an existing (out, in) weight, e.g. a tied embedding.
-    pub fn from_weight(weight: Tensor, bias: Option<Tensor>) -> Self {
-        Self { weight, bias }
+    pub fn from_weight(weight: Tensor, bias: Option<Tensor>, precision: Precision) -> Self {
+        Self {
+            weight,
+            bias,
+            precision,
+        }
     }
 
     /// The layer restricted to output features `start..start + len`, sharing this layer's
@@ -43,16 +55,36 @@ impl Linear {
                 .as_ref()
                 .map(|b| b.narrow(0, start, len))
                 .transpose()?,
+            precision: self.precision,
         })
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        linear(x, &self.weight, self.bias.as_ref())
+        if self.precision != Precision::Bf16 {
+            return linear(x, &self.weight, self.bias.as_ref());
+        }
+        let y = self
+            .precision
+            .product(x, &self.weight, |x, w| linear(x, w, None))?;
+        match &self.bias {
+            Some(b) => add_broadcast(&y, b),
+            None => Ok(y),
+        }
     }
 
     /// x (B, T, in) → (B, heads, T, out / heads): the output split into attention heads.
     pub fn forward_heads(&self, x: &Tensor, heads: usize) -> Result<Tensor> {
-        linear_heads(x, &self.weight, self.bias.as_ref(), heads)
+        if self.precision != Precision::Bf16 {
+            return linear_heads(x, &self.weight, self.bias.as_ref(), heads);
+        }
+        let y = self
+            .precision
+            .product(x, &self.weight, |x, w| linear_heads(x, w, None, heads))?;
+        match &self.bias {
+            // (out) → (heads, 1, out / heads), one row per head broadcast over positions.
+            Some(b) => Ok(y.broadcast_add(&b.reshape((heads, 1, b.dim(0)? / heads))?)?),
+            None => Ok(y),
+        }
     }
 }
 
@@ -93,9 +125,7 @@ impl Embedding {
 
     /// ids (B, T) u32 → (B, T, D).
     pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
-        let (b, t) = ids.dims2()?;
-        let rows = self.weight.index_select(&ids.flatten_all()?, 0)?;
-        Ok(rows.reshape((b, t, self.weight.dim(D::Minus1)?))?)
+        crate::ops::embedding(&self.weight, ids)
     }
 }
 
@@ -106,10 +136,10 @@ pub struct Mlp {
 }
 
 impl Mlp {
-    pub fn new(dim: usize, hidden: usize, params: &Params) -> Result<Self> {
+    pub fn new(dim: usize, hidden: usize, precision: Precision, params: &Params) -> Result<Self> {
         Ok(Self {
-            up: Linear::new(dim, hidden, true, &params.pp("up"))?,
-            down: Linear::new(hidden, dim, true, &params.pp("down"))?,
+            up: Linear::new(dim, hidden, true, precision, &params.pp("up"))?,
+            down: Linear::new(hidden, dim, true, precision, &params.pp("down"))?,
         })
     }
 

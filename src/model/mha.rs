@@ -9,7 +9,7 @@ use super::Linear;
 use crate::Result;
 use crate::attention::{Attention, Mechanism};
 use crate::encodings::Encoding;
-use crate::ops::matmul_merge_heads;
+use crate::ops::{Precision, matmul_merge_heads};
 use crate::params::Params;
 
 pub struct MultiHeadAttention {
@@ -20,6 +20,7 @@ pub struct MultiHeadAttention {
     head_dim: usize,
     mechanism: Arc<dyn Mechanism>,
     encoding: Arc<dyn Encoding>,
+    precision: Precision,
 }
 
 impl MultiHeadAttention {
@@ -29,18 +30,21 @@ impl MultiHeadAttention {
         qk_dim: usize,
         mechanism: Arc<dyn Mechanism>,
         encoding: Arc<dyn Encoding>,
+        precision: Precision,
         params: &Params,
     ) -> Result<Self> {
         let head_dim = d_model / n_heads;
         let width = n_heads * (2 * qk_dim + head_dim);
+        let linear = |i, o, name| Linear::new(i, o, true, precision, &params.pp(name));
         Ok(Self {
-            qkv: Linear::new(d_model, width, true, &params.pp("qkv"))?,
-            out: Linear::new(n_heads * head_dim, d_model, true, &params.pp("out"))?,
+            qkv: linear(d_model, width, "qkv")?,
+            out: linear(n_heads * head_dim, d_model, "out")?,
             n_heads,
             qk_dim,
             head_dim,
             mechanism,
             encoding,
+            precision,
         })
     }
 
@@ -75,7 +79,9 @@ impl MultiHeadAttention {
     fn attend(&self, x: &Tensor) -> Result<(Tensor, Attention)> {
         let (q, k, v) = self.project(x)?;
         let attention = self.mechanism.attend(&q, &k, &v, self.encoding.as_ref())?;
-        let y = matmul_merge_heads(&attention.weights, &attention.values)?;
+        let y =
+            self.precision
+                .product(&attention.weights, &attention.values, matmul_merge_heads)?;
         Ok((y, attention))
     }
 

@@ -11,6 +11,7 @@ use super::{
 use crate::Result;
 use crate::attention::{Attention, MechanismShape, MechanismSpec};
 use crate::encodings::{Encoding, EncodingShape, EncodingSpec, Family, NoEncoding};
+use crate::ops::Precision;
 use crate::params::Params;
 
 enum Mixer {
@@ -84,13 +85,15 @@ pub struct Transformer {
 }
 
 impl Transformer {
-    /// Builds the model; every parameter is created in `params`.
+    /// Builds the model; every parameter is created in `params`. `precision` is how its matrix
+    /// products compute (see [`Precision`]).
     pub fn new(
         config: &ModelConfig,
         mechanism: &MechanismSpec,
         encoding: &EncodingSpec,
         vocab_size: usize,
         max_len: usize,
+        precision: Precision,
         params: &Params,
     ) -> Result<Self> {
         let d = config.d_model;
@@ -126,6 +129,7 @@ impl Transformer {
             qk_dim,
             head_dim: config.head_dim(),
             max_len,
+            precision,
         };
         let blocks = (0..config.n_layers)
             .map(|layer| {
@@ -137,18 +141,22 @@ impl Transformer {
                         qk_dim,
                         mechanism.build(&mech_shape, &p.pp("attn"))?,
                         layer_encoding(layer)?,
+                        precision,
                         &p.pp("attn"),
                     )?),
-                    MixerKind::ShortConv => {
-                        Mixer::ShortConv(ShortConv::new(d, config.conv_kernel, &p.pp("conv"))?)
-                    }
+                    MixerKind::ShortConv => Mixer::ShortConv(ShortConv::new(
+                        d,
+                        config.conv_kernel,
+                        precision,
+                        &p.pp("conv"),
+                    )?),
                     MixerKind::PrevToken => Mixer::PrevToken(PrevToken),
                 };
                 let mlp = (config.mlp_ratio > 0)
                     .then(|| -> Result<_> {
                         Ok((
                             LayerNorm::new(d, &p.pp("mlp_norm"))?,
-                            Mlp::new(d, config.mlp_ratio * d, &p.pp("mlp"))?,
+                            Mlp::new(d, config.mlp_ratio * d, precision, &p.pp("mlp"))?,
                         ))
                     })
                     .transpose()?;
@@ -162,9 +170,9 @@ impl Transformer {
         let embedding = Embedding::new(vocab_size, d, &params.pp("embedding"))?;
         let head = if config.tie_embeddings {
             let bias = params.get("head.bias", vocab_size, crate::params::Init::Constant(0.0))?;
-            Linear::from_weight(embedding.weight().clone(), Some(bias))
+            Linear::from_weight(embedding.weight().clone(), Some(bias), precision)
         } else {
-            Linear::new(d, vocab_size, true, &params.pp("head"))?
+            Linear::new(d, vocab_size, true, precision, &params.pp("head"))?
         };
         Ok(Self {
             embedding,

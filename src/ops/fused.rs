@@ -1,10 +1,11 @@
-//! Fused CPU kernels, each with its analytic backward pass: row standardisation and LayerNorm,
+//! Fused kernels, each with its analytic backward pass: row standardisation and LayerNorm,
 //! row softmax with an optional causal mask, GELU (with a branch-free erf), and the column sums
 //! that bias gradients need. Built from plain tensor ops a LayerNorm or softmax takes ~8 full
-//! passes forward and ~20 backward (candle's autograd also zero-fills and adds once per
-//! gradient); fused they take one pass each way. They run on contiguous f32 CPU tensors;
-//! [`super`] falls back to the composed ops elsewhere (GPU, other dtypes), and the tests check
-//! both agree, values and gradients.
+//! passes forward and ~20 backward (8 and 20 kernel launches on a GPU); fused they take one
+//! pass each way. Each op runs on contiguous f32 tensors, on the CPU (the Rust below) or on a
+//! CUDA GPU (`cuda.rs`, the kernel of the same name in `kernels.cu`); [`super`] falls back to
+//! the composed ops elsewhere (other dtypes, Metal), and the tests check both agree, values
+//! and gradients, on every device they run on.
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Shape, Tensor};
 use rayon::prelude::*;
@@ -85,6 +86,15 @@ impl CustomOp1 for Standardise {
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        storage: &candle_core::CudaStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        super::cuda::standardise(storage, layout, self.eps)
+    }
+
     fn bwd(
         &self,
         arg: &Tensor,
@@ -134,6 +144,19 @@ impl CustomOp3 for StandardiseGrad {
                 }
             });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        super::cuda::standardise_grad((s1, l1), (s2, l2), (s3, l3), self.eps)
     }
 }
 
@@ -190,6 +213,15 @@ impl CustomOp1 for RowSoftmax {
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        storage: &candle_core::CudaStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        super::cuda::row_softmax(storage, layout, self.causal)
+    }
+
     fn bwd(
         &self,
         _arg: &Tensor,
@@ -200,10 +232,95 @@ impl CustomOp1 for RowSoftmax {
     }
 }
 
+/// softmax(x + bias) per row, the causal mask as [`RowSoftmax`]; the bias is a table of whole
+/// rows ((H, Tq, Tk) or (1, Tq, Tk)) repeated over x's leading dimensions. One pass where the
+/// bias add was another (B, H, Tq, Tk) tensor forward and a gradient backward.
+pub struct BiasedRowSoftmax {
+    pub causal: bool,
+}
+
+impl CustomOp2 for BiasedRowSoftmax {
+    fn name(&self) -> &'static str {
+        "attnlab-biased-row-softmax"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (x, bias) = (slice(s1, l1)?, slice(s2, l2)?);
+        let dims = l1.dims();
+        let tk = last_dim(l1);
+        let tq = dims[dims.len() - 2];
+        let mask = RowSoftmax {
+            causal: self.causal,
+        };
+        let mut out = zeros(x.len());
+        out.par_chunks_mut(tk)
+            .zip(x.par_chunks(tk))
+            .enumerate()
+            .for_each(|(r, (o, row))| {
+                let n = mask.visible(r, tq, tk);
+                let b = &bias[(r * tk) % bias.len()..][..tk];
+                for ((o, x), b) in o[..n].iter_mut().zip(&row[..n]).zip(b) {
+                    *o = x + b;
+                }
+                let max = o[..n].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let mut sum = 0f32;
+                for o in &mut o[..n] {
+                    *o = (*o - max).exp();
+                    sum += *o;
+                }
+                let inv = 1.0 / sum;
+                o[..n].iter_mut().for_each(|o| *o *= inv);
+            });
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        super::cuda::row_softmax_bias((s1, l1), (s2, l2), self.causal)
+    }
+
+    /// ds as for [`RowSoftmax`]; the bias's gradient sums ds over the repeats, and is only
+    /// computed for a bias that trains (ALiBi's or a Type series' is a constant).
+    fn bwd(
+        &self,
+        _x: &Tensor,
+        bias: &Tensor,
+        res: &Tensor,
+        grad_res: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let ds = ChunkGrad::ROW_SOFTMAX
+            .apply(grad_res, res)?
+            .ok_or_else(|| candle_core::Error::Msg("row softmax gradient".into()))?;
+        let dbias = if bias.track_op() {
+            let n = bias.elem_count();
+            let sums = column_sums(&ds.reshape((ds.elem_count() / n, n))?)?;
+            Some(sums.reshape(bias.shape())?)
+        } else {
+            None
+        };
+        Ok((Some(ds), dbias))
+    }
+}
+
 /// A gradient computed chunk by chunk from the upstream gradient and one saved tensor
 /// (the input or the output of the forward op), in parallel over chunks.
 struct ChunkGrad {
     name: &'static str,
+    /// The CUDA kernel computing the same (`kernels.cu`).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    kernel: &'static str,
     /// Elements per chunk; `None` for one row of the last dimension.
     chunk: Option<usize>,
     /// `f(out, upstream, saved)` for one chunk.
@@ -214,6 +331,7 @@ impl ChunkGrad {
     /// ds = w ⊙ (dw − Σ dw·w) per row, saved = w. Masked entries have w = 0 and get 0.
     const ROW_SOFTMAX: Self = Self {
         name: "attnlab-row-softmax-grad",
+        kernel: "attnlab_row_softmax_grad",
         chunk: None,
         f: |o, dw, w| {
             let dot: f32 = dw.iter().zip(w).map(|(a, b)| a * b).sum();
@@ -226,6 +344,7 @@ impl ChunkGrad {
     /// d/dx x·Φ(x) = Φ(x) + x·φ(x), saved = x.
     const GELU_ERF: Self = Self {
         name: "attnlab-gelu-erf-grad",
+        kernel: "attnlab_gelu_erf_grad",
         chunk: Some(4096),
         f: |o, dy, x| {
             let inv_sqrt_2pi = 0.5 * std::f32::consts::FRAC_2_SQRT_PI * FRAC_1_SQRT_2;
@@ -261,6 +380,18 @@ impl CustomOp2 for ChunkGrad {
         let chunk = self.chunk.unwrap_or_else(|| last_dim(l1));
         let out = zip_chunks(slice(s1, l1)?, slice(s2, l2)?, chunk, self.f);
         Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let per_row = self.chunk.is_none();
+        super::cuda::pair_grad(self.kernel, per_row, (s1, l1), (s2, l2))
     }
 }
 
@@ -339,6 +470,15 @@ impl CustomOp1 for ColumnSums {
         let sums = column_sums_of(slice(storage, layout)?, d);
         Ok((CpuStorage::F32(sums), Shape::from(d)))
     }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        storage: &candle_core::CudaStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        super::cuda::column_sums(storage, layout)
+    }
 }
 
 /// x + y for a y shaped like x's trailing dimensions (a position table added to every
@@ -359,10 +499,7 @@ impl CustomOp2 for AddBroadcast {
         l2: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (x, y) = (slice(s1, l1)?, slice(s2, l2)?);
-        let (xd, yd) = (l1.dims(), l2.dims());
-        if y.is_empty() || yd.len() > xd.len() || xd[xd.len() - yd.len()..] != *yd {
-            candle_core::bail!("add_broadcast: {yd:?} is not the end of {xd:?}");
-        }
+        check_trailing(l1, l2)?;
         let mut out = zeros(x.len());
         out.par_chunks_mut(y.len())
             .zip(x.par_chunks(y.len()))
@@ -372,6 +509,18 @@ impl CustomOp2 for AddBroadcast {
                 }
             });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        check_trailing(l1, l2)?;
+        super::cuda::add_broadcast((s1, l1), (s2, l2))
     }
 
     fn bwd(
@@ -385,6 +534,15 @@ impl CustomOp2 for AddBroadcast {
         let dy = column_sums(&grad.reshape((grad.elem_count() / n, n))?)?;
         Ok((Some(grad.clone()), Some(dy.reshape(y.shape())?)))
     }
+}
+
+/// Whether y's shape (l2) is the end of x's (l1), as [`AddBroadcast`] needs.
+fn check_trailing(l1: &Layout, l2: &Layout) -> candle_core::Result<()> {
+    let (xd, yd) = (l1.dims(), l2.dims());
+    if l2.shape().elem_count() == 0 || yd.len() > xd.len() || xd[xd.len() - yd.len()..] != *yd {
+        candle_core::bail!("add_broadcast: {yd:?} is not the end of {xd:?}");
+    }
+    Ok(())
 }
 
 /// GELU with the exact erf form, as PyTorch's `nn.GELU()`: x·Φ(x).
@@ -412,6 +570,15 @@ impl CustomOp1 for GeluErf {
                 }
             });
         Ok((CpuStorage::F32(out), layout.shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        storage: &candle_core::CudaStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        super::cuda::gelu_erf(storage, layout)
     }
 
     fn bwd(
@@ -455,6 +622,19 @@ impl CustomOp3 for LayerNorm {
                 }
             });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        super::cuda::layer_norm((s1, l1), (s2, l2), (s3, l3), self.eps)
     }
 
     fn bwd(

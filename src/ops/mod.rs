@@ -1,21 +1,56 @@
 //! Small differentiable building blocks shared by attention and the model.
 //!
 //! candle's fused `softmax_last_dim`, `layer_norm` and `rms_norm` have no backward pass: a
-//! model built on them trains silently wrong. The functions here always have one: on f32 CPU
-//! tensors they use attnlab's own fused kernels ([`fused`]), elsewhere plain tensor ops (the
-//! `*_composed` versions, which also serve as the tests' reference).
+//! model built on them trains silently wrong. The functions here always have one: on f32
+//! tensors on the CPU or a CUDA GPU they use attnlab's own fused kernels ([`fused`],
+//! [`embedding`], [`loss`], [`adamw`]; the GPU side in `cuda.rs` and `kernels.cu`), elsewhere
+//! plain tensor ops (the `*_composed` versions, which also serve as the tests' reference).
+//! The matrix products of [`linear`] and [`matmul`] are the CPU's own (the gemm crate); on a
+//! GPU, candle's cuBLAS products run them.
 
+mod adamw;
+#[cfg(feature = "cuda")]
+mod cuda;
+mod embedding;
 mod fused;
 mod gemm;
 mod linear;
+mod loss;
+mod mask;
 mod matmul;
+mod precision;
 
-use candle_core::{D, DType, Tensor};
+use candle_core::{D, DType, Device, Tensor};
+
+pub use adamw::{AdamStep, adamw_in_place, adamw_step_composed, sum_squares};
+pub use embedding::{embedding, embedding_composed};
+pub use loss::{cross_entropy, cross_entropy_composed};
+pub use mask::causal_mask;
+pub use precision::Precision;
 
 use crate::Result;
 
-/// Whether the fused CPU kernels apply to `x` (f32 on the CPU).
+/// Whether attnlab's fused kernels run `x`: f32 on the CPU, or on a CUDA GPU unless
+/// `ATTNLAB_CUDA_KERNELS=0`.
 pub(crate) fn fusable(x: &Tensor) -> bool {
+    x.dtype() == DType::F32 && (x.device().is_cpu() || cuda_kernels(x.device()))
+}
+
+/// Whether `device` runs the fused CUDA kernels.
+fn cuda_kernels(device: &Device) -> bool {
+    #[cfg(feature = "cuda")]
+    {
+        device.is_cuda() && cuda::enabled()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = device;
+        false
+    }
+}
+
+/// f32 on the CPU: where attnlab's own matrix products ([`linear`], [`matmul`]) run.
+fn cpu_f32(x: &Tensor) -> bool {
     x.device().is_cpu() && x.dtype() == DType::F32
 }
 
@@ -28,6 +63,26 @@ pub fn softmax_rows(x: &Tensor, causal: bool) -> Result<Tensor> {
     softmax_rows_composed(x, causal)
 }
 
+/// softmax(x + bias) over the last dimension, masked as [`softmax_rows`]. The bias is
+/// (H, Tq, Tk) or (1, Tq, Tk) for x (B, H, Tq, Tk), a relative encoding's table; fused, it is
+/// added inside the softmax's pass instead of as a (B, H, Tq, Tk) tensor of its own.
+pub fn softmax_rows_biased(x: &Tensor, bias: &Tensor, causal: bool) -> Result<Tensor> {
+    if fusable(x) && fusable(bias) && repeats_over_rows(bias, x) {
+        let op = fused::BiasedRowSoftmax { causal };
+        return Ok(x.contiguous()?.apply_op2(&bias.contiguous()?, op)?);
+    }
+    softmax_rows_composed(&x.broadcast_add(bias)?, causal)
+}
+
+/// Whether `bias` is whole rows of `x` repeated over its leading dimensions: bias's shape,
+/// without leading 1s, is the end of x's.
+fn repeats_over_rows(bias: &Tensor, x: &Tensor) -> bool {
+    let (b, x) = (bias.dims(), x.dims());
+    let start = b.iter().position(|&d| d != 1).unwrap_or(b.len());
+    let b = &b[start..];
+    !b.is_empty() && b.len() <= x.len() && x[x.len() - b.len()..] == *b
+}
+
 /// [`softmax_rows`] from plain tensor ops.
 pub fn softmax_rows_composed(x: &Tensor, causal: bool) -> Result<Tensor> {
     let x = if causal {
@@ -38,27 +93,10 @@ pub fn softmax_rows_composed(x: &Tensor, causal: bool) -> Result<Tensor> {
     Ok(candle_nn::ops::softmax(&x, D::Minus1)?)
 }
 
-/// The additive causal mask (Tq, Tk) of `x`: 0 where j ≤ i + (Tk − Tq), −∞ elsewhere.
-pub fn causal_mask(x: &Tensor) -> Result<Tensor> {
-    let dims = x.dims();
-    let (tq, tk) = (dims[dims.len() - 2], dims[dims.len() - 1]);
-    let offset = tk.saturating_sub(tq);
-    let data: Vec<f32> = (0..tq * tk)
-        .map(|ij| {
-            if ij % tk > ij / tk + offset {
-                f32::NEG_INFINITY
-            } else {
-                0.0
-            }
-        })
-        .collect();
-    Ok(Tensor::from_vec(data, (tq, tk), x.device())?.to_dtype(x.dtype())?)
-}
-
 /// y = x Wᵀ + b for x (…, in), W (out, in), b (out), as `nn.Linear`.
 pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
     match b {
-        Some(b) if fusable(x) => fused_linear(x, w, b, None),
+        Some(b) if cpu_f32(x) => fused_linear(x, w, b, None),
         _ => linear_composed(x, w, b),
     }
 }
@@ -67,7 +105,7 @@ pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
 /// takes as q, k or v. On the CPU it is one contiguous node (see `linear.rs`).
 pub fn linear_heads(x: &Tensor, w: &Tensor, b: Option<&Tensor>, heads: usize) -> Result<Tensor> {
     match b {
-        Some(b) if fusable(x) => fused_linear(x, w, b, Some(heads)),
+        Some(b) if cpu_f32(x) => fused_linear(x, w, b, Some(heads)),
         _ => linear_heads_composed(x, w, b, heads),
     }
 }
@@ -172,7 +210,7 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 
 /// scale · a · b, the scale applied inside the product (no extra pass over the result).
 fn scaled_matmul(a: &Tensor, b: &Tensor, scale: f64) -> Result<Tensor> {
-    if fusable(a) && matmul::fits(a, b, false) {
+    if cpu_f32(a) && matmul::fits(a, b, false) {
         let op = matmul::BatchedMatmul {
             scale: scale as f32,
             ..Default::default()
@@ -192,7 +230,7 @@ fn scaled_matmul(a: &Tensor, b: &Tensor, scale: f64) -> Result<Tensor> {
 pub fn matmul_merge_heads(weights: &Tensor, values: &Tensor) -> Result<Tensor> {
     let (b, h, tq, _) = weights.dims4()?;
     let dh = values.dim(3)?;
-    if fusable(weights) && matmul::fits(weights, values, false) {
+    if cpu_f32(weights) && matmul::fits(weights, values, false) {
         let op = matmul::BatchedMatmul {
             merge_heads: true,
             ..Default::default()
@@ -206,7 +244,7 @@ pub fn matmul_merge_heads(weights: &Tensor, values: &Tensor) -> Result<Tensor> {
 
 /// q·kᵀ·scale for q (…, Tq, d), k (…, Tk, d) → (…, Tq, Tk).
 pub fn dot_scores(q: &Tensor, k: &Tensor, scale: f64) -> Result<Tensor> {
-    if fusable(q) && matmul::fits(q, k, true) {
+    if cpu_f32(q) && matmul::fits(q, k, true) {
         let op = matmul::BatchedMatmul {
             scale: scale as f32,
             b_transposed: true,
@@ -314,6 +352,33 @@ mod tests {
             assert_close(&fused.0, &composed.0, "softmax value");
             assert_close(&fused.1, &composed.1, "softmax gradient");
         }
+    }
+
+    #[test]
+    fn biased_softmax_matches_the_composed_ops_in_value_and_both_gradients() {
+        let x = Var::from_tensor(&random((2, 3, 5, 7), 18)).unwrap();
+        let upstream = random((2, 3, 5, 7), 19);
+        // Per-head and shared tables; five queries over seven keys (a block of queries).
+        for bias in [
+            random((1, 3, 5, 7), 20).squeeze(0).unwrap(),
+            random((1, 1, 5, 7), 21).squeeze(0).unwrap(),
+        ] {
+            let bias = Var::from_tensor(&bias).unwrap();
+            let run = |f: &dyn Fn(&Tensor, &Tensor) -> Result<Tensor>| {
+                let out = f(x.as_tensor(), bias.as_tensor()).unwrap();
+                value_and_grads(&out, &upstream, &[&x, &bias])
+            };
+            let fused = run(&|x, b| softmax_rows_biased(x, b, true));
+            let composed = run(&|x, b| softmax_rows_composed(&x.broadcast_add(b)?, true));
+            assert_all_close(&fused, &composed, &["value", "dx", "dbias"]);
+        }
+        // A constant bias gets no gradient work, and the result is the same.
+        let fixed = random((1, 3, 5, 7), 22).squeeze(0).unwrap();
+        let y = softmax_rows_biased(x.as_tensor(), &fixed, false).unwrap();
+        let want =
+            softmax_rows_composed(&x.as_tensor().broadcast_add(&fixed).unwrap(), false).unwrap();
+        let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert_close(&flat(&y), &flat(&want), "constant bias");
     }
 
     #[test]

@@ -65,6 +65,9 @@ pub struct Summary {
     /// Why the run trained on the CPU instead of the preset's device, if it did.
     #[serde(default)]
     pub device_notice: Option<String>,
+    /// `train.precision` (runs saved before it existed trained in f32).
+    #[serde(default)]
+    pub precision: crate::ops::Precision,
     pub n_params: usize,
     pub steps: usize,
     pub total_steps: usize,
@@ -92,6 +95,9 @@ pub enum TrainEvent {
         n_params: usize,
         /// Why the run trains on the CPU instead of the preset's device, if it does.
         device_notice: Option<String>,
+        /// What `train.precision` does on this device when it is not what its name says
+        /// ([`crate::device::precision_note`]).
+        precision_note: Option<String>,
     },
     Step(StepRecord),
     Eval(EvalRecord),
@@ -117,6 +123,7 @@ mod tests {
             "time_to_target_secs":null,"tokens_per_s":100.0,"error":null,"attnlab_version":"0.1.0"}"#;
         let summary: Summary = serde_json::from_str(json).unwrap();
         assert_eq!(summary.device_notice, None);
+        assert_eq!(summary.precision, crate::ops::Precision::F32);
         assert_eq!(summary.status, RunStatus::Completed);
     }
 }

@@ -53,6 +53,9 @@ pub struct TrainConfig {
     pub seed: u64,
     /// `cpu`, `cuda:N` or `metal`.
     pub device: String,
+    /// How matrix products compute: `f32`, `tf32` (CUDA tensor cores) or `bf16` (mixed
+    /// precision with f32 master weights); see [`crate::ops::Precision`].
+    pub precision: crate::ops::Precision,
 }
 
 impl Default for TrainConfig {
@@ -74,6 +77,7 @@ impl Default for TrainConfig {
             target_accuracy: 0.99,
             seed: 0,
             device: "cpu".into(),
+            precision: crate::ops::Precision::F32,
         }
     }
 }

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::TrainConfig;
 use crate::Result;
-use crate::ops::fusable;
+use crate::ops::{AdamStep, adamw_in_place, adamw_step_composed, fusable, sum_squares};
 
 /// How the learning rate evolves after warm-up.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,10 +42,11 @@ pub fn learning_rate(config: &TrainConfig, step: usize, total: usize) -> f64 {
     }
 }
 
+/// A parameter and its AdamW moments [m; v], side by side in one (2·n) buffer so the fused
+/// update reads and writes them in one pass.
 struct Slot {
     var: Var,
-    m: Tensor,
-    v: Tensor,
+    moments: Tensor,
 }
 
 /// AdamW over a fixed set of variables.
@@ -63,12 +64,8 @@ impl AdamW {
         let slots = vars
             .into_iter()
             .map(|var| {
-                let zeros = var.zeros_like()?;
-                Ok(Slot {
-                    m: zeros.clone(),
-                    v: zeros,
-                    var,
-                })
+                let moments = Tensor::zeros(2 * var.elem_count(), var.dtype(), var.device())?;
+                Ok(Slot { var, moments })
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {
@@ -81,103 +78,74 @@ impl AdamW {
         })
     }
 
-    /// Global L2 norm of the gradients of all variables.
+    /// Global L2 norm of the gradients of all variables. The squared norms are summed on the
+    /// device and read once: one copy to the host per step, not one per parameter.
     pub fn grad_norm(&self, grads: &GradStore) -> Result<f64> {
-        let mut total = 0f64;
-        for slot in &self.slots {
-            if let Some(g) = grads.get(slot.var.as_tensor()) {
-                total += f64::from(g.sqr()?.sum_all()?.to_scalar::<f32>()?);
-            }
+        let squares = self
+            .slots
+            .iter()
+            .filter_map(|slot| grads.get(slot.var.as_tensor()))
+            .map(sum_squares)
+            .collect::<Result<Vec<_>>>()?;
+        if squares.is_empty() {
+            return Ok(0.0);
         }
-        Ok(total.sqrt())
+        let total = Tensor::stack(&squares, 0)?.sum_all()?.to_scalar::<f32>()?;
+        Ok(f64::from(total).sqrt())
     }
 
     /// One update with learning rate `lr`; gradients are scaled by `grad_scale` first (clipping).
     pub fn step(&mut self, grads: &GradStore, lr: f64, grad_scale: f64) -> Result<()> {
+        self.step_with(grads, lr, grad_scale, true)
+    }
+
+    /// [`Self::step`], by the fused in-place kernels where they run (`fused`) or by tensor ops.
+    fn step_with(
+        &mut self,
+        grads: &GradStore,
+        lr: f64,
+        grad_scale: f64,
+        fused: bool,
+    ) -> Result<()> {
         self.step += 1;
         let rule = self.rule(lr, grad_scale);
-        // Parameters are independent: update them side by side.
-        self.slots
-            .par_iter_mut()
-            .try_for_each(|slot| match grads.get(slot.var.as_tensor()) {
-                Some(g) if fusable(g) => slot.update_in_one_pass(g, &rule),
-                Some(g) => slot.update(g, &rule),
-                None => Ok(()),
-            })
+        let update = |slot: &mut Slot| match grads.get(slot.var.as_tensor()) {
+            Some(g) if fused && fusable(g) => {
+                adamw_in_place(slot.var.as_tensor(), &slot.moments, g, &rule)
+            }
+            Some(g) => slot.update_composed(g, &rule),
+            None => Ok(()),
+        };
+        // Parameters are independent: on the CPU, update them side by side. A GPU gets its
+        // launches from one thread, in order.
+        if self.slots.iter().all(|slot| slot.var.device().is_cpu()) {
+            self.slots.par_iter_mut().try_for_each(update)
+        } else {
+            self.slots.iter_mut().try_for_each(update)
+        }
     }
 
     /// The constants of the current step's update.
-    fn rule(&self, lr: f64, grad_scale: f64) -> Rule {
+    fn rule(&self, lr: f64, grad_scale: f64) -> AdamStep {
         let t = self.step as i32;
-        Rule {
-            lr,
-            beta1: self.beta1,
-            beta2: self.beta2,
-            eps: self.eps,
-            weight_decay: self.weight_decay,
-            step_size: lr / (1.0 - self.beta1.powi(t)),
-            v_correction: 1.0 / (1.0 - self.beta2.powi(t)).sqrt(),
-            grad_scale,
+        AdamStep {
+            beta1: self.beta1 as f32,
+            beta2: self.beta2 as f32,
+            grad_scale: grad_scale as f32,
+            decay: (1.0 - lr * self.weight_decay) as f32,
+            step_size: (lr / (1.0 - self.beta1.powi(t))) as f32,
+            v_correction: (1.0 / (1.0 - self.beta2.powi(t)).sqrt()) as f32,
+            eps: self.eps as f32,
         }
     }
-}
-
-/// One step's constants of the update rule.
-struct Rule {
-    lr: f64,
-    beta1: f64,
-    beta2: f64,
-    eps: f64,
-    weight_decay: f64,
-    /// lr / (1 − β₁ᵗ)
-    step_size: f64,
-    /// 1 / √(1 − β₂ᵗ)
-    v_correction: f64,
-    grad_scale: f64,
 }
 
 impl Slot {
     /// PyTorch's AdamW step from tensor ops: any device and dtype.
-    fn update(&mut self, g: &Tensor, rule: &Rule) -> Result<()> {
-        let g = if rule.grad_scale == 1.0 {
-            g.clone()
-        } else {
-            (g * rule.grad_scale)?
-        };
-        self.m = ((&self.m * rule.beta1)? + (&g * (1.0 - rule.beta1))?)?;
-        self.v = ((&self.v * rule.beta2)? + (g.sqr()? * (1.0 - rule.beta2))?)?;
-        let denom = ((self.v.sqrt()? * rule.v_correction)? + rule.eps)?;
-        let decayed = (self.var.as_tensor() * (1.0 - rule.lr * rule.weight_decay))?;
-        let update = ((&self.m / denom)? * rule.step_size)?;
-        self.var.set(&(decayed - update)?)?;
-        Ok(())
-    }
-
-    /// [`Self::update`] on f32 CPU tensors in one pass over the parameter, where the tensor
-    /// ops take twelve passes and allocations per parameter (3% of a benchmark step).
-    fn update_in_one_pass(&mut self, g: &Tensor, rule: &Rule) -> Result<()> {
-        let flat = |t: &Tensor| t.flatten_all()?.to_vec1::<f32>();
-        let (mut p, mut m, mut v) = (flat(self.var.as_tensor())?, flat(&self.m)?, flat(&self.v)?);
-        let [b1, b2, eps, scale, step_size, v_correction] = [
-            rule.beta1,
-            rule.beta2,
-            rule.eps,
-            rule.grad_scale,
-            rule.step_size,
-            rule.v_correction,
-        ]
-        .map(|c| c as f32);
-        let decay = (1.0 - rule.lr * rule.weight_decay) as f32;
-        for (((p, m), v), g) in p.iter_mut().zip(&mut m).zip(&mut v).zip(flat(g)?) {
-            let g = g * scale;
-            *m = b1 * *m + (1.0 - b1) * g;
-            *v = b2 * *v + (1.0 - b2) * g * g;
-            *p = *p * decay - step_size * *m / (v.sqrt() * v_correction + eps);
-        }
-        let (shape, device) = (self.var.shape().clone(), self.var.device().clone());
-        self.m = Tensor::from_vec(m, &shape, &device)?;
-        self.v = Tensor::from_vec(v, &shape, &device)?;
-        self.var.set(&Tensor::from_vec(p, shape, &device)?)?;
+    fn update_composed(&mut self, g: &Tensor, rule: &AdamStep) -> Result<()> {
+        let (param, moments) = adamw_step_composed(self.var.as_tensor(), &self.moments, g, rule)?;
+        self.var.set(&param)?;
+        self.moments = moments;
         Ok(())
     }
 }
@@ -185,7 +153,7 @@ impl Slot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::{DType, Device};
+    use candle_core::Device;
 
     #[test]
     fn cosine_schedule_matches_pytorch() {
@@ -209,42 +177,65 @@ mod tests {
         assert_eq!(learning_rate(&c, 3, 100), 1.0);
     }
 
+    /// The fused in-place update and the tensor ops agree over three steps, with clipping
+    /// scale and weight decay, on two parameters.
     #[test]
-    fn the_one_pass_update_matches_the_tensor_ops() {
+    fn the_fused_update_matches_the_tensor_ops() {
         let device = Device::Cpu;
-        let init = crate::rng::normal_vec(&mut crate::rng::stream(1, "adamw"), 40, 1.0);
-        let grad = |step: u64| {
-            let g = crate::rng::normal_vec(&mut crate::rng::stream(step, "grad"), 40, 1.0);
-            Tensor::from_vec(g, (5, 8), &device).unwrap()
+        let init = |seed: u64, n: usize| {
+            let data = crate::rng::normal_vec(&mut crate::rng::stream(seed, "adamw"), n, 1.0);
+            Var::from_tensor(&Tensor::from_vec(data, n, &device).unwrap()).unwrap()
         };
-        let slot = || Slot {
-            var: Var::from_tensor(&Tensor::from_vec(init.clone(), (5, 8), &device).unwrap())
-                .unwrap(),
-            m: Tensor::zeros((5, 8), DType::F32, &device).unwrap(),
-            v: Tensor::zeros((5, 8), DType::F32, &device).unwrap(),
-        };
-        let (mut fused, mut composed) = (slot(), slot());
         let config = TrainConfig {
             weight_decay: 0.1,
             ..TrainConfig::default()
         };
-        let mut schedule = AdamW::new(vec![], &config).unwrap();
-        for step in 1..=3 {
-            schedule.step = step;
-            let rule = schedule.rule(1e-2, 0.5);
-            let g = grad(step as u64);
-            fused.update_in_one_pass(&g, &rule).unwrap();
-            composed.update(&g, &rule).unwrap();
+        let (fused_vars, composed_vars) = ([init(1, 40), init(2, 7)], [init(1, 40), init(2, 7)]);
+        let mut fused = AdamW::new(fused_vars.to_vec(), &config).unwrap();
+        let mut composed = AdamW::new(composed_vars.to_vec(), &config).unwrap();
+        for step in 1..=3u64 {
+            let loss = |vars: &[Var; 2]| {
+                // A loss whose gradients differ between entries and steps.
+                let w = Tensor::from_vec(
+                    crate::rng::normal_vec(&mut crate::rng::stream(step, "grad"), 40, 1.0),
+                    40,
+                    &device,
+                )
+                .unwrap();
+                let a = (vars[0].as_tensor() * &w).unwrap().sum_all().unwrap();
+                let b = vars[1].as_tensor().sqr().unwrap().sum_all().unwrap();
+                (a + b).unwrap().backward().unwrap()
+            };
+            fused
+                .step_with(&loss(&fused_vars), 1e-2, 0.5, true)
+                .unwrap();
+            composed
+                .step_with(&loss(&composed_vars), 1e-2, 0.5, false)
+                .unwrap();
         }
-        for (a, b) in [
-            (fused.var.as_tensor(), composed.var.as_tensor()),
-            (&fused.m, &composed.m),
-            (&fused.v, &composed.v),
-        ] {
-            let diff = (a - b).unwrap().abs().unwrap().max_all().unwrap();
-            assert!(diff.to_scalar::<f32>().unwrap() < 1e-6);
-            assert_eq!(a.dims(), &[5, 8]);
+        for (a, b) in fused.slots.iter().zip(&composed.slots) {
+            for (x, y) in [
+                (a.var.as_tensor(), b.var.as_tensor()),
+                (&a.moments, &b.moments),
+            ] {
+                let diff = (x - y).unwrap().abs().unwrap().max_all().unwrap();
+                assert!(diff.to_scalar::<f32>().unwrap() < 1e-6);
+            }
         }
+    }
+
+    #[test]
+    fn grad_norm_is_the_norm_of_all_gradients() {
+        let (a, b) = (
+            Var::new(&[3f32], &Device::Cpu).unwrap(),
+            Var::new(&[4f32], &Device::Cpu).unwrap(),
+        );
+        let opt = AdamW::new(vec![a.clone(), b.clone()], &TrainConfig::default()).unwrap();
+        // d/da a²/2 = 3, d/db b²/2 = 4: the norm is 5.
+        let loss =
+            ((a.as_tensor().sqr().unwrap() + b.as_tensor().sqr().unwrap()).unwrap() * 0.5).unwrap();
+        let grads = loss.sum_all().unwrap().backward().unwrap();
+        assert!((opt.grad_norm(&grads).unwrap() - 5.0).abs() < 1e-6);
     }
 
     /// First AdamW step on p = 1 with gradient 2, lr 0.1, wd 0.1, by torch.optim.AdamW's rule:

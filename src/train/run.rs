@@ -65,6 +65,7 @@ fn run_inner(
         steps_per_epoch: trainer.steps_per_epoch(),
         n_params: trainer.params().count(),
         device_notice: trainer.device_notice().map(str::to_string),
+        precision_note: crate::device::precision_note(trainer.device(), preset.train.precision),
     });
 
     let eval_interval = preset.train.eval_interval(preset.task.train_examples());
@@ -114,6 +115,7 @@ fn initial_summary(preset: &Preset, trainer: &Trainer) -> Summary {
         task: preset.task.name().into(),
         device: trainer.device_name().to_string(),
         device_notice: trainer.device_notice().map(str::to_string),
+        precision: preset.train.precision,
         n_params: trainer.params().count(),
         steps: 0,
         total_steps: trainer.total_steps(),

@@ -4,6 +4,7 @@ use candle_core::{D, DType, Device, Tensor, Var};
 
 use super::optim::{AdamW, learning_rate};
 use crate::model::Transformer;
+use crate::ops::cross_entropy;
 use crate::params::Params;
 use crate::preset::Preset;
 use crate::rng::{self, AttnRng, SliceRandom};
@@ -54,6 +55,10 @@ impl Trainer {
     pub fn new(preset: &Preset) -> Result<Self> {
         let opened = crate::device::open_or_fallback(&preset.train.device)?;
         let device = opened.device;
+        crate::device::use_tf32(
+            &device,
+            preset.train.precision == crate::ops::Precision::Tf32,
+        );
         let params = Params::new(preset.train.seed, &device);
         let model = preset.build_model(&params)?;
         let vars: Vec<Var> = params.vars().into_iter().map(|(_, v)| v).collect();
@@ -145,7 +150,16 @@ impl Trainer {
     /// Mean cross-entropy of a batch at its scored positions.
     pub fn batch_loss(&self, batch: &Batch) -> Result<Tensor> {
         let logits = self.model.logits_at(&batch.inputs, &batch.rows)?;
-        Ok(candle_nn::loss::cross_entropy(&logits, &batch.targets)?)
+        cross_entropy(&logits, &batch.targets)
+    }
+
+    /// Nodes in the autograd graph of one training batch (the forward ops that lead to a
+    /// parameter): what a step computes, counted the same on every device. On a GPU each is a
+    /// kernel launch or more, and its backward about as many again.
+    pub fn graph_nodes(&self) -> Result<usize> {
+        let rows: Vec<usize> = (0..self.preset.train.batch_size.min(self.train.len())).collect();
+        let batch = self.train.batch(&rows, &self.device)?;
+        Ok(self.batch_loss(&batch)?.sorted_nodes().len())
     }
 
     /// One optimiser step. A NaN or infinite loss is an error and leaves the parameters as they were.
@@ -201,7 +215,7 @@ impl Trainer {
                 continue;
             }
             let logits = self.model.logits_at(&batch.inputs, &batch.rows)?.detach();
-            let loss = candle_nn::loss::cross_entropy(&logits, &batch.targets)?;
+            let loss = cross_entropy(&logits, &batch.targets)?;
             loss_sum += f64::from(loss.to_scalar::<f32>()?) * batch.n_scored as f64;
             let hits = logits
                 .argmax(D::Minus1)?

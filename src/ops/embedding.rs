@@ -1,0 +1,205 @@
+//! Token embedding as one op with its own backward: the rows of the (vocab, d) weight at the
+//! ids, and a gradient that sums each token's row into its id's row.
+//!
+//! candle's backward for `index_select` zero-fills the whole (vocab, d) gradient and runs
+//! `index_add`, whose CUDA kernel is launched as a single block that walks every id in turn
+//! (33 ms of a 260 ms step on an H100 at d_model 512 and 64k tokens). Here the CPU groups the
+//! tokens by id and sums each id's rows on its own thread, in token order (deterministic), and
+//! the GPU adds every element of dy into place in parallel.
+
+use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
+use rayon::prelude::*;
+
+use super::fused::{last_dim, slice, zeros};
+use crate::Result;
+
+/// weight (vocab, d), ids (…) u32 → (…, d).
+pub fn embedding(weight: &Tensor, ids: &Tensor) -> Result<Tensor> {
+    if !super::fusable(weight) {
+        return embedding_composed(weight, ids);
+    }
+    let (vocab, d) = weight.dims2()?;
+    let mut dims = ids.dims().to_vec();
+    let rows = weight
+        .contiguous()?
+        .apply_op2(&ids.flatten_all()?.contiguous()?, Embed { vocab })?;
+    dims.push(d);
+    Ok(rows.reshape(dims)?)
+}
+
+/// [`embedding`] from candle's `index_select` (the reference).
+pub fn embedding_composed(weight: &Tensor, ids: &Tensor) -> Result<Tensor> {
+    let mut dims = ids.dims().to_vec();
+    dims.push(weight.dim(1)?);
+    Ok(weight.index_select(&ids.flatten_all()?, 0)?.reshape(dims)?)
+}
+
+/// The u32 ids of a CPU storage, each checked against the vocabulary.
+fn ids_of<'a>(
+    storage: &'a CpuStorage,
+    layout: &Layout,
+    vocab: usize,
+) -> candle_core::Result<&'a [u32]> {
+    let CpuStorage::U32(data) = storage else {
+        candle_core::bail!("embedding ids must be u32");
+    };
+    let Some((start, end)) = layout.contiguous_offsets() else {
+        candle_core::bail!("embedding ids must be contiguous");
+    };
+    let ids = &data[start..end];
+    if let Some(bad) = ids.iter().find(|&&id| id as usize >= vocab) {
+        candle_core::bail!("token id {bad} is outside the vocabulary of {vocab}");
+    }
+    Ok(ids)
+}
+
+/// (weight, ids) → weight[ids].
+struct Embed {
+    vocab: usize,
+}
+
+impl CustomOp2 for Embed {
+    fn name(&self) -> &'static str {
+        "attnlab-embedding"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let weight = slice(s1, l1)?;
+        let ids = ids_of(s2, l2, self.vocab)?;
+        let d = last_dim(l1);
+        let mut out = zeros(ids.len() * d);
+        out.par_chunks_mut(d).zip(ids).for_each(|(row, &id)| {
+            let id = id as usize;
+            row.copy_from_slice(&weight[id * d..(id + 1) * d]);
+        });
+        Ok((CpuStorage::F32(out), Shape::from((ids.len(), d))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        super::cuda::embedding((s1, l1), (s2, l2))
+    }
+
+    fn bwd(
+        &self,
+        _weight: &Tensor,
+        ids: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let grad = grad.contiguous()?;
+        let dw = grad.apply_op2_no_bwd(ids, &EmbedGrad { vocab: self.vocab })?;
+        Ok((Some(dw), None))
+    }
+}
+
+/// (dy (n, d), ids (n)) → dW (vocab, d), dW[v] = Σ_{i: ids[i] = v} dy[i].
+struct EmbedGrad {
+    vocab: usize,
+}
+
+impl CustomOp2 for EmbedGrad {
+    fn name(&self) -> &'static str {
+        "attnlab-embedding-grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let dy = slice(s1, l1)?;
+        let ids = ids_of(s2, l2, self.vocab)?;
+        let d = last_dim(l1);
+        let tokens = tokens_by_id(ids, self.vocab);
+        let mut dw = zeros(self.vocab * d);
+        dw.par_chunks_mut(d).enumerate().for_each(|(id, row)| {
+            for &i in &tokens[id] {
+                row.iter_mut()
+                    .zip(&dy[i * d..(i + 1) * d])
+                    .for_each(|(w, g)| *w += g);
+            }
+        });
+        Ok((CpuStorage::F32(dw), Shape::from((self.vocab, d))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        super::cuda::embedding_grad((s1, l1), (s2, l2), self.vocab)
+    }
+}
+
+/// For each id, the positions where it occurs, in order.
+fn tokens_by_id(ids: &[u32], vocab: usize) -> Vec<Vec<usize>> {
+    let mut tokens = vec![Vec::new(); vocab];
+    for (i, &id) in ids.iter().enumerate() {
+        tokens[id as usize].push(i);
+    }
+    tokens
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Var};
+
+    #[test]
+    fn embedding_matches_index_select_in_value_and_gradient() {
+        let data = crate::rng::normal_vec(&mut crate::rng::stream(3, "embedding"), 7 * 5, 1.0);
+        let weight =
+            Var::from_tensor(&Tensor::from_vec(data, (7, 5), &Device::Cpu).unwrap()).unwrap();
+        let ids = Tensor::new(&[[1u32, 6, 1], [0, 1, 3]], &Device::Cpu).unwrap();
+        let upstream = Tensor::arange(0f32, 30.0, &Device::Cpu)
+            .unwrap()
+            .reshape((2, 3, 5))
+            .unwrap();
+        let run = |f: fn(&Tensor, &Tensor) -> Result<Tensor>| {
+            let y = f(weight.as_tensor(), &ids).unwrap();
+            assert_eq!(y.dims(), &[2, 3, 5]);
+            let grads = (&y * &upstream)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap();
+            let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            (flat(&y), flat(grads.get(weight.as_tensor()).unwrap()))
+        };
+        let (fused, composed) = (run(embedding), run(embedding_composed));
+        assert_eq!(fused, composed);
+        // Id 1 is at flat positions 0, 2 and 4: its gradient sums those upstream rows.
+        let want: Vec<f32> = (0..5).map(|c| (c + (10 + c) + (20 + c)) as f32).collect();
+        assert_eq!(fused.1[5..10], want);
+    }
+
+    #[test]
+    fn an_id_outside_the_vocabulary_is_an_error() {
+        let weight = Tensor::zeros((4, 2), candle_core::DType::F32, &Device::Cpu).unwrap();
+        let ids = Tensor::new(&[4u32], &Device::Cpu).unwrap();
+        let error = embedding(&weight, &ids).unwrap_err().to_string();
+        assert!(
+            error.contains("token id 4 is outside the vocabulary of 4"),
+            "{error}"
+        );
+    }
+}

@@ -1,0 +1,335 @@
+// attnlab's CUDA kernels: the GPU side of the fused ops in `fused.rs` and `train/optim.rs`.
+//
+// Compiled to PTX by build.rs, only with `--features cuda`. Every kernel takes contiguous f32
+// data (the Rust side makes inputs contiguous first) and is the GPU twin of a CPU kernel with
+// the same name in Rust; tests/gpu.rs checks each against the composed candle ops, in value and
+// gradient. Layout conventions:
+// - "rows" kernels treat the data as (rows, d), d the last dimension, and give each row one
+//   warp (32 lanes, ROWS_PER_BLOCK rows per block): rows here are short (64 to a few thousand
+//   entries), where a warp's shuffles beat a block-wide reduction through shared memory;
+// - element-wise kernels use a grid-stride loop over n elements.
+// Sums run in a fixed order (no atomics except in the embedding gradient), so a step gives
+// the same numbers run to run on the same GPU.
+
+#include <stdint.h>
+
+#define WARP 32
+#define ROWS_PER_BLOCK 4
+#define FULL_MASK 0xffffffffu
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int offset = WARP / 2; offset > 0; offset >>= 1) {
+        v += __shfl_xor_sync(FULL_MASK, v, offset);
+    }
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int offset = WARP / 2; offset > 0; offset >>= 1) {
+        v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, offset));
+    }
+    return v;
+}
+
+// The row this warp handles, or -1 past the end; `lane` is set to the thread's lane.
+__device__ __forceinline__ long long warp_row(long long rows, int *lane) {
+    *lane = threadIdx.x % WARP;
+    long long row = (long long)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP;
+    return row < rows ? row : -1;
+}
+
+// Mean and 1/sqrt(var + eps) of a row, in two passes (the row stays in cache).
+__device__ __forceinline__ void row_moments(const float *x, int d, int lane, float eps,
+                                            float *mean, float *inv_std) {
+    float sum = 0.f;
+    for (int c = lane; c < d; c += WARP) sum += x[c];
+    float m = warp_sum(sum) / d;
+    float sq = 0.f;
+    for (int c = lane; c < d; c += WARP) {
+        float t = x[c] - m;
+        sq += t * t;
+    }
+    *mean = m;
+    *inv_std = rsqrtf(warp_sum(sq) / d + eps);
+}
+
+// y = (x − mean) / sqrt(var + eps) per row.
+extern "C" __global__ void attnlab_standardise(const float *x, float *y, long long rows, int d,
+                                               float eps) {
+    int lane;
+    long long row = warp_row(rows, &lane);
+    if (row < 0) return;
+    const float *xr = x + row * d;
+    float *yr = y + row * d;
+    float mean, inv;
+    row_moments(xr, d, lane, eps, &mean, &inv);
+    for (int c = lane; c < d; c += WARP) yr[c] = (xr[c] - mean) * inv;
+}
+
+// y = γ ⊙ standardise(x) + β per row.
+extern "C" __global__ void attnlab_layer_norm(const float *x, const float *gamma,
+                                              const float *beta, float *y, long long rows, int d,
+                                              float eps) {
+    int lane;
+    long long row = warp_row(rows, &lane);
+    if (row < 0) return;
+    const float *xr = x + row * d;
+    float *yr = y + row * d;
+    float mean, inv;
+    row_moments(xr, d, lane, eps, &mean, &inv);
+    for (int c = lane; c < d; c += WARP) yr[c] = (xr[c] - mean) * inv * gamma[c] + beta[c];
+}
+
+// dx = (dy − mean(dy) − y·mean(dy·y)) / σ per row, y = standardise(x).
+extern "C" __global__ void attnlab_standardise_grad(const float *dy, const float *x,
+                                                    const float *y, float *dx, long long rows,
+                                                    int d, float eps) {
+    int lane;
+    long long row = warp_row(rows, &lane);
+    if (row < 0) return;
+    long long o = row * d;
+    float mean, inv;
+    row_moments(x + o, d, lane, eps, &mean, &inv);
+    float s_dy = 0.f, s_dyy = 0.f;
+    for (int c = lane; c < d; c += WARP) {
+        s_dy += dy[o + c];
+        s_dyy += dy[o + c] * y[o + c];
+    }
+    float mean_dy = warp_sum(s_dy) / d;
+    float mean_dyy = warp_sum(s_dyy) / d;
+    for (int c = lane; c < d; c += WARP) {
+        dx[o + c] = inv * (dy[o + c] - mean_dy - y[o + c] * mean_dyy);
+    }
+}
+
+// Softmax of one row of length tk, keys from `visible` on masked (weight exactly 0); with a
+// bias row b, of x + b.
+__device__ __forceinline__ void softmax_row(const float *xr, const float *br, float *yr, int tk,
+                                            int visible, int lane) {
+    float m = -INFINITY;
+    for (int c = lane; c < visible; c += WARP) m = fmaxf(m, xr[c] + (br ? br[c] : 0.f));
+    m = warp_max(m);
+    float sum = 0.f;
+    for (int c = lane; c < visible; c += WARP) sum += expf(xr[c] + (br ? br[c] : 0.f) - m);
+    float inv = 1.f / warp_sum(sum);
+    for (int c = lane; c < tk; c += WARP) {
+        yr[c] = c < visible ? expf(xr[c] + (br ? br[c] : 0.f) - m) * inv : 0.f;
+    }
+}
+
+// Keys row `row` of a (…, tq, tk) tensor sees: with `causal`, keys j ≤ i + (tk − tq) of query i.
+__device__ __forceinline__ int visible_keys(long long row, int tq, int tk, int causal) {
+    if (!causal) return tk;
+    int offset = tk > tq ? tk - tq : 0;
+    int visible = (int)(row % tq) + 1 + offset;
+    return visible < tk ? visible : tk;
+}
+
+// Softmax of each row of a (…, tq, tk) tensor. With `causal`, row i of each (tq, tk) block sees
+// keys j ≤ i + (tk − tq) only; the others get exactly 0.
+extern "C" __global__ void attnlab_row_softmax(const float *x, float *y, long long rows, int tq,
+                                               int tk, int causal) {
+    int lane;
+    long long row = warp_row(rows, &lane);
+    if (row < 0) return;
+    softmax_row(x + row * tk, nullptr, y + row * tk, tk, visible_keys(row, tq, tk, causal), lane);
+}
+
+// softmax(x + bias) per row, as attnlab_row_softmax; the bias has `bias_rows` rows of tk
+// (a (H, tq, tk) or (1, tq, tk) table) repeated over x's leading dimensions.
+extern "C" __global__ void attnlab_row_softmax_bias(const float *x, const float *bias, float *y,
+                                                    long long rows, int tq, int tk, int causal,
+                                                    long long bias_rows) {
+    int lane;
+    long long row = warp_row(rows, &lane);
+    if (row < 0) return;
+    const float *br = bias + (row % bias_rows) * tk;
+    softmax_row(x + row * tk, br, y + row * tk, tk, visible_keys(row, tq, tk, causal), lane);
+}
+
+// ds = w ⊙ (dw − Σ dw·w) per row (masked entries have w = 0 and get 0).
+extern "C" __global__ void attnlab_row_softmax_grad(const float *dw, const float *w, float *ds,
+                                                    long long rows, int d) {
+    int lane;
+    long long row = warp_row(rows, &lane);
+    if (row < 0) return;
+    long long o = row * d;
+    float dot = 0.f;
+    for (int c = lane; c < d; c += WARP) dot += dw[o + c] * w[o + c];
+    dot = warp_sum(dot);
+    for (int c = lane; c < d; c += WARP) ds[o + c] = w[o + c] * (dw[o + c] - dot);
+}
+
+#define GRID_STRIDE(i, n)                                                                \
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n);        \
+         i += (long long)blockDim.x * gridDim.x)
+
+// GELU, exact erf form: x·Φ(x).
+extern "C" __global__ void attnlab_gelu_erf(const float *x, float *y, long long n) {
+    GRID_STRIDE(i, n) { y[i] = 0.5f * x[i] * (1.f + erff(x[i] * 0.70710678118654752f)); }
+}
+
+// dx = dy·(Φ(x) + x·φ(x)).
+extern "C" __global__ void attnlab_gelu_erf_grad(const float *dy, const float *x, float *dx,
+                                                 long long n) {
+    GRID_STRIDE(i, n) {
+        float v = x[i];
+        float cdf = 0.5f * (1.f + erff(v * 0.70710678118654752f));
+        float pdf = 0.39894228040143268f * expf(-0.5f * v * v);
+        dx[i] = dy[i] * (cdf + v * pdf);
+    }
+}
+
+// out = x + y, y repeated over x's leading dimensions (ny divides n).
+extern "C" __global__ void attnlab_add_broadcast(const float *x, const float *y, float *out,
+                                                 long long n, long long ny) {
+    GRID_STRIDE(i, n) { out[i] = x[i] + y[i % ny]; }
+}
+
+// Column sums of (rows, d), first pass: partial[chunk, c] = Σ over the chunk's rows of x[r, c].
+// Block (32, 8): 32 columns, 8 threads down the rows, combined in shared memory; grid.y chunks.
+extern "C" __global__ void attnlab_column_partials(const float *x, float *partial,
+                                                   long long rows, int d, long long chunk_rows) {
+    __shared__ float acc[8][33];
+    int c = blockIdx.x * 32 + threadIdx.x;
+    long long start = (long long)blockIdx.y * chunk_rows;
+    long long end = start + chunk_rows < rows ? start + chunk_rows : rows;
+    float s = 0.f;
+    if (c < d) {
+        for (long long r = start + threadIdx.y; r < end; r += 8) s += x[r * d + c];
+    }
+    acc[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < d) {
+        float total = 0.f;
+        for (int k = 0; k < 8; ++k) total += acc[k][threadIdx.x];
+        partial[(long long)blockIdx.y * d + c] = total;
+    }
+}
+
+// Column sums, second pass: out[c] = Σ_chunk partial[chunk, c], in chunk order.
+extern "C" __global__ void attnlab_column_total(const float *partial, float *out, int chunks,
+                                                int d) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= d) return;
+    float s = 0.f;
+    for (int k = 0; k < chunks; ++k) s += partial[(long long)k * d + c];
+    out[c] = s;
+}
+
+// Token embedding: out[i, :] = weight[ids[i], :]. An id past the vocabulary gives zeros (the
+// Rust side checks ids before the launch).
+extern "C" __global__ void attnlab_embedding(const float *weight, const uint32_t *ids,
+                                             float *out, long long n_ids, int d, int vocab) {
+    GRID_STRIDE(i, n_ids * d) {
+        long long row = i / d;
+        int c = (int)(i % d);
+        uint32_t id = ids[row];
+        out[i] = id < (uint32_t)vocab ? weight[(long long)id * d + c] : 0.f;
+    }
+}
+
+// Embedding gradient: dw[ids[i], :] += dy[i, :], one thread per element (dw zeroed first).
+// Parallel over every token and column, where candle's index_add runs one block.
+extern "C" __global__ void attnlab_embedding_grad(const float *dy, const uint32_t *ids,
+                                                  float *dw, long long n_ids, int d, int vocab) {
+    GRID_STRIDE(i, n_ids * d) {
+        long long row = i / d;
+        int c = (int)(i % d);
+        uint32_t id = ids[row];
+        if (id < (uint32_t)vocab) atomicAdd(&dw[(long long)id * d + c], dy[i]);
+    }
+}
+
+// Cross-entropy, first pass: per_row[r] = logsumexp(x[r, :]) − x[r, target[r]].
+extern "C" __global__ void attnlab_cross_entropy_rows(const float *x, const uint32_t *target,
+                                                      float *per_row, long long rows, int v) {
+    int lane;
+    long long row = warp_row(rows, &lane);
+    if (row < 0) return;
+    const float *xr = x + row * v;
+    float m = -INFINITY;
+    for (int c = lane; c < v; c += WARP) m = fmaxf(m, xr[c]);
+    m = warp_max(m);
+    float sum = 0.f;
+    for (int c = lane; c < v; c += WARP) sum += expf(xr[c] - m);
+    sum = warp_sum(sum);
+    if (lane == 0) {
+        uint32_t t = target[row];
+        float picked = t < (uint32_t)v ? xr[t] : NAN;
+        per_row[row] = m + logf(sum) - picked;
+    }
+}
+
+// The mean of n values into out[0], by one block of 256 threads in a fixed order.
+extern "C" __global__ void attnlab_mean(const float *x, float *out, long long n) {
+    __shared__ float acc[256];
+    float s = 0.f;
+    for (long long i = threadIdx.x; i < n; i += 256) s += x[i];
+    acc[threadIdx.x] = s;
+    __syncthreads();
+    for (int width = 128; width > 0; width >>= 1) {
+        if (threadIdx.x < width) acc[threadIdx.x] += acc[threadIdx.x + width];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[0] = acc[0] / (float)n;
+}
+
+// Cross-entropy gradient: dx[r, c] = (softmax(x[r])[c] − [c = target[r]]) · g / rows, with g
+// the upstream gradient of the mean loss (one value on the device).
+extern "C" __global__ void attnlab_cross_entropy_grad(const float *x, const uint32_t *target,
+                                                      const float *g, float *dx, long long rows,
+                                                      int v) {
+    int lane;
+    long long row = warp_row(rows, &lane);
+    if (row < 0) return;
+    const float *xr = x + row * v;
+    float *dr = dx + row * v;
+    float m = -INFINITY;
+    for (int c = lane; c < v; c += WARP) m = fmaxf(m, xr[c]);
+    m = warp_max(m);
+    float sum = 0.f;
+    for (int c = lane; c < v; c += WARP) sum += expf(xr[c] - m);
+    float scale = g[0] / (float)rows;
+    float inv = 1.f / warp_sum(sum);
+    uint32_t t = target[row];
+    for (int c = lane; c < v; c += WARP) {
+        float p = expf(xr[c] - m) * inv;
+        dr[c] = (p - (c == (int)t ? 1.f : 0.f)) * scale;
+    }
+}
+
+// Σ x² into out[0] (one block of 256 threads, fixed order): a gradient's squared norm without
+// a copy to the host per parameter.
+extern "C" __global__ void attnlab_sum_squares(const float *x, float *out, long long n) {
+    __shared__ float acc[256];
+    float s = 0.f;
+    for (long long i = threadIdx.x; i < n; i += 256) s += x[i] * x[i];
+    acc[threadIdx.x] = s;
+    __syncthreads();
+    for (int width = 128; width > 0; width >>= 1) {
+        if (threadIdx.x < width) acc[threadIdx.x] += acc[threadIdx.x + width];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[0] = acc[0];
+}
+
+// AdamW moments in place: mv = [m; v] (2n), m ← β₁m + (1 − β₁)g', v ← β₂v + (1 − β₂)g'²,
+// g' = scale·g.
+extern "C" __global__ void attnlab_adam_moments(float *mv, const float *g, long long n,
+                                                float beta1, float beta2, float scale) {
+    GRID_STRIDE(i, n) {
+        float gi = g[i] * scale;
+        mv[i] = beta1 * mv[i] + (1.f - beta1) * gi;
+        mv[n + i] = beta2 * mv[n + i] + (1.f - beta2) * gi * gi;
+    }
+}
+
+// AdamW parameter update in place: p ← p·decay − step_size·m / (√v·v_correction + eps).
+extern "C" __global__ void attnlab_adam_param(float *p, const float *mv, long long n,
+                                              float decay, float step_size, float v_correction,
+                                              float eps) {
+    GRID_STRIDE(i, n) {
+        p[i] = p[i] * decay - step_size * mv[i] / (sqrtf(mv[n + i]) * v_correction + eps);
+    }
+}

@@ -1,0 +1,204 @@
+//! Mean cross-entropy of logits against class ids, as one op with its own backward.
+//!
+//! candle-nn's `cross_entropy` is log-softmax (six ops) then a gather and a mean, each a
+//! kernel and a gradient on the GPU, and it keeps the (rows, V) log-probabilities for the
+//! backward. Fused, the forward is one pass per row plus a mean, and the backward recomputes
+//! the softmax from the logits: dx = (softmax(x) − onehot(target)) · g / rows.
+
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Tensor};
+use rayon::prelude::*;
+
+use super::fused::{last_dim, slice, zeros};
+use crate::Result;
+
+/// Mean over rows of −log softmax(logits)[target]: logits (rows, V) f32, targets (rows) u32.
+pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    if !super::fusable(logits) {
+        return cross_entropy_composed(logits, targets);
+    }
+    Ok(logits
+        .contiguous()?
+        .apply_op2(&targets.contiguous()?, CrossEntropy)?)
+}
+
+/// [`cross_entropy`] by candle-nn (the reference).
+pub fn cross_entropy_composed(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    Ok(candle_nn::loss::cross_entropy(logits, targets)?)
+}
+
+/// The targets of a CPU storage, each checked against the number of classes.
+fn targets_of<'a>(s: &'a CpuStorage, l: &Layout, classes: usize) -> candle_core::Result<&'a [u32]> {
+    let CpuStorage::U32(data) = s else {
+        candle_core::bail!("cross-entropy targets must be u32");
+    };
+    let Some((start, end)) = l.contiguous_offsets() else {
+        candle_core::bail!("cross-entropy targets must be contiguous");
+    };
+    let targets = &data[start..end];
+    if let Some(bad) = targets.iter().find(|&&t| t as usize >= classes) {
+        candle_core::bail!("target {bad} is outside the {classes} classes of the logits");
+    }
+    Ok(targets)
+}
+
+/// (max, Σ exp(x − max)) of a row: its log-sum-exp is max + ln(sum).
+fn max_and_sum(row: &[f32]) -> (f32, f32) {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    (max, row.iter().map(|x| (x - max).exp()).sum())
+}
+
+/// (logits, targets) → the mean loss, a scalar.
+struct CrossEntropy;
+
+impl CustomOp2 for CrossEntropy {
+    fn name(&self) -> &'static str {
+        "attnlab-cross-entropy"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let logits = slice(s1, l1)?;
+        let v = last_dim(l1);
+        let targets = targets_of(s2, l2, v)?;
+        if targets.len() * v != logits.len() {
+            candle_core::bail!(
+                "cross-entropy: {} targets for {} logits",
+                targets.len(),
+                logits.len()
+            );
+        }
+        let per_row: Vec<f32> = logits
+            .par_chunks(v)
+            .zip(targets)
+            .map(|(row, &t)| {
+                let (max, sum) = max_and_sum(row);
+                max + sum.ln() - row[t as usize]
+            })
+            .collect();
+        let mean = per_row.iter().sum::<f32>() / per_row.len().max(1) as f32;
+        Ok((CpuStorage::F32(vec![mean]), Shape::from(())))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        super::cuda::cross_entropy((s1, l1), (s2, l2))
+    }
+
+    fn bwd(
+        &self,
+        logits: &Tensor,
+        targets: &Tensor,
+        _loss: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let grad = grad.reshape(1)?.contiguous()?;
+        let dx = logits.apply_op3_no_bwd(targets, &grad, &CrossEntropyGrad)?;
+        Ok((Some(dx), None))
+    }
+}
+
+/// (logits, targets, g) → (softmax(logits) − onehot(targets)) · g / rows.
+struct CrossEntropyGrad;
+
+impl CustomOp3 for CrossEntropyGrad {
+    fn name(&self) -> &'static str {
+        "attnlab-cross-entropy-grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let logits = slice(s1, l1)?;
+        let v = last_dim(l1);
+        let targets = targets_of(s2, l2, v)?;
+        let scale = slice(s3, l3)?[0] / targets.len().max(1) as f32;
+        let mut dx = zeros(logits.len());
+        dx.par_chunks_mut(v)
+            .zip(logits.par_chunks(v).zip(targets))
+            .for_each(|(out, (row, &t))| {
+                let (max, sum) = max_and_sum(row);
+                let inv = 1.0 / sum;
+                for (o, x) in out.iter_mut().zip(row) {
+                    *o = (x - max).exp() * inv * scale;
+                }
+                out[t as usize] -= scale;
+            });
+        Ok((CpuStorage::F32(dx), l1.shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        super::cuda::cross_entropy_grad((s1, l1), (s2, l2), (s3, l3))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Var};
+
+    #[test]
+    fn cross_entropy_matches_candle_nn_in_value_and_gradient() {
+        let data = crate::rng::normal_vec(&mut crate::rng::stream(4, "loss"), 6 * 9, 3.0);
+        let logits =
+            Var::from_tensor(&Tensor::from_vec(data, (6, 9), &Device::Cpu).unwrap()).unwrap();
+        let targets = Tensor::new(&[0u32, 8, 3, 3, 1, 7], &Device::Cpu).unwrap();
+        let run = |f: fn(&Tensor, &Tensor) -> Result<Tensor>| {
+            let loss = f(logits.as_tensor(), &targets).unwrap();
+            assert_eq!(loss.dims(), &[] as &[usize]);
+            // A non-unit upstream gradient, as when the loss is scaled.
+            let grads = (&loss * 0.7).unwrap().backward().unwrap();
+            let grad = grads
+                .get(logits.as_tensor())
+                .unwrap()
+                .flatten_all()
+                .unwrap();
+            (
+                loss.to_scalar::<f32>().unwrap(),
+                grad.to_vec1::<f32>().unwrap(),
+            )
+        };
+        let ((loss, grad), (want_loss, want_grad)) =
+            (run(cross_entropy), run(cross_entropy_composed));
+        assert!((loss - want_loss).abs() < 1e-5, "{loss} vs {want_loss}");
+        for (g, w) in grad.iter().zip(&want_grad) {
+            assert!((g - w).abs() < 1e-6, "{g} vs {w}");
+        }
+    }
+
+    #[test]
+    fn a_target_outside_the_classes_is_an_error() {
+        let logits = Tensor::zeros((1, 3), candle_core::DType::F32, &Device::Cpu).unwrap();
+        let targets = Tensor::new(&[3u32], &Device::Cpu).unwrap();
+        let error = cross_entropy(&logits, &targets).unwrap_err().to_string();
+        assert!(
+            error.contains("target 3 is outside the 3 classes"),
+            "{error}"
+        );
+    }
+}

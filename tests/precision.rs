@@ -1,0 +1,159 @@
+//! `train.precision` on the CPU: bf16 mixed precision stays within its stated tolerance of f32
+//! (loss within 2 %, every gradient within 5 % in norm) for every mechanism, every parameter
+//! still gets a gradient, it learns MQAR, and tf32 (a CUDA setting) leaves the CPU's numbers
+//! exactly as f32. tests/gpu.rs holds the same tolerances on a GPU.
+
+#![allow(clippy::unwrap_used)] // test helpers: a panic is the failure report
+
+mod common;
+
+use std::path::Path;
+
+use attnlab::Preset;
+use attnlab::encodings::EncodingSpec;
+use attnlab::ops::{self, Precision};
+use attnlab::tasks::mqar::Split;
+use attnlab::train::Trainer;
+use candle_core::Device;
+
+/// Loss and every parameter's gradient (by name) of one batch of `preset`.
+fn loss_and_grads(preset: &Preset) -> (f32, Vec<(String, Vec<f32>)>) {
+    let (model, params) = common::build(preset);
+    let data = preset.task.mqar().unwrap().generate(Split::Train);
+    let batch = data
+        .batch(&(0..8).collect::<Vec<_>>(), &Device::Cpu)
+        .unwrap();
+    let logits = model.logits_at(&batch.inputs, &batch.rows).unwrap();
+    let loss = ops::cross_entropy(&logits, &batch.targets).unwrap();
+    let grads = loss.backward().unwrap();
+    let named = params
+        .vars()
+        .into_iter()
+        .map(|(name, var)| {
+            let grad = grads
+                .get(var.as_tensor())
+                .unwrap_or_else(|| panic!("{}: no gradient for {name}", preset.name));
+            (name, grad.flatten_all().unwrap().to_vec1::<f32>().unwrap())
+        })
+        .collect();
+    (loss.to_scalar::<f32>().unwrap(), named)
+}
+
+/// ‖a − b‖ / ‖a‖.
+fn relative_error(a: &[f32], b: &[f32]) -> f32 {
+    let diff: f32 = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum();
+    let norm: f32 = a.iter().map(|x| x * x).sum();
+    (diff / norm.max(1e-24)).sqrt()
+}
+
+#[test]
+fn bf16_stays_within_its_tolerance_of_f32_for_every_mechanism() {
+    let encodings = [
+        EncodingSpec::None,
+        EncodingSpec::Alibi(Default::default()),
+        EncodingSpec::Rope(Default::default()),
+    ];
+    for mechanism in common::small_mechanisms() {
+        for encoding in &encodings {
+            let preset = common::tiny(mechanism.clone(), encoding.clone());
+            if preset.validate().is_err() {
+                continue; // Linformer with a relative encoding
+            }
+            let mut bf16 = preset.clone();
+            bf16.train.precision = Precision::Bf16;
+            let ((loss, grads), (loss16, grads16)) =
+                (loss_and_grads(&preset), loss_and_grads(&bf16));
+            let name = &preset.name;
+            assert!(
+                (loss - loss16).abs() <= 2e-2 * loss.abs(),
+                "{name}: loss {loss} in f32, {loss16} in bf16"
+            );
+            for ((param, want), (_, got)) in grads.iter().zip(&grads16) {
+                let error = relative_error(want, got);
+                assert!(
+                    error <= 5e-2,
+                    "{name}: bf16 gradient of {param} is {error} off"
+                );
+                assert!(
+                    got.iter().any(|g| *g != 0.0),
+                    "{name}: zero bf16 gradient for {param}"
+                );
+            }
+        }
+    }
+}
+
+/// bf16 changes the numbers (the products' operands are rounded), tf32 does not on the CPU.
+#[test]
+fn tf32_is_f32_on_the_cpu_and_bf16_is_not() {
+    let preset = common::tiny(
+        attnlab::attention::MechanismSpec::Softmax,
+        EncodingSpec::Learned,
+    );
+    let run = |precision| {
+        let mut p = preset.clone();
+        p.train.precision = precision;
+        let mut trainer = Trainer::new(&p).unwrap();
+        (0..3)
+            .map(|_| trainer.train_step().unwrap().loss)
+            .collect::<Vec<_>>()
+    };
+    let f32_losses = run(Precision::F32);
+    assert_eq!(run(Precision::Tf32), f32_losses);
+    assert_ne!(run(Precision::Bf16), f32_losses);
+    let note = attnlab::device::precision_note(&Device::Cpu, Precision::Tf32).unwrap();
+    assert!(note.contains("here they stay f32"), "{note}");
+    assert_eq!(
+        attnlab::device::precision_note(&Device::Cpu, Precision::F32),
+        None
+    );
+}
+
+/// Softmax attention learns MQAR in bf16 as in f32 (tests/training.rs), to ≥ 99 % test accuracy.
+#[test]
+fn bf16_learns_mqar() {
+    let preset = Preset::load(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("presets/mqar_softmax.toml")
+            .as_path(),
+        &[
+            "task.seq_len=32".into(),
+            "task.vocab_size=64".into(),
+            "train.eval_every=100".into(),
+            "train.precision=\"bf16\"".into(),
+        ],
+    )
+    .unwrap();
+    assert_eq!(preset.train.precision, Precision::Bf16);
+    let mut trainer = Trainer::new(&preset).unwrap();
+    let mut accuracy = 0.0;
+    while trainer.step() < 1000 {
+        trainer.train_step().unwrap();
+        if trainer.step().is_multiple_of(100) {
+            accuracy = trainer.evaluate().unwrap().accuracy;
+            if accuracy >= 0.99 {
+                break;
+            }
+        }
+    }
+    assert!(
+        accuracy >= 0.99,
+        "bf16 test accuracy {accuracy} after {} steps",
+        trainer.step()
+    );
+}
+
+#[test]
+fn an_unknown_precision_lists_the_allowed_ones() {
+    let error = Preset::parse(
+        "schema = 1\nname = \"p\"\n[train]\nprecision = \"fp8\"\n",
+        &[],
+        Path::new("p.toml"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("train.precision"), "{error}");
+    for name in ["f32", "tf32", "bf16"] {
+        assert!(error.contains(name), "{error}");
+    }
+}
