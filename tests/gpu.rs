@@ -290,6 +290,92 @@ fn every_fused_kernel_matches_the_composed_ops() {
     }
 }
 
+/// An attention function of (q, k, v, bias, scale, causal), as `ops::flash_attention`.
+type Attend = fn(&Tensor, &Tensor, &Tensor, Option<&Tensor>, f64, bool) -> attnlab::Result<Tensor>;
+
+/// Flash attention on the GPU against the explicit weights on the CPU: output and the
+/// gradients of q, k and v, causal or not, with no bias, a shared or a per-head constant bias
+/// (with −∞ entries, as a window's), at widths that leave lanes idle and at the widest head.
+#[test]
+fn flash_attention_matches_the_explicit_weights() {
+    let Some(device) = gpu() else { return };
+    let cpu = Device::Cpu;
+    for (t, d, dv) in [(37, 40, 24), (19, 256, 256)] {
+        let (q, k, v) = (
+            random(&[2, 3, t, d], 30, &cpu),
+            random(&[2, 3, t, d], 31, &cpu),
+            random(&[2, 3, t, dv], 32, &cpu),
+        );
+        let window = Tensor::from_vec(
+            (0..3 * t * t)
+                .map(|n| {
+                    if (n % t).abs_diff(n / t % t) < 5 {
+                        0.5
+                    } else {
+                        f32::NEG_INFINITY
+                    }
+                })
+                .collect(),
+            (3, t, t),
+            &cpu,
+        )
+        .unwrap();
+        for bias in [None, Some(random(&[1, t, t], 33, &cpu)), Some(window)] {
+            for causal in [true, false] {
+                let run = |device: &Device, f: Attend| {
+                    let bias = bias.as_ref().map(|b| b.to_device(device).unwrap());
+                    let vars: Vec<Var> = [&q, &k, &v]
+                        .iter()
+                        .map(|x| Var::from_tensor(&x.to_device(device).unwrap()).unwrap())
+                        .collect();
+                    let y = f(
+                        vars[0].as_tensor(),
+                        vars[1].as_tensor(),
+                        vars[2].as_tensor(),
+                        bias.as_ref(),
+                        0.3,
+                        causal,
+                    )
+                    .unwrap();
+                    let grads = (&y * &random(y.dims(), 34, device))
+                        .unwrap()
+                        .sum_all()
+                        .unwrap()
+                        .backward()
+                        .unwrap();
+                    std::iter::once(values(&y))
+                        .chain(
+                            vars.iter()
+                                .map(|x| values(grads.get(x.as_tensor()).unwrap())),
+                        )
+                        .collect::<Vec<_>>()
+                };
+                assert!(ops::flash_available(
+                    &q.to_device(&device).unwrap(),
+                    &v.to_device(&device).unwrap(),
+                    None
+                ));
+                let (want, got) = (
+                    run(&cpu, ops::flash_attention_composed),
+                    run(&device, ops::flash_attention),
+                );
+                for (name, (w, g)) in ["output", "dq", "dk", "dv"]
+                    .iter()
+                    .zip(want.iter().zip(&got))
+                {
+                    let tol = 1e-4 * max_abs(w) + 1e-6;
+                    let diff = max_diff(w, g);
+                    assert!(
+                        diff <= tol,
+                        "T {t}, D {d}, causal {causal}, bias {}: {name} differs by {diff} > {tol}",
+                        bias.is_some()
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// Embedding, cross-entropy, the squared norm and AdamW's in-place step on the GPU against
 /// their CPU references.
 #[test]

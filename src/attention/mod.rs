@@ -90,6 +90,20 @@ pub trait Mechanism: Send + Sync {
         block: QueryBlock,
     ) -> Result<Attention>;
 
+    /// The layer's output with the heads side by side, (B, T, H·Dh), for training, where the
+    /// mechanism has a kernel that never builds the weights for these inputs (softmax on a CUDA
+    /// GPU: flash attention); `None` otherwise, and the caller uses [`Mechanism::attend`]. Equal
+    /// to `attend`'s weights · values; the views and analyses always call `attend`.
+    fn fused_output(
+        &self,
+        _q: &Tensor,
+        _k: &Tensor,
+        _v: &Tensor,
+        _pos: &dyn Encoding,
+    ) -> Result<Option<Tensor>> {
+        Ok(None)
+    }
+
     /// The outputs (B, H, T, Dh) of a whole sequence, computed `chunk` queries at a time, so
     /// at most chunk × T weights per head exist at once (kernel mechanisms use their
     /// recurrent form where it exists). Equal to `attend`'s weights · values.

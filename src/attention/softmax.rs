@@ -5,7 +5,9 @@ use candle_core::Tensor;
 use super::{Attention, Mechanism, MechanismShape};
 use crate::Result;
 use crate::encodings::{Encoding, QueryBlock};
-use crate::ops::{Precision, dot_scores, softmax_rows, softmax_rows_biased};
+use crate::ops::{
+    Precision, dot_scores, flash_attention, flash_available, softmax_rows, softmax_rows_biased,
+};
 
 pub struct SoftmaxAttention {
     scale: f64,
@@ -43,6 +45,30 @@ impl Mechanism for SoftmaxAttention {
     fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, pos: &dyn Encoding) -> Result<Attention> {
         let scores = pos.scores(q, k, &|q, k| self.scores(q, k))?; // (B, H, T, T)
         Self::attention(scores, pos.logit_bias(q.dim(2)?)?, v)
+    }
+
+    /// Flash attention where it runs: the rotary encodings rotate q and k first (ReRoPE's two
+    /// score matrices need the explicit path), a constant bias goes into the kernel. It computes
+    /// in f32 whatever `train.precision` says.
+    fn fused_output(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        pos: &dyn Encoding,
+    ) -> Result<Option<Tensor>> {
+        if !flash_available(q, v, None) {
+            return Ok(None);
+        }
+        let bias = pos.logit_bias(q.dim(2)?)?;
+        if !flash_available(q, v, bias.as_ref()) {
+            return Ok(None);
+        }
+        let Some((q, k)) = pos.positioned(q, k)? else {
+            return Ok(None);
+        };
+        let output = flash_attention(&q, &k, v, bias.as_ref(), self.scale, true)?;
+        Ok(Some(output))
     }
 
     fn attend_block(

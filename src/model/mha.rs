@@ -85,16 +85,35 @@ impl MultiHeadAttention {
         Ok((y, attention))
     }
 
+    /// The heads' outputs side by side (B, T, H·Dh) for training: the mechanism's fused
+    /// kernel where it has one ([`Mechanism::fused_output`]), else weights · values.
+    fn mixed(&self, x: &Tensor) -> Result<Tensor> {
+        let (q, k, v) = self.project(x)?;
+        let encoding = self.encoding.as_ref();
+        if let Some(y) = self.mechanism.fused_output(&q, &k, &v, encoding)? {
+            return Ok(y);
+        }
+        let attention = self.mechanism.attend(&q, &k, &v, encoding)?;
+        self.precision
+            .product(&attention.weights, &attention.values, matmul_merge_heads)
+    }
+
     /// x (B, T, D) → output (B, T, D) and the layer's attention.
     pub fn forward(&self, x: &Tensor) -> Result<(Tensor, Attention)> {
         let (y, attention) = self.attend(x)?;
         Ok((self.out.forward(&y)?, attention))
     }
 
-    /// x (B, T, D) → the output at the flat positions `rows` (b·T + t) only: (R, D). Every
-    /// query still attends; only the output projection is limited to the rows.
+    /// x (B, T, D) → output (B, T, D) for training, without the attention weights where the
+    /// mechanism can do without them.
+    pub fn forward_output(&self, x: &Tensor) -> Result<Tensor> {
+        self.out.forward(&self.mixed(x)?)
+    }
+
+    /// x (B, T, D) → the output at the flat positions `rows` (b·T + t) only: (R, D), for
+    /// training. Every query still attends; only the output projection is limited to the rows.
     pub fn forward_rows(&self, x: &Tensor, rows: &Tensor) -> Result<Tensor> {
-        let (y, _) = self.attend(x)?;
+        let y = self.mixed(x)?;
         self.out.forward(&super::gather_rows(&y, rows)?)
     }
 

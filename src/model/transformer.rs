@@ -46,6 +46,18 @@ impl Block {
         Ok(((x + y)?, attention))
     }
 
+    /// x + mixer(norm(x)) for training: attention without its weights where the mechanism
+    /// can ([`MultiHeadAttention::forward_output`]).
+    fn mix_output(&self, x: &Tensor) -> Result<Tensor> {
+        let h = self.norm.forward(x)?;
+        let y = match &self.mixer {
+            Mixer::Attention(mha) => mha.forward_output(&h)?,
+            Mixer::ShortConv(conv) => conv.forward(&h)?,
+            Mixer::PrevToken(shift) => shift.forward(&h)?,
+        };
+        Ok((x + y)?)
+    }
+
     /// [`Self::mix`] at the flat positions `rows` (b·T + t) only: (R, D). The mixer still
     /// reads every position; its output projection and the residual skip the others.
     fn mix_rows(&self, x: &Tensor, rows: &Tensor) -> Result<Tensor> {
@@ -199,7 +211,7 @@ impl Transformer {
             return Err(crate::Error::Other("model has no blocks".into()));
         };
         for block in earlier {
-            x = block.feed_forward(block.mix(&x, None)?.0)?;
+            x = block.feed_forward(block.mix_output(&x)?)?;
         }
         let scored = last.feed_forward(last.mix_rows(&x, rows)?)?; // (R, D)
         self.head.forward(&self.final_norm.forward(&scored)?)

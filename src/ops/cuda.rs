@@ -538,3 +538,194 @@ pub fn adam_param(
     );
     Ok(())
 }
+
+/// The kernels' `FlashShape`, field for field (kernels.cu).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct FlashShape {
+    heads_rows: i64,
+    h: i32,
+    t: i32,
+    d: i32,
+    dv: i32,
+    hb: i32,
+    scale: f32,
+    causal: i32,
+}
+
+// SAFETY: a plain #[repr(C)] struct of integers and a float, laid out as the kernels' struct.
+unsafe impl candle_core::cuda_backend::cudarc::driver::DeviceRepr for FlashShape {}
+
+impl FlashShape {
+    /// q (B, H, T, D), v (B, H, T, Dv), the bias (Hb, T, T) if any.
+    pub fn new(
+        q: &Layout,
+        v: &Layout,
+        bias: Option<&Layout>,
+        scale: f32,
+        causal: bool,
+    ) -> Result<Self> {
+        let (&[b, h, t, d], &[_, _, _, dv]) = (q.dims(), v.dims()) else {
+            bail!("flash attention takes q, k, v of rank 4");
+        };
+        let hb = bias.map_or(0, |l| l.shape().elem_count() / (t * t).max(1));
+        Ok(Self {
+            heads_rows: (b * h * t) as i64,
+            h: h as i32,
+            t: t as i32,
+            d: d as i32,
+            dv: dv as i32,
+            hb: hb as i32,
+            scale,
+            causal: i32::from(causal),
+        })
+    }
+
+    fn rows(&self) -> usize {
+        self.heads_rows as usize
+    }
+}
+
+/// A storage and its layout.
+pub type Operand<'a> = (&'a CudaStorage, &'a Layout);
+
+/// Flash attention forward: the output (B, T, H·Dv) and each row's log-sum-exp (B·H·T), which
+/// the backward needs.
+pub fn flash_forward(
+    [q, k, v]: [Operand<'_>; 3],
+    bias: Option<Operand<'_>>,
+    shape: FlashShape,
+) -> Result<(CudaStorage, CudaSlice<f32>)> {
+    let dev = q.0.device();
+    let rows = shape.rows();
+    let out = output(dev, rows * shape.dv as usize)?;
+    let lse = output(dev, rows)?;
+    let (qv, kv, vv) = (
+        view::<f32>(q.0, q.1)?,
+        view::<f32>(k.0, k.1)?,
+        view::<f32>(v.0, v.1)?,
+    );
+    let cfg = per_row(rows);
+    match bias {
+        Some((b, lb)) => {
+            let bv = view::<f32>(b, lb)?;
+            launch!(
+                dev,
+                "attnlab_flash_fwd_bias",
+                cfg,
+                &qv,
+                &kv,
+                &vv,
+                &bv,
+                &out,
+                &lse,
+                &shape
+            );
+        }
+        None => launch!(
+            dev,
+            "attnlab_flash_fwd",
+            cfg,
+            &qv,
+            &kv,
+            &vv,
+            &out,
+            &lse,
+            &shape
+        ),
+    }
+    Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), lse))
+}
+
+/// Flash attention backward: dq, dk and dv side by side in one buffer
+/// (B·H·T·(2·D + Dv) entries, in that order), from the forward's output, its log-sum-exp and
+/// the output's gradient.
+pub fn flash_backward(
+    [q, k, v]: [Operand<'_>; 3],
+    bias: Option<Operand<'_>>,
+    [out, dout]: [Operand<'_>; 2],
+    lse: &CudaSlice<f32>,
+    shape: FlashShape,
+) -> Result<CudaStorage> {
+    let dev = q.0.device();
+    let rows = shape.rows();
+    let (d, dv) = (shape.d as usize, shape.dv as usize);
+    let (qv, kv, vv) = (
+        view::<f32>(q.0, q.1)?,
+        view::<f32>(k.0, k.1)?,
+        view::<f32>(v.0, v.1)?,
+    );
+    let (ov, dov) = (view::<f32>(out.0, out.1)?, view::<f32>(dout.0, dout.1)?);
+    let delta = output(dev, rows)?;
+    let cfg = per_row(rows);
+    launch!(dev, "attnlab_flash_delta", cfg, &dov, &ov, &delta, &shape);
+    let mut grads = output(dev, rows * (2 * d + dv))?;
+    {
+        let (mut dq, rest) = grads.split_at_mut(rows * d);
+        let (mut dk, mut dvv) = rest.split_at_mut(rows * d);
+        match bias {
+            Some((b, lb)) => {
+                let bv = view::<f32>(b, lb)?;
+                launch!(
+                    dev,
+                    "attnlab_flash_dq_bias",
+                    cfg,
+                    &qv,
+                    &kv,
+                    &vv,
+                    &bv,
+                    &dov,
+                    lse,
+                    &delta,
+                    &mut dq,
+                    &shape
+                );
+                launch!(
+                    dev,
+                    "attnlab_flash_dkv_bias",
+                    cfg,
+                    &qv,
+                    &kv,
+                    &vv,
+                    &bv,
+                    &dov,
+                    lse,
+                    &delta,
+                    &mut dk,
+                    &mut dvv,
+                    &shape
+                );
+            }
+            None => {
+                launch!(
+                    dev,
+                    "attnlab_flash_dq",
+                    cfg,
+                    &qv,
+                    &kv,
+                    &vv,
+                    &dov,
+                    lse,
+                    &delta,
+                    &mut dq,
+                    &shape
+                );
+                launch!(
+                    dev,
+                    "attnlab_flash_dkv",
+                    cfg,
+                    &qv,
+                    &kv,
+                    &vv,
+                    &dov,
+                    lse,
+                    &delta,
+                    &mut dk,
+                    &mut dvv,
+                    &shape
+                );
+            }
+        }
+    }
+    Ok(CudaStorage::wrap_cuda_slice(grads, dev.clone()))
+}

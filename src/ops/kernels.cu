@@ -14,7 +14,9 @@
 #include <stdint.h>
 
 #define WARP 32
+#ifndef ROWS_PER_BLOCK  // rows (warps) per block; cuda.rs launches blocks of 32·ROWS_PER_BLOCK
 #define ROWS_PER_BLOCK 4
+#endif
 #define FULL_MASK 0xffffffffu
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -332,4 +334,231 @@ extern "C" __global__ void attnlab_adam_param(float *p, const float *mv, long lo
     GRID_STRIDE(i, n) {
         p[i] = p[i] * decay - step_size * mv[i] / (sqrtf(mv[n + i]) * v_correction + eps);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flash attention (softmax, causal or not, an optional constant bias table): the output and its
+// gradients without ever holding the (T, T) weights. One warp per query row (forward, dq) or
+// key row (dk, dv); each lane holds every 32nd entry of its head's vectors, so head widths up to
+// 32·FLASH_MAX_PER_LANE = 256. q, k: (B, H, T, D), v: (B, H, T, Dv) contiguous; the output and
+// its gradient are (B, T, H·Dv), the heads side by side as the output projection reads them;
+// the bias (Hb, T, T), Hb = 1 or H. Scores of −∞ (a window's far keys) are skipped.
+
+#define FLASH_MAX_PER_LANE 8
+
+struct FlashShape {
+    long long heads_rows;  // B·H·T
+    int h, t, d, dv, hb;   // heads, length, q/k width, v width, bias heads (0: no bias)
+    float scale;
+    int causal;
+};
+
+// (b, h, i) of a flat row b·H·T + h·T + i.
+__device__ __forceinline__ void flash_coords(long long row, const FlashShape &s, int *b, int *h,
+                                             int *i) {
+    *i = (int)(row % s.t);
+    long long bh = row / s.t;
+    *h = (int)(bh % s.h);
+    *b = (int)(bh / s.h);
+}
+
+// Lane's entries of a length-n vector x (every 32nd from `lane`) into r[].
+__device__ __forceinline__ void flash_load(const float *x, int n, int lane, float *r) {
+#pragma unroll
+    for (int k = 0; k < FLASH_MAX_PER_LANE; ++k) {
+        int c = lane + WARP * k;
+        r[k] = c < n ? x[c] : 0.f;
+    }
+}
+
+// x · y for y given as the lane's entries.
+__device__ __forceinline__ float flash_dot(const float *x, int n, int lane, const float *y) {
+    float s = 0.f;
+#pragma unroll
+    for (int k = 0; k < FLASH_MAX_PER_LANE; ++k) {
+        int c = lane + WARP * k;
+        if (c < n) s += x[c] * y[k];
+    }
+    return warp_sum(s);
+}
+
+// The score of query i and key j of head (b, h): scale·q_i·k_j + bias.
+__device__ __forceinline__ float flash_score(const float *qi, const float *kj, const float *bias,
+                                             const FlashShape &s, int h, int i, int j, int lane) {
+    float score = s.scale * flash_dot(kj, s.d, lane, qi);
+    if (bias) score += bias[((long long)(s.hb == 1 ? 0 : h) * s.t + i) * s.t + j];
+    return score;
+}
+
+// Forward: out (B, T, H·Dv) and lse (B·H·T) = the log-sum-exp of each row's scores.
+__device__ void flash_fwd(const float *q, const float *k, const float *v, const float *bias,
+                          float *out, float *lse, FlashShape s) {
+    int lane;
+    long long row = warp_row(s.heads_rows, &lane);
+    if (row < 0) return;
+    int b, h, i;
+    flash_coords(row, s, &b, &h, &i);
+    long long head = (long long)b * s.h + h;
+    float qi[FLASH_MAX_PER_LANE], o[FLASH_MAX_PER_LANE];
+    flash_load(q + row * s.d, s.d, lane, qi);
+#pragma unroll
+    for (int c = 0; c < FLASH_MAX_PER_LANE; ++c) o[c] = 0.f;
+    float m = -INFINITY, l = 0.f;
+    int last = s.causal ? i : s.t - 1;
+    for (int j = 0; j <= last; ++j) {
+        const float *kj = k + (head * s.t + j) * s.d;
+        float score = flash_score(qi, kj, bias, s, h, i, j, lane);
+        if (score == -INFINITY) continue;
+        float m_new = fmaxf(m, score);
+        float correction = expf(m - m_new);
+        float p = expf(score - m_new);
+        l = l * correction + p;
+        const float *vj = v + (head * s.t + j) * s.dv;
+#pragma unroll
+        for (int c = 0; c < FLASH_MAX_PER_LANE; ++c) {
+            int col = lane + WARP * c;
+            o[c] = o[c] * correction + (col < s.dv ? p * vj[col] : 0.f);
+        }
+        m = m_new;
+    }
+    float inv = 1.f / l;
+    float *orow = out + (((long long)b * s.t + i) * s.h + h) * s.dv;
+#pragma unroll
+    for (int c = 0; c < FLASH_MAX_PER_LANE; ++c) {
+        int col = lane + WARP * c;
+        if (col < s.dv) orow[col] = o[c] * inv;
+    }
+    if (lane == 0) lse[row] = m + logf(l);
+}
+
+extern "C" __global__ void attnlab_flash_fwd(const float *q, const float *k, const float *v,
+                                             float *out, float *lse, FlashShape s) {
+    flash_fwd(q, k, v, nullptr, out, lse, s);
+}
+
+extern "C" __global__ void attnlab_flash_fwd_bias(const float *q, const float *k, const float *v,
+                                                  const float *bias, float *out, float *lse,
+                                                  FlashShape s) {
+    flash_fwd(q, k, v, bias, out, lse, s);
+}
+
+// delta[row] = dOut_row · Out_row, per (b, h, i): the softmax backward's row term.
+extern "C" __global__ void attnlab_flash_delta(const float *dout, const float *out, float *delta,
+                                               FlashShape s) {
+    int lane;
+    long long row = warp_row(s.heads_rows, &lane);
+    if (row < 0) return;
+    int b, h, i;
+    flash_coords(row, s, &b, &h, &i);
+    long long at = (((long long)b * s.t + i) * s.h + h) * s.dv;
+    float acc = 0.f;
+    for (int c = lane; c < s.dv; c += WARP) acc += dout[at + c] * out[at + c];
+    acc = warp_sum(acc);
+    if (lane == 0) delta[row] = acc;
+}
+
+// dq of one query row: Σ_j ds_ij · scale · k_j, ds_ij = p_ij (dO_i · v_j − delta_i).
+__device__ void flash_dq(const float *q, const float *k, const float *v, const float *bias,
+                         const float *dout, const float *lse, const float *delta, float *dq,
+                         FlashShape s) {
+    int lane;
+    long long row = warp_row(s.heads_rows, &lane);
+    if (row < 0) return;
+    int b, h, i;
+    flash_coords(row, s, &b, &h, &i);
+    long long head = (long long)b * s.h + h;
+    float qi[FLASH_MAX_PER_LANE], doi[FLASH_MAX_PER_LANE], acc[FLASH_MAX_PER_LANE];
+    flash_load(q + row * s.d, s.d, lane, qi);
+    flash_load(dout + (((long long)b * s.t + i) * s.h + h) * s.dv, s.dv, lane, doi);
+#pragma unroll
+    for (int c = 0; c < FLASH_MAX_PER_LANE; ++c) acc[c] = 0.f;
+    float lse_i = lse[row], delta_i = delta[row];
+    int last = s.causal ? i : s.t - 1;
+    for (int j = 0; j <= last; ++j) {
+        const float *kj = k + (head * s.t + j) * s.d;
+        float score = flash_score(qi, kj, bias, s, h, i, j, lane);
+        if (score == -INFINITY) continue;
+        float p = expf(score - lse_i);
+        float dp = flash_dot(v + (head * s.t + j) * s.dv, s.dv, lane, doi);
+        float ds = p * (dp - delta_i) * s.scale;
+#pragma unroll
+        for (int c = 0; c < FLASH_MAX_PER_LANE; ++c) {
+            int col = lane + WARP * c;
+            if (col < s.d) acc[c] += ds * kj[col];
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < FLASH_MAX_PER_LANE; ++c) {
+        int col = lane + WARP * c;
+        if (col < s.d) dq[row * s.d + col] = acc[c];
+    }
+}
+
+// dk and dv of one key row j: dv_j = Σ_i p_ij dO_i, dk_j = Σ_i ds_ij · scale · q_i.
+__device__ void flash_dkv(const float *q, const float *k, const float *v, const float *bias,
+                          const float *dout, const float *lse, const float *delta, float *dk,
+                          float *dv, FlashShape s) {
+    int lane;
+    long long row = warp_row(s.heads_rows, &lane);
+    if (row < 0) return;
+    int b, h, j;
+    flash_coords(row, s, &b, &h, &j);
+    long long head = (long long)b * s.h + h;
+    float kj[FLASH_MAX_PER_LANE], vj[FLASH_MAX_PER_LANE];
+    float dk_acc[FLASH_MAX_PER_LANE], dv_acc[FLASH_MAX_PER_LANE];
+    flash_load(k + row * s.d, s.d, lane, kj);
+    flash_load(v + row * s.dv, s.dv, lane, vj);
+#pragma unroll
+    for (int c = 0; c < FLASH_MAX_PER_LANE; ++c) dk_acc[c] = dv_acc[c] = 0.f;
+    int first = s.causal ? j : 0;
+    for (int i = first; i < s.t; ++i) {
+        long long qrow = head * s.t + i;
+        const float *qi = q + qrow * s.d;
+        float score = s.scale * flash_dot(qi, s.d, lane, kj);
+        if (bias) score += bias[((long long)(s.hb == 1 ? 0 : h) * s.t + i) * s.t + j];
+        if (score == -INFINITY) continue;
+        float p = expf(score - lse[qrow]);
+        const float *doi = dout + (((long long)b * s.t + i) * s.h + h) * s.dv;
+        float dp = flash_dot(doi, s.dv, lane, vj);
+        float ds = p * (dp - delta[qrow]) * s.scale;
+#pragma unroll
+        for (int c = 0; c < FLASH_MAX_PER_LANE; ++c) {
+            int col = lane + WARP * c;
+            if (col < s.dv) dv_acc[c] += p * doi[col];
+            if (col < s.d) dk_acc[c] += ds * qi[col];
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < FLASH_MAX_PER_LANE; ++c) {
+        int col = lane + WARP * c;
+        if (col < s.d) dk[row * s.d + col] = dk_acc[c];
+        if (col < s.dv) dv[row * s.dv + col] = dv_acc[c];
+    }
+}
+
+extern "C" __global__ void attnlab_flash_dq(const float *q, const float *k, const float *v,
+                                            const float *dout, const float *lse,
+                                            const float *delta, float *dq, FlashShape s) {
+    flash_dq(q, k, v, nullptr, dout, lse, delta, dq, s);
+}
+
+extern "C" __global__ void attnlab_flash_dq_bias(const float *q, const float *k, const float *v,
+                                                 const float *bias, const float *dout,
+                                                 const float *lse, const float *delta, float *dq,
+                                                 FlashShape s) {
+    flash_dq(q, k, v, bias, dout, lse, delta, dq, s);
+}
+
+extern "C" __global__ void attnlab_flash_dkv(const float *q, const float *k, const float *v,
+                                             const float *dout, const float *lse,
+                                             const float *delta, float *dk, float *dv,
+                                             FlashShape s) {
+    flash_dkv(q, k, v, nullptr, dout, lse, delta, dk, dv, s);
+}
+
+extern "C" __global__ void attnlab_flash_dkv_bias(const float *q, const float *k, const float *v,
+                                                  const float *bias, const float *dout,
+                                                  const float *lse, const float *delta, float *dk,
+                                                  float *dv, FlashShape s) {
+    flash_dkv(q, k, v, bias, dout, lse, delta, dk, dv, s);
 }

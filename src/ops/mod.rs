@@ -12,6 +12,7 @@ mod adamw;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod embedding;
+mod flash;
 mod fused;
 mod gemm;
 mod linear;
@@ -24,6 +25,7 @@ use candle_core::{D, DType, Device, Tensor};
 
 pub use adamw::{AdamStep, adamw_in_place, adamw_step_composed, sum_squares};
 pub use embedding::{embedding, embedding_composed};
+pub use flash::{flash_attention, flash_attention_composed, flash_available};
 pub use loss::{cross_entropy, cross_entropy_composed};
 pub use mask::causal_mask;
 pub use precision::Precision;
