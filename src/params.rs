@@ -25,6 +25,8 @@ pub enum Init {
     Uniform(f64),
     /// N(0, std²); PyTorch `nn.Embedding` uses std = 1.
     Normal(f64),
+    /// U(lo, hi): KERPLE's per-head parameters (r ~ U(0, 2), k ~ U(0, 1) in its reference).
+    Between(f64, f64),
     Constant(f64),
 }
 
@@ -105,6 +107,10 @@ impl Params {
         let data = match init {
             Init::Uniform(bound) => rng::uniform_vec(&mut stream, n, bound),
             Init::Normal(std) => rng::normal_vec(&mut stream, n, std),
+            Init::Between(lo, hi) => rng::uniform_vec(&mut stream, n, (hi - lo) / 2.0)
+                .into_iter()
+                .map(|x| x + ((lo + hi) / 2.0) as f32)
+                .collect(),
             Init::Constant(value) => vec![value as f32; n],
         };
         let var = Var::from_tensor(&Tensor::from_vec(data, shape, &self.device)?)?;

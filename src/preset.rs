@@ -202,7 +202,7 @@ impl Preset {
         crate::model::Transformer::new(
             &self.model,
             &self.attention,
-            &self.encoding,
+            &self.encoding.at_training_length(self.task.seq_len()),
             self.task.vocab_size(),
             self.task.seq_len(),
             self.train.precision,

@@ -121,7 +121,7 @@ fn per_layer_encodings_train_in_hybrid_models() {
     use attnlab::encodings::{DietRelConfig, DietSharing, EncodingSpec};
     for sharing in [DietSharing::None, DietSharing::Layerwise] {
         let encoding = EncodingSpec::DietRel(DietRelConfig {
-            max_distance: 8,
+            max_distance: Some(8),
             sharing,
         });
         let mut preset = common::tiny(attnlab::attention::MechanismSpec::Softmax, encoding);

@@ -17,6 +17,11 @@
 //!   `Σ min(A, G) / Σ max(A, G)` over the crop, on the raw weights (not renormalised to the crop).
 //! - **Aggregation.** Per layer and head, the mean (and standard deviation) over examples; heads
 //!   are never mixed.
+//! - **Default: threshold τ = 0.1, soft IoU beside it.** The paper reads IoU where accuracy is
+//!   near 1, and there argmax saturates: every mechanism's largest weight sits on the value, so
+//!   argmax gives 1.000 to all and cannot rank them (it was attnlab's earlier default). A
+//!   threshold keeps every position with a real share of the row, which a comparison of where
+//!   mechanisms put their weight needs; soft IoU, always reported beside it, has no parameter.
 
 use std::fmt;
 use std::str::FromStr;
@@ -142,10 +147,13 @@ pub struct IouProtocol {
     pub examples: usize,
 }
 
+/// The default hard binarisation (see the module docs).
+pub const DEFAULT_BINARISE: Binarise = Binarise::Threshold(0.1);
+
 impl Default for IouProtocol {
     fn default() -> Self {
         Self {
-            binarise: Binarise::Argmax,
+            binarise: DEFAULT_BINARISE,
             target: Target::Value,
             examples: 10_000,
         }

@@ -8,7 +8,7 @@ use eframe::egui;
 use crate::Preset;
 use crate::attention::{LinformerSharing, MechanismSpec, RebasedVariant};
 use crate::encodings::{DietSharing, EncodingSpec};
-use crate::model::{MixerKind, ModelConfig};
+use crate::model::{Layout, MixerKind, ModelConfig};
 use crate::ops::Precision;
 use crate::tasks::TaskSpec;
 use crate::tasks::lm::{LmConfig, Tokens};
@@ -127,7 +127,63 @@ fn model_ui(ui: &mut egui::Ui, m: &mut ModelConfig) {
     if m.mixers.contains(&MixerKind::ShortConv) {
         number(ui, "conv kernel", &mut m.conv_kernel, 1..=64);
     }
-    ui.checkbox(&mut m.tie_embeddings, "tie embeddings with the output head");
+    ui.horizontal(|ui| {
+        let label = ui.label("layout");
+        egui::ComboBox::from_id_salt("layout")
+            .selected_text(match m.layout {
+                Layout::Attnlab => "attnlab",
+                Layout::Zoology => "zoology",
+            })
+            .show_ui(ui, |ui| {
+                ui.selectable_value(&mut m.layout, Layout::Attnlab, "attnlab")
+                    .on_hover_text("PyTorch's module defaults (the benchmark's reference)");
+                ui.selectable_value(&mut m.layout, Layout::Zoology, "zoology")
+                    .on_hover_text("zoology's MQAR model: N(0, 0.02) init, tied head, dropout 0.1, LayerNorm between mixers");
+            })
+            .response
+            .labelled_by(label.id)
+            .on_hover_text("model.layout: how the architecture is built (README, Presets)");
+    });
+    if m.layout == Layout::Attnlab {
+        ui.checkbox(&mut m.tie_embeddings, "tie embeddings with the output head");
+    }
+    optional_rate(
+        ui,
+        "embedding dropout",
+        &mut m.embed_dropout,
+        m.layout.embed_dropout(),
+    );
+    optional_rate(
+        ui,
+        "attention dropout (softmax)",
+        &mut m.attention_dropout,
+        m.layout.attention_dropout(),
+    );
+}
+
+/// A rate in [0, 1) that may be left to a default (shown as "auto (default)").
+fn optional_rate(ui: &mut egui::Ui, label: &str, value: &mut Option<f64>, default: f64) {
+    ui.horizontal(|ui| {
+        ui.label(label);
+        match value {
+            Some(rate) => {
+                ui.add(egui::DragValue::new(rate).range(0.0..=0.95).speed(0.01));
+                if ui
+                    .button("auto")
+                    .on_hover_text("use the layout's")
+                    .clicked()
+                {
+                    *value = None;
+                }
+            }
+            None => {
+                ui.label(format!("auto ({default})"));
+                if ui.button("set").clicked() {
+                    *value = Some(default);
+                }
+            }
+        }
+    });
 }
 
 /// The cyclic mixer pattern: one picker per entry, with add and remove.
@@ -526,9 +582,23 @@ pub fn encoding_ui(ui: &mut egui::Ui, spec: &mut EncodingSpec) {
             }
         });
     }
+    const SERIES_PER_HEAD: &str = "per-head n = k_h t + offset, ALiBi slopes (fairseq-evo)";
+    const LOG_N: &str = "log-n: queries scaled by max(1, ln(i+1)/ln L) (the post's patches)";
     match spec {
         EncodingSpec::Sandwich(c) => {
-            ui.checkbox(&mut c.per_head, "per-head scale k*H/(8h)");
+            ui.checkbox(&mut c.per_head, "per-head scale k*H/(8h) (fairseq-evo)");
+        }
+        EncodingSpec::Type1(c) | EncodingSpec::Type2(c) | EncodingSpec::InvN(c) => {
+            ui.checkbox(&mut c.per_head, SERIES_PER_HEAD);
+        }
+        EncodingSpec::InvNLogN(c) => {
+            ui.checkbox(&mut c.per_head, SERIES_PER_HEAD);
+        }
+        EncodingSpec::Rerope(c) => {
+            ui.checkbox(&mut c.log_n, LOG_N);
+        }
+        EncodingSpec::LeakyRerope(c) => {
+            ui.checkbox(&mut c.log_n, LOG_N);
         }
         EncodingSpec::DietRel(c) => sharing_ui(ui, &mut c.sharing),
         EncodingSpec::DietAbs(c) => sharing_ui(ui, &mut c.sharing),

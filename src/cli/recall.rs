@@ -60,8 +60,9 @@ pub struct IouArgs {
     /// from the same test generator.
     #[arg(long, default_value_t = 10_000)]
     examples: usize,
-    /// How a cropped attention row becomes positions: argmax, topk:K or threshold:T.
-    #[arg(long, default_value = "argmax", value_parser = parse_binarise)]
+    /// How a cropped attention row becomes positions: threshold:T (default τ = 0.1), argmax
+    /// (saturates near 100% accuracy) or topk:K. Soft IoU is always reported beside it.
+    #[arg(long, default_value_t = crate::analysis::iou::DEFAULT_BINARISE, value_parser = parse_binarise)]
     binarise: Binarise,
     /// Ground-truth position of a query: the `value` token after its key, or the `key`.
     #[arg(long, default_value = "value", value_parser = parse_target)]

@@ -11,40 +11,55 @@
 //! | `inv-n-log-n` | −ln n − ln ln n | diverges (like ln ln n) |
 //! | `window` | 0 for t < w, −∞ beyond | finite sum |
 //!
-//! The paper uses one bias for every head and layer, and so does attnlab.
+//! The paper writes one bias for every head and layer, and so does attnlab by default. The code
+//! the paper ran (fairseq-evo `transformer_rpe.py`, `get_mask_k`) builds each from k_h·t with
+//! ALiBi's per-head slopes k_h; `per_head = true` does that here: n = k_h·t + offset. For 1/n and
+//! 1/(n ln n) (offsets 1 and 3) that is exactly fairseq-evo's rpe types 7 and 13; its Type 1 and
+//! Type 2 forms are −ln(1 + (k t)²) and −ln²(3 + k t), close to these but not equal. The text
+//! does not say which of the two its tables used.
 
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::{DistanceBias, Verdict, known};
+use super::{DistanceBias, Verdict, alibi_slopes, known};
 
-/// The offset n = t + offset of `type1`, `type2` and `inv-n`.
+/// The offset n = t + offset of `type1`, `type2` and `inv-n`, and their per-head scaling.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SeriesConfig {
     /// n at the diagonal (t = 0); 1 makes the diagonal bias 0.
     pub offset: f64,
+    /// n = k_h·t + offset with ALiBi's slopes k_h per head (fairseq-evo), instead of one bias.
+    pub per_head: bool,
 }
 
 impl Default for SeriesConfig {
     fn default() -> Self {
-        Self { offset: 1.0 }
+        Self {
+            offset: 1.0,
+            per_head: false,
+        }
     }
 }
 
-/// The offset of `inv-n-log-n`, which needs n > 1 (ln 1 = 0).
+/// The offset of `inv-n-log-n`, which needs n > 1 (ln 1 = 0), and its per-head scaling.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct NLogNConfig {
     /// n at the diagonal; 3 is the smallest integer with ln ln n > 0, the start of the
     /// paper's divergence proof.
     pub offset: f64,
+    /// n = k_h·t + offset with ALiBi's slopes k_h per head (fairseq-evo), instead of one bias.
+    pub per_head: bool,
 }
 
 impl Default for NLogNConfig {
     fn default() -> Self {
-        Self { offset: 3.0 }
+        Self {
+            offset: 3.0,
+            per_head: false,
+        }
     }
 }
 
@@ -71,44 +86,65 @@ fn shared(
     vec![known(bias, verdict, reason)]
 }
 
+/// p(n) at n = k·t + offset: one bias with k = 1, or one per head with ALiBi's slopes as k
+/// when `per_head`. Scaling t does not change whether Σ exp(p) converges.
+fn series(
+    p: fn(f64) -> f64,
+    (offset, per_head): (f64, bool),
+    n_heads: usize,
+    verdict: Verdict,
+    reason: &str,
+) -> Vec<Arc<dyn DistanceBias>> {
+    let slopes = if per_head {
+        alibi_slopes(n_heads)
+    } else {
+        vec![1.0]
+    };
+    slopes
+        .into_iter()
+        .map(|k| known(move |t: f64| p(k * t + offset), verdict, reason))
+        .collect()
+}
+
 /// Type 1: b = 1/n².
-pub fn type1(c: &SeriesConfig) -> Vec<Arc<dyn DistanceBias>> {
-    let offset = c.offset;
-    shared(
-        move |t: f64| -2.0 * (t + offset).ln(),
+pub fn type1(c: &SeriesConfig, n_heads: usize) -> Vec<Arc<dyn DistanceBias>> {
+    series(
+        |n| -2.0 * n.ln(),
+        (c.offset, c.per_head),
+        n_heads,
         Verdict::Converges,
         "1/n^2 is a p-series with p = 2 > 1",
     )
 }
 
 /// Type 2: b = exp(−ln² n).
-pub fn type2(c: &SeriesConfig) -> Vec<Arc<dyn DistanceBias>> {
-    let offset = c.offset;
-    shared(
-        move |t: f64| -(t + offset).ln().powi(2),
+pub fn type2(c: &SeriesConfig, n_heads: usize) -> Vec<Arc<dyn DistanceBias>> {
+    series(
+        |n| -n.ln().powi(2),
+        (c.offset, c.per_head),
+        n_heads,
         Verdict::Converges,
         "exp(-ln^2 n) = n^(-ln n) decays faster than any power of n",
     )
 }
 
 /// The first divergent control: b = 1/n.
-pub fn inv_n(c: &SeriesConfig) -> Vec<Arc<dyn DistanceBias>> {
-    let offset = c.offset;
-    shared(
-        move |t: f64| -(t + offset).ln(),
+pub fn inv_n(c: &SeriesConfig, n_heads: usize) -> Vec<Arc<dyn DistanceBias>> {
+    series(
+        |n| -n.ln(),
+        (c.offset, c.per_head),
+        n_heads,
         Verdict::Diverges,
         "1/n is the harmonic series, whose partial sums grow like ln N",
     )
 }
 
 /// The second divergent control: b = 1/(n ln n).
-pub fn inv_n_log_n(c: &NLogNConfig) -> Vec<Arc<dyn DistanceBias>> {
-    let offset = c.offset;
-    shared(
-        move |t: f64| {
-            let ln = (t + offset).ln();
-            -ln - ln.ln()
-        },
+pub fn inv_n_log_n(c: &NLogNConfig, n_heads: usize) -> Vec<Arc<dyn DistanceBias>> {
+    series(
+        |n| -n.ln() - n.ln().ln(),
+        (c.offset, c.per_head),
+        n_heads,
         Verdict::Diverges,
         "the partial sums of 1/(n ln n) grow like ln ln N (integral test)",
     )
@@ -132,12 +168,36 @@ mod tests {
     fn series_follow_the_paper_at_n_equals_t_plus_offset() {
         let c = SeriesConfig::default();
         // t = 3 → n = 4
-        assert!((type1(&c)[0].at(3.0).exp() - 1.0 / 16.0).abs() < 1e-12);
-        assert!((type2(&c)[0].at(3.0) + 4f64.ln().powi(2)).abs() < 1e-12);
-        assert!((inv_n(&c)[0].at(3.0).exp() - 0.25).abs() < 1e-12);
-        assert_eq!(type1(&c)[0].at(0.0), 0.0);
-        let nln = inv_n_log_n(&NLogNConfig::default())[0].at(2.0).exp(); // n = 5
+        assert!((type1(&c, 8)[0].at(3.0).exp() - 1.0 / 16.0).abs() < 1e-12);
+        assert!((type2(&c, 8)[0].at(3.0) + 4f64.ln().powi(2)).abs() < 1e-12);
+        assert!((inv_n(&c, 8)[0].at(3.0).exp() - 0.25).abs() < 1e-12);
+        assert_eq!(type1(&c, 8)[0].at(0.0), 0.0);
+        assert_eq!(type1(&c, 8).len(), 1, "one bias for every head");
+        let nln = inv_n_log_n(&NLogNConfig::default(), 8)[0].at(2.0).exp(); // n = 5
         assert!((nln - 1.0 / (5.0 * 5f64.ln())).abs() < 1e-12);
+    }
+
+    /// Per head, n = k_h·t + offset with ALiBi's slopes: for 8 heads k_h = 2^-h, so head 1
+    /// (k = 1/4) at t = 8 has n = 3; 1/n and 1/(n ln n) are fairseq-evo's rpe types 7 and 13.
+    #[test]
+    fn per_head_series_scale_the_distance_by_alibis_slopes() {
+        let c = SeriesConfig {
+            per_head: true,
+            ..Default::default()
+        };
+        let heads = type1(&c, 8);
+        assert_eq!(heads.len(), 8);
+        assert!((heads[1].at(8.0).exp() - 1.0 / 9.0).abs() < 1e-12);
+        let k = 0.5;
+        let rpe7 = |t: f64| -(1.0 + k * t).ln();
+        assert!((inv_n(&c, 8)[0].at(5.0) - rpe7(5.0)).abs() < 1e-12);
+        let z = |t: f64| (3.0 + k * t).ln();
+        let rpe13 = |t: f64| -(z(t) + z(t).ln());
+        let n_log_n = NLogNConfig {
+            per_head: true,
+            ..Default::default()
+        };
+        assert!((inv_n_log_n(&n_log_n, 8)[0].at(5.0) - rpe13(5.0)).abs() < 1e-12);
     }
 
     #[test]

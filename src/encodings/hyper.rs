@@ -56,13 +56,28 @@ const KERPLE_LOG: &[Hyperparameter] = &[
         "r",
         0.01,
         10.0,
-        "initial power r; Σ exp(bias) converges for r > 1",
+        "initial power r of every head; Σ exp(bias) converges for r > 1; unset = U(0, 2) per head",
     ),
-    log("k", 0.01, 10.0, "initial distance scale k"),
+    log(
+        "k",
+        0.01,
+        10.0,
+        "initial distance scale k of every head; unset = U(0, 1) per head",
+    ),
 ];
 const KERPLE_POWER: &[Hyperparameter] = &[
-    real("r", 0.01, 2.0, "initial exponent r"),
-    log("k", 0.01, 10.0, "initial scale k"),
+    real(
+        "r",
+        0.01,
+        2.0,
+        "initial exponent r of every head; unset = U(0, 2) per head",
+    ),
+    log(
+        "k",
+        0.01,
+        10.0,
+        "initial scale k of every head; unset = U(0, 1) per head",
+    ),
 ];
 const SANDWICH: &[Hyperparameter] = &[
     log("k", 0.001, 10.0, "scale of the bias"),
@@ -71,7 +86,7 @@ const SANDWICH: &[Hyperparameter] = &[
         "dim",
         2.0,
         4096.0,
-        "width d of the sinusoidal embeddings (even)",
+        "width d of the sinusoidal embeddings (even); unset = 2 x the head width (fairseq-evo)",
     ),
 ];
 const SERIES: &[Hyperparameter] = &[real("offset", 1.0, 1000.0, "n = t + offset at distance t")];
@@ -90,7 +105,7 @@ const DIET_REL: &[Hyperparameter] = &[int(
     "max_distance",
     1.0,
     65_536.0,
-    "distances from here share one scalar",
+    "distances from here share one scalar; unset = unclipped (the paper), one per trained distance",
 )];
 const DIET_ABS: &[Hyperparameter] = &[int("rank", 1.0, 1024.0, "d_p, the rank of P_Q P_K^T")];
 const BASE: Hyperparameter = log("base", 2.0, 1e9, "RoPE frequency base (10000 in the paper)");
@@ -100,17 +115,24 @@ const REROPE_WINDOW: Hyperparameter = int(
     1_048_576.0,
     "distances from w on are clipped",
 );
+const TRAINING_LENGTH: Hyperparameter = int(
+    "training_length",
+    2.0,
+    1_048_576.0,
+    "L of the log-n query scaling max(1, ln(i+1)/ln L); unset = the length the model trained at",
+);
 const ROPE: &[Hyperparameter] = &[BASE];
 const PI: &[Hyperparameter] = &[
     BASE,
     log("scale", 1.0, 1024.0, "positions are divided by k"),
 ];
 const NTK: &[Hyperparameter] = &[BASE, log("alpha", 1.0, 1024.0, "length scale alpha")];
-const REROPE: &[Hyperparameter] = &[BASE, REROPE_WINDOW];
+const REROPE: &[Hyperparameter] = &[BASE, REROPE_WINDOW, TRAINING_LENGTH];
 const LEAKY_REROPE: &[Hyperparameter] = &[
     BASE,
     REROPE_WINDOW,
     log("scale", 1.0, 1e6, "slope 1/k beyond the window"),
+    TRAINING_LENGTH,
 ];
 
 impl EncodingSpec {
@@ -200,6 +222,7 @@ impl EncodingSpec {
                 keys.push(h.key.to_string());
             }
         }
+        keys.sort();
         let has = if keys.is_empty() {
             "it has no settings".to_string()
         } else {

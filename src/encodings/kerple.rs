@@ -4,10 +4,12 @@
 //!
 //! r and k are trainable per head and used clamped at 0.01 (r ≤ 2 for the power kernel), as
 //! in the reference code; the clamp passes gradients straight through, so a parameter that
-//! leaves the range can return. The reference initialises them at random
-//! (r ~ U(0, 2), k ~ U(0, 1)); attnlab starts every head at the configured values so that the
-//! formula-only analyses (TRF, convergence) of an untrained encoding are reproducible. One set
-//! of parameters serves all layers, as in the Rpe paper's fairseq-evo code.
+//! leaves the range can return. By default each head draws its own start from the run's seed
+//! as the reference does (chijames/KERPLE `ParallelKerpleLog/Power`: r ~ U(0, 2),
+//! k ~ U(0, 1)), so heads start apart and kerple-log is not Type 1 (r = 2, k = 1 makes
+//! exp(p) = 1/(1 + t)²). Setting `r` or `k` starts every head there instead (attnlab's earlier
+//! defaults were r = 2, k = 1 for the log kernel and r = 0.5, k = 1 for the power kernel).
+//! One set of parameters serves all layers, as in the Rpe paper's fairseq-evo code.
 
 use std::sync::Arc;
 
@@ -24,37 +26,35 @@ const MIN: f64 = 0.01;
 /// The power kernel's largest exponent (conditionally positive definite up to 2).
 const MAX_POWER: f64 = 2.0;
 
-/// `kerple-log` initial values.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// `kerple-log` initial values; unset = drawn per head as the reference.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct KerpleLogConfig {
-    /// Initial r (the power of the log kernel); > 1 makes Σ exp(bias) converge.
-    pub r: f64,
-    /// Initial k (the distance scale).
-    pub k: f64,
+    /// Initial r (the power of the log kernel) of every head; > 1 makes Σ exp(bias) converge.
+    /// Unset: r ~ U(0, 2) per head.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub r: Option<f64>,
+    /// Initial k (the distance scale) of every head. Unset: k ~ U(0, 1) per head.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub k: Option<f64>,
 }
 
-impl Default for KerpleLogConfig {
-    fn default() -> Self {
-        Self { r: 2.0, k: 1.0 }
-    }
-}
-
-/// `kerple-power` initial values.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// `kerple-power` initial values; unset = drawn per head as the reference.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct KerplePowerConfig {
-    /// Initial exponent r, in (0, 2].
-    pub r: f64,
-    /// Initial scale k.
-    pub k: f64,
+    /// Initial exponent r of every head, in (0, 2]. Unset: r ~ U(0, 2) per head.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub r: Option<f64>,
+    /// Initial scale k of every head. Unset: k ~ U(0, 1) per head.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub k: Option<f64>,
 }
 
-impl Default for KerplePowerConfig {
-    fn default() -> Self {
-        Self { r: 0.5, k: 1.0 }
-    }
-}
+/// The reference's start of r: U(0, 1)·2.
+const R_DRAW: Init = Init::Between(0.0, 2.0);
+/// The reference's start of k: U(0, 1).
+const K_DRAW: Init = Init::Between(0.0, 1.0);
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kernel {
@@ -79,12 +79,19 @@ impl Kerple {
         Self::new(Kernel::Power, c.r, c.k, n_heads, params)
     }
 
-    fn new(kernel: Kernel, r: f64, k: f64, n_heads: usize, params: &Params) -> Result<Self> {
+    fn new(
+        kernel: Kernel,
+        r: Option<f64>,
+        k: Option<f64>,
+        n_heads: usize,
+        params: &Params,
+    ) -> Result<Self> {
         let p = params.pp("kerple");
+        let start = |value: Option<f64>, draw| value.map_or(draw, Init::Constant);
         Ok(Self {
             kernel,
-            r: p.get("r", (n_heads, 1), Init::Constant(r))?,
-            k: p.get("k", (n_heads, 1), Init::Constant(k))?,
+            r: p.get("r", (n_heads, 1), start(r, R_DRAW))?,
+            k: p.get("k", (n_heads, 1), start(k, K_DRAW))?,
         })
     }
 
@@ -186,7 +193,11 @@ mod tests {
     #[test]
     fn log_kernel_matches_its_formula() {
         let p = Params::new(0, &Device::Cpu);
-        let kerple = Kerple::log(&KerpleLogConfig { r: 2.0, k: 0.5 }, 2, &p).unwrap();
+        let c = KerpleLogConfig {
+            r: Some(2.0),
+            k: Some(0.5),
+        };
+        let kerple = Kerple::log(&c, 2, &p).unwrap();
         check_tensor_matches_formula(&kerple);
         let heads = kerple.current().unwrap();
         assert!((heads[0].at(2.0) + 2.0 * 2f64.ln()).abs() < 1e-9);
@@ -195,17 +206,51 @@ mod tests {
     #[test]
     fn power_kernel_matches_its_formula_and_is_clamped() {
         let p = Params::new(0, &Device::Cpu);
-        let kerple = Kerple::power(&KerplePowerConfig { r: 3.0, k: 0.001 }, 1, &p).unwrap();
+        let c = KerplePowerConfig {
+            r: Some(3.0),
+            k: Some(0.001),
+        };
+        let kerple = Kerple::power(&c, 1, &p).unwrap();
         check_tensor_matches_formula(&kerple);
         // r clamps to 2, k to 0.01
         assert!((kerple.current().unwrap()[0].at(3.0) + 0.09).abs() < 1e-9);
+    }
+
+    /// By default each head starts from its own draw, r in (0, 2) and k in (0, 1), the same
+    /// for the same seed and different for another.
+    #[test]
+    fn unset_starts_are_drawn_per_head_from_the_seed() {
+        let draw = |seed| {
+            let p = Params::new(seed, &Device::Cpu);
+            let kerple = Kerple::log(&KerpleLogConfig::default(), 8, &p).unwrap();
+            (
+                head_values(&kerple.r).unwrap(),
+                head_values(&kerple.k).unwrap(),
+            )
+        };
+        let (r, k) = draw(0);
+        assert!(r.iter().all(|r| (0.0..2.0).contains(r)), "{r:?}");
+        assert!(k.iter().all(|k| (0.0..1.0).contains(k)), "{k:?}");
+        assert!(r.windows(2).any(|w| w[0] != w[1]), "heads differ: {r:?}");
+        assert_eq!(draw(0), (r.clone(), k));
+        assert_ne!(draw(1).0, r);
+        // Over many heads the draws fill their ranges (mean near the middle).
+        let p = Params::new(3, &Device::Cpu);
+        let many = Kerple::power(&KerplePowerConfig::default(), 2000, &p).unwrap();
+        let mean = |x: Vec<f64>| x.iter().sum::<f64>() / x.len() as f64;
+        assert!((mean(head_values(&many.r).unwrap()) - 1.0).abs() < 0.05);
+        assert!((mean(head_values(&many.k).unwrap()) - 0.5).abs() < 0.03);
     }
 
     /// Past the clamp the value is clamped but the gradient still flows.
     #[test]
     fn clamped_parameters_keep_their_gradient() {
         let p = Params::new(0, &Device::Cpu);
-        let kerple = Kerple::log(&KerpleLogConfig { r: 0.001, k: 1.0 }, 1, &p).unwrap();
+        let c = KerpleLogConfig {
+            r: Some(0.001),
+            k: Some(1.0),
+        };
+        let kerple = Kerple::log(&c, 1, &p).unwrap();
         let loss = kerple.per_distance(4).unwrap().sum_all().unwrap();
         let grads = loss.backward().unwrap();
         let g = grads.get(&kerple.r).unwrap().flatten_all().unwrap();

@@ -308,8 +308,8 @@ impl EncodingSpec {
             Self::Learned => "x_t + p_t, p learned",
             Self::Sinusoidal => "x_t + [sin(t/10000^(2i/d)), cos(t/10000^(2i/d))]",
             Self::Alibi(_) => "bias = -m_h t, m_h = 2^(-8h/H) (or one k for all heads)",
-            Self::KerpleLog(_) => "bias = -r_h ln(1 + k_h t), r_h, k_h learned",
-            Self::KerplePower(_) => "bias = -k_h t^r_h, 0 < r_h <= 2, learned",
+            Self::KerpleLog(_) => "bias = -r_h ln(1 + k_h t), r_h, k_h learned from U(0,2), U(0,1)",
+            Self::KerplePower(_) => "bias = -k_h t^r_h, 0 < r_h <= 2, learned from U(0,2), U(0,1)",
             Self::Sandwich(_) => "bias = k (sum_j cos(t / r^(2j/d)) - d/2)",
             Self::Type1(_) => "exp(bias) = 1/n^2",
             Self::Type2(_) => "exp(bias) = exp(-ln^2 n)",
@@ -412,8 +412,8 @@ impl EncodingSpec {
                 "scales the base by alpha^(d/(d-2)), which needs a per-head width of at least 4 (it is {})",
                 shape.qk_dim
             )),
-            Self::Sandwich(c) if !c.dim.is_multiple_of(2) => {
-                Err(Error::preset("encoding.dim", c.dim, "must be even"))
+            Self::Sandwich(SandwichConfig { dim: Some(d), .. }) if !d.is_multiple_of(2) => {
+                Err(Error::preset("encoding.dim", d, "must be even"))
             }
             Self::T5(c) if c.max_distance <= c.num_buckets / 2 => Err(Error::preset(
                 "encoding.max_distance",
@@ -451,16 +451,17 @@ impl EncodingSpec {
             Self::KerplePower(c) => {
                 LearnedBias::shared(device, kerple::Kerple::power(c, h, params))
             }
-            Self::Sandwich(c) => fixed(sandwich::sandwich(c, h)),
-            Self::Type1(c) => fixed(decay::type1(c)),
-            Self::Type2(c) => fixed(decay::type2(c)),
-            Self::InvN(c) => fixed(decay::inv_n(c)),
-            Self::InvNLogN(c) => fixed(decay::inv_n_log_n(c)),
+            Self::Sandwich(c) => fixed(sandwich::sandwich(c, h, shape.d_model / h.max(1))),
+            Self::Type1(c) => fixed(decay::type1(c, h)),
+            Self::Type2(c) => fixed(decay::type2(c, h)),
+            Self::InvN(c) => fixed(decay::inv_n(c, h)),
+            Self::InvNLogN(c) => fixed(decay::inv_n_log_n(c, h)),
             Self::Window(c) => fixed(decay::window(c)),
             Self::T5(c) => LearnedBias::shared(device, table::TableBias::t5(c, h, params)),
-            Self::DietRel(c) => {
-                LearnedBias::shared(device, table::TableBias::diet_rel(c, h, params))
-            }
+            Self::DietRel(c) => LearnedBias::shared(
+                device,
+                table::TableBias::diet_rel(c, h, shape.max_len, params),
+            ),
             Self::DietAbs(c) => Ok(Arc::new(diet_abs::DietAbs::new(c, shape, params)?)),
             Self::Rope(c) => rotary(c.base, linear),
             Self::Pi(c) => rotary(c.base, Positions::Linear { scale: c.scale }),
@@ -468,21 +469,54 @@ impl EncodingSpec {
                 RotaryProfile::ntk_base(c.base, c.alpha, shape.qk_dim),
                 linear,
             ),
-            Self::Rerope(c) => rotary(
-                c.base,
-                Positions::Rectified {
-                    window: c.window,
-                    leak: None,
-                },
-            ),
-            Self::LeakyRerope(c) => rotary(
-                c.base,
-                Positions::Rectified {
-                    window: c.window,
-                    leak: Some(c.scale),
-                },
-            ),
+            Self::Rerope(c) => Ok(rope::rectified(
+                RotaryProfile::new(
+                    c.base,
+                    shape.qk_dim,
+                    Positions::Rectified {
+                        window: c.window,
+                        leak: None,
+                    },
+                ),
+                c.log_n.then(|| c.training_length.unwrap_or(shape.max_len)),
+                device,
+            )),
+            Self::LeakyRerope(c) => Ok(rope::rectified(
+                RotaryProfile::new(
+                    c.base,
+                    shape.qk_dim,
+                    Positions::Rectified {
+                        window: c.window,
+                        leak: Some(c.scale),
+                    },
+                ),
+                c.log_n.then(|| c.training_length.unwrap_or(shape.max_len)),
+                device,
+            )),
         }
+    }
+}
+
+impl EncodingSpec {
+    /// The settings whose default is the length the model trained at, filled in with `len`:
+    /// ReRoPE's log-n `training_length`, and an unclipped DIET-REL's `max_distance` (one
+    /// scalar per distance training saw; farther distances share the last). Model builders
+    /// pass the training length, so a model evaluated at other lengths keeps its own.
+    pub fn at_training_length(&self, len: usize) -> Self {
+        let mut spec = self.clone();
+        match &mut spec {
+            Self::DietRel(c) => {
+                c.max_distance.get_or_insert(len.saturating_sub(1).max(1));
+            }
+            Self::Rerope(c) => {
+                c.training_length.get_or_insert(len);
+            }
+            Self::LeakyRerope(c) => {
+                c.training_length.get_or_insert(len);
+            }
+            _ => {}
+        }
+        spec
     }
 }
 

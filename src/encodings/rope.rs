@@ -20,6 +20,11 @@
 //! attention applies elu + 1 after the rotation, so with it RoPE (and every variant) is not
 //! purely relative, as in any RoPE + linear-attention model. All variants have no parameters,
 //! so a model trained with `rope` runs with any of them at evaluation time.
+//!
+//! ReRoPE and Leaky ReRoPE also scale the queries as both of the post's patches do (log-n
+//! scaling, `log_n = true` by default): the query at position i is multiplied by
+//! max(1, ln(i + 1) / ln L), L the training length (`training_length`, by default the length
+//! the model trained at), which sharpens attention past L.
 
 use std::sync::Arc;
 
@@ -80,6 +85,12 @@ pub struct ReropeConfig {
     /// Window w: distances from w on are all scored at w.
     #[serde(default = "default_window")]
     pub window: usize,
+    /// Scale the query at position i by max(1, ln(i + 1) / ln L), as the post's patches do.
+    #[serde(default = "default_log_n")]
+    pub log_n: bool,
+    /// L of the log-n scaling; unset = the length the model trained at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub training_length: Option<usize>,
 }
 
 /// `leaky-rerope` settings.
@@ -93,6 +104,16 @@ pub struct LeakyReropeConfig {
     /// Beyond the window, positions grow with slope 1/k.
     #[serde(default = "default_leaky_scale")]
     pub scale: f64,
+    /// Scale the query at position i by max(1, ln(i + 1) / ln L), as the post's patches do.
+    #[serde(default = "default_log_n")]
+    pub log_n: bool,
+    /// L of the log-n scaling; unset = the length the model trained at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub training_length: Option<usize>,
+}
+
+fn default_log_n() -> bool {
+    true
 }
 
 fn default_scale() -> f64 {
@@ -132,6 +153,8 @@ impl Default for ReropeConfig {
         Self {
             base: DEFAULT_BASE,
             window: default_window(),
+            log_n: default_log_n(),
+            training_length: None,
         }
     }
 }
@@ -142,6 +165,8 @@ impl Default for LeakyReropeConfig {
             base: DEFAULT_BASE,
             window: default_window(),
             scale: default_leaky_scale(),
+            log_n: default_log_n(),
+            training_length: None,
         }
     }
 }
@@ -198,6 +223,8 @@ impl RotaryProfile {
 
 pub struct Rotary {
     profile: RotaryProfile,
+    /// ReRoPE's log-n query scaling: the training length L, or `None` for no scaling.
+    log_n: Option<usize>,
     device: Device,
     /// (cos, sin) for q and k at their own positions (mapped linearly), per length.
     own: LengthCache,
@@ -213,6 +240,7 @@ impl Rotary {
     pub fn new(profile: RotaryProfile, device: &Device) -> Self {
         Self {
             profile,
+            log_n: None,
             device: device.clone(),
             own: LengthCache::default(),
             second_q: LengthCache::default(),
@@ -284,6 +312,23 @@ impl Rotary {
         }
     }
 
+    /// The block's queries scaled by max(1, ln(i + 1) / ln L) at their positions i (log-n),
+    /// or as they are without the scaling.
+    fn scaled_queries(&self, q: &Tensor, block: QueryBlock) -> Result<Tensor> {
+        let Some(train) = self.log_n else {
+            return Ok(q.clone());
+        };
+        let ln_train = (train.max(2) as f64).ln();
+        let factors: Vec<f32> = (block.start..block.start + block.len)
+            .map(|i| ((i as f64 + 1.0).ln() / ln_train).max(1.0) as f32)
+            .collect();
+        if factors.iter().all(|&f| f == 1.0) {
+            return Ok(q.clone());
+        }
+        let factors = Tensor::from_vec(factors, (block.len, 1), &self.device)?;
+        Ok(q.broadcast_mul(&factors)?)
+    }
+
     /// 1 where i − j < w (the first score matrix applies), (len, keys).
     fn window_mask(&self, block: QueryBlock, window: usize) -> Result<Tensor> {
         let make = || {
@@ -337,6 +382,7 @@ impl Encoding for Rotary {
         block: QueryBlock,
         score: ScoreFn<'_>,
     ) -> Result<Tensor> {
+        let q = &self.scaled_queries(q, block)?;
         let own = self.own_tables(block.total)?;
         let first = score(
             &rotate(q, &query_rows(&own, block)?)?,
@@ -368,6 +414,19 @@ pub fn rotary(profile: RotaryProfile, device: &Device) -> Arc<dyn Encoding> {
     Arc::new(Rotary::new(profile, device))
 }
 
+/// ReRoPE or Leaky ReRoPE (a rectified profile), with the log-n query scaling for training
+/// length `log_n` when given.
+pub fn rectified(
+    profile: RotaryProfile,
+    log_n: Option<usize>,
+    device: &Device,
+) -> Arc<dyn Encoding> {
+    Arc::new(Rotary {
+        log_n,
+        ..Rotary::new(profile, device)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -397,6 +456,66 @@ mod tests {
             .unwrap()
             .to_vec2::<f32>()
             .unwrap()
+    }
+
+    /// Log-n: the query at position i is scaled by max(1, ln(i + 1) / ln L), so every score
+    /// of row i is that many times the unscaled one (both score matrices of ReRoPE are linear
+    /// in q); rows before L are unchanged. L = 4 here, so row 15 is scaled by ln 16 / ln 4 = 2.
+    #[test]
+    fn log_n_scales_each_query_row_by_its_factor() {
+        let profile = RotaryProfile::new(
+            10_000.0,
+            4,
+            Positions::Rectified {
+                window: 3,
+                leak: None,
+            },
+        );
+        let t = 20;
+        let scores = |log_n| {
+            let rope = rectified(profile.clone(), log_n, &Device::Cpu);
+            let (q, k) = q_and_k();
+            let (q, k) = (
+                q.repeat((1, 1, t, 1)).unwrap(),
+                k.repeat((1, 1, t, 1)).unwrap(),
+            );
+            let s = rope.scores(&q, &k, &|q, k| dot_scores(q, k, 1.0)).unwrap();
+            s.squeeze(0)
+                .unwrap()
+                .squeeze(0)
+                .unwrap()
+                .to_vec2::<f32>()
+                .unwrap()
+        };
+        let (plain, scaled) = (scores(None), scores(Some(4)));
+        for i in 0..t {
+            let factor = ((i as f64 + 1.0).ln() / 4f64.ln()).max(1.0) as f32;
+            for j in 0..=i {
+                assert!(
+                    (scaled[i][j] - factor * plain[i][j]).abs() < 1e-5,
+                    "row {i}, key {j}"
+                );
+            }
+        }
+        assert!((((16f64).ln() / 4f64.ln()) - 2.0).abs() < 1e-12);
+        assert_eq!(scaled[3], plain[3], "positions before L are not scaled");
+    }
+
+    /// ReRoPE's training length defaults to the length the model trained at.
+    #[test]
+    fn rerope_takes_the_training_length_of_the_run() {
+        let spec = crate::encodings::EncodingSpec::Rerope(ReropeConfig::default());
+        let resolved = spec.at_training_length(64);
+        let crate::encodings::EncodingSpec::Rerope(c) = resolved else {
+            unreachable!()
+        };
+        assert_eq!((c.log_n, c.training_length), (true, Some(64)));
+        let kept = crate::encodings::EncodingSpec::Rerope(c).at_training_length(256);
+        assert_eq!(
+            kept.value("training_length"),
+            Some(64.0),
+            "an explicit length stays"
+        );
     }
 
     /// Plain RoPE's score of q at position `d` against k at position 0: relative position d.

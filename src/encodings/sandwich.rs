@@ -2,11 +2,13 @@
 //! p(t) = k·(Σ_{j=1}^{d/2} cos(t / r^{2j/d}) − d/2), the inner product of two sinusoidal
 //! embeddings t apart, shifted so p(0) = 0. It is fixed (nothing is learned).
 //!
-//! attnlab's defaults: k = 1, r = 10000 (the sinusoidal base), d = 128 (fairseq-evo's
-//! d' = 2·head_dim for 64-wide heads), one k for every head as the Rpe paper writes it. With
-//! `per_head = true`, head h of H uses k·H/(8h) as fairseq-evo's implementation does. The bias
-//! is bounded below by −k·d, so strictly Σ exp(p) has a floor and diverges; with k·d/2 ≳ 30 the
-//! floor only matters past ~10^12 tokens, and heads with small k show it much earlier.
+//! attnlab's defaults are the code the Rpe paper ran (fairseq-evo `transformer_rpe.py`,
+//! `buffered_future_mask_sandwich`): head h of H scaled by k·H/(8h) with k = 1, r = 10000 (the
+//! sinusoidal base), and d = 2 × the head width (`dim = embed_dim // heads * 2`). The paper's
+//! text writes one k for every head: `per_head = false` gives that, and `dim = 128` the old
+//! fixed width. The bias is bounded below by −k·d/… (each cosine term is ≥ −2), so strictly
+//! Σ exp(p) has a floor and diverges; with k·d/2 ≳ 30 the floor only matters past ~10^12
+//! tokens, and the small-k heads of the per-head scaling show it much earlier.
 
 use std::sync::Arc;
 
@@ -21,9 +23,11 @@ pub struct SandwichConfig {
     pub k: f64,
     /// Base of the frequencies (the paper's r).
     pub r: f64,
-    /// Width of the sinusoidal embeddings (the paper's d, even).
-    pub dim: usize,
-    /// Scale head h of H by H/(8h) (fairseq-evo) instead of sharing one k.
+    /// Width of the sinusoidal embeddings (the paper's d, even); unset = 2 × the head width,
+    /// as fairseq-evo.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dim: Option<usize>,
+    /// Scale head h of H by H/(8h), as fairseq-evo; `false` shares one k, as the paper writes.
     pub per_head: bool,
 }
 
@@ -32,8 +36,8 @@ impl Default for SandwichConfig {
         Self {
             k: 1.0,
             r: 10_000.0,
-            dim: 128,
-            per_head: false,
+            dim: None,
+            per_head: true,
         }
     }
 }
@@ -45,10 +49,11 @@ pub struct Sandwich {
 }
 
 impl Sandwich {
-    fn new(k: f64, c: &SandwichConfig) -> Self {
-        let half = c.dim / 2;
+    /// One head with scale `k`, sinusoids of width `dim`.
+    fn new(k: f64, r: f64, dim: usize) -> Self {
+        let half = dim / 2;
         let freqs = (1..=half)
-            .map(|j| c.r.powf(-2.0 * j as f64 / c.dim as f64))
+            .map(|j| r.powf(-2.0 * j as f64 / dim as f64))
             .collect();
         Self { k, freqs }
     }
@@ -83,15 +88,20 @@ impl DistanceBias for Sandwich {
     }
 }
 
-/// The per-head biases.
-pub fn sandwich(c: &SandwichConfig, n_heads: usize) -> Vec<Arc<dyn DistanceBias>> {
+/// The per-head biases, for heads `head_width` wide.
+pub fn sandwich(
+    c: &SandwichConfig,
+    n_heads: usize,
+    head_width: usize,
+) -> Vec<Arc<dyn DistanceBias>> {
+    let dim = c.dim.unwrap_or(2 * head_width);
     if !c.per_head {
-        return vec![Arc::new(Sandwich::new(c.k, c))];
+        return vec![Arc::new(Sandwich::new(c.k, c.r, dim))];
     }
     (1..=n_heads)
         .map(|h| {
             let k = c.k * n_heads as f64 / (8.0 * h as f64);
-            Arc::new(Sandwich::new(k, c)) as Arc<dyn DistanceBias>
+            Arc::new(Sandwich::new(k, c.r, dim)) as Arc<dyn DistanceBias>
         })
         .collect()
 }
@@ -102,7 +112,7 @@ mod tests {
 
     #[test]
     fn bias_is_zero_at_the_diagonal_and_never_positive() {
-        let s = Sandwich::new(1.0, &SandwichConfig::default());
+        let s = Sandwich::new(1.0, 10_000.0, 128);
         assert_eq!(s.at(0.0), 0.0);
         assert!((1..2000).all(|t| s.at(t as f64) <= 0.0));
         assert!(s.at(1.0) > s.at(10.0));
@@ -110,7 +120,7 @@ mod tests {
 
     #[test]
     fn recurrence_matches_direct_evaluation() {
-        let s = Sandwich::new(0.5, &SandwichConfig::default());
+        let s = Sandwich::new(0.5, 10_000.0, 128);
         let mut out = vec![0.0; 5000];
         s.fill(&mut out);
         for t in [0usize, 1, 7, 1023, 1024, 1025, 4999] {
@@ -118,15 +128,30 @@ mod tests {
         }
     }
 
+    /// fairseq-evo's `buffered_future_mask_sandwich`: slope H/(8h) for head h = 1..H and
+    /// d' = 2 × the head width, by default.
     #[test]
-    fn per_head_scaling_follows_fairseq_evo() {
-        let c = SandwichConfig {
-            per_head: true,
-            ..Default::default()
-        };
-        let heads = sandwich(&c, 8);
-        let one = Sandwich::new(1.0, &c).at(5.0);
+    fn defaults_follow_fairseq_evo() {
+        let heads = sandwich(&SandwichConfig::default(), 8, 64);
+        let one = Sandwich::new(1.0, 10_000.0, 128).at(5.0);
         assert!((heads[0].at(5.0) - one).abs() < 1e-12);
         assert!((heads[7].at(5.0) - one / 8.0).abs() < 1e-12);
+        // 4 heads of 16: d' = 32, slopes 1/2, 1/4, 1/6, 1/8.
+        let lm = sandwich(&SandwichConfig::default(), 4, 16);
+        let narrow = Sandwich::new(1.0, 10_000.0, 32).at(3.0);
+        assert!((lm[0].at(3.0) - narrow / 2.0).abs() < 1e-12);
+        assert!((lm[3].at(3.0) - narrow / 8.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_papers_text_shares_one_k_at_a_fixed_width() {
+        let c = SandwichConfig {
+            per_head: false,
+            dim: Some(128),
+            ..Default::default()
+        };
+        let heads = sandwich(&c, 4, 16);
+        assert_eq!(heads.len(), 1);
+        assert!((heads[0].at(5.0) - Sandwich::new(1.0, 10_000.0, 128).at(5.0)).abs() < 1e-12);
     }
 }

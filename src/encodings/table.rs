@@ -51,15 +51,17 @@ pub enum DietSharing {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DietRelConfig {
-    /// Distances from here on share one scalar.
-    pub max_distance: usize,
+    /// Distances from here on share one scalar. Unset: no clipping, as in the paper, one
+    /// scalar per distance up to the training length (attnlab's earlier default was 128).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_distance: Option<usize>,
     pub sharing: DietSharing,
 }
 
 impl Default for DietRelConfig {
     fn default() -> Self {
         Self {
-            max_distance: 128,
+            max_distance: None,
             sharing: DietSharing::None,
         }
     }
@@ -96,8 +98,15 @@ impl TableBias {
         Ok(Self::new(table, Arc::new(move |t| t5_bucket(t, n, max))))
     }
 
-    pub fn diet_rel(c: &DietRelConfig, n_heads: usize, params: &Params) -> Result<Self> {
-        let max = c.max_distance;
+    /// The DIET-REL table; unclipped (`max_distance` unset) it holds distances up to
+    /// `max_len` − 1.
+    pub fn diet_rel(
+        c: &DietRelConfig,
+        n_heads: usize,
+        max_len: usize,
+        params: &Params,
+    ) -> Result<Self> {
+        let max = c.max_distance.unwrap_or(max_len.saturating_sub(1).max(1));
         let table = params
             .pp("diet_rel")
             .get("table", (n_heads, max + 1), Init::Constant(0.0))?;
@@ -149,6 +158,7 @@ impl LearnedDistance for TableBias {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::encodings::EncodingSpec;
     use candle_core::Device;
 
     /// HF's `_relative_position_bucket(-t, bidirectional=False, 32, 128)`, ported to Python
@@ -166,14 +176,25 @@ mod tests {
     fn diet_rel_clips_the_distance() {
         let p = Params::new(0, &Device::Cpu);
         let c = DietRelConfig {
-            max_distance: 2,
+            max_distance: Some(2),
             ..Default::default()
         };
-        let bias = TableBias::diet_rel(&c, 1, &p).unwrap();
+        let bias = TableBias::diet_rel(&c, 1, 64, &p).unwrap();
         let table = Tensor::new(&[[0f32, -1.0, -2.0]], &Device::Cpu).unwrap();
         let bias = TableBias::new(table, bias.bucket.clone());
         let row = bias.per_distance(5).unwrap().to_vec2::<f32>().unwrap();
         assert_eq!(row[0], vec![0.0, -1.0, -2.0, -2.0, -2.0]);
         assert_eq!(bias.current().unwrap()[0].at(1e9), -2.0);
+    }
+
+    /// By default nothing is clipped: one entry per distance of the sequence.
+    #[test]
+    fn diet_rel_is_unclipped_by_default() {
+        let p = Params::new(0, &Device::Cpu);
+        let bias = TableBias::diet_rel(&DietRelConfig::default(), 2, 300, &p).unwrap();
+        assert_eq!(bias.table.dims(), &[2, 300]);
+        assert_eq!((bias.bucket)(299), 299);
+        let trained = EncodingSpec::DietRel(DietRelConfig::default()).at_training_length(64);
+        assert_eq!(trained.value("max_distance"), Some(63.0));
     }
 }

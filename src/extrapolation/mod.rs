@@ -426,7 +426,7 @@ fn evaluate_length(
     let model = crate::model::Transformer::new(
         &preset.model,
         &preset.attention,
-        &preset.encoding,
+        &preset.encoding.at_training_length(preset.task.seq_len()),
         preset.task.vocab_size(),
         limit.unwrap_or(n.max(preset.task.seq_len())),
         preset.train.precision,

@@ -5,7 +5,8 @@
 //! |---|---|
 //! | `pi` | positions / k, k = max(1, n/L): the longest distance maps into the trained range |
 //! | `ntk` | base·α^(d/(d−2)), α = max(1, n/L) |
-//! | `rerope` | window w = L/4 (the author's best w is L/4–L/2) |
+//! | `rerope` | window w = L/4 (the author's best w is L/4–L/2), with the post's log-n query scaling |
+//! | `rerope no log-n` | the same without the log-n scaling, the post's plain ReRoPE-w rows |
 //! | `rerope w=L/2` | window w = L/2, the other end of that range |
 //! | `leaky-rerope` | w = L/4, k = max(1, (n−1−w)/(L−1−w)): the largest position is L−1, as the post's condition for staying in the trained range requires |
 
@@ -70,6 +71,17 @@ pub fn inference_variants(spec: &EncodingSpec) -> Vec<Variant> {
                 vec![
                     "encoding.kind=rerope".into(),
                     format!("encoding.window={}", window(l)),
+                ]
+            },
+        },
+        Variant {
+            label: "rerope no log-n",
+            description: "ReRoPE, w = L/4, queries not scaled by log n",
+            overrides: |_, l| {
+                vec![
+                    "encoding.kind=rerope".into(),
+                    format!("encoding.window={}", window(l)),
+                    "encoding.log_n=false".into(),
                 ]
             },
         },

@@ -290,7 +290,7 @@ mod tests {
             "{caption}"
         );
         assert!(
-            caption.contains("argmax") && caption.contains("topk:2"),
+            caption.contains("threshold:0.1") && caption.contains("topk:2"),
             "{caption}"
         );
         assert_eq!(iou_bars(&[]).caption, None);

@@ -7,9 +7,9 @@
 
 use candle_core::{D, Tensor};
 
+use super::Build;
 use super::Linear;
 use crate::Result;
-use crate::ops::Precision;
 use crate::params::{Init, Params};
 
 pub struct ShortConv {
@@ -20,18 +20,13 @@ pub struct ShortConv {
 }
 
 impl ShortConv {
-    pub fn new(
-        dim: usize,
-        kernel_size: usize,
-        precision: Precision,
-        params: &Params,
-    ) -> Result<Self> {
+    pub fn new(dim: usize, kernel_size: usize, build: &Build, params: &Params) -> Result<Self> {
         // nn.Conv1d(groups = dim): fan_in = kernel_size.
         let bound = 1.0 / (kernel_size as f64).sqrt();
         Ok(Self {
             kernel: params.get("conv.weight", (kernel_size, dim), Init::Uniform(bound))?,
             bias: params.get("conv.bias", dim, Init::Uniform(bound))?,
-            projection: Linear::new(dim, dim, true, precision, &params.pp("projection"))?,
+            projection: build.linear((dim, dim), false, &params.pp("projection"))?,
         })
     }
 
@@ -84,7 +79,12 @@ mod tests {
     #[test]
     fn short_conv_is_causal() {
         let p = Params::new(1, &Device::Cpu);
-        let conv = ShortConv::new(2, 3, Precision::F32, &p).unwrap();
+        let build = Build {
+            precision: crate::ops::Precision::F32,
+            layout: super::super::Layout::Attnlab,
+            n_layers: 1,
+        };
+        let conv = ShortConv::new(2, 3, &build, &p).unwrap();
         let a = Tensor::new(
             &[[[1f32, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]]],
             &Device::Cpu,

@@ -1,11 +1,35 @@
-//! Linear, LayerNorm, Embedding and MLP, written with differentiable ops only and initialised
-//! like PyTorch's modules (so `attnlab bench` and the PyTorch reference start alike).
+//! Linear, LayerNorm, Embedding and MLP, written with differentiable ops only. They start like
+//! PyTorch's modules (so `attnlab bench` and the PyTorch reference start alike) or like
+//! zoology's ([`super::Build`] chooses, from `model.layout`).
 
 use candle_core::Tensor;
 
+use super::Build;
 use crate::Result;
 use crate::ops::{Precision, add_broadcast, gelu_erf, layer_norm, linear, linear_heads};
 use crate::params::{Init, Params};
+
+/// How a linear layer's parameters start.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum LinearInit {
+    /// `nn.Linear`'s: weight and bias U(±1/√in).
+    Torch,
+    /// Weight N(0, std²), bias 0 (GPT-2's and zoology's).
+    Normal(f64),
+}
+
+impl LinearInit {
+    /// (weight, bias) initialisers for a layer with `in_dim` inputs.
+    fn inits(self, in_dim: usize) -> (Init, Init) {
+        match self {
+            Self::Torch => {
+                let bound = Init::Uniform(1.0 / (in_dim as f64).sqrt());
+                (bound, bound)
+            }
+            Self::Normal(std) => (Init::Normal(std), Init::Constant(0.0)),
+        }
+    }
+}
 
 /// y = x Wᵀ + b. Inputs of any rank are flattened to one matrix product (one large GEMM is
 /// faster on CPU than a batch of small ones); see [`crate::ops::linear`]. In bf16 the product
@@ -18,18 +42,18 @@ pub struct Linear {
 }
 
 impl Linear {
-    /// U(±1/√in) for weight and bias, as `nn.Linear`.
+    /// A new layer (with a bias if `bias`) started as `init` says.
     pub fn new(
-        in_dim: usize,
-        out_dim: usize,
+        (in_dim, out_dim): (usize, usize),
         bias: bool,
+        init: LinearInit,
         precision: Precision,
         params: &Params,
     ) -> Result<Self> {
-        let bound = 1.0 / (in_dim as f64).sqrt();
-        let weight = params.get("weight", (out_dim, in_dim), Init::Uniform(bound))?;
+        let (weight_init, bias_init) = init.inits(in_dim);
+        let weight = params.get("weight", (out_dim, in_dim), weight_init)?;
         let bias = bias
-            .then(|| params.get("bias", out_dim, Init::Uniform(bound)))
+            .then(|| params.get("bias", out_dim, bias_init))
             .transpose()?;
         Ok(Self::from_weight(weight, bias, precision))
     }
@@ -107,15 +131,15 @@ impl LayerNorm {
     }
 }
 
-/// Token embedding, N(0, 1) like `nn.Embedding`.
+/// Token embedding: N(0, 1) like `nn.Embedding`, or N(0, 0.02) in the zoology layout.
 pub struct Embedding {
     weight: Tensor,
 }
 
 impl Embedding {
-    pub fn new(vocab: usize, dim: usize, params: &Params) -> Result<Self> {
+    pub fn new(vocab: usize, dim: usize, build: &Build, params: &Params) -> Result<Self> {
         Ok(Self {
-            weight: params.get("weight", (vocab, dim), Init::Normal(1.0))?,
+            weight: params.get("weight", (vocab, dim), build.embedding_init())?,
         })
     }
 
@@ -136,10 +160,10 @@ pub struct Mlp {
 }
 
 impl Mlp {
-    pub fn new(dim: usize, hidden: usize, precision: Precision, params: &Params) -> Result<Self> {
+    pub fn new(dim: usize, hidden: usize, build: &Build, params: &Params) -> Result<Self> {
         Ok(Self {
-            up: Linear::new(dim, hidden, true, precision, &params.pp("up"))?,
-            down: Linear::new(hidden, dim, true, precision, &params.pp("down"))?,
+            up: build.linear((dim, hidden), false, &params.pp("up"))?,
+            down: build.linear((hidden, dim), true, &params.pp("down"))?,
         })
     }
 

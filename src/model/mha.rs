@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use candle_core::Tensor;
 
-use super::Linear;
+use super::{Build, Linear};
 use crate::Result;
 use crate::attention::{Attention, Mechanism};
 use crate::encodings::Encoding;
-use crate::ops::{Precision, matmul_merge_heads};
+use crate::ops::{Precision, dropout, matmul_merge_heads};
 use crate::params::Params;
 
 pub struct MultiHeadAttention {
@@ -21,6 +21,8 @@ pub struct MultiHeadAttention {
     mechanism: Arc<dyn Mechanism>,
     encoding: Arc<dyn Encoding>,
     precision: Precision,
+    /// Dropout on the attention weights while training.
+    attention_dropout: f64,
 }
 
 impl MultiHeadAttention {
@@ -30,22 +32,30 @@ impl MultiHeadAttention {
         qk_dim: usize,
         mechanism: Arc<dyn Mechanism>,
         encoding: Arc<dyn Encoding>,
-        precision: Precision,
+        build: &Build,
         params: &Params,
     ) -> Result<Self> {
         let head_dim = d_model / n_heads;
         let width = n_heads * (2 * qk_dim + head_dim);
-        let linear = |i, o, name| Linear::new(i, o, true, precision, &params.pp(name));
         Ok(Self {
-            qkv: linear(d_model, width, "qkv")?,
-            out: linear(n_heads * head_dim, d_model, "out")?,
+            qkv: build.linear((d_model, width), false, &params.pp("qkv"))?,
+            out: build.linear((n_heads * head_dim, d_model), true, &params.pp("out"))?,
             n_heads,
             qk_dim,
             head_dim,
             mechanism,
             encoding,
-            precision,
+            precision: build.precision,
+            attention_dropout: 0.0,
         })
+    }
+
+    /// The layer with dropout `p` on its attention weights while training.
+    pub fn with_attention_dropout(self, p: f64) -> Self {
+        Self {
+            attention_dropout: p,
+            ..self
+        }
     }
 
     /// The positional encoding this layer uses (shared with other layers unless per layer).
@@ -86,16 +96,24 @@ impl MultiHeadAttention {
     }
 
     /// The heads' outputs side by side (B, T, H·Dh) for training: the mechanism's fused
-    /// kernel where it has one ([`Mechanism::fused_output`]), else weights · values.
-    fn mixed(&self, x: &Tensor) -> Result<Tensor> {
+    /// kernel where it has one ([`Mechanism::fused_output`]), else weights · values, the
+    /// weights under dropout when `dropout_seed` is given and the layer has some.
+    fn mixed(&self, x: &Tensor, dropout_seed: Option<u64>) -> Result<Tensor> {
         let (q, k, v) = self.project(x)?;
         let encoding = self.encoding.as_ref();
-        if let Some(y) = self.mechanism.fused_output(&q, &k, &v, encoding)? {
+        let dropout_seed = dropout_seed.filter(|_| self.attention_dropout > 0.0);
+        if dropout_seed.is_none()
+            && let Some(y) = self.mechanism.fused_output(&q, &k, &v, encoding)?
+        {
             return Ok(y);
         }
         let attention = self.mechanism.attend(&q, &k, &v, encoding)?;
+        let weights = match dropout_seed {
+            Some(seed) => dropout(&attention.weights, self.attention_dropout, seed)?,
+            None => attention.weights,
+        };
         self.precision
-            .product(&attention.weights, &attention.values, matmul_merge_heads)
+            .product(&weights, &attention.values, matmul_merge_heads)
     }
 
     /// x (B, T, D) → output (B, T, D) and the layer's attention.
@@ -105,15 +123,21 @@ impl MultiHeadAttention {
     }
 
     /// x (B, T, D) → output (B, T, D) for training, without the attention weights where the
-    /// mechanism can do without them.
-    pub fn forward_output(&self, x: &Tensor) -> Result<Tensor> {
-        self.out.forward(&self.mixed(x)?)
+    /// mechanism can do without them; `dropout_seed` while training (see [`Self::mixed`]).
+    pub fn forward_output(&self, x: &Tensor, dropout_seed: Option<u64>) -> Result<Tensor> {
+        self.out.forward(&self.mixed(x, dropout_seed)?)
     }
 
     /// x (B, T, D) → the output at the flat positions `rows` (b·T + t) only: (R, D), for
-    /// training. Every query still attends; only the output projection is limited to the rows.
-    pub fn forward_rows(&self, x: &Tensor, rows: &Tensor) -> Result<Tensor> {
-        let y = self.mixed(x)?;
+    /// training and evaluation. Every query still attends; only the output projection is
+    /// limited to the rows.
+    pub fn forward_rows(
+        &self,
+        x: &Tensor,
+        rows: &Tensor,
+        dropout_seed: Option<u64>,
+    ) -> Result<Tensor> {
+        let y = self.mixed(x, dropout_seed)?;
         self.out.forward(&super::gather_rows(&y, rows)?)
     }
 

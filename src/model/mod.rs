@@ -4,6 +4,11 @@
 //! A block's mixer is attention or one of the short convolutions of zoology/ReBased's hybrid
 //! models, chosen per layer by the cyclic pattern `model.mixers`: `["short-conv", "attention"]`
 //! on 2 layers is the ReBased paper's MQAR model; on 4 layers it alternates, like Based.
+//!
+//! `model.layout` chooses between two ways of building the same architecture ([`Layout`]):
+//! attnlab's (PyTorch's module defaults, as the benchmark's PyTorch reference) and zoology's
+//! MQAR model (what the Based, ReBased and zoology papers trained), so learning rates and
+//! steps-to-99% transfer to and from the papers.
 
 mod conv;
 mod layers;
@@ -13,13 +18,60 @@ mod transformer;
 use serde::{Deserialize, Serialize};
 
 pub use conv::{PrevToken, ShortConv};
-pub use layers::{Embedding, LayerNorm, Linear, Mlp};
+pub use layers::{Embedding, LayerNorm, Linear, LinearInit, Mlp};
 pub use mha::MultiHeadAttention;
 pub use transformer::{Forward, Transformer};
 
 use candle_core::Tensor;
 
+use crate::ops::Precision;
+use crate::params::{Init, Params};
 use crate::{Error, Result};
+
+/// How the layers of one model are built: `train.precision`, `model.layout`, and the depth
+/// the zoology layout scales its residual outputs by.
+#[derive(Clone, Copy, Debug)]
+pub struct Build {
+    pub precision: Precision,
+    pub layout: Layout,
+    pub n_layers: usize,
+}
+
+impl Build {
+    /// zoology's (and GPT-2's) initialiser range.
+    const ZOOLOGY_STD: f64 = 0.02;
+
+    /// How a linear layer starts; `residual` for the output projections that write into the
+    /// residual stream (attention's, the MLP's down projection).
+    pub fn linear_init(&self, residual: bool) -> LinearInit {
+        match self.layout {
+            Layout::Attnlab => LinearInit::Torch,
+            Layout::Zoology if residual => {
+                LinearInit::Normal(Self::ZOOLOGY_STD / (2.0 * self.n_layers as f64).sqrt())
+            }
+            Layout::Zoology => LinearInit::Normal(Self::ZOOLOGY_STD),
+        }
+    }
+
+    /// A linear layer with a bias (`nn.Linear`), started as the layout says.
+    pub fn linear(&self, dims: (usize, usize), residual: bool, params: &Params) -> Result<Linear> {
+        Linear::new(
+            dims,
+            true,
+            self.linear_init(residual),
+            self.precision,
+            params,
+        )
+    }
+
+    /// How the token embedding starts.
+    pub fn embedding_init(&self) -> Init {
+        match self.layout {
+            Layout::Attnlab => Init::Normal(1.0),
+            Layout::Zoology => Init::Normal(Self::ZOOLOGY_STD),
+        }
+    }
+}
 
 /// The rows of x (B, T, D) at the flat positions `rows` (b·T + t): (R, D).
 fn gather_rows(x: &Tensor, rows: &Tensor) -> Result<Tensor> {
@@ -40,8 +92,52 @@ pub struct ModelConfig {
     pub mixers: Vec<MixerKind>,
     /// Kernel size of `short-conv` mixers (3 in zoology's BaseConv).
     pub conv_kernel: usize,
-    /// Share the token embedding with the LM head.
+    /// Share the token embedding with the LM head (the zoology layout always does).
     pub tie_embeddings: bool,
+    /// How the architecture is built: `attnlab` or `zoology` (see [`Layout`]).
+    pub layout: Layout,
+    /// Dropout on the input embeddings while training; unset = the layout's (zoology's
+    /// `embed_dropout` 0.1, attnlab 0).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embed_dropout: Option<f64>,
+    /// Dropout on softmax attention's weights while training (zoology's MHA `dropout`; other
+    /// mechanisms have none, as in zoology); unset = the layout's (zoology 0.1, attnlab 0).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attention_dropout: Option<f64>,
+}
+
+/// How the model is built. Both have the same blocks; they differ where the papers' code and
+/// PyTorch's defaults differ.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Layout {
+    /// PyTorch's module defaults (what `attnlab bench`'s PyTorch reference builds): linear
+    /// layers U(±1/√in), embeddings N(0, 1), an untied LM head with a bias unless
+    /// `tie_embeddings`, no dropout, and nothing between mixers when `mlp_ratio = 0`.
+    #[default]
+    Attnlab,
+    /// zoology's MQAR model (`zoology/model.py`): linear weights N(0, 0.02) with zero biases,
+    /// the residual outputs (attention's output projection, the MLP's down projection)
+    /// N(0, 0.02/√(2·layers)) (GPT-2's scheme); embeddings N(0, 0.02); the LM head tied to
+    /// the embedding, without a bias; dropout 0.1 on the embeddings and on softmax attention's
+    /// weights; and with `mlp_ratio = 0` its Identity state mixer, which still adds
+    /// LayerNorm(x) to the residual stream after every mixer.
+    Zoology,
+}
+
+impl Layout {
+    /// Dropout on the embeddings when the preset leaves it unset.
+    pub fn embed_dropout(self) -> f64 {
+        match self {
+            Self::Attnlab => 0.0,
+            Self::Zoology => 0.1,
+        }
+    }
+
+    /// Dropout on softmax attention's weights when the preset leaves it unset.
+    pub fn attention_dropout(self) -> f64 {
+        self.embed_dropout()
+    }
 }
 
 impl Default for ModelConfig {
@@ -54,6 +150,9 @@ impl Default for ModelConfig {
             mixers: vec![MixerKind::Attention],
             conv_kernel: 3,
             tie_embeddings: false,
+            layout: Layout::Attnlab,
+            embed_dropout: None,
+            attention_dropout: None,
         }
     }
 }
@@ -82,6 +181,18 @@ impl ModelConfig {
         self.mixers[layer % self.mixers.len()]
     }
 
+    /// The dropout on the embeddings while training: the preset's, or the layout's.
+    pub fn embed_dropout(&self) -> f64 {
+        self.embed_dropout
+            .unwrap_or_else(|| self.layout.embed_dropout())
+    }
+
+    /// The dropout on softmax attention's weights while training: the preset's, or the layout's.
+    pub fn attention_dropout(&self) -> f64 {
+        self.attention_dropout
+            .unwrap_or_else(|| self.layout.attention_dropout())
+    }
+
     /// Layers whose mixer is attention, in order.
     pub fn attention_layers(&self) -> Vec<usize> {
         (0..self.n_layers)
@@ -107,6 +218,18 @@ impl ModelConfig {
         range("n_heads", self.n_heads, 1, 256)?;
         range("mlp_ratio", self.mlp_ratio, 0, 16)?;
         range("conv_kernel", self.conv_kernel, 1, 64)?;
+        for (key, p) in [
+            ("embed_dropout", self.embed_dropout),
+            ("attention_dropout", self.attention_dropout),
+        ] {
+            if let Some(p) = p.filter(|p| !(0.0..1.0).contains(p)) {
+                return Err(Error::preset(
+                    format!("model.{key}"),
+                    p,
+                    "must be in [0, 1)",
+                ));
+            }
+        }
         if !self.d_model.is_multiple_of(self.n_heads) {
             return Err(Error::preset(
                 "model.d_model",

@@ -5,13 +5,13 @@ use std::sync::Arc;
 use candle_core::Tensor;
 
 use super::{
-    Embedding, LayerNorm, Linear, MixerKind, Mlp, ModelConfig, MultiHeadAttention, PrevToken,
-    ShortConv, gather_rows,
+    Build, Embedding, LayerNorm, Layout, Linear, MixerKind, Mlp, ModelConfig, MultiHeadAttention,
+    PrevToken, ShortConv, gather_rows,
 };
 use crate::Result;
 use crate::attention::{Attention, MechanismShape, MechanismSpec};
 use crate::encodings::{Encoding, EncodingShape, EncodingSpec, Family, NoEncoding};
-use crate::ops::Precision;
+use crate::ops::{Precision, dropout, mix_seed};
 use crate::params::Params;
 
 enum Mixer {
@@ -20,11 +20,21 @@ enum Mixer {
     PrevToken(PrevToken),
 }
 
-/// Pre-norm residual block: x + mixer(norm(x)), then x + mlp(norm(x)) when there is an MLP.
+/// What a block adds after its mixer (zoology's "state mixer").
+enum StateMixer {
+    /// Nothing (the attnlab layout without an MLP).
+    None,
+    /// x + norm(x): zoology's Identity state mixer, applied to its LayerNorm's output.
+    Norm(LayerNorm),
+    /// x + mlp(norm(x)).
+    Mlp(LayerNorm, Mlp),
+}
+
+/// Pre-norm residual block: x + mixer(norm(x)), then the state mixer.
 struct Block {
     norm: LayerNorm,
     mixer: Mixer,
-    mlp: Option<(LayerNorm, Mlp)>,
+    state: StateMixer,
 }
 
 impl Block {
@@ -47,11 +57,11 @@ impl Block {
     }
 
     /// x + mixer(norm(x)) for training: attention without its weights where the mechanism
-    /// can ([`MultiHeadAttention::forward_output`]).
-    fn mix_output(&self, x: &Tensor) -> Result<Tensor> {
+    /// can ([`MultiHeadAttention::forward_output`]), with dropout when `dropout_seed` is given.
+    fn mix_output(&self, x: &Tensor, dropout_seed: Option<u64>) -> Result<Tensor> {
         let h = self.norm.forward(x)?;
         let y = match &self.mixer {
-            Mixer::Attention(mha) => mha.forward_output(&h)?,
+            Mixer::Attention(mha) => mha.forward_output(&h, dropout_seed)?,
             Mixer::ShortConv(conv) => conv.forward(&h)?,
             Mixer::PrevToken(shift) => shift.forward(&h)?,
         };
@@ -60,21 +70,23 @@ impl Block {
 
     /// [`Self::mix`] at the flat positions `rows` (b·T + t) only: (R, D). The mixer still
     /// reads every position; its output projection and the residual skip the others.
-    fn mix_rows(&self, x: &Tensor, rows: &Tensor) -> Result<Tensor> {
+    fn mix_rows(&self, x: &Tensor, rows: &Tensor, dropout_seed: Option<u64>) -> Result<Tensor> {
         let h = self.norm.forward(x)?;
         let y = match &self.mixer {
-            Mixer::Attention(mha) => mha.forward_rows(&h, rows)?,
+            Mixer::Attention(mha) => mha.forward_rows(&h, rows, dropout_seed)?,
             Mixer::ShortConv(conv) => gather_rows(&conv.forward(&h)?, rows)?,
             Mixer::PrevToken(shift) => gather_rows(&shift.forward(&h)?, rows)?,
         };
         Ok((gather_rows(x, rows)? + y)?)
     }
 
-    /// x + mlp(norm(x)); works on (B, T, D) or on gathered rows (R, D).
+    /// The state mixer: x, x + norm(x) or x + mlp(norm(x)); works on (B, T, D) or on
+    /// gathered rows (R, D).
     fn feed_forward(&self, x: Tensor) -> Result<Tensor> {
-        match &self.mlp {
-            Some((norm, mlp)) => Ok((&x + mlp.forward(&norm.forward(&x)?)?)?),
-            None => Ok(x),
+        match &self.state {
+            StateMixer::None => Ok(x),
+            StateMixer::Norm(norm) => Ok((&x + norm.forward(&x)?)?),
+            StateMixer::Mlp(norm, mlp) => Ok((&x + mlp.forward(&norm.forward(&x)?)?)?),
         }
     }
 }
@@ -94,6 +106,13 @@ pub struct Transformer {
     blocks: Vec<Block>,
     final_norm: LayerNorm,
     head: Linear,
+    /// Dropout on the embeddings while training.
+    embed_dropout: f64,
+}
+
+/// The dropout seed of one site (the embeddings, then each layer) of one training step.
+fn site_seed(step_seed: u64, site: usize) -> u64 {
+    mix_seed(step_seed.wrapping_add(site as u64))
 }
 
 impl Transformer {
@@ -143,48 +162,66 @@ impl Transformer {
             max_len,
             precision,
         };
+        let build = Build {
+            precision,
+            layout: config.layout,
+            n_layers: config.n_layers,
+        };
+        // zoology's MHA has attention dropout; its other mixers have none.
+        let attention_dropout = match mechanism {
+            MechanismSpec::Softmax => config.attention_dropout(),
+            _ => 0.0,
+        };
         let blocks = (0..config.n_layers)
             .map(|layer| {
                 let p = params.pp(format!("blocks.{layer}"));
                 let mixer = match config.mixer(layer) {
-                    MixerKind::Attention => Mixer::Attention(MultiHeadAttention::new(
-                        d,
-                        config.n_heads,
-                        qk_dim,
-                        mechanism.build(&mech_shape, &p.pp("attn"))?,
-                        layer_encoding(layer)?,
-                        precision,
-                        &p.pp("attn"),
-                    )?),
+                    MixerKind::Attention => Mixer::Attention(
+                        MultiHeadAttention::new(
+                            d,
+                            config.n_heads,
+                            qk_dim,
+                            mechanism.build(&mech_shape, &p.pp("attn"))?,
+                            layer_encoding(layer)?,
+                            &build,
+                            &p.pp("attn"),
+                        )?
+                        .with_attention_dropout(attention_dropout),
+                    ),
                     MixerKind::ShortConv => Mixer::ShortConv(ShortConv::new(
                         d,
                         config.conv_kernel,
-                        precision,
+                        &build,
                         &p.pp("conv"),
                     )?),
                     MixerKind::PrevToken => Mixer::PrevToken(PrevToken),
                 };
-                let mlp = (config.mlp_ratio > 0)
-                    .then(|| -> Result<_> {
-                        Ok((
-                            LayerNorm::new(d, &p.pp("mlp_norm"))?,
-                            Mlp::new(d, config.mlp_ratio * d, precision, &p.pp("mlp"))?,
-                        ))
-                    })
-                    .transpose()?;
+                let state_norm = || LayerNorm::new(d, &p.pp("mlp_norm"));
+                let state = match (config.mlp_ratio, config.layout) {
+                    (0, Layout::Attnlab) => StateMixer::None,
+                    (0, Layout::Zoology) => StateMixer::Norm(state_norm()?),
+                    (ratio, _) => StateMixer::Mlp(
+                        state_norm()?,
+                        Mlp::new(d, ratio * d, &build, &p.pp("mlp"))?,
+                    ),
+                };
                 Ok(Block {
                     norm: LayerNorm::new(d, &p.pp("norm"))?,
                     mixer,
-                    mlp,
+                    state,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let embedding = Embedding::new(vocab_size, d, &params.pp("embedding"))?;
-        let head = if config.tie_embeddings {
-            let bias = params.get("head.bias", vocab_size, crate::params::Init::Constant(0.0))?;
-            Linear::from_weight(embedding.weight().clone(), Some(bias), precision)
-        } else {
-            Linear::new(d, vocab_size, true, precision, &params.pp("head"))?
+        let embedding = Embedding::new(vocab_size, d, &build, &params.pp("embedding"))?;
+        let head = match config.layout {
+            // zoology's LanguageModel: lm_head shares the embedding and has no bias.
+            Layout::Zoology => Linear::from_weight(embedding.weight().clone(), None, precision),
+            Layout::Attnlab if config.tie_embeddings => {
+                let bias =
+                    params.get("head.bias", vocab_size, crate::params::Init::Constant(0.0))?;
+                Linear::from_weight(embedding.weight().clone(), Some(bias), precision)
+            }
+            Layout::Attnlab => build.linear((d, vocab_size), false, &params.pp("head"))?,
         };
         Ok(Self {
             embedding,
@@ -192,6 +229,7 @@ impl Transformer {
             blocks,
             final_norm: LayerNorm::new(d, &params.pp("final_norm"))?,
             head,
+            embed_dropout: config.embed_dropout(),
         })
     }
 
@@ -200,20 +238,37 @@ impl Transformer {
             .add_to_input(&self.embedding.forward(ids)?)
     }
 
-    /// Logits (R, V) at the flat positions `rows` (b·T + t) only: the training and evaluation path.
+    /// Logits (R, V) at the flat positions `rows` (b·T + t) only, without dropout: the
+    /// evaluation path.
+    pub fn logits_at(&self, ids: &Tensor, rows: &Tensor) -> Result<Tensor> {
+        self.logits_rows(ids, rows, None)
+    }
+
+    /// [`Self::logits_at`] for a training step: with the model's dropout, its masks drawn
+    /// from `step_seed`.
+    pub fn train_logits(&self, ids: &Tensor, rows: &Tensor, step_seed: u64) -> Result<Tensor> {
+        self.logits_rows(ids, rows, Some(step_seed))
+    }
+
+    /// Logits at `rows`, with dropout when `step_seed` is given.
     ///
     /// Semantics-preserving shortcut: the last block's output projection, residual and MLP,
     /// the final norm and the LM head only run on the scored rows (4 of 64 positions in
     /// MQAR), since no later layer reads the others.
-    pub fn logits_at(&self, ids: &Tensor, rows: &Tensor) -> Result<Tensor> {
+    fn logits_rows(&self, ids: &Tensor, rows: &Tensor, step_seed: Option<u64>) -> Result<Tensor> {
         let mut x = self.embed(ids)?;
+        if let Some(seed) = step_seed {
+            x = dropout(&x, self.embed_dropout, site_seed(seed, 0))?;
+        }
         let Some((last, earlier)) = self.blocks.split_last() else {
             return Err(crate::Error::Other("model has no blocks".into()));
         };
-        for block in earlier {
-            x = block.feed_forward(block.mix_output(&x)?)?;
+        let layer_seed = |layer: usize| step_seed.map(|seed| site_seed(seed, 1 + layer));
+        for (layer, block) in earlier.iter().enumerate() {
+            x = block.feed_forward(block.mix_output(&x, layer_seed(layer))?)?;
         }
-        let scored = last.feed_forward(last.mix_rows(&x, rows)?)?; // (R, D)
+        let last_seed = layer_seed(earlier.len());
+        let scored = last.feed_forward(last.mix_rows(&x, rows, last_seed)?)?; // (R, D)
         self.head.forward(&self.final_norm.forward(&scored)?)
     }
 

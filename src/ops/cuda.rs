@@ -31,14 +31,13 @@ pub fn enabled() -> bool {
     *ENABLED.get_or_init(|| std::env::var("ATTNLAB_CUDA_KERNELS").map_or(true, |v| v != "0"))
 }
 
-/// Launches kernel `$name` of attnlab's module with the arguments given, in order.
+/// Launches kernel `$name` of attnlab's module with the arguments given, in order. One
+/// expression, so that temporaries such as `&(n as i64)` live until the launch.
 macro_rules! launch {
     ($dev:expr, $name:expr, $cfg:expr, $($arg:expr),+ $(,)?) => {{
         let func = $dev.get_or_load_custom_func($name, MODULE, PTX)?;
-        let mut builder = func.builder();
-        $( builder.arg($arg); )+
-        // SAFETY: the arguments above are the kernel's parameters, in order and type.
-        unsafe { builder.launch($cfg) }.w()?;
+        // SAFETY: the arguments are the kernel's parameters, in order and type.
+        unsafe { func.builder()$(.arg($arg))+.launch($cfg) }.w()?;
     }};
 }
 
@@ -539,6 +538,30 @@ pub fn adam_param(
     Ok(())
 }
 
+/// `attnlab_dropout`: the mask of dropout.rs, (threshold, scale, key).
+pub fn dropout(
+    x: &CudaStorage,
+    l: &Layout,
+    (threshold, scale, key): (u32, f32, u64),
+) -> Result<(CudaStorage, Shape)> {
+    let dev = x.device();
+    let n = l.shape().elem_count();
+    let out = output(dev, n)?;
+    let xv = view::<f32>(x, l)?;
+    launch!(
+        dev,
+        "attnlab_dropout",
+        per_element(n),
+        &xv,
+        &out,
+        &(n as i64),
+        &threshold,
+        &scale,
+        &key
+    );
+    Ok(wrap(out, dev, l.shape().clone()))
+}
+
 /// The kernels' `FlashShape`, field for field (kernels.cu).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -661,7 +684,7 @@ pub fn flash_backward(
     launch!(dev, "attnlab_flash_delta", cfg, &dov, &ov, &delta, &shape);
     let mut grads = output(dev, rows * (2 * d + dv))?;
     {
-        let (mut dq, rest) = grads.split_at_mut(rows * d);
+        let (mut dq, mut rest) = grads.split_at_mut(rows * d);
         let (mut dk, mut dvv) = rest.split_at_mut(rows * d);
         match bias {
             Some((b, lb)) => {

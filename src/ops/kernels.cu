@@ -336,6 +336,25 @@ extern "C" __global__ void attnlab_adam_param(float *p, const float *mv, long lo
     }
 }
 
+// SplitMix64's output function (dropout.rs's `mix`, bit for bit).
+__device__ __forceinline__ unsigned long long splitmix(unsigned long long z) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+// Dropout with the mask of dropout.rs: element i kept when the top 32 bits of
+// splitmix(key ^ i) are at least `threshold`, kept elements scaled by `scale`.
+extern "C" __global__ void attnlab_dropout(const float *x, float *y, long long n,
+                                           unsigned int threshold, float scale,
+                                           unsigned long long key) {
+    GRID_STRIDE(i, n) {
+        unsigned int hash = (unsigned int)(splitmix(key ^ (unsigned long long)i) >> 32);
+        y[i] = hash >= threshold ? x[i] * scale : 0.f;
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Flash attention (softmax, causal or not, an optional constant bias table): the output and its
 // gradients without ever holding the (T, T) weights. One warp per query row (forward, dq) or

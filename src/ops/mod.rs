@@ -11,6 +11,7 @@
 mod adamw;
 #[cfg(feature = "cuda")]
 mod cuda;
+mod dropout;
 mod embedding;
 mod flash;
 mod fused;
@@ -24,6 +25,7 @@ mod precision;
 use candle_core::{D, DType, Device, Tensor};
 
 pub use adamw::{AdamStep, adamw_in_place, adamw_step_composed, sum_squares};
+pub use dropout::{dropout, mix as mix_seed};
 pub use embedding::{embedding, embedding_composed};
 pub use flash::{flash_attention, flash_attention_composed, flash_available};
 pub use loss::{cross_entropy, cross_entropy_composed};

@@ -4,7 +4,7 @@ use candle_core::{D, DType, Device, Tensor, Var};
 
 use super::optim::{AdamW, learning_rate};
 use crate::model::Transformer;
-use crate::ops::cross_entropy;
+use crate::ops::{cross_entropy, mix_seed};
 use crate::params::Params;
 use crate::preset::Preset;
 use crate::rng::{self, AttnRng, SliceRandom};
@@ -147,9 +147,18 @@ impl Trainer {
         self.order[within..within + batch].to_vec()
     }
 
-    /// Mean cross-entropy of a batch at its scored positions.
+    /// The dropout masks' seed for the next step: a function of the run's seed and the
+    /// step, so a run repeats (and a resumed one would too).
+    fn step_seed(&self) -> u64 {
+        mix_seed(mix_seed(self.preset.train.seed) ^ self.step as u64)
+    }
+
+    /// Mean cross-entropy of a batch at its scored positions, as the next training step
+    /// computes it (with the model's dropout).
     pub fn batch_loss(&self, batch: &Batch) -> Result<Tensor> {
-        let logits = self.model.logits_at(&batch.inputs, &batch.rows)?;
+        let logits = self
+            .model
+            .train_logits(&batch.inputs, &batch.rows, self.step_seed())?;
         cross_entropy(&logits, &batch.targets)
     }
 

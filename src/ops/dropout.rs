@@ -1,0 +1,155 @@
+//! Dropout whose mask is a function of (seed, element index): the same seed drops the same
+//! elements on the CPU and on a GPU, in any thread order, so a run stays reproducible and the
+//! backward pass rebuilds the mask instead of keeping it. candle's own dropout draws from an
+//! unseeded generator on the CPU.
+//!
+//! Element i is kept when the top 32 bits of `mix(key ^ i)` are at least p·2³², key = mix(seed)
+//! (SplitMix64's finaliser); kept elements are scaled by 1/(1 − p), so the expectation is x.
+
+use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
+use rayon::prelude::*;
+
+use super::fused::{slice, zeros};
+use crate::Result;
+
+/// SplitMix64's output function: a bijection of u64 with good avalanche.
+pub fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// x with each element zeroed with probability `p` (the rest scaled by 1/(1 − p)), the mask a
+/// function of `seed`. `p = 0` returns x itself.
+pub fn dropout(x: &Tensor, p: f64, seed: u64) -> Result<Tensor> {
+    if p <= 0.0 {
+        return Ok(x.clone());
+    }
+    let op = Dropout::new(p, seed);
+    if super::fusable(x) {
+        return Ok(x.contiguous()?.apply_op1(op)?);
+    }
+    dropout_composed(x, &op)
+}
+
+/// [`dropout`] as a mask tensor built on the host (any device and dtype; the reference).
+fn dropout_composed(x: &Tensor, op: &Dropout) -> Result<Tensor> {
+    let mask: Vec<f32> = (0..x.elem_count()).map(|i| op.factor(i)).collect();
+    let mask = Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())?;
+    Ok((x * mask)?)
+}
+
+#[derive(Clone, Copy)]
+struct Dropout {
+    /// Elements whose hash is below this are dropped (p·2³²).
+    threshold: u32,
+    scale: f32,
+    key: u64,
+}
+
+impl Dropout {
+    fn new(p: f64, seed: u64) -> Self {
+        Self {
+            threshold: (p.clamp(0.0, 1.0) * 4_294_967_296.0).min(u32::MAX as f64) as u32,
+            scale: (1.0 / (1.0 - p)) as f32,
+            key: mix(seed),
+        }
+    }
+
+    /// 0 for a dropped element, 1/(1 − p) for a kept one.
+    fn factor(&self, i: usize) -> f32 {
+        let hash = (mix(self.key ^ i as u64) >> 32) as u32;
+        if hash >= self.threshold {
+            self.scale
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Elements per parallel task.
+const CHUNK: usize = 4096;
+
+impl CustomOp1 for Dropout {
+    fn name(&self) -> &'static str {
+        "attnlab-dropout"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let x = slice(storage, layout)?;
+        let mut out = zeros(x.len());
+        out.par_chunks_mut(CHUNK)
+            .zip(x.par_chunks(CHUNK))
+            .enumerate()
+            .for_each(|(chunk, (o, x))| {
+                for (i, (o, x)) in o.iter_mut().zip(x).enumerate() {
+                    *o = x * self.factor(chunk * CHUNK + i);
+                }
+            });
+        Ok((CpuStorage::F32(out), layout.shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        storage: &candle_core::CudaStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        super::cuda::dropout(storage, layout, (self.threshold, self.scale, self.key))
+    }
+
+    /// The same mask on the gradient.
+    fn bwd(&self, _x: &Tensor, _y: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        Ok(Some(grad.contiguous()?.apply_op1_no_bwd(self)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{DType, Device, Var};
+
+    #[test]
+    fn dropout_keeps_the_expectation_and_repeats_with_its_seed() {
+        let x =
+            Var::from_tensor(&Tensor::ones(100_000, DType::F32, &Device::Cpu).unwrap()).unwrap();
+        let y = dropout(x.as_tensor(), 0.1, 7).unwrap();
+        let values = y.to_vec1::<f32>().unwrap();
+        let dropped = values.iter().filter(|v| **v == 0.0).count() as f64 / values.len() as f64;
+        assert!((dropped - 0.1).abs() < 0.005, "dropped {dropped}");
+        let mean = values.iter().sum::<f32>() / values.len() as f32;
+        assert!((mean - 1.0).abs() < 0.01, "mean {mean}");
+        assert_eq!(
+            dropout(x.as_tensor(), 0.1, 7)
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap(),
+            values
+        );
+        assert_ne!(
+            dropout(x.as_tensor(), 0.1, 8)
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap(),
+            values
+        );
+        // The composed reference drops the same elements.
+        let composed = dropout_composed(x.as_tensor(), &Dropout::new(0.1, 7)).unwrap();
+        assert_eq!(composed.to_vec1::<f32>().unwrap(), values);
+        // The gradient goes through the same mask.
+        let grads = y.sum_all().unwrap().backward().unwrap();
+        assert_eq!(
+            grads.get(x.as_tensor()).unwrap().to_vec1::<f32>().unwrap(),
+            values
+        );
+        assert_eq!(
+            dropout(x.as_tensor(), 0.0, 7).unwrap().id(),
+            x.as_tensor().id()
+        );
+    }
+}
