@@ -10,7 +10,8 @@
 #   attnlab-cuda (launcher) and attnlab-cuda.bin (stripped binary);
 #   gpu-tests (launcher) and gpu-tests.bin (tests/gpu.rs, CPU vs GPU) unless GPU_TESTS=0;
 #   stub/libcuda.so.1 (used only where no driver is installed, see the launcher);
-#   ref_mqar_torch_cuda.py and ref_mqar_torch.py (the PyTorch reference, for `attnlab bench --torch`);
+#   ref_mqar_torch_cuda.py, ref_mqar_torch.py and ref_mqar_torch_fast.py (the PyTorch references,
+#   for `attnlab bench --torch / --torch-fast`); gpu-check.sh (every GPU measurement in one go);
 # and all of dist/ as attnlab-cuda-dist.tar.gz.
 # Environment: CUDA_COMPUTE_CAP (default 90), CUDA_WHEELS_DIR (default .cuda-wheels),
 #              CARGO_TARGET_DIR (default target), PYTHON (default python3), JOBS (default 2),
@@ -107,9 +108,10 @@ install_bin() { # $1 built binary, $2 name in dist/
 install_bin "$TARGET/release/attnlab" attnlab-cuda
 [ -n "${GPU_TEST_BIN:-}" ] && install_bin "$GPU_TEST_BIN" gpu-tests
 cp "$TK/lib/stubs/libcuda.so" "$ROOT/dist/stub/libcuda.so.1"
-cp "$ROOT/scripts/ref_mqar_torch_cuda.py" "$ROOT/dist/"
-REF="$ROOT/../shared/bench/ref_mqar_torch.py"
-[ -f "$REF" ] && cp "$REF" "$ROOT/dist/"
+cp "$ROOT/scripts/ref_mqar_torch_cuda.py" "$ROOT/scripts/gpu-check.sh" "$ROOT/dist/"
+for ref in ref_mqar_torch.py ref_mqar_torch_fast.py; do
+  [ -f "$ROOT/../shared/bench/$ref" ] && cp "$ROOT/../shared/bench/$ref" "$ROOT/dist/"
+done
 # One archive to carry to the GPU machine (the binaries are mostly PTX text, which compresses).
 tar -C "$ROOT" -czf "$ROOT/attnlab-cuda-dist.tar.gz" dist
 ls -l "$ROOT/dist" "$ROOT/attnlab-cuda-dist.tar.gz"

@@ -194,6 +194,7 @@ impl Preset {
             n_heads: self.model.n_heads,
             qk_dim: self.attention.qk_dim(self.model.head_dim()),
             max_len: self.task.seq_len(),
+            embedding_std: crate::model::Build::embedding_std(self.model.layout),
         }
     }
 

@@ -147,17 +147,42 @@ fn trf_gives_the_papers_verdicts() {
 #[test]
 fn sandwich_defaults_follow_the_papers_code() {
     let verdict = |extra: &[&str]| {
-        let mut args = vec!["trf", "--encodings", "sandwich", "--length", "512", "--points", "5"];
+        let mut args = vec![
+            "trf",
+            "--encodings",
+            "sandwich",
+            "--length",
+            "512",
+            "--points",
+            "5",
+        ];
         args.extend_from_slice(extra);
-        json_of(&args)["verdict"]["sandwich"].as_str().unwrap().to_string()
+        json_of(&args)["verdict"]["sandwich"]
+            .as_str()
+            .unwrap()
+            .to_string()
     };
     assert_eq!(verdict(&[]), "diverges");
-    let text = ["--set", "sandwich.per_head=false", "--set", "sandwich.dim=128"];
+    let text = [
+        "--set",
+        "sandwich.per_head=false",
+        "--set",
+        "sandwich.dim=128",
+    ];
     assert_eq!(verdict(&text), "converges");
     let trf_at_005 = |extra: &[&str]| {
         let mut args = vec![
-            "trf", "--encodings", "sandwich", "--heads", "4", "--head-dim", "16", "--length",
-            "64", "--points", "21",
+            "trf",
+            "--encodings",
+            "sandwich",
+            "--heads",
+            "4",
+            "--head-dim",
+            "16",
+            "--length",
+            "64",
+            "--points",
+            "21",
         ];
         args.extend_from_slice(extra);
         let out = json_of(&args);

@@ -12,8 +12,6 @@ mod common;
 
 use attnlab::Preset;
 use attnlab::ops::{self, Precision};
-use attnlab::params::Params;
-use attnlab::tasks::mqar::Split;
 use attnlab::train::Trainer;
 use candle_core::{DType, Device, Tensor, Var};
 
@@ -75,32 +73,12 @@ fn close(a: f64, b: f64, rtol: f64) -> bool {
     (a - b).abs() <= rtol * a.abs().max(b.abs()) + 1e-7
 }
 
-/// Loss and gradients of one batch on `device`, gradients by parameter name.
-fn loss_and_grads(preset: &Preset, device: &Device) -> (f32, Vec<(String, Vec<f32>)>) {
-    let params = Params::new(preset.train.seed, device);
-    let model = preset.build_model(&params).unwrap();
-    let data = preset.task.mqar().unwrap().generate(Split::Train);
-    let batch = data.batch(&(0..8).collect::<Vec<_>>(), device).unwrap();
-    let logits = model.logits_at(&batch.inputs, &batch.rows).unwrap();
-    let loss = ops::cross_entropy(&logits, &batch.targets).unwrap();
-    let grads = loss.backward().unwrap();
-    let named = params
-        .vars()
-        .into_iter()
-        .map(|(name, var)| {
-            let grad = grads.get(var.as_tensor()).unwrap();
-            (name, values(grad))
-        })
-        .collect();
-    (values(&loss)[0], named)
-}
-
 #[test]
 fn gradients_match_the_cpu() {
     let Some(device) = gpu() else { return };
     for preset in presets() {
-        let (cpu_loss, cpu_grads) = loss_and_grads(&preset, &Device::Cpu);
-        let (gpu_loss, gpu_grads) = loss_and_grads(&preset, &device);
+        let (cpu_loss, cpu_grads) = common::loss_and_grads(&preset, &Device::Cpu);
+        let (gpu_loss, gpu_grads) = common::loss_and_grads(&preset, &device);
         let name = &preset.name;
         assert!(
             close(cpu_loss.into(), gpu_loss.into(), 1e-4),
@@ -125,7 +103,7 @@ fn one_training_step_matches_the_cpu() {
     }
     for preset in presets() {
         // The gradients of the step, to tell which entries are zero up to float noise.
-        let (_, cpu_grads) = loss_and_grads(&preset, &Device::Cpu);
+        let (_, cpu_grads) = common::loss_and_grads(&preset, &Device::Cpu);
         let mut on_gpu = preset.clone();
         on_gpu.train.device = GPU.into();
         let mut cpu = Trainer::new(&preset).unwrap();
@@ -172,16 +150,30 @@ fn random(shape: &[usize], seed: u64, device: &Device) -> Tensor {
     Tensor::from_vec(data, shape, device).unwrap()
 }
 
-/// An op of float inputs: the first `trainable` of them get gradients.
-type Op = fn(&[Tensor]) -> attnlab::Result<Tensor>;
+/// An op of float inputs.
+type Op<'a> = &'a dyn Fn(&[Tensor]) -> attnlab::Result<Tensor>;
 
-/// Value and gradients of `op` on `device`, under a fixed random upstream gradient.
-fn value_and_grads(op: Op, inputs: &[Tensor], trainable: usize, device: &Device) -> Vec<Vec<f32>> {
-    let vars: Vec<Var> = inputs
+/// The value of `op` on `device` and the gradients (under a fixed random upstream gradient) of
+/// its first `trainable` inputs; the others enter as constants.
+fn value_and_grads(
+    op: Op<'_>,
+    inputs: &[Tensor],
+    trainable: usize,
+    device: &Device,
+) -> Vec<Vec<f32>> {
+    let on_device: Vec<Tensor> = inputs
         .iter()
-        .map(|t| Var::from_tensor(&t.to_device(device).unwrap()).unwrap())
+        .map(|t| t.to_device(device).unwrap())
         .collect();
-    let tensors: Vec<Tensor> = vars.iter().map(|v| v.as_tensor().clone()).collect();
+    let vars: Vec<Var> = on_device[..trainable]
+        .iter()
+        .map(|t| Var::from_tensor(t).unwrap())
+        .collect();
+    let tensors: Vec<Tensor> = vars
+        .iter()
+        .map(|v| v.as_tensor().clone())
+        .chain(on_device[trainable..].iter().cloned())
+        .collect();
     let y = op(&tensors).unwrap();
     let upstream = random(y.dims(), 99, device);
     let grads = (&y * &upstream)
@@ -192,11 +184,25 @@ fn value_and_grads(op: Op, inputs: &[Tensor], trainable: usize, device: &Device)
         .unwrap();
     std::iter::once(values(&y))
         .chain(
-            vars[..trainable]
-                .iter()
+            vars.iter()
                 .map(|v| values(grads.get(v.as_tensor()).unwrap())),
         )
         .collect()
+}
+
+/// `got` (the GPU's value and gradients) equals `want` (the CPU's) to 1e-4 of each tensor's
+/// largest entry.
+fn assert_matches(want: &[Vec<f32>], got: &[Vec<f32>], what: &str) {
+    for (i, (w, g)) in want.iter().zip(got).enumerate() {
+        let tol = 1e-4 * max_abs(w) + 1e-6;
+        let diff = max_diff(w, g);
+        let part = if i == 0 {
+            "value".to_string()
+        } else {
+            format!("gradient {i}")
+        };
+        assert!(diff <= tol, "{what}: {part} differs by {diff} > {tol}");
+    }
 }
 
 /// Each fused kernel on the GPU against the composed candle ops on the CPU, value and every
@@ -209,7 +215,14 @@ fn every_fused_kernel_matches_the_composed_ops() {
     let rows = random(&[70, 75], 2, &cpu);
     let (gamma, beta) = (random(&[75], 3, &cpu), random(&[75], 4, &cpu));
     let table = random(&[37, 37], 5, &cpu);
-    let cases: Vec<(&str, Op, Op, Vec<Tensor>, usize)> = vec![
+    type Case = (
+        &'static str,
+        fn(&[Tensor]) -> attnlab::Result<Tensor>,
+        fn(&[Tensor]) -> attnlab::Result<Tensor>,
+        Vec<Tensor>,
+        usize,
+    );
+    let cases: Vec<Case> = vec![
         (
             "causal softmax",
             |t| ops::softmax_rows(&t[0], true),
@@ -275,18 +288,9 @@ fn every_fused_kernel_matches_the_composed_ops() {
         ),
     ];
     for (name, fused, composed, inputs, trainable) in cases {
-        let want = value_and_grads(composed, &inputs, trainable, &cpu);
-        let got = value_and_grads(fused, &inputs, trainable, &device);
-        for (i, (w, g)) in want.iter().zip(&got).enumerate() {
-            let tol = 1e-4 * max_abs(w) + 1e-6;
-            let diff = max_diff(w, g);
-            let what = if i == 0 {
-                "value".to_string()
-            } else {
-                format!("gradient {i}")
-            };
-            assert!(diff <= tol, "{name}: {what} differs by {diff} > {tol}");
-        }
+        let want = value_and_grads(&composed, &inputs, trainable, &cpu);
+        let got = value_and_grads(&fused, &inputs, trainable, &device);
+        assert_matches(&want, &got, name);
     }
 }
 
@@ -301,6 +305,7 @@ fn flash_attention_matches_the_explicit_weights() {
     let Some(device) = gpu() else { return };
     let cpu = Device::Cpu;
     for (t, d, dv) in [(37, 40, 24), (19, 256, 256)] {
+        let on_gpu = |x: &Tensor| x.to_device(&device).unwrap();
         let (q, k, v) = (
             random(&[2, 3, t, d], 30, &cpu),
             random(&[2, 3, t, d], 31, &cpu),
@@ -320,57 +325,17 @@ fn flash_attention_matches_the_explicit_weights() {
             &cpu,
         )
         .unwrap();
+        assert!(ops::flash_available(&on_gpu(&q), &on_gpu(&v), None));
         for bias in [None, Some(random(&[1, t, t], 33, &cpu)), Some(window)] {
             for causal in [true, false] {
-                let run = |device: &Device, f: Attend| {
-                    let bias = bias.as_ref().map(|b| b.to_device(device).unwrap());
-                    let vars: Vec<Var> = [&q, &k, &v]
-                        .iter()
-                        .map(|x| Var::from_tensor(&x.to_device(device).unwrap()).unwrap())
-                        .collect();
-                    let y = f(
-                        vars[0].as_tensor(),
-                        vars[1].as_tensor(),
-                        vars[2].as_tensor(),
-                        bias.as_ref(),
-                        0.3,
-                        causal,
-                    )
-                    .unwrap();
-                    let grads = (&y * &random(y.dims(), 34, device))
-                        .unwrap()
-                        .sum_all()
-                        .unwrap()
-                        .backward()
-                        .unwrap();
-                    std::iter::once(values(&y))
-                        .chain(
-                            vars.iter()
-                                .map(|x| values(grads.get(x.as_tensor()).unwrap())),
-                        )
-                        .collect::<Vec<_>>()
-                };
-                assert!(ops::flash_available(
-                    &q.to_device(&device).unwrap(),
-                    &v.to_device(&device).unwrap(),
-                    None
-                ));
-                let (want, got) = (
-                    run(&cpu, ops::flash_attention_composed),
-                    run(&device, ops::flash_attention),
-                );
-                for (name, (w, g)) in ["output", "dq", "dk", "dv"]
-                    .iter()
-                    .zip(want.iter().zip(&got))
-                {
-                    let tol = 1e-4 * max_abs(w) + 1e-6;
-                    let diff = max_diff(w, g);
-                    assert!(
-                        diff <= tol,
-                        "T {t}, D {d}, causal {causal}, bias {}: {name} differs by {diff} > {tol}",
-                        bias.is_some()
-                    );
-                }
+                let inputs: Vec<Tensor> = [&q, &k, &v].into_iter().chain(&bias).cloned().collect();
+                let attend =
+                    |f: Attend| move |t: &[Tensor]| f(&t[0], &t[1], &t[2], t.get(3), 0.3, causal);
+                let want =
+                    value_and_grads(&attend(ops::flash_attention_composed), &inputs, 3, &cpu);
+                let got = value_and_grads(&attend(ops::flash_attention), &inputs, 3, &device);
+                let what = format!("T {t}, D {d}, causal {causal}, bias {}", bias.is_some());
+                assert_matches(&want, &got, &what);
             }
         }
     }
@@ -472,14 +437,14 @@ fn reduced_precisions_stay_within_their_tolerance() {
     let encoding = common::small_encodings().remove(0);
     for mechanism in common::small_mechanisms() {
         let preset = common::tiny(mechanism, encoding.clone());
-        let (loss, grads) = loss_and_grads(&preset, &Device::Cpu);
+        let (loss, grads) = common::loss_and_grads(&preset, &Device::Cpu);
         for (precision, loss_tol, grad_tol) in
             [(Precision::Tf32, 1e-2, 2e-2), (Precision::Bf16, 2e-2, 5e-2)]
         {
             let mut reduced = preset.clone();
             reduced.train.precision = precision;
             attnlab::device::use_tf32(&device, precision == Precision::Tf32);
-            let (got_loss, got_grads) = loss_and_grads(&reduced, &device);
+            let (got_loss, got_grads) = common::loss_and_grads(&reduced, &device);
             attnlab::device::use_tf32(&device, false);
             let name = format!("{} in {precision}", preset.name);
             assert!(

@@ -11,33 +11,9 @@ use std::path::Path;
 
 use attnlab::Preset;
 use attnlab::encodings::EncodingSpec;
-use attnlab::ops::{self, Precision};
-use attnlab::tasks::mqar::Split;
+use attnlab::ops::Precision;
 use attnlab::train::Trainer;
 use candle_core::Device;
-
-/// Loss and every parameter's gradient (by name) of one batch of `preset`.
-fn loss_and_grads(preset: &Preset) -> (f32, Vec<(String, Vec<f32>)>) {
-    let (model, params) = common::build(preset);
-    let data = preset.task.mqar().unwrap().generate(Split::Train);
-    let batch = data
-        .batch(&(0..8).collect::<Vec<_>>(), &Device::Cpu)
-        .unwrap();
-    let logits = model.logits_at(&batch.inputs, &batch.rows).unwrap();
-    let loss = ops::cross_entropy(&logits, &batch.targets).unwrap();
-    let grads = loss.backward().unwrap();
-    let named = params
-        .vars()
-        .into_iter()
-        .map(|(name, var)| {
-            let grad = grads
-                .get(var.as_tensor())
-                .unwrap_or_else(|| panic!("{}: no gradient for {name}", preset.name));
-            (name, grad.flatten_all().unwrap().to_vec1::<f32>().unwrap())
-        })
-        .collect();
-    (loss.to_scalar::<f32>().unwrap(), named)
-}
 
 /// ‖a − b‖ / ‖a‖.
 fn relative_error(a: &[f32], b: &[f32]) -> f32 {
@@ -61,8 +37,9 @@ fn bf16_stays_within_its_tolerance_of_f32_for_every_mechanism() {
             }
             let mut bf16 = preset.clone();
             bf16.train.precision = Precision::Bf16;
-            let ((loss, grads), (loss16, grads16)) =
-                (loss_and_grads(&preset), loss_and_grads(&bf16));
+            let cpu = Device::Cpu;
+            let (loss, grads) = common::loss_and_grads(&preset, &cpu);
+            let (loss16, grads16) = common::loss_and_grads(&bf16, &cpu);
             let name = &preset.name;
             assert!(
                 (loss - loss16).abs() <= 2e-2 * loss.abs(),
@@ -125,21 +102,10 @@ fn bf16_learns_mqar() {
     )
     .unwrap();
     assert_eq!(preset.train.precision, Precision::Bf16);
-    let mut trainer = Trainer::new(&preset).unwrap();
-    let mut accuracy = 0.0;
-    while trainer.step() < 1000 {
-        trainer.train_step().unwrap();
-        if trainer.step().is_multiple_of(100) {
-            accuracy = trainer.evaluate().unwrap().accuracy;
-            if accuracy >= 0.99 {
-                break;
-            }
-        }
-    }
+    let (accuracy, steps) = common::train_to_99(&preset, 1000);
     assert!(
         accuracy >= 0.99,
-        "bf16 test accuracy {accuracy} after {} steps",
-        trainer.step()
+        "bf16 test accuracy {accuracy} after {steps} steps"
     );
 }
 

@@ -44,21 +44,10 @@ fn softmax_learns_mqar() {
         ],
     )
     .unwrap();
-    let mut trainer = Trainer::new(&preset).unwrap();
-    let mut accuracy = 0.0;
-    while trainer.step() < 1000 {
-        trainer.train_step().unwrap();
-        if trainer.step().is_multiple_of(100) {
-            accuracy = trainer.evaluate().unwrap().accuracy;
-            if accuracy >= 0.99 {
-                break;
-            }
-        }
-    }
+    let (accuracy, steps) = common::train_to_99(&preset, 1000);
     assert!(
         accuracy >= 0.99,
-        "test accuracy {accuracy} after {} steps",
-        trainer.step()
+        "test accuracy {accuracy} after {steps} steps"
     );
 }
 

@@ -45,6 +45,7 @@ impl StudiedEncoding {
             n_heads,
             qk_dim,
             max_len: UNTRAINED_MAX_LEN,
+            embedding_std: 1.0,
         };
         spec.validate(&shape)?;
         let params = Params::new(0, &Device::Cpu);

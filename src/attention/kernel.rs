@@ -361,6 +361,7 @@ mod tests {
             n_heads: 2,
             qk_dim: 4,
             max_len: 16,
+            embedding_std: 1.0,
         };
         let p = Params::new(0, &Device::Cpu);
         let rope = rope.build(&enc_shape, &p).unwrap();

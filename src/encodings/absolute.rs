@@ -9,7 +9,8 @@ use crate::ops::add_broadcast;
 use crate::params::{Init, Params};
 use crate::{Error, Result};
 
-/// A learned table of `max_len` position vectors, initialised N(0, 1) like PyTorch's `nn.Embedding`.
+/// A learned table of `max_len` position vectors, initialised like the token embedding
+/// (N(0, 1) like PyTorch's `nn.Embedding`, or N(0, 0.02) in the zoology layout).
 pub struct Learned {
     table: Tensor,
 }
@@ -19,7 +20,7 @@ impl Learned {
         let table = params.get(
             "pos_embedding",
             (shape.max_len, shape.d_model),
-            Init::Normal(1.0),
+            Init::Normal(shape.embedding_std),
         )?;
         Ok(Self { table })
     }

@@ -87,6 +87,7 @@ mod tests {
             n_heads: 2,
             qk_dim: 4,
             max_len: 5,
+            embedding_std: 1.0,
         };
         let p = Params::new(0, &Device::Cpu);
         let diet = DietAbs::new(&DietAbsConfig::default(), &shape, &p).unwrap();

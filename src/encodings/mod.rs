@@ -112,6 +112,10 @@ pub struct EncodingShape {
     pub qk_dim: usize,
     /// Longest sequence an absolute table must cover.
     pub max_len: usize,
+    /// The token embedding's initial std: a learned position table starts at the same scale
+    /// (N(0, 1) like `nn.Embedding` in the attnlab layout, N(0, 0.02) in zoology's), so
+    /// neither drowns the other.
+    pub embedding_std: f64,
 }
 
 /// How a mechanism turns (positioned) queries and keys into a score per pair, (B, H, Tq, Tk).

@@ -446,10 +446,17 @@ mod tests {
     /// Scores of the same q and k at every position, (T, T), for the given position map.
     fn constant_scores(positions: Positions, t: usize) -> Vec<Vec<f32>> {
         let rope = Rotary::new(RotaryProfile::new(10_000.0, 4, positions), &Device::Cpu);
+        scores_of(&rope, t)
+    }
+
+    /// Scores of the same q and k at every position, (T, T), under `encoding`.
+    fn scores_of(encoding: &dyn Encoding, t: usize) -> Vec<Vec<f32>> {
         let (q, k) = q_and_k();
         let q = q.repeat((1, 1, t, 1)).unwrap();
         let k = k.repeat((1, 1, t, 1)).unwrap();
-        let s = rope.scores(&q, &k, &|q, k| dot_scores(q, k, 1.0)).unwrap();
+        let s = encoding
+            .scores(&q, &k, &|q, k| dot_scores(q, k, 1.0))
+            .unwrap();
         s.squeeze(0)
             .unwrap()
             .squeeze(0)
@@ -472,21 +479,7 @@ mod tests {
             },
         );
         let t = 20;
-        let scores = |log_n| {
-            let rope = rectified(profile.clone(), log_n, &Device::Cpu);
-            let (q, k) = q_and_k();
-            let (q, k) = (
-                q.repeat((1, 1, t, 1)).unwrap(),
-                k.repeat((1, 1, t, 1)).unwrap(),
-            );
-            let s = rope.scores(&q, &k, &|q, k| dot_scores(q, k, 1.0)).unwrap();
-            s.squeeze(0)
-                .unwrap()
-                .squeeze(0)
-                .unwrap()
-                .to_vec2::<f32>()
-                .unwrap()
-        };
+        let scores = |log_n| scores_of(rectified(profile.clone(), log_n, &Device::Cpu).as_ref(), t);
         let (plain, scaled) = (scores(None), scores(Some(4)));
         for i in 0..t {
             let factor = ((i as f64 + 1.0).ln() / 4f64.ln()).max(1.0) as f32;

@@ -66,9 +66,14 @@ impl Build {
 
     /// How the token embedding starts.
     pub fn embedding_init(&self) -> Init {
-        match self.layout {
-            Layout::Attnlab => Init::Normal(1.0),
-            Layout::Zoology => Init::Normal(Self::ZOOLOGY_STD),
+        Init::Normal(Self::embedding_std(self.layout))
+    }
+
+    /// The token embedding's initial std in `layout` (learned position tables follow it).
+    pub fn embedding_std(layout: Layout) -> f64 {
+        match layout {
+            Layout::Attnlab => 1.0,
+            Layout::Zoology => Self::ZOOLOGY_STD,
         }
     }
 }

@@ -134,6 +134,7 @@ impl Transformer {
             n_heads: config.n_heads,
             qk_dim,
             max_len,
+            embedding_std: Build::embedding_std(config.layout),
         };
         // Absolute encodings act once on the input; the others act inside every attention
         // layer, shared by all of them unless the encoding is per layer.

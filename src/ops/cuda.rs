@@ -41,6 +41,9 @@ macro_rules! launch {
     }};
 }
 
+/// A storage and its layout.
+pub type Operand<'a> = (&'a CudaStorage, &'a Layout);
+
 /// The contiguous data of a storage as a device view of `T`.
 fn view<'a, T: candle_core::cuda_backend::CudaDType>(
     storage: &'a CudaStorage,
@@ -115,66 +118,36 @@ pub fn standardise(x: &CudaStorage, l: &Layout, eps: f32) -> Result<(CudaStorage
     Ok(wrap(out, dev, l.shape().clone()))
 }
 
-/// `attnlab_layer_norm`: γ ⊙ standardise(x) + β per row.
-pub fn layer_norm(
-    (x, lx): (&CudaStorage, &Layout),
-    (gamma, lg): (&CudaStorage, &Layout),
-    (beta, lb): (&CudaStorage, &Layout),
+/// A one-warp-per-row kernel of three inputs shaped like its output, the first (rows, d), and
+/// `eps`: `attnlab_layer_norm` (x, γ, β: γ ⊙ standardise(x) + β) and `attnlab_standardise_grad`
+/// (dy, x, y = standardise(x)).
+pub fn rows3(
+    kernel: &'static str,
+    [(a, la), (b, lb), (c, lc)]: [Operand<'_>; 3],
     eps: f32,
 ) -> Result<(CudaStorage, Shape)> {
-    let dev = x.device();
-    let (rows, d) = rows_and_width(lx);
+    let dev = a.device();
+    let (rows, d) = rows_and_width(la);
     let out = output(dev, rows * d)?;
-    let (x, gamma, beta) = (
-        view::<f32>(x, lx)?,
-        view::<f32>(gamma, lg)?,
-        view::<f32>(beta, lb)?,
+    let (a, b, c) = (
+        view::<f32>(a, la)?,
+        view::<f32>(b, lb)?,
+        view::<f32>(c, lc)?,
     );
     let cfg = per_row(rows);
     launch!(
         dev,
-        "attnlab_layer_norm",
+        kernel,
         cfg,
-        &x,
-        &gamma,
-        &beta,
+        &a,
+        &b,
+        &c,
         &out,
         &(rows as i64),
         &(d as i32),
         &eps
     );
-    Ok(wrap(out, dev, lx.shape().clone()))
-}
-
-/// `attnlab_standardise_grad`: inputs (dy, x, y = standardise(x)).
-pub fn standardise_grad(
-    (dy, l1): (&CudaStorage, &Layout),
-    (x, l2): (&CudaStorage, &Layout),
-    (y, l3): (&CudaStorage, &Layout),
-    eps: f32,
-) -> Result<(CudaStorage, Shape)> {
-    let dev = dy.device();
-    let (rows, d) = rows_and_width(l1);
-    let out = output(dev, rows * d)?;
-    let (dy, x, y) = (
-        view::<f32>(dy, l1)?,
-        view::<f32>(x, l2)?,
-        view::<f32>(y, l3)?,
-    );
-    let cfg = per_row(rows);
-    launch!(
-        dev,
-        "attnlab_standardise_grad",
-        cfg,
-        &dy,
-        &x,
-        &y,
-        &out,
-        &(rows as i64),
-        &(d as i32),
-        &eps
-    );
-    Ok(wrap(out, dev, l1.shape().clone()))
+    Ok(wrap(out, dev, la.shape().clone()))
 }
 
 /// `attnlab_row_softmax`: softmax per row, the causal mask of each (tq, tk) block applied.
@@ -608,9 +581,6 @@ impl FlashShape {
         self.heads_rows as usize
     }
 }
-
-/// A storage and its layout.
-pub type Operand<'a> = (&'a CudaStorage, &'a Layout);
 
 /// Flash attention forward: the output (B, T, H·Dv) and each row's log-sum-exp (B·H·T), which
 /// the backward needs.

@@ -10,7 +10,7 @@
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
-use super::fused::{last_dim, slice, zeros};
+use super::fused::{indices, last_dim, slice, zeros};
 use crate::Result;
 
 /// weight (vocab, d), ids (…) u32 → (…, d).
@@ -40,17 +40,9 @@ fn ids_of<'a>(
     layout: &Layout,
     vocab: usize,
 ) -> candle_core::Result<&'a [u32]> {
-    let CpuStorage::U32(data) = storage else {
-        candle_core::bail!("embedding ids must be u32");
-    };
-    let Some((start, end)) = layout.contiguous_offsets() else {
-        candle_core::bail!("embedding ids must be contiguous");
-    };
-    let ids = &data[start..end];
-    if let Some(bad) = ids.iter().find(|&&id| id as usize >= vocab) {
-        candle_core::bail!("token id {bad} is outside the vocabulary of {vocab}");
-    }
-    Ok(ids)
+    indices(storage, layout, vocab, |bad| {
+        format!("token id {bad} is outside the vocabulary of {vocab}")
+    })
 }
 
 /// (weight, ids) → weight[ids].

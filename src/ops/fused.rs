@@ -24,6 +24,27 @@ pub(super) fn slice<'a>(
     Ok(&data[start..end])
 }
 
+/// The contiguous u32 indices of a CPU storage (token ids, class targets), each checked to be
+/// below `bound`; `out_of_range(i)` says what an index past it is.
+pub(super) fn indices<'a>(
+    storage: &'a CpuStorage,
+    layout: &Layout,
+    bound: usize,
+    out_of_range: impl Fn(u32) -> String,
+) -> candle_core::Result<&'a [u32]> {
+    let CpuStorage::U32(data) = storage else {
+        candle_core::bail!("indices must be u32");
+    };
+    let Some((start, end)) = layout.contiguous_offsets() else {
+        candle_core::bail!("indices must be contiguous");
+    };
+    let indices = &data[start..end];
+    if let Some(&bad) = indices.iter().find(|&&i| i as usize >= bound) {
+        candle_core::bail!("{}", out_of_range(bad));
+    }
+    Ok(indices)
+}
+
 /// `n` zeros, written by all threads: `vec![0.0; n]` zero-fills on the calling thread alone,
 /// a serial pass per op output that the profile showed (a few % of a training step).
 pub(super) fn zeros(n: usize) -> Vec<f32> {
@@ -156,7 +177,11 @@ impl CustomOp3 for StandardiseGrad {
         s3: &candle_core::CudaStorage,
         l3: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        super::cuda::standardise_grad((s1, l1), (s2, l2), (s3, l3), self.eps)
+        super::cuda::rows3(
+            "attnlab_standardise_grad",
+            [(s1, l1), (s2, l2), (s3, l3)],
+            self.eps,
+        )
     }
 }
 
@@ -634,7 +659,11 @@ impl CustomOp3 for LayerNorm {
         s3: &candle_core::CudaStorage,
         l3: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        super::cuda::layer_norm((s1, l1), (s2, l2), (s3, l3), self.eps)
+        super::cuda::rows3(
+            "attnlab_layer_norm",
+            [(s1, l1), (s2, l2), (s3, l3)],
+            self.eps,
+        )
     }
 
     fn bwd(

@@ -8,7 +8,7 @@
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
-use super::fused::{last_dim, slice, zeros};
+use super::fused::{indices, last_dim, slice, zeros};
 use crate::Result;
 
 /// Mean over rows of −log softmax(logits)[target]: logits (rows, V) f32, targets (rows) u32.
@@ -28,17 +28,9 @@ pub fn cross_entropy_composed(logits: &Tensor, targets: &Tensor) -> Result<Tenso
 
 /// The targets of a CPU storage, each checked against the number of classes.
 fn targets_of<'a>(s: &'a CpuStorage, l: &Layout, classes: usize) -> candle_core::Result<&'a [u32]> {
-    let CpuStorage::U32(data) = s else {
-        candle_core::bail!("cross-entropy targets must be u32");
-    };
-    let Some((start, end)) = l.contiguous_offsets() else {
-        candle_core::bail!("cross-entropy targets must be contiguous");
-    };
-    let targets = &data[start..end];
-    if let Some(bad) = targets.iter().find(|&&t| t as usize >= classes) {
-        candle_core::bail!("target {bad} is outside the {classes} classes of the logits");
-    }
-    Ok(targets)
+    indices(s, l, classes, |bad| {
+        format!("target {bad} is outside the {classes} classes of the logits")
+    })
 }
 
 /// (max, Σ exp(x − max)) of a row: its log-sum-exp is max + ln(sum).

@@ -157,6 +157,57 @@ pub fn trained_run(preset: &Preset, root: &std::path::Path) -> std::path::PathBu
     dir.unwrap()
 }
 
+/// Loss and every parameter's gradient (by name, flattened to f32 on the host) of the first 8
+/// training rows of `preset`'s MQAR task, on `device`.
+pub fn loss_and_grads(preset: &Preset, device: &Device) -> (f32, Vec<(String, Vec<f32>)>) {
+    let params = Params::new(preset.train.seed, device);
+    let model = preset.build_model(&params).unwrap();
+    let data = preset
+        .task
+        .mqar()
+        .unwrap()
+        .generate(attnlab::tasks::mqar::Split::Train);
+    let batch = data.batch(&(0..8).collect::<Vec<_>>(), device).unwrap();
+    let logits = model.logits_at(&batch.inputs, &batch.rows).unwrap();
+    let loss = attnlab::ops::cross_entropy(&logits, &batch.targets).unwrap();
+    let grads = loss.backward().unwrap();
+    let host = |t: &candle_core::Tensor| {
+        let t = t
+            .to_device(&Device::Cpu)
+            .unwrap()
+            .to_dtype(candle_core::DType::F32);
+        t.unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap()
+    };
+    let named = params
+        .vars()
+        .into_iter()
+        .map(|(name, var)| {
+            let grad = grads
+                .get(var.as_tensor())
+                .unwrap_or_else(|| panic!("{}: no gradient for {name}", preset.name));
+            (name, host(grad))
+        })
+        .collect();
+    (host(&loss)[0], named)
+}
+
+/// Trains `preset` for at most `max_steps`, evaluating every 100 steps, until its test accuracy
+/// reaches 99 %: (the last accuracy, steps taken).
+pub fn train_to_99(preset: &Preset, max_steps: usize) -> (f64, usize) {
+    let mut trainer = attnlab::train::Trainer::new(preset).unwrap();
+    let mut accuracy = 0.0;
+    while trainer.step() < max_steps {
+        trainer.train_step().unwrap();
+        if trainer.step().is_multiple_of(100) {
+            accuracy = trainer.evaluate().unwrap().accuracy;
+            if accuracy >= 0.99 {
+                break;
+            }
+        }
+    }
+    (accuracy, trainer.step())
+}
+
 /// The largest absolute difference between two tensors of one shape.
 pub fn max_abs_diff(a: &candle_core::Tensor, b: &candle_core::Tensor) -> f32 {
     (a - b)
