@@ -95,6 +95,7 @@ fn bf16_learns_mqar() {
             .as_path(),
         &[
             "task.seq_len=32".into(),
+            "model.layout=attnlab".into(),
             "task.vocab_size=64".into(),
             "train.eval_every=100".into(),
             "train.precision=\"bf16\"".into(),

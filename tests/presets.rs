@@ -41,3 +41,21 @@ fn every_shipped_preset_trains() {
         );
     }
 }
+
+/// Every shipped sweep file loads, and with it every cell's preset validates; the paper-scale
+/// one has the ReBased paper's grid (1,200 cells, vocabulary 8,192).
+#[test]
+fn every_shipped_sweep_validates() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("sweeps");
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let sweep = attnlab::sweep::Sweep::load(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(!sweep.cells.is_empty(), "{}", path.display());
+    }
+    let paper = attnlab::sweep::Sweep::load(&dir.join("mqar_fig1_paper.toml")).unwrap();
+    assert_eq!(paper.cells.len(), 3 * 4 * 5 * 4 * 5);
+    let preset = paper.preset(&paper.cells[0]).unwrap();
+    assert_eq!(preset.task.vocab_size(), 8192);
+    assert_eq!(preset.model.layout, attnlab::model::Layout::Zoology);
+}

@@ -39,6 +39,7 @@ fn softmax_learns_mqar() {
             .as_path(),
         &[
             "task.seq_len=32".into(),
+            "model.layout=attnlab".into(),
             "task.vocab_size=64".into(),
             "train.eval_every=100".into(),
         ],

@@ -148,7 +148,7 @@ impl Trainer {
     }
 
     /// The dropout masks' seed for the next step: a function of the run's seed and the
-    /// step, so a run repeats (and a resumed one would too).
+    /// step, so a run repeats.
     fn step_seed(&self) -> u64 {
         mix_seed(mix_seed(self.preset.train.seed) ^ self.step as u64)
     }
