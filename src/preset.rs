@@ -292,7 +292,15 @@ fn apply_override(table: &mut toml::Table, item: &str) -> Result<()> {
         ));
     };
     let key = key.trim();
-    let value = crate::encodings::parse_value(raw);
+    let mut value = crate::encodings::parse_value(raw);
+    // `attention=based` (a kind-tagged section given a bare name) is the whole section
+    // `{ kind = "based" }`: the other settings start from the kind's defaults. Unlike the
+    // inline table it needs no quotes, so a command line survives xargs and schedulers.
+    if let ("attention" | "encoding" | "task", toml::Value::String(kind)) = (key, &value) {
+        let mut section = toml::Table::new();
+        section.insert("kind".into(), toml::Value::String(kind.clone()));
+        value = toml::Value::Table(section);
+    }
     let mut parts: Vec<&str> = key.split('.').collect();
     let Some(leaf) = parts.pop().filter(|s| !s.is_empty()) else {
         return Err(Error::preset(key, raw, "empty key"));
@@ -326,6 +334,29 @@ mod tests {
         let p = parse(MINIMAL, &[]).unwrap();
         assert_eq!(p.model, ModelConfig::default());
         assert_eq!(p.attention.name(), "softmax");
+    }
+
+    /// `attention=rebased` replaces the section, as `attention={ kind = "rebased" }` does:
+    /// the base's settings of another kind do not leak in.
+    #[test]
+    fn a_bare_kind_replaces_the_whole_section() {
+        let base = format!("{MINIMAL}[attention]\nkind = \"based\"\nfeature_dim = 8\n");
+        let bare = parse(&base, &["attention=rebased", "attention.variant=x2"]).unwrap();
+        let table = parse(
+            &base,
+            &["attention={ kind = \"rebased\", variant = \"x2\" }"],
+        )
+        .unwrap();
+        assert_eq!(bare.attention, table.attention);
+        assert_eq!(
+            bare.attention.qk_dim(64),
+            16,
+            "rebased's default feature_dim, not 8"
+        );
+        assert_eq!(
+            parse(MINIMAL, &["encoding=alibi"]).unwrap().encoding.name(),
+            "alibi"
+        );
     }
 
     #[test]

@@ -100,15 +100,20 @@ fn planned_commands_train_their_cell_and_collect_merges_them() {
     let plan = String::from_utf8(o.stdout).unwrap();
     let commands: Vec<&str> = plan.lines().collect();
     assert_eq!(commands.len(), 2);
-    assert!(commands[1].contains("'attention={ feature_dim = 4, kind = \"based\" }'"));
-    // Run the second command as a scheduler would, through a shell.
+    assert!(commands[1].contains("--set attention=based --set attention.feature_dim=4"));
+    // No quotes or backslashes: xargs (which strips them), GNU parallel and a Slurm array
+    // reading line N all pass the line on unchanged.
+    assert!(!plan.contains(['\'', '"', '\\']), "{plan}");
+    // Run the second command as `sweep plan | xargs -I{} sh -c '{}'` does.
     let command = commands[1].replacen("attnlab", env!("CARGO_BIN_EXE_attnlab"), 1);
-    let status = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(&command)
-        .status()
+    let mut xargs = std::process::Command::new("xargs")
+        .args(["-I{}", "sh", "-c", "{}"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
-    assert!(status.success());
+    use std::io::Write as _;
+    writeln!(xargs.stdin.take().unwrap(), "{command}").unwrap();
+    assert!(xargs.wait().unwrap().success());
     let sweep = Sweep::load(&file).unwrap();
     let run = sweep.finished_run(&sweep.cells[1]).unwrap();
     let trained = attnlab::Preset::load(&run.join("preset.toml"), &[]).unwrap();
@@ -131,4 +136,29 @@ fn planned_commands_train_their_cell_and_collect_merges_them() {
     );
     assert!(out.join("summary.json").is_file());
     assert!(out.join("accuracy-L16-N2.svg").is_file());
+}
+
+/// A batch job's log (stderr not a terminal) gets one line per cell with the running count,
+/// the ETA while cells are left, and each cell's accuracy and seconds.
+#[test]
+fn the_sweep_logs_a_line_per_cell_without_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = sweep_file(dir.path(), "seed = [0, 1]");
+    let o = attnlab(&["sweep", file.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let log = stderr(&o);
+    let lines: Vec<&str> = log.lines().filter(|l| l.starts_with('[')).collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    assert!(
+        lines[0].starts_with("[1/2, ETA ") && lines[0].contains("s0: "),
+        "{log}"
+    );
+    assert!(lines[1].starts_with("[2/2] s1: "), "{log}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.contains("best test accuracy") && l.ends_with(" s"))
+    );
+    let again = stderr(&attnlab(&["sweep", file.to_str().unwrap()]));
+    assert!(again.contains("[1/2] s0: done already"), "{again}");
 }

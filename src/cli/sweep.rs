@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -92,13 +92,19 @@ fn train(file: &std::path::Path, workers: Option<usize>) -> anyhow::Result<()> {
         "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} cells {msg}",
     )?);
     bar.enable_steady_tick(Duration::from_millis(200));
+    let mut progress = Progress::new(sweep.cells.len());
+    // One line per cell on stderr, through the bar: shown above it on a terminal, and plain
+    // lines in a batch job's log, where the bar itself is hidden.
+    let line = |text: String| bar.suspend(|| eprintln!("{text}"));
     let stop = AtomicBool::new(false);
     let summary = run_sweep(&sweep, &stop, &mut |event| match event {
         SweepEvent::Skipped { cell, run_dir } => {
             bar.inc(1);
-            bar.println(format!(
-                "{}: done already ({})",
-                sweep.cells[cell].id,
+            progress.skipped();
+            let id = &sweep.cells[cell].id;
+            line(format!(
+                "{} {id}: done already ({})",
+                progress.count(),
                 run_dir.display()
             ));
         }
@@ -108,17 +114,93 @@ fn train(file: &std::path::Path, workers: Option<usize>) -> anyhow::Result<()> {
             }
             TrainEvent::Finished(summary) => {
                 bar.inc(1);
-                bar.println(super::train::summary_line(&summary));
+                progress.trained();
+                line(format!(
+                    "{} {}",
+                    progress.count(),
+                    cell_line(&sweep.cells[cell].id, &summary)
+                ));
             }
             TrainEvent::Failed { message, .. } => {
                 bar.inc(1);
-                bar.println(format!("{} failed: {message}", sweep.cells[cell].id));
+                progress.trained();
+                line(format!(
+                    "{} {} failed: {message}",
+                    progress.count(),
+                    sweep.cells[cell].id
+                ));
             }
             _ => {}
         },
     })?;
     bar.finish_and_clear();
     report(&summary, &sweep.out)
+}
+
+/// Cells done so far, for the running count and the ETA of the per-cell lines.
+struct Progress {
+    total: usize,
+    done: usize,
+    trained: usize,
+    started: Instant,
+}
+
+impl Progress {
+    fn new(total: usize) -> Self {
+        Self {
+            total,
+            done: 0,
+            trained: 0,
+            started: Instant::now(),
+        }
+    }
+
+    fn skipped(&mut self) {
+        self.done += 1;
+    }
+
+    fn trained(&mut self) {
+        self.done += 1;
+        self.trained += 1;
+    }
+
+    /// `[done/total, ETA …]`: the time left at the pace of the cells trained so far.
+    fn count(&self) -> String {
+        let left = self.total - self.done;
+        if self.trained == 0 || left == 0 {
+            return format!("[{}/{}]", self.done, self.total);
+        }
+        let per_cell = self.started.elapsed().as_secs_f64() / self.trained as f64;
+        format!(
+            "[{}/{}, ETA {}]",
+            self.done,
+            self.total,
+            duration(per_cell * left as f64)
+        )
+    }
+}
+
+/// Seconds as `1h02m`, `3m05s` or `12s`.
+fn duration(secs: f64) -> String {
+    let s = secs.round() as u64;
+    match (s / 3600, s / 60 % 60, s % 60) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, s) => format!("{m}m{s:02}s"),
+        (h, m, _) => format!("{h}h{m:02}m"),
+    }
+}
+
+/// A finished cell in one line: its id, status, best accuracy and seconds.
+fn cell_line(id: &str, s: &crate::train::Summary) -> String {
+    let accuracy = s
+        .best_accuracy
+        .map_or("-".into(), |a| format!("{:.2}%", 100.0 * a));
+    format!(
+        "{id}: {}, best test accuracy {accuracy}, {} steps in {:.1} s",
+        s.status.describe(),
+        s.steps,
+        s.elapsed_secs
+    )
 }
 
 /// Writes the summary files and prints the best-lr table.

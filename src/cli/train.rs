@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::Preset;
-use crate::train::{RunStatus, Summary, TrainEvent, spawn};
+use crate::train::{Summary, TrainEvent, spawn};
 
 pub fn train(path: &Path, overrides: &[String], out: &Path, quiet: bool) -> anyhow::Result<()> {
     let preset = Preset::load(path, overrides)?;
@@ -100,18 +100,12 @@ fn status_line(loss: f32, accuracy: Option<f64>, tokens_per_s: f64) -> String {
 
 /// The line printed when a run ends.
 pub fn summary_line(s: &Summary) -> String {
-    let status = match s.status {
-        RunStatus::TargetReached => "reached target accuracy",
-        RunStatus::Completed => "completed",
-        RunStatus::Stopped => "stopped",
-        RunStatus::Failed => "failed",
-        RunStatus::Running => "running",
-    };
     format!(
-        "{} ({} / {}): {status} after {} steps in {:.1} s; test accuracy {}; loss {}; {:.0} tokens/s",
+        "{} ({} / {}): {} after {} steps in {:.1} s; test accuracy {}; loss {}; {:.0} tokens/s",
         s.name,
         s.mechanism,
         s.encoding,
+        s.status.describe(),
         s.steps,
         s.elapsed_secs,
         s.last_accuracy

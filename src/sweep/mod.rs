@@ -253,20 +253,25 @@ fn mechanism_value(value: &toml::Value) -> std::result::Result<AxisValue, String
             ));
         }
     };
-    let mut label = vec![table["kind"].as_str().unwrap_or_default().to_string()];
-    label.extend(
-        table
-            .iter()
-            .filter(|(k, _)| *k != "kind")
-            .map(|(k, v)| match v {
-                toml::Value::String(s) => format!("{k}-{s}"),
-                v => format!("{k}-{v}"),
-            }),
-    );
-    let inline = toml::Value::Table(table).to_string();
+    let kind = table["kind"].as_str().unwrap_or_default();
+    let text = |v: &toml::Value| match v {
+        toml::Value::String(s) => s.clone(),
+        v => v.to_string(),
+    };
+    let settings: Vec<(&String, String)> = table
+        .iter()
+        .filter(|(k, _)| *k != "kind")
+        .map(|(k, v)| (k, text(v)))
+        .collect();
+    let mut label = vec![kind.to_string()];
+    label.extend(settings.iter().map(|(k, v)| format!("{k}-{v}")));
+    // `attention=KIND` replaces the whole section; the settings follow one `--set` each, so no
+    // override needs quotes (xargs and schedulers' line handling strip them).
+    let mut overrides = vec![format!("attention={kind}")];
+    overrides.extend(settings.iter().map(|(k, v)| format!("attention.{k}={v}")));
     Ok(AxisValue {
         label: label.join("_"),
-        overrides: vec![format!("attention={}", inline.replace('\n', " "))],
+        overrides,
     })
 }
 
@@ -455,7 +460,8 @@ mod tests {
             cells[11].overrides,
             [
                 "train.epochs=1",
-                "attention={ kind = \"rebased\", variant = \"x2\" }",
+                "attention=rebased",
+                "attention.variant=x2",
                 "task.seq_len=128",
                 "task.num_kv_pairs=8",
                 "train.seed=2"

@@ -52,6 +52,19 @@ pub enum RunStatus {
     Failed,
 }
 
+impl RunStatus {
+    /// The status in words, for people (`summary.json` keeps the kebab-case names).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Completed => "completed",
+            Self::TargetReached => "reached target accuracy",
+            Self::Stopped => "stopped",
+            Self::Failed => "failed",
+        }
+    }
+}
+
 /// `summary.json`: the state of a run, rewritten at every evaluation and at the end.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
