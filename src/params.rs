@@ -7,6 +7,12 @@
 //!
 //! Asking twice for the same name returns the same `Var`: that is how Linformer's layer-wise
 //! shared projection is shared.
+//!
+//! **Replicas.** `Params::replicated(seeds)` builds R models at once (a sweep's cells that
+//! differ only in seed, learning rate and the like, trained as one batched computation): every
+//! parameter gets a leading dimension R, and replica r's slice is initialised from
+//! `(seeds[r], name)`, exactly as a lone model with seed `seeds[r]` would be. The layers read
+//! [`Params::replicas`] and stack their computation along that dimension.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -40,7 +46,9 @@ struct Store {
 pub struct Params {
     store: Arc<Mutex<Store>>,
     prefix: String,
-    seed: u64,
+    /// One seed per replica; a lone model has one and no replica dimension.
+    seeds: Arc<[u64]>,
+    replicated: bool,
     device: Device,
 }
 
@@ -49,9 +57,25 @@ impl Params {
         Self {
             store: Arc::new(Mutex::new(Store::default())),
             prefix: String::new(),
-            seed,
+            seeds: Arc::from([seed]),
+            replicated: false,
             device: device.clone(),
         }
+    }
+
+    /// Parameters of `seeds.len()` replicas: each parameter is stacked along a leading
+    /// dimension, replica r's slice initialised as `Params::new(seeds[r], …)` would.
+    pub fn replicated(seeds: &[u64], device: &Device) -> Self {
+        Self {
+            seeds: Arc::from(seeds),
+            replicated: true,
+            ..Self::new(0, device)
+        }
+    }
+
+    /// The number of replicas when the parameters are stacked, `None` for a lone model.
+    pub fn replicas(&self) -> Option<usize> {
+        self.replicated.then_some(self.seeds.len())
     }
 
     /// The same store, with `name` appended to the prefix.
@@ -89,9 +113,13 @@ impl Params {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The parameter `name` of `shape`, created with `init` if it does not exist yet.
+    /// The parameter `name` of `shape` (with replicas, (R, …shape)), created with `init` if it
+    /// does not exist yet.
     pub fn get(&self, name: &str, shape: impl Into<Shape>, init: Init) -> Result<Tensor> {
-        let shape: Shape = shape.into();
+        let mut shape: Shape = shape.into();
+        if let Some(r) = self.replicas() {
+            shape = Shape::from([&[r], shape.dims()].concat());
+        }
         let full = self.full_name(name);
         if let Some(var) = self.lock().vars.get(&full) {
             if var.shape() != &shape {
@@ -102,21 +130,56 @@ impl Params {
             }
             return Ok(var.as_tensor().clone());
         }
-        let n = shape.elem_count();
-        let mut stream = rng::stream(self.seed, &full);
-        let data = match init {
-            Init::Uniform(bound) => rng::uniform_vec(&mut stream, n, bound),
-            Init::Normal(std) => rng::normal_vec(&mut stream, n, std),
-            Init::Between(lo, hi) => rng::uniform_vec(&mut stream, n, (hi - lo) / 2.0)
-                .into_iter()
-                .map(|x| x + ((lo + hi) / 2.0) as f32)
-                .collect(),
-            Init::Constant(value) => vec![value as f32; n],
-        };
+        let n = shape.elem_count() / self.seeds.len();
+        let data: Vec<f32> = self
+            .seeds
+            .iter()
+            .flat_map(|&seed| initial_values(init, seed, &full, n))
+            .collect();
         let var = Var::from_tensor(&Tensor::from_vec(data, shape, &self.device)?)?;
         let tensor = var.as_tensor().clone();
         self.lock().vars.insert(full, var);
         Ok(tensor)
+    }
+
+    /// A new store with replicas `keep` of this one (their slices, in that order, and their
+    /// seeds): what a group trains on once other replicas have finished.
+    pub fn select_replicas(&self, keep: &[usize]) -> Result<Self> {
+        let index = Tensor::from_vec(
+            keep.iter().map(|&r| r as u32).collect::<Vec<_>>(),
+            keep.len(),
+            &self.device,
+        )?;
+        let vars = self
+            .lock()
+            .vars
+            .iter()
+            .map(|(name, var)| {
+                let kept = var.as_tensor().index_select(&index, 0)?;
+                Ok((name.clone(), Var::from_tensor(&kept)?))
+            })
+            .collect::<Result<BTreeMap<_, _>>>()?;
+        Ok(Self {
+            store: Arc::new(Mutex::new(Store { vars })),
+            prefix: String::new(),
+            seeds: keep.iter().map(|&r| self.seeds[r]).collect(),
+            replicated: true,
+            device: self.device.clone(),
+        })
+    }
+
+    /// Writes replica `replica`'s parameters to a safetensors file (atomically), under the
+    /// names and shapes a lone model has: its run folder reads like any other.
+    pub fn save_replica(&self, replica: usize, path: &Path) -> Result<()> {
+        let tensors = self
+            .lock()
+            .vars
+            .iter()
+            .map(|(name, var)| Ok((name.clone(), var.as_tensor().get(replica)?)))
+            .collect::<Result<std::collections::HashMap<String, Tensor>>>()?;
+        crate::io::write_atomically(path, |tmp| {
+            candle_core::safetensors::save(&tensors, tmp).map_err(Error::from)
+        })
     }
 
     /// All trainable variables, sorted by name.
@@ -128,9 +191,10 @@ impl Params {
             .collect()
     }
 
-    /// Total number of trainable scalars.
+    /// Number of trainable scalars of one model (of each replica's).
     pub fn count(&self) -> usize {
-        self.lock().vars.values().map(|v| v.elem_count()).sum()
+        let all: usize = self.lock().vars.values().map(|v| v.elem_count()).sum();
+        all / self.seeds.len()
     }
 
     /// Writes every parameter to a safetensors file (atomically).
@@ -164,6 +228,20 @@ impl Params {
     }
 }
 
+/// The first `n` values of `init` for parameter `name` of a model seeded `seed`.
+fn initial_values(init: Init, seed: u64, name: &str, n: usize) -> Vec<f32> {
+    let mut stream = rng::stream(seed, name);
+    match init {
+        Init::Uniform(bound) => rng::uniform_vec(&mut stream, n, bound),
+        Init::Normal(std) => rng::normal_vec(&mut stream, n, std),
+        Init::Between(lo, hi) => rng::uniform_vec(&mut stream, n, (hi - lo) / 2.0)
+            .into_iter()
+            .map(|x| x + ((lo + hi) / 2.0) as f32)
+            .collect(),
+        Init::Constant(value) => vec![value as f32; n],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,6 +259,35 @@ mod tests {
         );
         assert_eq!(a.count(), 6);
         assert_eq!(b.count(), 11);
+    }
+
+    /// Replica r starts exactly where a lone model with seed r does, and saves like one.
+    #[test]
+    fn replicas_start_as_their_lone_models() {
+        let stacked = Params::replicated(&[3, 7], &Device::Cpu);
+        let w = stacked.pp("x").get("w", (2, 3), Init::Normal(1.0)).unwrap();
+        assert_eq!(w.dims(), &[2, 2, 3]);
+        assert_eq!(stacked.replicas(), Some(2));
+        for (r, seed) in [3, 7].into_iter().enumerate() {
+            let lone = Params::new(seed, &Device::Cpu)
+                .pp("x")
+                .get("w", (2, 3), Init::Normal(1.0))
+                .unwrap();
+            assert_eq!(
+                w.get(r).unwrap().to_vec2::<f32>().unwrap(),
+                lone.to_vec2::<f32>().unwrap()
+            );
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r1.safetensors");
+        stacked.save_replica(1, &path).unwrap();
+        let lone = Params::new(7, &Device::Cpu);
+        lone.pp("x").get("w", (2, 3), Init::Constant(0.0)).unwrap();
+        lone.load(&path).unwrap();
+        assert_eq!(
+            lone.vars()[0].1.as_tensor().to_vec2::<f32>().unwrap(),
+            w.get(1).unwrap().to_vec2::<f32>().unwrap()
+        );
     }
 
     #[test]

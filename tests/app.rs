@@ -358,6 +358,10 @@ fn a_sweep_fills_its_grid_and_shows_its_summary() {
     assert_eq!(summary.runs.len(), 4);
     assert_eq!(summary.points.len(), 2, "softmax and based, two seeds each");
     assert_eq!(harness.get_all_by_label_contains("done ").count(), 4);
+    // One group of replicas per mechanism (the two seeds of each).
+    harness.get_by_label_contains("2 groups of replicas");
+    harness.get_by_label_contains("group 1: 2 cells like softmax-s0: ended, 2 done");
+    harness.get_by_label_contains("group 2: 2 cells like based-s0: ended, 2 done");
     harness.get_by_label("MQAR accuracy, length 16, 2 pairs");
     harness.get_by_label("CSV").click();
     harness.run();

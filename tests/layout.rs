@@ -116,7 +116,7 @@ fn dropout_acts_while_training_only() {
         let train = |seed| {
             values(
                 &model
-                    .train_logits(&batch.inputs, &batch.rows, seed)
+                    .train_logits(&batch.inputs, &batch.rows, &[seed])
                     .unwrap(),
             )
         };
@@ -137,7 +137,11 @@ fn dropout_rates_are_settings() {
     let batch = data.batch(&[0, 1], &Device::Cpu).unwrap();
     assert_eq!(
         values(&model.logits_at(&batch.inputs, &batch.rows).unwrap()),
-        values(&model.train_logits(&batch.inputs, &batch.rows, 5).unwrap())
+        values(
+            &model
+                .train_logits(&batch.inputs, &batch.rows, &[5])
+                .unwrap()
+        )
     );
     preset.model.attention_dropout = Some(1.0);
     let error = preset.validate().unwrap_err().to_string();

@@ -162,3 +162,58 @@ fn the_sweep_logs_a_line_per_cell_without_a_terminal() {
     let again = stderr(&attnlab(&["sweep", file.to_str().unwrap()]));
     assert!(again.contains("[1/2] s0: done already"), "{again}");
 }
+
+/// Cells of one shape train as one group of replicas, and each ends exactly where it ends
+/// when the sweep trains cell by cell (`replicas = 1`): same steps, same accuracy, same loss.
+#[test]
+fn same_shape_cells_train_as_one_group_with_the_results_of_cell_by_cell() {
+    let results = |replicas: usize| {
+        let dir = tempfile::tempdir().unwrap();
+        let axes = "mechanism = [\"softmax\", \"based\"]\nlr = [1e-3, 3e-3]\nseed = [0, 1]";
+        let mut sweep = Sweep::load(&sweep_file(dir.path(), axes)).unwrap();
+        sweep.replicas = replicas;
+        let mut groups = Vec::new();
+        run_sweep(&sweep, &AtomicBool::new(false), &mut |event| {
+            if let SweepEvent::GroupStarted { cells } = event {
+                groups.push(cells);
+            }
+        })
+        .unwrap();
+        let summaries: Vec<attnlab::train::Summary> = sweep
+            .cells
+            .iter()
+            .map(|cell| {
+                let run = sweep.finished_run(cell).unwrap();
+                attnlab::train::RunDir::open(&run)
+                    .unwrap()
+                    .read_summary()
+                    .unwrap()
+            })
+            .collect();
+        groups.sort();
+        (groups, summaries)
+    };
+    let (grouped, together) = results(8);
+    assert_eq!(
+        grouped,
+        [vec![0, 1, 2, 3], vec![4, 5, 6, 7]],
+        "a group per mechanism"
+    );
+    let (alone, one_by_one) = results(1);
+    assert_eq!(alone.len(), 8);
+    for (a, b) in together.iter().zip(&one_by_one) {
+        assert_eq!((a.replicas, b.replicas), (Some(4), None), "{}", a.name);
+        assert_eq!((a.status, a.steps), (b.status, b.steps), "{}", a.name);
+        assert!(
+            (a.best_accuracy.unwrap() - b.best_accuracy.unwrap()).abs() < 1e-9,
+            "{}",
+            a.name
+        );
+        let (la, lb) = (a.last_loss.unwrap(), b.last_loss.unwrap());
+        assert!(
+            (la - lb).abs() < 1e-4 * (1.0 + lb.abs()),
+            "{}: {la} vs {lb}",
+            a.name
+        );
+    }
+}

@@ -20,7 +20,9 @@ use serde::{Deserialize, Serialize};
 use super::{Attention, Mechanism, MechanismShape};
 use crate::Result;
 use crate::encodings::{Encoding, LengthCache, QueryBlock};
-use crate::ops::{Precision, causal_mask, dot_scores, standardise};
+use crate::ops::{
+    Combine, Precision, affine_replicas, causal_mask, dot_scores, standardise, with_bias,
+};
 use crate::params::{Init, Params};
 
 /// ReBased settings.
@@ -101,11 +103,19 @@ impl FeatureNorm {
         if self.normalise {
             y = standardise(&y, 1e-5)?;
         }
-        if let Some(gamma) = &self.gamma {
-            y = y.broadcast_mul(gamma)?;
-        }
-        if let Some(beta) = &self.beta {
-            y = y.broadcast_add(beta)?;
+        match (&self.gamma, &self.beta) {
+            // Replicas: (R, H·f) parameters, one row per replica's block of positions.
+            (Some(gamma), beta) if gamma.rank() == 2 => {
+                y = affine_replicas(&y, gamma, beta.as_ref())?;
+            }
+            (gamma, beta) => {
+                if let Some(gamma) = gamma {
+                    y = y.broadcast_mul(gamma)?;
+                }
+                if let Some(beta) = beta {
+                    y = y.broadcast_add(beta)?;
+                }
+            }
         }
         Ok(y.reshape((b, t, h, f))?.transpose(1, 2)?.contiguous()?) // (B, H, T, f)
     }
@@ -194,7 +204,8 @@ impl KernelAttention {
             None => (q.clone(), k.clone()),
         };
         let kernel = pos.block_scores(&q, &k, block, &|q, k| self.kernel(q, k))?;
-        let weighted = kernel.broadcast_mul(&self.gate(&kernel, bias, block)?)?;
+        let gate = self.gate(&kernel, bias, block)?;
+        let weighted = with_bias(&kernel, &gate, Combine::Mul)?;
         // ε as in the reference kernels (o / (z + 1e-12)): only matters for an all-zero ReBased row.
         let norm = (weighted.sum_keepdim(D::Minus1)? + 1e-12)?;
         Ok(Attention {

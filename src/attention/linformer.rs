@@ -107,20 +107,30 @@ impl Linformer {
     }
 }
 
-/// proj (Hp, k, n) applied along the sequence of x (B, H, t, d) → (B, H, k, d).
+/// proj (Hp, k, n) applied along the sequence of x (B, H, t, d) → (B, H, k, d). With replicas
+/// proj is (R, Hp, k, n) and replica r's projection acts on its block of x (R·B, H, t, d).
 fn project(proj: &Tensor, x: &Tensor) -> Result<Tensor> {
     let (b, h, t, _) = x.dims4()?;
-    let (_, k, n) = proj.dims3()?;
+    let last = proj.rank() - 1;
+    let (k, n) = (proj.dim(last - 1)?, proj.dim(last)?);
     if t > n {
         return Err(Error::Other(format!(
             "Linformer was built for sequences of {n} tokens and cannot attend over {t}"
         )));
     }
-    let proj = proj
-        .narrow(2, 0, t)?
-        .unsqueeze(0)?
-        .broadcast_as((b, h, k, t))?
-        .contiguous()?;
+    let proj = proj.narrow(last, 0, t)?;
+    let proj = match proj.rank() {
+        4 => {
+            let replicas = proj.dim(0)?;
+            proj.unsqueeze(1)?
+                .broadcast_as((replicas, b / replicas, h, k, t))?
+                .reshape((b, h, k, t))?
+        }
+        _ => proj
+            .unsqueeze(0)?
+            .broadcast_as((b, h, k, t))?
+            .contiguous()?,
+    };
     Ok(proj.matmul(&x.contiguous()?)?)
 }
 

@@ -42,15 +42,20 @@ pub struct BenchArgs {
     /// Modes of --torch-fast: eager, tf32, bf16, compile.
     #[arg(long, default_value = "eager,tf32,bf16")]
     torch_modes: String,
+    /// Also time N replicas of the preset (seeds 0..N, learning rates alternating between the
+    /// preset's and three times it) trained as one group, against N steps of one model alone.
+    #[arg(long, value_name = "N")]
+    replicas: Option<usize>,
     /// Python interpreter for --torch.
     #[arg(long, default_value = "python3")]
     python: String,
 }
 
-/// A trainer on the preset's own device: a benchmark that quietly fell back to the CPU would
-/// report CPU numbers under the GPU's name, so the fallback notice is an error here.
-fn bench_trainer(preset: &Preset) -> anyhow::Result<Trainer> {
-    let trainer = Trainer::new(preset)?;
+/// A trainer of `presets` (one model, or replicas) on their own device: a benchmark that
+/// quietly fell back to the CPU would report CPU numbers under the GPU's name, so the fallback
+/// notice is an error here.
+fn bench_trainer(presets: &[Preset]) -> anyhow::Result<Trainer> {
+    let trainer = Trainer::group(presets)?;
     if let Some(notice) = trainer.device_notice() {
         anyhow::bail!("{notice}; not benchmarking the CPU in its place");
     }
@@ -67,23 +72,42 @@ pub struct StepTime {
 
 /// Measures the mean time of `steps` training steps after 5 warm-up steps.
 pub fn step_time(preset: &Preset, steps: usize) -> anyhow::Result<StepTime> {
-    let mut trainer = bench_trainer(preset)?;
+    group_step_time(std::slice::from_ref(preset), steps)
+}
+
+/// [`step_time`] of `presets` trained as replicas of one group: the time of a step of all.
+fn group_step_time(presets: &[Preset], steps: usize) -> anyhow::Result<StepTime> {
+    let mut trainer = bench_trainer(presets)?;
     for _ in 0..5 {
-        trainer.train_step()?;
+        trainer.train_step_replicas()?;
     }
     let started = Instant::now();
     for _ in 0..steps {
-        trainer.train_step()?;
+        trainer.train_step_replicas()?;
     }
     let ms = started.elapsed().as_secs_f64() * 1e3 / steps.max(1) as f64;
     let graph_nodes = trainer.graph_nodes()?;
     Ok(StepTime { ms, graph_nodes })
 }
 
+/// `n` cells of `preset`'s shape, as a sweep over seeds and two learning rates makes them.
+fn replica_presets(preset: &Preset, n: usize) -> Vec<Preset> {
+    (0..n)
+        .map(|r| {
+            let mut cell = preset.clone();
+            cell.train.seed = r as u64;
+            if r % 2 == 1 {
+                cell.train.lr *= 3.0;
+            }
+            cell
+        })
+        .collect()
+}
+
 /// Trains with an evaluation per epoch until the preset's target accuracy, like the reference
 /// script; returns (seconds including evaluation, epochs) or `None` if it was never reached.
 fn time_to_target(preset: &Preset, verbose: bool) -> anyhow::Result<Option<(f64, usize)>> {
-    let mut trainer = bench_trainer(preset)?;
+    let mut trainer = bench_trainer(std::slice::from_ref(preset))?;
     let started = Instant::now();
     let epochs = preset.train.epochs;
     for epoch in 1..=epochs {
@@ -216,6 +240,24 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
             tokens / (ms / 1e3),
             measured.graph_nodes,
         );
+    }
+    if let Some(n) = args.replicas {
+        anyhow::ensure!(n >= 1, "--replicas must be at least 1");
+        let group = group_step_time(&replica_presets(&preset, n), args.steps)?;
+        let speedup = n as f64 * ms / group.ms;
+        result["replicas"] = json!({
+            "n": n,
+            "ms_per_group_step": group.ms,
+            "ms_per_model_step": group.ms / n as f64,
+            "speedup": speedup,
+        });
+        if text {
+            outln!(
+                "{n} replicas as one group: {:.1} ms per step of all ({:.1} ms per model, {speedup:.2}x faster than one after another)",
+                group.ms,
+                group.ms / n as f64
+            );
+        }
     }
     if !args.steps_only {
         let reached = time_to_target(&preset, text)?;

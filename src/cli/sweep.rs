@@ -18,9 +18,14 @@ pub struct SweepArgs {
     action: Option<SweepAction>,
     /// The sweep file (TOML) to train; finished cells are skipped.
     file: Option<PathBuf>,
-    /// Cells trained at once (overrides the file's `workers`).
+    /// Groups of cells trained at once, each on its share of the cores (overrides the file's
+    /// `workers`; 0: one per core).
     #[arg(long)]
     workers: Option<usize>,
+    /// The most cells of one shape trained as replicas of one model (overrides the file's
+    /// `replicas`; 1 trains cell by cell).
+    #[arg(long)]
+    replicas: Option<usize>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -53,7 +58,7 @@ pub fn sweep(args: &SweepArgs) -> anyhow::Result<()> {
             let summary = collect(dirs)?;
             report(&summary, out.as_ref().unwrap_or(&dirs[0]))
         }
-        (None, Some(file)) => train(file, args.workers),
+        (None, Some(file)) => train(file, args.workers, args.replicas),
         (None, None) => anyhow::bail!("give a sweep file, or `plan FILE` / `collect DIR…`"),
     }
 }
@@ -81,11 +86,21 @@ fn plan(file: &std::path::Path, out: Option<&PathBuf>, pending: bool) -> anyhow:
     Ok(())
 }
 
-fn train(file: &std::path::Path, workers: Option<usize>) -> anyhow::Result<()> {
+fn train(
+    file: &std::path::Path,
+    workers: Option<usize>,
+    replicas: Option<usize>,
+) -> anyhow::Result<()> {
     let mut sweep = Sweep::load(file)?;
     if let Some(w) = workers {
-        anyhow::ensure!(w >= 1, "--workers must be at least 1");
         sweep.workers = w;
+    }
+    if let Some(r) = replicas {
+        anyhow::ensure!(
+            r >= 1,
+            "--replicas must be at least 1 (1 trains cell by cell)"
+        );
+        sweep.replicas = r;
     }
     let bar = ProgressBar::new(sweep.cells.len() as u64);
     bar.set_style(ProgressStyle::with_template(
@@ -98,6 +113,23 @@ fn train(file: &std::path::Path, workers: Option<usize>) -> anyhow::Result<()> {
     let line = |text: String| bar.suspend(|| eprintln!("{text}"));
     let stop = AtomicBool::new(false);
     let summary = run_sweep(&sweep, &stop, &mut |event| match event {
+        SweepEvent::Planned { groups, split } => {
+            let cells: usize = groups.iter().map(Vec::len).sum();
+            line(format!(
+                "{cells} cells to train in {} groups of replicas, {} at a time on {} thread(s) each",
+                groups.len(),
+                split.workers,
+                split.threads
+            ));
+        }
+        SweepEvent::GroupStarted { cells } => {
+            let ids: Vec<&str> = cells.iter().map(|&c| sweep.cells[c].id.as_str()).collect();
+            line(format!(
+                "training {} as one group: {}",
+                ids.len(),
+                ids.join(", ")
+            ));
+        }
         SweepEvent::Skipped { cell, run_dir } => {
             bar.inc(1);
             progress.skipped();

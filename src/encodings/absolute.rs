@@ -26,16 +26,22 @@ impl Learned {
     }
 }
 
-/// x (B, T, D) + table[0..T], with a clear error past the table's end.
+/// x (B, T, D) + table[0..T], with a clear error past the table's end. A replicated table
+/// (R, max_len, D) adds replica r's rows to replica r's block of x (R·B, T, D).
 fn add_table(x: &Tensor, table: &Tensor, what: &str) -> Result<Tensor> {
     let t = x.dim(1)?;
-    let max_len = table.dim(0)?;
+    let positions = table.rank() - 2;
+    let max_len = table.dim(positions)?;
     if t > max_len {
         return Err(Error::Other(format!(
             "sequence of length {t} is longer than the {what} table ({max_len} positions)"
         )));
     }
-    add_broadcast(x, &table.narrow(0, 0, t)?)
+    let rows = table.narrow(positions, 0, t)?;
+    if positions == 1 {
+        return crate::ops::per_replica(x, &rows, crate::ops::Combine::Add);
+    }
+    add_broadcast(x, &rows)
 }
 
 impl Encoding for Learned {

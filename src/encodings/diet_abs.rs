@@ -61,17 +61,20 @@ impl Encoding for DietAbs {
         self.block_bias(QueryBlock::whole(t))
     }
 
+    /// (H, len, keys), or (R, H, len, keys) with replicas.
     fn block_bias(&self, block: QueryBlock) -> Result<Option<Tensor>> {
-        let max_len = self.p_q.dim(1)?;
+        let positions = self.p_q.rank() - 2;
+        let max_len = self.p_q.dim(positions)?;
         let t = block.keys();
         if t > max_len {
             return Err(Error::Other(format!(
                 "DIET-ABS has position embeddings for {max_len} positions and cannot cover {t}"
             )));
         }
-        let p_q = self.p_q.narrow(1, block.start, block.len)?;
-        let p_k = self.p_k.narrow(1, 0, t)?;
-        Ok(Some(p_q.matmul(&p_k.transpose(1, 2)?.contiguous()?)?))
+        let p_q = self.p_q.narrow(positions, block.start, block.len)?;
+        let p_k = self.p_k.narrow(positions, 0, t)?;
+        let p_k_t = p_k.transpose(positions, positions + 1)?.contiguous()?;
+        Ok(Some(p_q.contiguous()?.matmul(&p_k_t)?))
     }
 }
 

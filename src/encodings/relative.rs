@@ -10,14 +10,15 @@ use candle_core::{Device, Tensor};
 use super::{DistanceBias, Encoding, LengthCache, QueryBlock};
 use crate::Result;
 
-/// Per-distance values (H, ≥ keys) → (H, len, keys) with entry [h, r, j] = v[h, i − j] for
-/// query i = start + r and key j ≤ i: the whole Toeplitz matrix for [`QueryBlock::whole`].
-/// Entries above the diagonal repeat v[h, 0]; every mechanism masks them.
+/// Per-distance values (…, H, ≥ keys) → (…, H, len, keys) with entry [h, r, j] = v[h, i − j]
+/// for query i = start + r and key j ≤ i: the whole Toeplitz matrix for [`QueryBlock::whole`].
+/// Entries above the diagonal repeat v[h, 0]; every mechanism masks them. A leading replica
+/// dimension (R, H, …) carries through.
 pub(crate) fn toeplitz(per_distance: &Tensor, index: &Tensor, block: QueryBlock) -> Result<Tensor> {
-    let h = per_distance.dim(0)?;
-    Ok(per_distance
-        .index_select(index, 1)?
-        .reshape((h, block.len, block.keys()))?)
+    let last = per_distance.rank() - 1;
+    let mut dims = per_distance.dims()[..last].to_vec();
+    dims.extend([block.len, block.keys()]);
+    Ok(per_distance.index_select(index, last)?.reshape(dims)?)
 }
 
 /// The flat (len·keys) gather index of [`toeplitz`]: i − j below the diagonal, 0 above it.

@@ -128,7 +128,8 @@ impl LearnedDistance for TableBias {
             let buckets: Vec<u32> = (0..t).map(|d| (self.bucket)(d) as u32).collect();
             Ok(Tensor::from_vec(buckets, t, self.table.device())?)
         })?;
-        Ok(self.table.index_select(&index, 1)?)
+        // The distances are the last dimension, after the replicas' if there are any.
+        Ok(self.table.index_select(&index, self.table.rank() - 1)?)
     }
 
     fn current(&self) -> Result<Vec<Arc<dyn DistanceBias>>> {

@@ -10,6 +10,7 @@ use candle_core::{D, Tensor};
 use super::Build;
 use super::Linear;
 use crate::Result;
+use crate::ops::causal_conv;
 use crate::params::{Init, Params};
 
 pub struct ShortConv {
@@ -30,19 +31,10 @@ impl ShortConv {
         })
     }
 
-    /// u (B, T, D) → (B, T, D).
+    /// u (B, T, D) → (B, T, D). With replicas (a (R, k, D) kernel), replica r's parameters act
+    /// on its block of rows.
     pub fn forward(&self, u: &Tensor) -> Result<Tensor> {
-        let (b, t, d) = u.dims3()?;
-        let k = self.kernel.dim(0)?;
-        let padded = Tensor::cat(
-            &[&Tensor::zeros((b, k - 1, d), u.dtype(), u.device())?, u],
-            1,
-        )?;
-        let mut conv = self.bias.broadcast_as((b, t, d))?.clone();
-        for j in 0..k {
-            let tap = self.kernel.get(j)?; // (D,)
-            conv = (conv + padded.narrow(1, j, t)?.broadcast_mul(&tap)?)?;
-        }
+        let conv = causal_conv(u, &self.kernel, &self.bias)?;
         Ok(((conv * self.projection.forward(u)?)? + u)?)
     }
 }

@@ -6,7 +6,10 @@ use candle_core::Tensor;
 
 use super::Build;
 use crate::Result;
-use crate::ops::{Precision, add_broadcast, gelu_erf, layer_norm, linear, linear_heads};
+use crate::ops::{
+    Precision, add_bias_replicas, add_broadcast, affine_replicas, gelu_erf, layer_norm, linear,
+    linear_heads, linear_replicas, standardise,
+};
 use crate::params::{Init, Params};
 
 /// How a linear layer's parameters start.
@@ -72,18 +75,34 @@ impl Linear {
     /// contiguous output, where narrowing one wide output makes candle copy it (and its
     /// backward assemble a full-width gradient from zeros) once per slice.
     pub fn rows(&self, start: usize, len: usize) -> Result<Self> {
+        // The output features are the first dimension, after the replicas' if there are any.
+        let dim = usize::from(self.replicated());
         Ok(Self {
-            weight: self.weight.narrow(0, start, len)?,
+            weight: self.weight.narrow(dim, start, len)?,
             bias: self
                 .bias
                 .as_ref()
-                .map(|b| b.narrow(0, start, len))
+                .map(|b| b.narrow(dim, start, len))
                 .transpose()?,
             precision: self.precision,
         })
     }
 
+    /// Whether the weight is stacked for replicas, (R, out, in) (see `params.rs`).
+    fn replicated(&self) -> bool {
+        self.weight.rank() == 3
+    }
+
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if self.replicated() {
+            let y = self
+                .precision
+                .product(x, &self.weight, |x, w| linear_replicas(x, w, None))?;
+            return match &self.bias {
+                Some(b) => add_bias_replicas(&y, b),
+                None => Ok(y),
+            };
+        }
         if self.precision != Precision::Bf16 {
             return linear(x, &self.weight, self.bias.as_ref());
         }
@@ -98,6 +117,11 @@ impl Linear {
 
     /// x (B, T, in) → (B, heads, T, out / heads): the output split into attention heads.
     pub fn forward_heads(&self, x: &Tensor, heads: usize) -> Result<Tensor> {
+        if self.replicated() {
+            let y = self.forward(x)?;
+            let (b, t, out) = y.dims3()?;
+            return Ok(y.reshape((b, t, heads, out / heads))?.transpose(1, 2)?);
+        }
         if self.precision != Precision::Bf16 {
             return linear_heads(x, &self.weight, self.bias.as_ref(), heads);
         }
@@ -127,6 +151,10 @@ impl LayerNorm {
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if self.weight.rank() == 2 {
+            // Replicas: (R, dim) affine parameters, one row per replica.
+            return affine_replicas(&standardise(x, 1e-5)?, &self.weight, Some(&self.bias));
+        }
         layer_norm(x, &self.weight, &self.bias, 1e-5)
     }
 }
@@ -147,9 +175,19 @@ impl Embedding {
         &self.weight
     }
 
-    /// ids (B, T) u32 → (B, T, D).
+    /// ids (B, T) u32 → (B, T, D). With replicas (a (R, V, D) table), the ids (R·B, T) of
+    /// replica r's rows index its own table.
     pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
-        crate::ops::embedding(&self.weight, ids)
+        let Ok((replicas, vocab, d)) = self.weight.dims3() else {
+            return crate::ops::embedding(&self.weight, ids);
+        };
+        let (rows, t) = ids.dims2()?;
+        let offsets = (Tensor::arange(0u32, replicas as u32, ids.device())? * vocab as f64)?;
+        let shifted = ids
+            .reshape((replicas, rows / replicas * t))?
+            .broadcast_add(&offsets.unsqueeze(1)?)?;
+        let table = self.weight.reshape((replicas * vocab, d))?;
+        crate::ops::embedding(&table, &shifted.reshape((rows, t))?)
     }
 }
 

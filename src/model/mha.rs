@@ -97,19 +97,20 @@ impl MultiHeadAttention {
 
     /// The heads' outputs side by side (B, T, H·Dh) for training: the mechanism's fused
     /// kernel where it has one ([`Mechanism::fused_output`]), else weights · values, the
-    /// weights under dropout when `dropout_seed` is given and the layer has some.
-    fn mixed(&self, x: &Tensor, dropout_seed: Option<u64>) -> Result<Tensor> {
+    /// weights under dropout (one seed per replica) when `dropout_seeds` are given and the
+    /// layer has some.
+    fn mixed(&self, x: &Tensor, dropout_seeds: Option<&[u64]>) -> Result<Tensor> {
         let (q, k, v) = self.project(x)?;
         let encoding = self.encoding.as_ref();
-        let dropout_seed = dropout_seed.filter(|_| self.attention_dropout > 0.0);
-        if dropout_seed.is_none()
+        let dropout_seeds = dropout_seeds.filter(|_| self.attention_dropout > 0.0);
+        if dropout_seeds.is_none()
             && let Some(y) = self.mechanism.fused_output(&q, &k, &v, encoding)?
         {
             return Ok(y);
         }
         let attention = self.mechanism.attend(&q, &k, &v, encoding)?;
-        let weights = match dropout_seed {
-            Some(seed) => dropout(&attention.weights, self.attention_dropout, seed)?,
+        let weights = match dropout_seeds {
+            Some(seeds) => dropout(&attention.weights, self.attention_dropout, seeds)?,
             None => attention.weights,
         };
         self.precision
@@ -123,9 +124,9 @@ impl MultiHeadAttention {
     }
 
     /// x (B, T, D) → output (B, T, D) for training, without the attention weights where the
-    /// mechanism can do without them; `dropout_seed` while training (see [`Self::mixed`]).
-    pub fn forward_output(&self, x: &Tensor, dropout_seed: Option<u64>) -> Result<Tensor> {
-        self.out.forward(&self.mixed(x, dropout_seed)?)
+    /// mechanism can do without them; `dropout_seeds` while training (see [`Self::mixed`]).
+    pub fn forward_output(&self, x: &Tensor, dropout_seeds: Option<&[u64]>) -> Result<Tensor> {
+        self.out.forward(&self.mixed(x, dropout_seeds)?)
     }
 
     /// x (B, T, D) → the output at the flat positions `rows` (b·T + t) only: (R, D), for
@@ -135,9 +136,9 @@ impl MultiHeadAttention {
         &self,
         x: &Tensor,
         rows: &Tensor,
-        dropout_seed: Option<u64>,
+        dropout_seeds: Option<&[u64]>,
     ) -> Result<Tensor> {
-        let y = self.mixed(x, dropout_seed)?;
+        let y = self.mixed(x, dropout_seeds)?;
         self.out.forward(&super::gather_rows(&y, rows)?)
     }
 

@@ -57,11 +57,11 @@ impl Block {
     }
 
     /// x + mixer(norm(x)) for training: attention without its weights where the mechanism
-    /// can ([`MultiHeadAttention::forward_output`]), with dropout when `dropout_seed` is given.
-    fn mix_output(&self, x: &Tensor, dropout_seed: Option<u64>) -> Result<Tensor> {
+    /// can ([`MultiHeadAttention::forward_output`]), with dropout when `dropout_seeds` are given.
+    fn mix_output(&self, x: &Tensor, dropout_seeds: Option<&[u64]>) -> Result<Tensor> {
         let h = self.norm.forward(x)?;
         let y = match &self.mixer {
-            Mixer::Attention(mha) => mha.forward_output(&h, dropout_seed)?,
+            Mixer::Attention(mha) => mha.forward_output(&h, dropout_seeds)?,
             Mixer::ShortConv(conv) => conv.forward(&h)?,
             Mixer::PrevToken(shift) => shift.forward(&h)?,
         };
@@ -70,10 +70,10 @@ impl Block {
 
     /// [`Self::mix`] at the flat positions `rows` (b·T + t) only: (R, D). The mixer still
     /// reads every position; its output projection and the residual skip the others.
-    fn mix_rows(&self, x: &Tensor, rows: &Tensor, dropout_seed: Option<u64>) -> Result<Tensor> {
+    fn mix_rows(&self, x: &Tensor, rows: &Tensor, dropout_seeds: Option<&[u64]>) -> Result<Tensor> {
         let h = self.norm.forward(x)?;
         let y = match &self.mixer {
-            Mixer::Attention(mha) => mha.forward_rows(&h, rows, dropout_seed)?,
+            Mixer::Attention(mha) => mha.forward_rows(&h, rows, dropout_seeds)?,
             Mixer::ShortConv(conv) => gather_rows(&conv.forward(&h)?, rows)?,
             Mixer::PrevToken(shift) => gather_rows(&shift.forward(&h)?, rows)?,
         };
@@ -245,31 +245,39 @@ impl Transformer {
         self.logits_rows(ids, rows, None)
     }
 
-    /// [`Self::logits_at`] for a training step: with the model's dropout, its masks drawn
-    /// from `step_seed`.
-    pub fn train_logits(&self, ids: &Tensor, rows: &Tensor, step_seed: u64) -> Result<Tensor> {
-        self.logits_rows(ids, rows, Some(step_seed))
+    /// [`Self::logits_at`] for a training step: with the model's dropout, its masks drawn from
+    /// the step's seed, one per replica (one for a lone model).
+    pub fn train_logits(&self, ids: &Tensor, rows: &Tensor, step_seeds: &[u64]) -> Result<Tensor> {
+        self.logits_rows(ids, rows, Some(step_seeds))
     }
 
-    /// Logits at `rows`, with dropout when `step_seed` is given.
+    /// Logits at `rows`, with dropout when `step_seeds` are given.
     ///
     /// Semantics-preserving shortcut: the last block's output projection, residual and MLP,
     /// the final norm and the LM head only run on the scored rows (4 of 64 positions in
     /// MQAR), since no later layer reads the others.
-    fn logits_rows(&self, ids: &Tensor, rows: &Tensor, step_seed: Option<u64>) -> Result<Tensor> {
+    fn logits_rows(
+        &self,
+        ids: &Tensor,
+        rows: &Tensor,
+        step_seeds: Option<&[u64]>,
+    ) -> Result<Tensor> {
+        let site = |site: usize| -> Option<Vec<u64>> {
+            step_seeds.map(|seeds| seeds.iter().map(|&s| site_seed(s, site)).collect())
+        };
         let mut x = self.embed(ids)?;
-        if let Some(seed) = step_seed {
-            x = dropout(&x, self.embed_dropout, site_seed(seed, 0))?;
+        if let Some(seeds) = site(0) {
+            x = dropout(&x, self.embed_dropout, &seeds)?;
         }
         let Some((last, earlier)) = self.blocks.split_last() else {
             return Err(crate::Error::Other("model has no blocks".into()));
         };
-        let layer_seed = |layer: usize| step_seed.map(|seed| site_seed(seed, 1 + layer));
         for (layer, block) in earlier.iter().enumerate() {
-            x = block.feed_forward(block.mix_output(&x, layer_seed(layer))?)?;
+            let seeds = site(1 + layer);
+            x = block.feed_forward(block.mix_output(&x, seeds.as_deref())?)?;
         }
-        let last_seed = layer_seed(earlier.len());
-        let scored = last.feed_forward(last.mix_rows(&x, rows, last_seed)?)?; // (R, D)
+        let seeds = site(1 + earlier.len());
+        let scored = last.feed_forward(last.mix_rows(&x, rows, seeds.as_deref())?)?; // (R, D)
         self.head.forward(&self.final_norm.forward(&scored)?)
     }
 

@@ -511,26 +511,33 @@ pub fn adam_param(
     Ok(())
 }
 
-/// `attnlab_dropout`: the mask of dropout.rs, (threshold, scale, key).
+/// `attnlab_dropout`: the mask of dropout.rs, (threshold, scale), one key per replica block
+/// of `block` elements.
 pub fn dropout(
     x: &CudaStorage,
     l: &Layout,
-    (threshold, scale, key): (u32, f32, u64),
+    (threshold, scale): (u32, f32),
+    keys: &[u64],
+    block: usize,
 ) -> Result<(CudaStorage, Shape)> {
     let dev = x.device();
     let n = l.shape().elem_count();
     let out = output(dev, n)?;
     let xv = view::<f32>(x, l)?;
+    let keys = dev.clone_htod(keys)?;
+    let cfg = per_element(n);
+    let block = block as i64;
     launch!(
         dev,
         "attnlab_dropout",
-        per_element(n),
+        cfg,
         &xv,
         &out,
         &(n as i64),
         &threshold,
         &scale,
-        &key
+        &keys,
+        &block
     );
     Ok(wrap(out, dev, l.shape().clone()))
 }

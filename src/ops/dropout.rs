@@ -5,6 +5,9 @@
 //!
 //! Element i is kept when the top 32 bits of `mix(key ^ i)` are at least p·2³², key = mix(seed)
 //! (SplitMix64's finaliser); kept elements are scaled by 1/(1 − p), so the expectation is x.
+//! Replicas (R models stacked along the first dimension) give one seed each: replica r's block
+//! of elements is masked with its own key and its own indices from 0, exactly as its lone model
+//! would be.
 
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
 use rayon::prelude::*;
@@ -21,12 +24,13 @@ pub fn mix(mut z: u64) -> u64 {
 }
 
 /// x with each element zeroed with probability `p` (the rest scaled by 1/(1 − p)), the mask a
-/// function of `seed`. `p = 0` returns x itself.
-pub fn dropout(x: &Tensor, p: f64, seed: u64) -> Result<Tensor> {
+/// function of the seeds: one per replica, each masking its equal block of x. `p = 0` returns x
+/// itself.
+pub fn dropout(x: &Tensor, p: f64, seeds: &[u64]) -> Result<Tensor> {
     if p <= 0.0 {
         return Ok(x.clone());
     }
-    let op = Dropout::new(p, seed);
+    let op = Dropout::new(p, seeds, x.elem_count());
     if super::fusable(x) {
         return Ok(x.contiguous()?.apply_op1(op)?);
     }
@@ -40,30 +44,59 @@ fn dropout_composed(x: &Tensor, op: &Dropout) -> Result<Tensor> {
     Ok((x * mask)?)
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Dropout {
     /// Elements whose hash is below this are dropped (p·2³²).
     threshold: u32,
     scale: f32,
-    key: u64,
+    /// One key per replica.
+    keys: Vec<u64>,
+    /// Elements per replica.
+    block: usize,
 }
 
 impl Dropout {
-    fn new(p: f64, seed: u64) -> Self {
+    fn new(p: f64, seeds: &[u64], elements: usize) -> Self {
         Self {
             threshold: (p.clamp(0.0, 1.0) * 4_294_967_296.0).min(u32::MAX as f64) as u32,
             scale: (1.0 / (1.0 - p)) as f32,
-            key: mix(seed),
+            keys: seeds.iter().map(|&s| mix(s)).collect(),
+            block: (elements / seeds.len().max(1)).max(1),
         }
     }
 
     /// 0 for a dropped element, 1/(1 − p) for a kept one.
     fn factor(&self, i: usize) -> f32 {
-        let hash = (mix(self.key ^ i as u64) >> 32) as u32;
+        self.factor_in(self.key_of(i / self.block), i % self.block)
+    }
+
+    /// The key of replica `r` (the last one's past the end, as a partial last block has).
+    fn key_of(&self, r: usize) -> u64 {
+        self.keys[r.min(self.keys.len() - 1)]
+    }
+
+    /// [`Self::factor`] of the element at `offset` in the block of `key`.
+    fn factor_in(&self, key: u64, offset: usize) -> f32 {
+        let hash = (mix(key ^ offset as u64) >> 32) as u32;
         if hash >= self.threshold {
             self.scale
         } else {
             0.0
+        }
+    }
+
+    /// `out[i] = x[i] · factor(start + i)`, walking the blocks instead of dividing per element
+    /// (a 64-bit division per element took a third of the dropout's time).
+    fn apply(&self, start: usize, x: &[f32], out: &mut [f32]) {
+        let (mut r, mut offset) = (start / self.block, start % self.block);
+        let mut key = self.key_of(r);
+        for (o, x) in out.iter_mut().zip(x) {
+            *o = x * self.factor_in(key, offset);
+            offset += 1;
+            if offset == self.block {
+                (r, offset) = (r + 1, 0);
+                key = self.key_of(r);
+            }
         }
     }
 }
@@ -86,11 +119,7 @@ impl CustomOp1 for Dropout {
         out.par_chunks_mut(CHUNK)
             .zip(x.par_chunks(CHUNK))
             .enumerate()
-            .for_each(|(chunk, (o, x))| {
-                for (i, (o, x)) in o.iter_mut().zip(x).enumerate() {
-                    *o = x * self.factor(chunk * CHUNK + i);
-                }
-            });
+            .for_each(|(chunk, (o, x))| self.apply(chunk * CHUNK, x, o));
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
 
@@ -100,7 +129,13 @@ impl CustomOp1 for Dropout {
         storage: &candle_core::CudaStorage,
         layout: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        super::cuda::dropout(storage, layout, (self.threshold, self.scale, self.key))
+        super::cuda::dropout(
+            storage,
+            layout,
+            (self.threshold, self.scale),
+            &self.keys,
+            self.block,
+        )
     }
 
     /// The same mask on the gradient.
@@ -118,28 +153,28 @@ mod tests {
     fn dropout_keeps_the_expectation_and_repeats_with_its_seed() {
         let x =
             Var::from_tensor(&Tensor::ones(100_000, DType::F32, &Device::Cpu).unwrap()).unwrap();
-        let y = dropout(x.as_tensor(), 0.1, 7).unwrap();
+        let y = dropout(x.as_tensor(), 0.1, &[7]).unwrap();
         let values = y.to_vec1::<f32>().unwrap();
         let dropped = values.iter().filter(|v| **v == 0.0).count() as f64 / values.len() as f64;
         assert!((dropped - 0.1).abs() < 0.005, "dropped {dropped}");
         let mean = values.iter().sum::<f32>() / values.len() as f32;
         assert!((mean - 1.0).abs() < 0.01, "mean {mean}");
         assert_eq!(
-            dropout(x.as_tensor(), 0.1, 7)
+            dropout(x.as_tensor(), 0.1, &[7])
                 .unwrap()
                 .to_vec1::<f32>()
                 .unwrap(),
             values
         );
         assert_ne!(
-            dropout(x.as_tensor(), 0.1, 8)
+            dropout(x.as_tensor(), 0.1, &[8])
                 .unwrap()
                 .to_vec1::<f32>()
                 .unwrap(),
             values
         );
         // The composed reference drops the same elements.
-        let composed = dropout_composed(x.as_tensor(), &Dropout::new(0.1, 7)).unwrap();
+        let composed = dropout_composed(x.as_tensor(), &Dropout::new(0.1, &[7], 100_000)).unwrap();
         assert_eq!(composed.to_vec1::<f32>().unwrap(), values);
         // The gradient goes through the same mask.
         let grads = y.sum_all().unwrap().backward().unwrap();
@@ -148,7 +183,7 @@ mod tests {
             values
         );
         assert_eq!(
-            dropout(x.as_tensor(), 0.0, 7).unwrap().id(),
+            dropout(x.as_tensor(), 0.0, &[7]).unwrap().id(),
             x.as_tensor().id()
         );
     }

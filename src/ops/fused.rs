@@ -421,7 +421,7 @@ impl CustomOp2 for ChunkGrad {
 }
 
 /// Column sums of a row-major (rows, d) slice, computed in parallel blocks of rows.
-fn column_sums_of(data: &[f32], d: usize) -> Vec<f32> {
+pub(super) fn column_sums_of(data: &[f32], d: usize) -> Vec<f32> {
     const BLOCK_ROWS: usize = 256;
     data.par_chunks(BLOCK_ROWS * d)
         .map(|block| {

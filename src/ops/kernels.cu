@@ -344,13 +344,15 @@ __device__ __forceinline__ unsigned long long splitmix(unsigned long long z) {
     return z ^ (z >> 31);
 }
 
-// Dropout with the mask of dropout.rs: element i kept when the top 32 bits of
-// splitmix(key ^ i) are at least `threshold`, kept elements scaled by `scale`.
+// Dropout with the mask of dropout.rs: element i of replica block r = i / block kept when the
+// top 32 bits of splitmix(keys[r] ^ (i % block)) are at least `threshold`, kept elements
+// scaled by `scale`.
 extern "C" __global__ void attnlab_dropout(const float *x, float *y, long long n,
                                            unsigned int threshold, float scale,
-                                           unsigned long long key) {
+                                           const unsigned long long *keys, long long block) {
     GRID_STRIDE(i, n) {
-        unsigned int hash = (unsigned int)(splitmix(key ^ (unsigned long long)i) >> 32);
+        unsigned long long key = keys[i / block];
+        unsigned int hash = (unsigned int)(splitmix(key ^ (unsigned long long)(i % block)) >> 32);
         y[i] = hash >= threshold ? x[i] * scale : 0.f;
     }
 }

@@ -9,6 +9,7 @@
 //! GPU, candle's cuBLAS products run them.
 
 mod adamw;
+mod conv;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod dropout;
@@ -21,16 +22,21 @@ mod loss;
 mod mask;
 mod matmul;
 mod precision;
+mod replicas;
 
 use candle_core::{D, DType, Device, Tensor};
 
 pub use adamw::{AdamStep, adamw_in_place, adamw_step_composed, sum_squares};
+pub use conv::{causal_conv, causal_conv_composed};
 pub use dropout::{dropout, mix as mix_seed};
 pub use embedding::{embedding, embedding_composed};
 pub use flash::{flash_attention, flash_attention_composed, flash_available};
 pub use loss::{cross_entropy, cross_entropy_composed};
 pub use mask::causal_mask;
 pub use precision::Precision;
+pub use replicas::{
+    Combine, add_bias_replicas, affine_replicas, linear_replicas, per_replica, with_bias,
+};
 
 use crate::Result;
 
@@ -75,7 +81,7 @@ pub fn softmax_rows_biased(x: &Tensor, bias: &Tensor, causal: bool) -> Result<Te
         let op = fused::BiasedRowSoftmax { causal };
         return Ok(x.contiguous()?.apply_op2(&bias.contiguous()?, op)?);
     }
-    softmax_rows_composed(&x.broadcast_add(bias)?, causal)
+    softmax_rows(&with_bias(x, bias, Combine::Add)?, causal)
 }
 
 /// Whether `bias` is whole rows of `x` repeated over its leading dimensions: bias's shape,
@@ -257,6 +263,26 @@ pub fn dot_scores(q: &Tensor, k: &Tensor, scale: f64) -> Result<Tensor> {
         return Ok(q.apply_op2(k, op)?);
     }
     scaled_matmul(q, &k.t()?, scale)
+}
+
+/// What the ops' tests share.
+#[cfg(test)]
+pub(crate) mod testing {
+    use candle_core::{Device, Tensor};
+
+    /// N(0, 1) values of `shape` on the CPU, from the stream `(seed, what)`.
+    pub fn random(shape: &[usize], seed: u64, what: &str) -> Tensor {
+        let n = shape.iter().product();
+        let data = crate::rng::normal_vec(&mut crate::rng::stream(seed, what), n, 1.0);
+        Tensor::from_vec(data, shape, &Device::Cpu).unwrap()
+    }
+
+    /// The largest absolute difference between two tensors of one shape.
+    pub fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+        assert_eq!(a.dims(), b.dims());
+        let diff = (a - b).unwrap().abs().unwrap().flatten_all().unwrap();
+        diff.max(0).unwrap().to_scalar::<f32>().unwrap()
+    }
 }
 
 #[cfg(test)]

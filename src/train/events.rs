@@ -82,6 +82,10 @@ pub struct Summary {
     #[serde(default)]
     pub precision: crate::ops::Precision,
     pub n_params: usize,
+    /// Models in the batched computation this run trained in, when it trained as a replica of
+    /// a group (see `train::replicas`); its results are its own either way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<usize>,
     pub steps: usize,
     pub total_steps: usize,
     pub epoch: f64,

@@ -6,6 +6,7 @@
 
 pub mod events;
 pub mod optim;
+pub mod replicas;
 pub mod run;
 pub mod run_dir;
 pub mod trainer;
@@ -16,7 +17,7 @@ use serde::{Deserialize, Serialize};
 pub use events::{EvalRecord, MetricRecord, RunStatus, StepRecord, Summary, TrainEvent};
 pub use optim::{AdamW, Schedule};
 pub use run_dir::RunDir;
-pub use trainer::Trainer;
+pub use trainer::{ReplicaStep, Trainer};
 pub use worker::{Priority, TrainHandle, lower_thread_priority, spawn, spawn_with};
 
 use crate::tasks::TaskSpec;

@@ -42,16 +42,16 @@ pub fn learning_rate(config: &TrainConfig, step: usize, total: usize) -> f64 {
     }
 }
 
-/// A parameter and its AdamW moments [m; v], side by side in one (2·n) buffer so the fused
-/// update reads and writes them in one pass.
+/// A parameter and its AdamW moments [m; v], side by side in a (2·n) buffer so the fused
+/// update reads and writes them in one pass: one buffer per replica (see `params.rs`).
 struct Slot {
     var: Var,
-    moments: Tensor,
+    moments: Vec<Tensor>,
 }
 
-/// AdamW over a fixed set of variables.
-pub struct AdamW {
-    slots: Vec<Slot>,
+/// One model's optimiser settings and steps taken (a replica's, in a group).
+#[derive(Clone, Copy, Debug)]
+struct Hypers {
     beta1: f64,
     beta2: f64,
     eps: f64,
@@ -59,61 +59,150 @@ pub struct AdamW {
     step: usize,
 }
 
-impl AdamW {
-    pub fn new(vars: Vec<Var>, config: &TrainConfig) -> Result<Self> {
-        let slots = vars
-            .into_iter()
-            .map(|var| {
-                let moments = Tensor::zeros(2 * var.elem_count(), var.dtype(), var.device())?;
-                Ok(Slot { var, moments })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Self {
-            slots,
+impl From<&TrainConfig> for Hypers {
+    fn from(config: &TrainConfig) -> Self {
+        Self {
             beta1: config.beta1,
             beta2: config.beta2,
             eps: config.eps,
             weight_decay: config.weight_decay,
             step: 0,
+        }
+    }
+}
+
+/// One replica's learning rate and gradient scale (clipping) for a step.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Update {
+    pub lr: f64,
+    pub grad_scale: f64,
+}
+
+/// AdamW over a fixed set of variables: of one model, or of R replicas stacked along each
+/// variable's first dimension, each with its own settings, step count and moments, so that a
+/// replica is updated exactly as it would be alone.
+pub struct AdamW {
+    slots: Vec<Slot>,
+    replicas: Vec<Hypers>,
+    /// Whether the variables carry the replica dimension (false: one lone model).
+    stacked: bool,
+}
+
+impl AdamW {
+    pub fn new(vars: Vec<Var>, config: &TrainConfig) -> Result<Self> {
+        Self::build(vars, std::slice::from_ref(config), false)
+    }
+
+    /// The optimiser of replicas: `vars` have a leading dimension `configs.len()`, replica r's
+    /// slice follows `configs[r]`.
+    pub fn replicated(vars: Vec<Var>, configs: &[TrainConfig]) -> Result<Self> {
+        Self::build(vars, configs, true)
+    }
+
+    fn build(vars: Vec<Var>, configs: &[TrainConfig], stacked: bool) -> Result<Self> {
+        let replicas = configs.len();
+        let slots = vars
+            .into_iter()
+            .map(|var| {
+                let n = 2 * var.elem_count() / replicas;
+                let moments = (0..replicas)
+                    .map(|_| Tensor::zeros(n, var.dtype(), var.device()))
+                    .collect::<candle_core::Result<_>>()?;
+                Ok(Slot { var, moments })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            slots,
+            replicas: configs.iter().map(Hypers::from).collect(),
+            stacked,
         })
+    }
+
+    /// The optimiser of replicas `keep` only, on `vars`: their slices of the variables, in
+    /// the order of [`Self::new`]'s (see `Params::select_replicas`). Their settings, step
+    /// counts and moments carry over.
+    pub fn select_replicas(&mut self, keep: &[usize], vars: Vec<Var>) -> Result<()> {
+        if vars.len() != self.slots.len() || !self.stacked {
+            return Err(crate::Error::Other(
+                "replicas are selected from a group's optimiser, for the same variables".into(),
+            ));
+        }
+        for (slot, var) in self.slots.iter_mut().zip(vars) {
+            slot.var = var;
+            slot.moments = keep.iter().map(|&r| slot.moments[r].clone()).collect();
+        }
+        self.replicas = keep.iter().map(|&r| self.replicas[r]).collect();
+        Ok(())
     }
 
     /// Global L2 norm of the gradients of all variables. The squared norms are summed on the
     /// device and read once: one copy to the host per step, not one per parameter.
     pub fn grad_norm(&self, grads: &GradStore) -> Result<f64> {
+        Ok(self.grad_norms(grads)?[0])
+    }
+
+    /// [`Self::grad_norm`] of each replica, read in one copy.
+    pub fn grad_norms(&self, grads: &GradStore) -> Result<Vec<f64>> {
+        let replicas = self.replicas.len();
         let squares = self
             .slots
             .iter()
             .filter_map(|slot| grads.get(slot.var.as_tensor()))
-            .map(sum_squares)
+            .flat_map(|g| (0..replicas).map(move |r| sum_squares(&part(g, r, self.stacked)?)))
             .collect::<Result<Vec<_>>>()?;
         if squares.is_empty() {
-            return Ok(0.0);
+            return Ok(vec![0.0; replicas]);
         }
-        let total = Tensor::stack(&squares, 0)?.sum_all()?.to_scalar::<f32>()?;
-        Ok(f64::from(total).sqrt())
+        let per_replica = Tensor::stack(&squares, 0)?
+            .reshape((squares.len() / replicas, replicas))?
+            .sum(0)?
+            .to_vec1::<f32>()?;
+        Ok(per_replica
+            .into_iter()
+            .map(|s| f64::from(s).sqrt())
+            .collect())
     }
 
     /// One update with learning rate `lr`; gradients are scaled by `grad_scale` first (clipping).
     pub fn step(&mut self, grads: &GradStore, lr: f64, grad_scale: f64) -> Result<()> {
-        self.step_with(grads, lr, grad_scale, true)
+        self.step_replicas(grads, &[Some(Update { lr, grad_scale })])
     }
 
-    /// [`Self::step`], by the fused in-place kernels where they run (`fused`) or by tensor ops.
+    /// One update of each replica with `Some` update; the others (frozen: finished or failed)
+    /// keep their parameters and moments.
+    pub fn step_replicas(&mut self, grads: &GradStore, updates: &[Option<Update>]) -> Result<()> {
+        self.step_with(grads, updates, true)
+    }
+
+    /// [`Self::step_replicas`], by the fused in-place kernels where they run (`fused`) or by
+    /// tensor ops.
     fn step_with(
         &mut self,
         grads: &GradStore,
-        lr: f64,
-        grad_scale: f64,
+        updates: &[Option<Update>],
         fused: bool,
     ) -> Result<()> {
-        self.step += 1;
-        let rule = self.rule(lr, grad_scale);
+        if updates.len() != self.replicas.len() {
+            return Err(crate::Error::Other(format!(
+                "{} updates for {} replicas",
+                updates.len(),
+                self.replicas.len()
+            )));
+        }
+        let rules: Vec<Option<AdamStep>> = updates
+            .iter()
+            .zip(&mut self.replicas)
+            .map(|(update, hypers)| {
+                update.map(|u| {
+                    hypers.step += 1;
+                    hypers.rule(u)
+                })
+            })
+            .collect();
+        let stacked = self.stacked;
         let update = |slot: &mut Slot| match grads.get(slot.var.as_tensor()) {
-            Some(g) if fused && fusable(g) => {
-                adamw_in_place(slot.var.as_tensor(), &slot.moments, g, &rule)
-            }
-            Some(g) => slot.update_composed(g, &rule),
+            Some(g) if fused && fusable(g) => slot.update_in_place(g, &rules, stacked),
+            Some(g) => slot.update_composed(g, &rules, stacked),
             None => Ok(()),
         };
         // Parameters are independent: on the CPU, update them side by side. A GPU gets its
@@ -124,28 +213,69 @@ impl AdamW {
             self.slots.iter_mut().try_for_each(update)
         }
     }
+}
 
+impl Hypers {
     /// The constants of the current step's update.
-    fn rule(&self, lr: f64, grad_scale: f64) -> AdamStep {
+    fn rule(&self, update: Update) -> AdamStep {
         let t = self.step as i32;
         AdamStep {
             beta1: self.beta1 as f32,
             beta2: self.beta2 as f32,
-            grad_scale: grad_scale as f32,
-            decay: (1.0 - lr * self.weight_decay) as f32,
-            step_size: (lr / (1.0 - self.beta1.powi(t))) as f32,
+            grad_scale: update.grad_scale as f32,
+            decay: (1.0 - update.lr * self.weight_decay) as f32,
+            step_size: (update.lr / (1.0 - self.beta1.powi(t))) as f32,
             v_correction: (1.0 / (1.0 - self.beta2.powi(t)).sqrt()) as f32,
             eps: self.eps as f32,
         }
     }
 }
 
+/// Replica r's slice of a variable or gradient when they are `stacked`, else all of it. A
+/// slice is a view of the same storage, so an in-place update of it lands in the variable.
+fn part(x: &Tensor, r: usize, stacked: bool) -> candle_core::Result<Tensor> {
+    if stacked {
+        x.narrow(0, r, 1)
+    } else {
+        Ok(x.clone())
+    }
+}
+
 impl Slot {
+    /// The fused kernels, on each updated replica's slice of the variable.
+    fn update_in_place(&self, g: &Tensor, rules: &[Option<AdamStep>], stacked: bool) -> Result<()> {
+        for (r, rule) in rules.iter().enumerate() {
+            if let Some(rule) = rule {
+                let param = part(self.var.as_tensor(), r, stacked)?;
+                adamw_in_place(&param, &self.moments[r], &part(g, r, stacked)?, rule)?;
+            }
+        }
+        Ok(())
+    }
+
     /// PyTorch's AdamW step from tensor ops: any device and dtype.
-    fn update_composed(&mut self, g: &Tensor, rule: &AdamStep) -> Result<()> {
-        let (param, moments) = adamw_step_composed(self.var.as_tensor(), &self.moments, g, rule)?;
-        self.var.set(&param)?;
-        self.moments = moments;
+    fn update_composed(
+        &mut self,
+        g: &Tensor,
+        rules: &[Option<AdamStep>],
+        stacked: bool,
+    ) -> Result<()> {
+        let mut parts = Vec::with_capacity(rules.len());
+        for (r, rule) in rules.iter().enumerate() {
+            let param = part(self.var.as_tensor(), r, stacked)?;
+            parts.push(match rule {
+                Some(rule) => {
+                    let g = part(g, r, stacked)?;
+                    let (param, moments) = adamw_step_composed(&param, &self.moments[r], &g, rule)?;
+                    self.moments[r] = moments;
+                    param
+                }
+                // A copy: a variable cannot be set from a view of itself.
+                None => param.copy()?,
+            });
+        }
+        self.var
+            .set(&Tensor::cat(&parts, 0)?.reshape(self.var.shape())?)?;
         Ok(())
     }
 }
@@ -206,20 +336,81 @@ mod tests {
                 let b = vars[1].as_tensor().sqr().unwrap().sum_all().unwrap();
                 (a + b).unwrap().backward().unwrap()
             };
-            fused
-                .step_with(&loss(&fused_vars), 1e-2, 0.5, true)
-                .unwrap();
+            let update = [Some(Update {
+                lr: 1e-2,
+                grad_scale: 0.5,
+            })];
+            fused.step_with(&loss(&fused_vars), &update, true).unwrap();
             composed
-                .step_with(&loss(&composed_vars), 1e-2, 0.5, false)
+                .step_with(&loss(&composed_vars), &update, false)
                 .unwrap();
         }
         for (a, b) in fused.slots.iter().zip(&composed.slots) {
-            for (x, y) in [
-                (a.var.as_tensor(), b.var.as_tensor()),
-                (&a.moments, &b.moments),
-            ] {
-                let diff = (x - y).unwrap().abs().unwrap().max_all().unwrap();
-                assert!(diff.to_scalar::<f32>().unwrap() < 1e-6);
+            assert_close(a.var.as_tensor(), b.var.as_tensor());
+            assert_close(&a.moments[0], &b.moments[0]);
+        }
+    }
+
+    fn assert_close(x: &Tensor, y: &Tensor) {
+        let diff = (x - y).unwrap().abs().unwrap().max_all().unwrap();
+        assert!(diff.to_scalar::<f32>().unwrap() < 1e-6);
+    }
+
+    /// Two replicas with their own learning rate, weight decay and β₂, the second frozen
+    /// after its second step, end where each would alone: by the fused kernels and the
+    /// tensor ops, and their gradient norms are their own.
+    #[test]
+    fn replicas_update_as_their_lone_models() {
+        let device = Device::Cpu;
+        let start = |r: u64| crate::rng::normal_vec(&mut crate::rng::stream(r, "adamw"), 12, 1.0);
+        let configs = [
+            TrainConfig::default(),
+            TrainConfig {
+                weight_decay: 0.3,
+                beta2: 0.99,
+                ..TrainConfig::default()
+            },
+        ];
+        let direction = |step: usize, r: usize| {
+            let data =
+                crate::rng::normal_vec(&mut crate::rng::stream(step as u64, "grad"), 24, 1.0);
+            Tensor::from_vec(data[12 * r..12 * (r + 1)].to_vec(), 12, &device).unwrap()
+        };
+        let update = |step: usize, r: usize| {
+            (r == 0 || step < 2).then_some(Update {
+                lr: [1e-2, 3e-2][r],
+                grad_scale: 1.0,
+            })
+        };
+        for fused in [true, false] {
+            let lone: Vec<Var> = (0..2)
+                .map(|r| Var::from_vec(start(r as u64), 12, &device).unwrap())
+                .collect();
+            let stacked = Var::from_vec([start(0), start(1)].concat(), (2, 12), &device).unwrap();
+            let mut lone_opts: Vec<AdamW> = (0..2)
+                .map(|r| AdamW::new(vec![lone[r].clone()], &configs[r]).unwrap())
+                .collect();
+            let mut group = AdamW::replicated(vec![stacked.clone()], &configs).unwrap();
+            for step in 0..4 {
+                let mut norms = Vec::new();
+                for r in 0..2 {
+                    let loss = (lone[r].as_tensor() * direction(step, r)).unwrap();
+                    let grads = loss.sum_all().unwrap().backward().unwrap();
+                    norms.push(lone_opts[r].grad_norm(&grads).unwrap());
+                    let updates = [update(step, r)];
+                    lone_opts[r].step_with(&grads, &updates, fused).unwrap();
+                }
+                let both = Tensor::stack(&[direction(step, 0), direction(step, 1)], 0).unwrap();
+                let loss = (stacked.as_tensor() * both).unwrap();
+                let grads = loss.sum_all().unwrap().backward().unwrap();
+                let group_norms = group.grad_norms(&grads).unwrap();
+                assert!((group_norms[0] - norms[0]).abs() < 1e-5);
+                assert!((group_norms[1] - norms[1]).abs() < 1e-5);
+                let updates = [update(step, 0), update(step, 1)];
+                group.step_with(&grads, &updates, fused).unwrap();
+            }
+            for (r, lone) in lone.iter().enumerate() {
+                assert_close(&stacked.as_tensor().get(r).unwrap(), lone.as_tensor());
             }
         }
     }

@@ -1,11 +1,15 @@
-//! A whole training run: drives a [`Trainer`], writes the run folder, emits events.
+//! A whole training run: drives a [`Trainer`], writes the run folder, emits events. A group of
+//! replicas ([`run_group`]) is driven the same way, each replica into its own run folder with
+//! its own events, as if it trained alone.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+use candle_core::Tensor;
+
 use super::run_dir::{AttentionExample, AttentionIndex, AttentionLayerFile};
-use super::trainer::{EvalStats, StepStats};
+use super::trainer::{EvalStats, ReplicaStep, StepStats};
 use super::{
     EvalRecord, MetricRecord, RunDir, RunStatus, StepRecord, Summary, TrainEvent, Trainer,
 };
@@ -21,92 +25,250 @@ pub fn run(
     stop: &AtomicBool,
     emit: &mut dyn FnMut(TrainEvent),
 ) -> Result<Summary> {
-    let mut run_dir = None;
-    let result = run_inner(preset, runs_root, stop, emit, &mut run_dir);
-    if let Err(error) = &result {
-        emit(TrainEvent::Failed {
-            message: error.to_string(),
-            run_dir: run_dir.map(|d: RunDir| d.path().to_path_buf()),
-        });
-    }
-    result
+    let member = (preset.clone(), runs_root.to_path_buf());
+    let mut results = run_group(std::slice::from_ref(&member), stop, &mut |_, e| emit(e));
+    results.swap_remove(0)
 }
 
-/// Mutable state of a run between steps.
-struct Progress {
+/// Trains `members` (presets of one shape, see [`super::replicas`], each with the folder its
+/// run folder goes under) as replicas of one batched model. Each replica gets the events, the
+/// run folder and the result [`run`] would give it alone (`emit` gets its index); one that
+/// reaches its target or diverges is frozen and finished while the others train on.
+pub fn run_group(
+    members: &[(Preset, PathBuf)],
+    stop: &AtomicBool,
+    emit: &mut dyn FnMut(usize, TrainEvent),
+) -> Vec<Result<Summary>> {
+    let mut results: Vec<Option<Result<Summary>>> = (0..members.len()).map(|_| None).collect();
+    let mut valid = Vec::new();
+    for (i, (preset, _)) in members.iter().enumerate() {
+        match preset.validate() {
+            Ok(()) => valid.push(i),
+            Err(error) => {
+                emit(i, failed_event(&error, None));
+                results[i] = Some(Err(error));
+            }
+        }
+    }
+    if !valid.is_empty() {
+        let group: Vec<(Preset, PathBuf)> = valid.iter().map(|&i| members[i].clone()).collect();
+        let trained = train_group(&group, stop, &mut |r, event| emit(valid[r], event));
+        for (result, &i) in trained.into_iter().zip(&valid) {
+            results[i] = Some(result);
+        }
+    }
+    results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(Error::Other("the run did not start".into()))))
+        .collect()
+}
+
+/// A replica's run between steps: its folder, its summary and what is done with it.
+struct Member {
+    dir: RunDir,
     summary: Summary,
+    /// Its result once it has ended (finished, stopped or failed).
+    result: Option<Result<Summary>>,
+}
+
+/// The group's clock and throughput, shared by its replicas.
+struct Clock {
     started: Instant,
     tokens: usize,
     training_secs: f64,
 }
 
-fn run_inner(
-    preset: &Preset,
-    runs_root: &Path,
+/// [`run_group`] for validated presets.
+fn train_group(
+    group: &[(Preset, PathBuf)],
     stop: &AtomicBool,
-    emit: &mut dyn FnMut(TrainEvent),
-    run_dir_out: &mut Option<RunDir>,
-) -> Result<Summary> {
-    preset.validate()?;
-    let mut trainer = Trainer::new(preset)?;
-    let dir = RunDir::create(runs_root, preset)?;
-    *run_dir_out = Some(dir.clone());
-    dir.write_preset(preset)?;
-    let mut progress = Progress {
-        summary: initial_summary(preset, &trainer),
+    emit: &mut dyn FnMut(usize, TrainEvent),
+) -> Vec<Result<Summary>> {
+    let presets: Vec<Preset> = group.iter().map(|(p, _)| p.clone()).collect();
+    let mut trainer = match Trainer::group(&presets) {
+        Ok(trainer) => trainer,
+        Err(error) => return fail_all(group.len(), error, emit),
+    };
+    let mut members = Vec::new();
+    for (r, (preset, root)) in group.iter().enumerate() {
+        match start_member(&trainer, r, root) {
+            Ok(member) => {
+                emit(r, started_event(&trainer, preset, &member.dir));
+                members.push(member);
+            }
+            Err(error) => {
+                // A folder that cannot be written fails the group before any step.
+                return fail_all(group.len(), error, emit);
+            }
+        }
+    }
+    let mut clock = Clock {
         started: Instant::now(),
         tokens: 0,
         training_secs: 0.0,
     };
-    dir.write_summary(&progress.summary)?;
-    emit(TrainEvent::Started {
+    if let Err(error) = train_members(&mut trainer, &mut members, &mut clock, stop, emit) {
+        // The first replica still training gets the error itself, the others its message.
+        let message = error.to_string();
+        let mut error = Some(error);
+        for (r, member) in members.iter_mut().enumerate() {
+            if member.result.is_none() {
+                let error = error
+                    .take()
+                    .unwrap_or_else(|| Error::Other(message.clone()));
+                fail(member, r, &clock, error, emit);
+            }
+        }
+    }
+    members
+        .into_iter()
+        .map(|m| {
+            m.result
+                .unwrap_or_else(|| Err(Error::Other("the run did not end".into())))
+        })
+        .collect()
+}
+
+/// Creates replica `r`'s run folder with its preset and first summary.
+fn start_member(trainer: &Trainer, r: usize, root: &Path) -> Result<Member> {
+    let preset = trainer.replica_preset(r);
+    let dir = RunDir::create(root, preset)?;
+    dir.write_preset(preset)?;
+    let summary = initial_summary(trainer, r);
+    dir.write_summary(&summary)?;
+    Ok(Member {
+        dir,
+        summary,
+        result: None,
+    })
+}
+
+fn started_event(trainer: &Trainer, preset: &Preset, dir: &RunDir) -> TrainEvent {
+    TrainEvent::Started {
         run_dir: dir.path().to_path_buf(),
         total_steps: trainer.total_steps(),
         steps_per_epoch: trainer.steps_per_epoch(),
         n_params: trainer.params().count(),
         device_notice: trainer.device_notice().map(str::to_string),
         precision_note: crate::device::precision_note(trainer.device(), preset.train.precision),
-    });
-
-    let eval_interval = preset.train.eval_interval(preset.task.train_examples());
-    let outcome = loop {
-        if trainer.step() >= trainer.total_steps() {
-            break RunStatus::Completed;
-        }
-        if stop.load(Ordering::Relaxed) {
-            break RunStatus::Stopped;
-        }
-        let step_started = Instant::now();
-        let stats = match trainer.train_step() {
-            Ok(stats) => stats,
-            Err(error) => {
-                fail(&dir, &mut progress, &error)?;
-                return Err(error);
-            }
-        };
-        record_step(&dir, &trainer, &mut progress, stats, step_started, emit)?;
-        if trainer.step() % eval_interval == 0 || trainer.step() == trainer.total_steps() {
-            let eval = trainer.evaluate()?;
-            record_eval(&dir, &trainer, &mut progress, eval, emit)?;
-            let target = preset.train.target_accuracy;
-            if target > 0.0 && eval.accuracy >= target {
-                break RunStatus::TargetReached;
-            }
-        }
-    };
-    if outcome == RunStatus::Stopped && progress.summary.last_accuracy.is_none() {
-        // Stopped before the first evaluation: save what there is, so the run can be analysed.
-        let eval = trainer.evaluate()?;
-        record_eval(&dir, &trainer, &mut progress, eval, emit)?;
     }
-    progress.summary.status = outcome;
-    progress.summary.elapsed_secs = progress.started.elapsed().as_secs_f64();
-    dir.write_summary(&progress.summary)?;
-    emit(TrainEvent::Finished(Box::new(progress.summary.clone())));
-    Ok(progress.summary)
 }
 
-fn initial_summary(preset: &Preset, trainer: &Trainer) -> Summary {
+/// The step loop: until every replica has ended or `stop` is set. An error here (not a
+/// replica's own divergence) ends the replicas still training.
+fn train_members(
+    trainer: &mut Trainer,
+    members: &mut [Member],
+    clock: &mut Clock,
+    stop: &AtomicBool,
+    emit: &mut dyn FnMut(usize, TrainEvent),
+) -> Result<()> {
+    let eval_interval = trainer
+        .preset()
+        .train
+        .eval_interval(trainer.preset().task.train_examples());
+    while members.iter().any(|m| m.result.is_none()) {
+        if trainer.step() >= trainer.total_steps() {
+            return finish_active(trainer, members, clock, RunStatus::Completed, emit);
+        }
+        if stop.load(Ordering::Relaxed) {
+            if members.iter().any(|m| m.summary.last_accuracy.is_none()) {
+                // Stopped before the first evaluation: save what there is, so the runs can be analysed.
+                evaluate_active(trainer, members, clock, emit)?;
+            }
+            return finish_active(trainer, members, clock, RunStatus::Stopped, emit);
+        }
+        let step_started = Instant::now();
+        let outcomes = trainer.train_step_replicas()?;
+        let step_secs = step_started.elapsed().as_secs_f64();
+        clock.tokens += trainer.tokens_per_step();
+        clock.training_secs += step_secs;
+        for (r, outcome) in outcomes.into_iter().enumerate() {
+            let member = &mut members[r];
+            match outcome {
+                _ if member.result.is_some() => {}
+                ReplicaStep::Trained(stats) => {
+                    record_step(trainer, member, clock, stats, step_secs, &mut |e| {
+                        emit(r, e)
+                    })?
+                }
+                ReplicaStep::Diverged(error) => fail(member, r, clock, error, emit),
+                ReplicaStep::Frozen => {}
+            }
+        }
+        if trainer.step().is_multiple_of(eval_interval) || trainer.step() == trainer.total_steps() {
+            evaluate_active(trainer, members, clock, emit)?;
+        }
+    }
+    Ok(())
+}
+
+/// Evaluates every replica still training, saves its evaluation, and finishes (and freezes)
+/// those that reached their target.
+fn evaluate_active(
+    trainer: &mut Trainer,
+    members: &mut [Member],
+    clock: &Clock,
+    emit: &mut dyn FnMut(usize, TrainEvent),
+) -> Result<()> {
+    let evals = trainer.evaluate_replicas()?;
+    let rows: Vec<usize> = (0..trainer
+        .preset()
+        .eval
+        .attention_examples
+        .min(trainer.test_set().len()))
+        .collect();
+    let attention = trainer.replica_attention(&rows)?;
+    for ((r, eval), (_, weights)) in evals.into_iter().zip(attention) {
+        let member = &mut members[r];
+        if member.result.is_some() {
+            continue;
+        }
+        record_eval(trainer, r, member, clock, eval, &rows, weights, &mut |e| {
+            emit(r, e)
+        })?;
+        let target = trainer.replica_preset(r).train.target_accuracy;
+        if target > 0.0 && eval.accuracy >= target {
+            trainer.freeze(r);
+            finish(member, clock, RunStatus::TargetReached, &mut |e| emit(r, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Ends every replica still training with `status`.
+fn finish_active(
+    trainer: &mut Trainer,
+    members: &mut [Member],
+    clock: &Clock,
+    status: RunStatus,
+    emit: &mut dyn FnMut(usize, TrainEvent),
+) -> Result<()> {
+    for (r, member) in members.iter_mut().enumerate() {
+        if member.result.is_none() {
+            trainer.freeze(r);
+            finish(member, clock, status, &mut |e| emit(r, e))?;
+        }
+    }
+    Ok(())
+}
+
+fn finish(
+    member: &mut Member,
+    clock: &Clock,
+    status: RunStatus,
+    emit: &mut dyn FnMut(TrainEvent),
+) -> Result<()> {
+    member.summary.status = status;
+    member.summary.elapsed_secs = clock.started.elapsed().as_secs_f64();
+    member.dir.write_summary(&member.summary)?;
+    emit(TrainEvent::Finished(Box::new(member.summary.clone())));
+    member.result = Some(Ok(member.summary.clone()));
+    Ok(())
+}
+
+fn initial_summary(trainer: &Trainer, r: usize) -> Summary {
+    let preset = trainer.replica_preset(r);
     Summary {
         name: preset.name.clone(),
         status: RunStatus::Running,
@@ -117,6 +279,7 @@ fn initial_summary(preset: &Preset, trainer: &Trainer) -> Summary {
         device_notice: trainer.device_notice().map(str::to_string),
         precision: preset.train.precision,
         n_params: trainer.params().count(),
+        replicas: (trainer.replicas() > 1).then_some(trainer.replicas()),
         steps: 0,
         total_steps: trainer.total_steps(),
         epoch: 0.0,
@@ -132,16 +295,13 @@ fn initial_summary(preset: &Preset, trainer: &Trainer) -> Summary {
 }
 
 fn record_step(
-    dir: &RunDir,
     trainer: &Trainer,
-    progress: &mut Progress,
+    member: &mut Member,
+    clock: &Clock,
     stats: StepStats,
-    step_started: Instant,
+    step_secs: f64,
     emit: &mut dyn FnMut(TrainEvent),
 ) -> Result<()> {
-    let step_secs = step_started.elapsed().as_secs_f64();
-    progress.tokens += trainer.tokens_per_step();
-    progress.training_secs += step_secs;
     let record = StepRecord {
         step: trainer.step(),
         epoch: trainer.epoch(),
@@ -149,25 +309,31 @@ fn record_step(
         lr: stats.lr,
         grad_norm: stats.grad_norm,
         tokens_per_s: trainer.tokens_per_step() as f64 / step_secs.max(1e-9),
-        elapsed_secs: progress.started.elapsed().as_secs_f64(),
+        elapsed_secs: clock.started.elapsed().as_secs_f64(),
     };
-    dir.append_metric(&MetricRecord::Step(record.clone()))?;
-    let summary = &mut progress.summary;
+    member
+        .dir
+        .append_metric(&MetricRecord::Step(record.clone()))?;
+    let summary = &mut member.summary;
     summary.steps = record.step;
     summary.epoch = record.epoch;
     summary.last_loss = Some(record.loss);
     summary.elapsed_secs = record.elapsed_secs;
-    summary.tokens_per_s = Some(progress.tokens as f64 / progress.training_secs.max(1e-9));
+    summary.tokens_per_s = Some(clock.tokens as f64 / clock.training_secs.max(1e-9));
     emit(TrainEvent::Step(record));
     Ok(())
 }
 
-/// Logs an evaluation, saves checkpoint, attention and summary.
+/// Logs replica `r`'s evaluation, saves its checkpoint, attention and summary.
+#[allow(clippy::too_many_arguments)]
 fn record_eval(
-    dir: &RunDir,
     trainer: &Trainer,
-    progress: &mut Progress,
+    r: usize,
+    member: &mut Member,
+    clock: &Clock,
     eval: EvalStats,
+    rows: &[usize],
+    attention: Vec<Option<Tensor>>,
     emit: &mut dyn FnMut(TrainEvent),
 ) -> Result<()> {
     let record = EvalRecord {
@@ -175,15 +341,16 @@ fn record_eval(
         epoch: trainer.epoch(),
         accuracy: eval.accuracy,
         loss: eval.loss,
-        elapsed_secs: progress.started.elapsed().as_secs_f64(),
+        elapsed_secs: clock.started.elapsed().as_secs_f64(),
     };
+    let dir = &member.dir;
     dir.append_metric(&MetricRecord::Eval(record.clone()))?;
-    trainer.params().save(&dir.checkpoint_path())?;
-    save_attention(dir, trainer)?;
-    let summary = &mut progress.summary;
+    trainer.save_checkpoint(r, &dir.checkpoint_path())?;
+    save_attention(dir, trainer, rows, attention)?;
+    let summary = &mut member.summary;
     summary.last_accuracy = Some(eval.accuracy);
     summary.best_accuracy = Some(summary.best_accuracy.unwrap_or(0.0).max(eval.accuracy));
-    let target = trainer.preset().train.target_accuracy;
+    let target = trainer.replica_preset(r).train.target_accuracy;
     if target > 0.0 && eval.accuracy >= target && summary.time_to_target_secs.is_none() {
         summary.time_to_target_secs = Some(record.elapsed_secs);
     }
@@ -192,14 +359,17 @@ fn record_eval(
     Ok(())
 }
 
-/// Saves the attention of the first `eval.attention_examples` test rows.
-fn save_attention(dir: &RunDir, trainer: &Trainer) -> Result<()> {
+/// Saves the attention of test rows `rows` (the first `eval.attention_examples`), per layer.
+fn save_attention(
+    dir: &RunDir,
+    trainer: &Trainer,
+    rows: &[usize],
+    attention: Vec<Option<Tensor>>,
+) -> Result<()> {
     let preset = trainer.preset();
-    let rows: Vec<usize> =
-        (0..preset.eval.attention_examples.min(trainer.test_set().len())).collect();
     let mut layers = Vec::new();
     let mut tensors = Vec::new();
-    for (layer, weights) in trainer.attention_of(&rows)?.into_iter().enumerate() {
+    for (layer, weights) in attention.into_iter().enumerate() {
         if let Some(weights) = weights {
             layers.push(AttentionLayerFile {
                 layer,
@@ -229,10 +399,48 @@ fn save_attention(dir: &RunDir, trainer: &Trainer) -> Result<()> {
     dir.write_attention(&index, &tensors)
 }
 
-/// Marks the run failed in its summary; the last checkpoint (from the last evaluation) stays.
-fn fail(dir: &RunDir, progress: &mut Progress, error: &Error) -> Result<()> {
-    progress.summary.status = RunStatus::Failed;
-    progress.summary.error = Some(error.to_string());
-    progress.summary.elapsed_secs = progress.started.elapsed().as_secs_f64();
-    dir.write_summary(&progress.summary)
+/// Marks replica `r`'s run failed in its summary (the last checkpoint, from the last
+/// evaluation, stays) and emits `Failed`.
+fn fail(
+    member: &mut Member,
+    r: usize,
+    clock: &Clock,
+    error: Error,
+    emit: &mut dyn FnMut(usize, TrainEvent),
+) {
+    member.summary.status = RunStatus::Failed;
+    member.summary.error = Some(error.to_string());
+    member.summary.elapsed_secs = clock.started.elapsed().as_secs_f64();
+    emit(r, failed_event(&error, Some(&member.dir)));
+    let saved = member.dir.write_summary(&member.summary);
+    member.result = Some(Err(saved.err().unwrap_or(error)));
+}
+
+fn failed_event(error: &Error, dir: Option<&RunDir>) -> TrainEvent {
+    TrainEvent::Failed {
+        message: error.to_string(),
+        run_dir: dir.map(|d| d.path().to_path_buf()),
+    }
+}
+
+/// Every replica failed with `error` before its folder existed (the first gets `error`
+/// itself, the others its message).
+fn fail_all(
+    n: usize,
+    error: Error,
+    emit: &mut dyn FnMut(usize, TrainEvent),
+) -> Vec<Result<Summary>> {
+    let message = error.to_string();
+    let mut results = vec![Err(error)];
+    results.extend((1..n).map(|_| Err(Error::Other(message.clone()))));
+    for r in 0..n {
+        emit(
+            r,
+            TrainEvent::Failed {
+                message: message.clone(),
+                run_dir: None,
+            },
+        );
+    }
+    results
 }

@@ -2,7 +2,7 @@
 
 use candle_core::{D, DType, Device, Tensor, Var};
 
-use super::optim::{AdamW, learning_rate};
+use super::optim::{AdamW, Update, learning_rate};
 use crate::model::Transformer;
 use crate::ops::{cross_entropy, mix_seed};
 use crate::params::Params;
@@ -31,9 +31,35 @@ pub struct EvalStats {
     pub loss: f64,
 }
 
-/// A model, its optimiser and its data, advanced one step at a time.
-pub struct Trainer {
+/// What one training step did to one replica.
+#[derive(Debug)]
+pub enum ReplicaStep {
+    Trained(StepStats),
+    /// Its loss was NaN or infinite: it is frozen where it was before the step.
+    Diverged(Error),
+    /// Frozen before this step (finished or diverged): its parameters did not change.
+    Frozen,
+}
+
+/// One model of a trainer: its preset, its data order and whether it still trains.
+struct Replica {
     preset: Preset,
+    order: Vec<usize>,
+    shuffle: AttnRng,
+    active: bool,
+}
+
+/// Models, their optimiser and their data, advanced one step at a time: one model, or R
+/// replicas of one shape trained as one batched computation (see `params.rs` and
+/// [`super::replicas`]). A replica trains exactly as it would alone (its own initialisation,
+/// data order, dropout masks, learning rate and optimiser state); its batch is its block of
+/// the stacked batch and its loss is its own term of the summed loss, whose gradient with
+/// respect to its parameters is its lone gradient.
+pub struct Trainer {
+    replicas: Vec<Replica>,
+    /// The replicas the model computes, in the order of its stacked dimension: all of them
+    /// at first, the active ones after others froze ([`Self::freeze`]).
+    computed: Vec<usize>,
     device: Device,
     /// The device actually used and why it differs from the preset's, see [`crate::device::Opened`].
     device_name: String,
@@ -43,8 +69,6 @@ pub struct Trainer {
     optimizer: AdamW,
     train: Dataset,
     test: Dataset,
-    order: Vec<usize>,
-    shuffle: AttnRng,
     step: usize,
     steps_per_epoch: usize,
     total_steps: usize,
@@ -53,25 +77,61 @@ pub struct Trainer {
 impl Trainer {
     /// Builds model, optimiser and datasets for a validated preset.
     pub fn new(preset: &Preset) -> Result<Self> {
-        let opened = crate::device::open_or_fallback(&preset.train.device)?;
+        Self::group(std::slice::from_ref(preset))
+    }
+
+    /// Builds R replicas for validated presets of one shape ([`super::replicas::same_shape`]);
+    /// one preset gives a lone model, without the replica dimension.
+    pub fn group(presets: &[Preset]) -> Result<Self> {
+        let Some(first) = presets.first() else {
+            return Err(Error::Other(
+                "a replica group needs at least one preset".into(),
+            ));
+        };
+        if let Some(other) = presets
+            .iter()
+            .find(|p| !super::replicas::same_shape(first, p))
+        {
+            return Err(Error::Other(format!(
+                "{} and {} differ in more than the per-run settings ({}): they cannot train as replicas",
+                first.name,
+                other.name,
+                super::replicas::PER_RUN.join(", ")
+            )));
+        }
+        let opened = crate::device::open_or_fallback(&first.train.device)?;
         let device = opened.device;
         crate::device::use_tf32(
             &device,
-            preset.train.precision == crate::ops::Precision::Tf32,
+            first.train.precision == crate::ops::Precision::Tf32,
         );
-        let params = Params::new(preset.train.seed, &device);
-        let model = preset.build_model(&params)?;
+        let seeds: Vec<u64> = presets.iter().map(|p| p.train.seed).collect();
+        let params = match presets.len() {
+            1 => Params::new(seeds[0], &device),
+            _ => Params::replicated(&seeds, &device),
+        };
+        let model = first.build_model(&params)?;
         let vars: Vec<Var> = params.vars().into_iter().map(|(_, v)| v).collect();
-        let optimizer = AdamW::new(vars, &preset.train)?;
-        let (train, test) = preset.task.datasets()?;
-        let steps_per_epoch = preset.train.steps_per_epoch(train.len());
+        let configs: Vec<_> = presets.iter().map(|p| p.train.clone()).collect();
+        let optimizer = match presets.len() {
+            1 => AdamW::new(vars, &configs[0])?,
+            _ => AdamW::replicated(vars, &configs)?,
+        };
+        let (train, test) = first.task.datasets()?;
         Ok(Self {
-            total_steps: preset.train.total_steps(train.len()),
-            steps_per_epoch,
-            order: Vec::new(),
-            shuffle: rng::stream(preset.train.seed, "shuffle"),
+            total_steps: first.train.total_steps(train.len()),
+            steps_per_epoch: first.train.steps_per_epoch(train.len()),
+            replicas: presets
+                .iter()
+                .map(|preset| Replica {
+                    order: Vec::new(),
+                    shuffle: rng::stream(preset.train.seed, "shuffle"),
+                    active: true,
+                    preset: preset.clone(),
+                })
+                .collect(),
+            computed: (0..presets.len()).collect(),
             step: 0,
-            preset: preset.clone(),
             device,
             device_name: opened.name,
             device_notice: opened.notice,
@@ -83,8 +143,44 @@ impl Trainer {
         })
     }
 
+    /// The preset of the (first) model.
     pub fn preset(&self) -> &Preset {
-        &self.preset
+        &self.replicas[0].preset
+    }
+
+    /// The preset of replica `r`.
+    pub fn replica_preset(&self, r: usize) -> &Preset {
+        &self.replicas[r].preset
+    }
+
+    /// Models trained together (1 for a lone model).
+    pub fn replicas(&self) -> usize {
+        self.replicas.len()
+    }
+
+    /// Stops training replica `r` (it reached its target): its parameters stay as they are,
+    /// and from the next step on the model no longer computes it.
+    pub fn freeze(&mut self, r: usize) {
+        self.replicas[r].active = false;
+    }
+
+    /// Drops the frozen replicas from the stacked model and its optimiser, so that a step
+    /// costs what the active replicas cost.
+    fn compact(&mut self) -> Result<()> {
+        let keep: Vec<usize> = (0..self.computed.len())
+            .filter(|&slot| self.replicas[self.computed[slot]].active)
+            .collect();
+        if keep.len() == self.computed.len() || self.params.replicas().is_none() {
+            return Ok(());
+        }
+        self.computed = keep.iter().map(|&slot| self.computed[slot]).collect();
+        if keep.is_empty() {
+            return Ok(());
+        }
+        self.params = self.params.select_replicas(&keep)?;
+        self.model = self.preset().build_model(&self.params)?;
+        let vars = self.params.vars().into_iter().map(|(_, v)| v).collect();
+        self.optimizer.select_replicas(&keep, vars)
     }
 
     pub fn params(&self) -> &Params {
@@ -131,126 +227,273 @@ impl Trainer {
         self.step as f64 / self.steps_per_epoch as f64
     }
 
-    /// Tokens in one training batch.
+    /// Tokens in one model's training batch.
     pub fn tokens_per_step(&self) -> usize {
-        self.preset.train.batch_size * self.train.seq_len
+        self.preset().train.batch_size * self.train.seq_len
     }
 
-    /// Rows of the next training batch; the order is reshuffled at each epoch.
-    fn next_rows(&mut self) -> Vec<usize> {
-        let batch = self.preset.train.batch_size;
-        let within = (self.step % self.steps_per_epoch) * batch;
-        if within == 0 {
-            self.order = (0..self.train.len()).collect();
-            self.order.shuffle(&mut self.shuffle);
+    /// Writes replica `r`'s parameters (the model's, when alone) as a lone model's checkpoint.
+    pub fn save_checkpoint(&self, r: usize, path: &std::path::Path) -> Result<()> {
+        let Some(slot) = self.computed.iter().position(|&c| c == r) else {
+            return Err(Error::Other(format!(
+                "replica {r} is frozen and no longer held"
+            )));
+        };
+        match self.params.replicas() {
+            Some(_) => self.params.save_replica(slot, path),
+            None => self.params.save(path),
         }
-        self.order[within..within + batch].to_vec()
     }
 
-    /// The dropout masks' seed for the next step: a function of the run's seed and the
-    /// step, so a run repeats.
-    fn step_seed(&self) -> u64 {
-        mix_seed(mix_seed(self.preset.train.seed) ^ self.step as u64)
+    /// Rows of every computed replica's next training batch, replica after replica; each
+    /// replica's order is reshuffled at each epoch from its own stream.
+    fn next_rows(&mut self) -> Vec<usize> {
+        let within = (self.step % self.steps_per_epoch) * self.preset().train.batch_size;
+        let n = self.train.len();
+        let mut rows = Vec::new();
+        for &r in &self.computed {
+            let replica = &mut self.replicas[r];
+            if within == 0 {
+                replica.order = (0..n).collect();
+                replica.order.shuffle(&mut replica.shuffle);
+            }
+            let batch = replica.preset.train.batch_size;
+            rows.extend_from_slice(&replica.order[within..within + batch]);
+        }
+        rows
+    }
+
+    /// The dropout masks' seed of each replica for the next step: a function of its seed and
+    /// the step, so a run repeats, alone or in a group.
+    fn step_seeds(&self) -> Vec<u64> {
+        let step = self.step as u64;
+        self.computed
+            .iter()
+            .map(|&r| mix_seed(mix_seed(self.replicas[r].preset.train.seed) ^ step))
+            .collect()
+    }
+
+    /// Each computed replica's mean cross-entropy over its block of a stacked batch, as the
+    /// next training step computes it (with the model's dropout).
+    fn replica_losses(&self, batch: &Batch) -> Result<Vec<Tensor>> {
+        let logits = self
+            .model
+            .train_logits(&batch.inputs, &batch.rows, &self.step_seeds())?;
+        let scored = batch.n_scored / self.computed.len();
+        (0..self.computed.len())
+            .map(|r| {
+                cross_entropy(
+                    &logits.narrow(0, r * scored, scored)?,
+                    &batch.targets.narrow(0, r * scored, scored)?,
+                )
+            })
+            .collect()
     }
 
     /// Mean cross-entropy of a batch at its scored positions, as the next training step
-    /// computes it (with the model's dropout).
+    /// computes it (with the model's dropout); summed over replicas.
     pub fn batch_loss(&self, batch: &Batch) -> Result<Tensor> {
-        let logits = self
-            .model
-            .train_logits(&batch.inputs, &batch.rows, self.step_seed())?;
-        cross_entropy(&logits, &batch.targets)
+        let losses = self.replica_losses(batch)?;
+        Ok(Tensor::stack(&losses, 0)?.sum_all()?)
     }
 
     /// Nodes in the autograd graph of one training batch (the forward ops that lead to a
     /// parameter): what a step computes, counted the same on every device. On a GPU each is a
     /// kernel launch or more, and its backward about as many again.
     pub fn graph_nodes(&self) -> Result<usize> {
-        let rows: Vec<usize> = (0..self.preset.train.batch_size.min(self.train.len())).collect();
-        let batch = self.train.batch(&rows, &self.device)?;
+        let rows: Vec<usize> = (0..self.preset().train.batch_size.min(self.train.len())).collect();
+        let batch = self
+            .train
+            .batch(&self.for_each_replica(&rows), &self.device)?;
         Ok(self.batch_loss(&batch)?.sorted_nodes().len())
     }
 
-    /// One optimiser step. A NaN or infinite loss is an error and leaves the parameters as they were.
+    /// `rows` once for each computed replica, replica after replica: one stacked batch.
+    fn for_each_replica(&self, rows: &[usize]) -> Vec<usize> {
+        rows.repeat(self.computed.len())
+    }
+
+    /// One optimiser step of a lone model. A NaN or infinite loss is an error and leaves the
+    /// parameters as they were.
+    pub fn train_step(&mut self) -> Result<StepStats> {
+        match self.train_step_replicas()?.swap_remove(0) {
+            ReplicaStep::Trained(stats) => Ok(stats),
+            ReplicaStep::Diverged(error) => Err(error),
+            ReplicaStep::Frozen => Err(Error::Other(
+                "the model is frozen: it diverged or reached its target".into(),
+            )),
+        }
+    }
+
+    /// One optimiser step of every active replica. A replica whose loss is NaN or infinite is
+    /// frozen as it was before the step; the others train on.
     ///
     /// The step runs on a thread of rayon's pool: each of its parallel ops (matrix products,
     /// fused kernels) then starts on the calling worker, which the other threads help, instead
     /// of being handed to the pool while the caller sleeps (3–6 % of a step, measured).
-    pub fn train_step(&mut self) -> Result<StepStats> {
+    pub fn train_step_replicas(&mut self) -> Result<Vec<ReplicaStep>> {
         rayon::scope(|_| self.step_in_pool())
     }
 
-    fn step_in_pool(&mut self) -> Result<StepStats> {
+    fn step_in_pool(&mut self) -> Result<Vec<ReplicaStep>> {
+        self.compact()?;
+        let mut outcomes: Vec<ReplicaStep> =
+            (0..self.replicas()).map(|_| ReplicaStep::Frozen).collect();
+        if self.computed.is_empty() {
+            self.step += 1;
+            return Ok(outcomes);
+        }
         let rows = self.next_rows();
         let batch = self.train.batch(&rows, &self.device)?;
-        let loss = self.batch_loss(&batch)?;
-        let loss_value = loss.to_dtype(DType::F32)?.to_scalar::<f32>()?;
-        if !loss_value.is_finite() {
-            return Err(Error::NonFiniteLoss {
-                step: self.step + 1,
-                loss: loss_value,
-            });
+        let losses = self.replica_losses(&batch)?;
+        let values = Tensor::stack(&losses, 0)?
+            .to_dtype(DType::F32)?
+            .to_vec1::<f32>()?;
+        // The computed replicas (their slots) that train this step.
+        let mut training = Vec::new();
+        for (slot, &loss) in values.iter().enumerate() {
+            let r = self.computed[slot];
+            if !self.replicas[r].active {
+                continue;
+            }
+            if loss.is_finite() {
+                training.push(slot);
+            } else {
+                self.replicas[r].active = false;
+                let step = self.step + 1;
+                outcomes[r] = ReplicaStep::Diverged(Error::NonFiniteLoss { step, loss });
+            }
         }
-        let grads = loss.backward()?;
-        let grad_norm = self.optimizer.grad_norm(&grads)?;
-        let clip = self.preset.train.grad_clip;
-        let scale = if clip > 0.0 && grad_norm > clip {
-            clip / (grad_norm + 1e-6)
-        } else {
-            1.0
-        };
-        let lr = learning_rate(&self.preset.train, self.step, self.total_steps);
-        self.optimizer.step(&grads, lr, scale)?;
+        if !training.is_empty() {
+            let summed = Tensor::stack(
+                &training
+                    .iter()
+                    .map(|&s| losses[s].clone())
+                    .collect::<Vec<_>>(),
+                0,
+            )?;
+            let grads = summed.sum_all()?.backward()?;
+            let norms = self.optimizer.grad_norms(&grads)?;
+            let mut updates = vec![None; self.computed.len()];
+            for &slot in &training {
+                let r = self.computed[slot];
+                let train = &self.replicas[r].preset.train;
+                let clip = train.grad_clip;
+                let grad_scale = if clip > 0.0 && norms[slot] > clip {
+                    clip / (norms[slot] + 1e-6)
+                } else {
+                    1.0
+                };
+                let lr = learning_rate(train, self.step, self.total_steps);
+                updates[slot] = Some(Update { lr, grad_scale });
+                outcomes[r] = ReplicaStep::Trained(StepStats {
+                    loss: values[slot],
+                    lr,
+                    grad_norm: norms[slot],
+                });
+            }
+            self.optimizer.step_replicas(&grads, &updates)?;
+        }
         self.step += 1;
-        Ok(StepStats {
-            loss: loss_value,
-            lr,
-            grad_norm,
-        })
+        Ok(outcomes)
     }
 
-    /// Accuracy and loss over the whole test split (on rayon's pool, like a step).
+    /// Accuracy and loss of a lone model over the whole test split.
     pub fn evaluate(&self) -> Result<EvalStats> {
+        match self.evaluate_replicas()?.first() {
+            Some(&(_, stats)) => Ok(stats),
+            None => Err(Error::Other("the model is frozen".into())),
+        }
+    }
+
+    /// Accuracy and loss of every replica the model still computes over the whole test
+    /// split, with its index (on rayon's pool, like a step).
+    pub fn evaluate_replicas(&self) -> Result<Vec<(usize, EvalStats)>> {
         rayon::scope(|_| self.evaluate_in_pool())
     }
 
-    fn evaluate_in_pool(&self) -> Result<EvalStats> {
-        let (mut correct, mut loss_sum, mut scored) = (0f64, 0f64, 0usize);
+    fn evaluate_in_pool(&self) -> Result<Vec<(usize, EvalStats)>> {
+        let replicas = self.computed.len();
+        if replicas == 0 {
+            return Ok(Vec::new());
+        }
+        let (mut correct, mut loss_sum) = (vec![0f64; replicas], vec![0f64; replicas]);
+        let mut scored = 0usize;
         let rows: Vec<usize> = (0..self.test.len()).collect();
-        let rows_per_pass = (EVAL_TOKENS / self.test.seq_len.max(1)).max(1);
+        let rows_per_pass = (EVAL_TOKENS / (self.test.seq_len.max(1) * replicas)).max(1);
         for chunk in rows.chunks(rows_per_pass) {
-            let batch = self.test.batch(chunk, &self.device)?;
+            let batch = self
+                .test
+                .batch(&self.for_each_replica(chunk), &self.device)?;
             if batch.n_scored == 0 {
                 continue;
             }
+            let per_replica = batch.n_scored / replicas;
             let logits = self.model.logits_at(&batch.inputs, &batch.rows)?.detach();
-            let loss = cross_entropy(&logits, &batch.targets)?;
-            loss_sum += f64::from(loss.to_scalar::<f32>()?) * batch.n_scored as f64;
+            let losses = (0..replicas)
+                .map(|r| {
+                    cross_entropy(
+                        &logits.narrow(0, r * per_replica, per_replica)?,
+                        &batch.targets.narrow(0, r * per_replica, per_replica)?,
+                    )
+                })
+                .collect::<Result<Vec<_>>>()?;
             let hits = logits
                 .argmax(D::Minus1)?
                 .eq(&batch.targets)?
                 .to_dtype(DType::F32)?
-                .sum_all()?
-                .to_scalar::<f32>()?;
-            correct += f64::from(hits);
-            scored += batch.n_scored;
+                .reshape((replicas, per_replica))?
+                .sum(1)?;
+            // One copy to the host per pass: the losses and hit counts side by side.
+            let read = Tensor::cat(&[Tensor::stack(&losses, 0)?, hits], 0)?.to_vec1::<f32>()?;
+            for r in 0..replicas {
+                loss_sum[r] += f64::from(read[r]) * per_replica as f64;
+                correct[r] += f64::from(read[replicas + r]);
+            }
+            scored += per_replica;
         }
         let scored = scored.max(1) as f64;
-        Ok(EvalStats {
-            accuracy: correct / scored,
-            loss: loss_sum / scored,
-        })
+        Ok((0..replicas)
+            .map(|slot| {
+                let stats = EvalStats {
+                    accuracy: correct[slot] / scored,
+                    loss: loss_sum[slot] / scored,
+                };
+                (self.computed[slot], stats)
+            })
+            .collect())
     }
 
-    /// Attention of every layer for test rows `rows`: per layer, `Some((B, H, Tq, Tk))` for
-    /// attention layers and `None` for convolutions.
+    /// Attention of every layer for test rows `rows` of a lone model: per layer,
+    /// `Some((B, H, Tq, Tk))` for attention layers and `None` for convolutions.
     pub fn attention_of(&self, rows: &[usize]) -> Result<Vec<Option<Tensor>>> {
-        let batch = self.test.batch(rows, &self.device)?;
+        match self.replica_attention(rows)?.into_iter().next() {
+            Some((_, layers)) => Ok(layers),
+            None => Err(Error::Other("the model is frozen".into())),
+        }
+    }
+
+    /// [`Self::attention_of`] for every replica the model still computes, with its index.
+    pub fn replica_attention(&self, rows: &[usize]) -> Result<Vec<(usize, Vec<Option<Tensor>>)>> {
+        let batch = self
+            .test
+            .batch(&self.for_each_replica(rows), &self.device)?;
         let forward = self.model.forward(&batch.inputs)?;
-        forward
-            .attention
-            .into_iter()
-            .map(|layer| layer.map(|a| Ok(a.weights.detach())).transpose())
+        let b = rows.len();
+        (0..self.computed.len())
+            .map(|slot| {
+                let layers = forward
+                    .attention
+                    .iter()
+                    .map(|layer| {
+                        layer
+                            .as_ref()
+                            .map(|a| Ok(a.weights.narrow(0, slot * b, b)?.detach()))
+                            .transpose()
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                Ok((self.computed[slot], layers))
+            })
             .collect()
     }
 }

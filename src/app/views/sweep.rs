@@ -13,7 +13,7 @@ use egui_plot::{Legend, Line, LineStyle, Plot, PlotPoints};
 use super::super::export::Exporter;
 use crate::figures::sweep::accuracy_panels;
 use crate::figures::{Figure, Plot as FigPlot};
-use crate::sweep::{Sweep, SweepEvent, SweepSummary, collect, mechanism_label, run_sweep};
+use crate::sweep::{Split, Sweep, SweepEvent, SweepSummary, collect, mechanism_label, run_sweep};
 use crate::train::{RunDir, RunStatus, TrainEvent};
 
 /// How one cell of the grid stands.
@@ -179,6 +179,10 @@ impl Loaded {
 /// What the worker threads tell the view.
 enum Message {
     Cell(usize, CellState),
+    /// The cells to train, in groups of replicas, and how the machine is shared.
+    Planned(Vec<Vec<usize>>, Split),
+    /// A group (indices into the planned groups' cells) started training.
+    GroupStarted(Vec<usize>),
     /// A sweep or a collection ended: the summary of the finished runs, and what went wrong.
     Ended {
         summary: Option<SweepSummary>,
@@ -200,11 +204,51 @@ struct Job {
     training: bool,
 }
 
+/// The groups of replicas a sweep trains, as they run.
+#[derive(Default)]
+pub struct Groups {
+    pub groups: Vec<Vec<usize>>,
+    pub split: Option<Split>,
+    /// Whether each group has started.
+    pub started: Vec<bool>,
+}
+
+impl Groups {
+    /// The line of group `g` in the view: its size, its cells' progress and how it stands.
+    fn line(&self, g: usize, cells: &[CellState], loaded: &Loaded) -> (String, String) {
+        let members = &self.groups[g];
+        let done = members.iter().filter(|&&c| cells[c].is_done()).count();
+        let running = members.iter().find_map(|&c| match cells[c] {
+            CellState::Running { step, total } => Some((step, total)),
+            _ => None,
+        });
+        let state = match (self.started[g], running) {
+            (false, _) => "pending".to_string(),
+            (true, Some((step, total))) => format!("running, step {step}/{total}"),
+            (true, None) => "ended".to_string(),
+        };
+        let first = &loaded.sweep.cells[members[0]].id;
+        let ids: Vec<&str> = members
+            .iter()
+            .map(|&c| loaded.sweep.cells[c].id.as_str())
+            .collect();
+        (
+            format!(
+                "group {}: {} cells like {first}: {state}, {done} done",
+                g + 1,
+                members.len()
+            ),
+            ids.join("\n"),
+        )
+    }
+}
+
 pub struct SweepView {
     /// The sweep file field.
     pub path: String,
     pub loaded: Option<Loaded>,
     pub cells: Vec<CellState>,
+    pub groups: Groups,
     pub summary: Option<SweepSummary>,
     /// The figure panels of `summary`, built once per summary.
     panels: Vec<((usize, usize), Figure)>,
@@ -220,6 +264,7 @@ impl Default for SweepView {
             path: String::new(),
             loaded: None,
             cells: Vec::new(),
+            groups: Groups::default(),
             summary: None,
             panels: Vec::new(),
             error: None,
@@ -244,10 +289,21 @@ fn in_background<T: Send + 'static>(
     receiver
 }
 
-/// The grid state a sweep event puts a cell in (`totals` remembers each cell's planned steps);
-/// `None` for events that change nothing the grid shows.
+/// What a sweep event changes in the view (`totals` remembers each cell's planned steps);
+/// `None` for events that change nothing it shows.
+fn message(event: SweepEvent, totals: &mut [usize]) -> Option<Message> {
+    let (cell, state) = match event {
+        SweepEvent::Planned { groups, split } => return Some(Message::Planned(groups, split)),
+        SweepEvent::GroupStarted { cells } => return Some(Message::GroupStarted(cells)),
+        other => cell_state(other, totals)?,
+    };
+    Some(Message::Cell(cell, state))
+}
+
+/// The grid state a cell's event puts it in.
 fn cell_state(event: SweepEvent, totals: &mut [usize]) -> Option<(usize, CellState)> {
     match event {
+        SweepEvent::Planned { .. } | SweepEvent::GroupStarted { .. } => None,
         SweepEvent::Skipped { cell, run_dir } => {
             let best = RunDir::open(&run_dir)
                 .and_then(|r| r.read_summary())
@@ -291,8 +347,8 @@ fn train(sweep: &Sweep, stop: &AtomicBool, sender: &Sender<Message>, ctx: &egui:
     crate::train::lower_thread_priority();
     let mut totals = vec![0; sweep.cells.len()];
     let result = run_sweep(sweep, stop, &mut |event| {
-        if let Some((cell, state)) = cell_state(event, &mut totals) {
-            let _ = sender.send(Message::Cell(cell, state));
+        if let Some(message) = message(event, &mut totals) {
+            let _ = sender.send(message);
             ctx.request_repaint();
         }
     });
@@ -360,6 +416,7 @@ impl SweepView {
             return;
         }
         self.cells = vec![CellState::Pending; self.cells.len()];
+        self.groups = Groups::default();
         self.set_summary(None);
         self.error = None;
         self.job = Some(Job {
@@ -405,6 +462,18 @@ impl SweepView {
                     Message::Cell(i, state) => {
                         if let Some(cell) = self.cells.get_mut(i) {
                             *cell = state;
+                        }
+                    }
+                    Message::Planned(groups, split) => {
+                        self.groups = Groups {
+                            started: vec![false; groups.len()],
+                            groups,
+                            split: Some(split),
+                        };
+                    }
+                    Message::GroupStarted(cells) => {
+                        if let Some(g) = self.groups.groups.iter().position(|g| *g == cells) {
+                            self.groups.started[g] = true;
                         }
                     }
                     Message::Ended { summary, error } => {
@@ -516,9 +585,29 @@ impl SweepView {
             let label = ui.label("workers");
             ui.add_enabled(
                 !running,
-                egui::DragValue::new(&mut loaded.sweep.workers).range(1..=64),
+                egui::DragValue::new(&mut loaded.sweep.workers)
+                    .range(0..=64)
+                    .custom_formatter(|n, _| {
+                        if n == 0.0 {
+                            "auto".into()
+                        } else {
+                            n.to_string()
+                        }
+                    }),
             )
-            .labelled_by(label.id);
+            .labelled_by(label.id)
+            .on_hover_text(
+                "groups trained at once, each on its share of the cores; auto: one per core",
+            );
+            let label = ui.label("replicas");
+            ui.add_enabled(
+                !running,
+                egui::DragValue::new(&mut loaded.sweep.replicas).range(1..=64),
+            )
+            .labelled_by(label.id)
+            .on_hover_text(
+                "the most cells of one shape trained as one batched model; 1: cell by cell",
+            );
             let idle = self.job.is_none();
             clicked.0 = ui
                 .add_enabled(idle, egui::Button::new("Run sweep"))
@@ -543,6 +632,7 @@ impl SweepView {
                     .text(format!("{done}/{} cells done", self.cells.len())),
             );
         });
+        groups_ui(ui, loaded, &self.groups, &self.cells);
         grid_ui(ui, loaded, &self.cells);
         let out = loaded.sweep.out.clone();
         match clicked {
@@ -607,6 +697,28 @@ impl SweepView {
             });
         }
     }
+}
+
+/// The groups of replicas of the running sweep, a line each, with how the machine is shared.
+fn groups_ui(ui: &mut egui::Ui, loaded: &Loaded, groups: &Groups, cells: &[CellState]) {
+    let Some(split) = groups.split else {
+        return;
+    };
+    let header = format!(
+        "{} groups of replicas, {} at a time on {} threads each",
+        groups.groups.len(),
+        split.workers,
+        split.threads
+    );
+    egui::CollapsingHeader::new(header)
+        .id_salt("sweep-groups")
+        .default_open(true)
+        .show(ui, |ui| {
+            for g in 0..groups.groups.len() {
+                let (line, members) = groups.line(g, cells, loaded);
+                ui.label(line).on_hover_text(members);
+            }
+        });
 }
 
 /// The cells as a table: one row per mechanism and width, one column per other setting.

@@ -1,0 +1,308 @@
+//! The depthwise causal convolution of zoology's `BaseConv` (see `model/conv.rs`) as one op.
+//!
+//! As tensor ops it is k shifted products and sums, and candle reduces each tap's gradient
+//! over batch and time with a strided loop: the convolution's backward was a fifth of a
+//! zoology-layout MQAR step on the CPU. Here the forward is one pass, the input's gradient one
+//! more, and the kernel's and bias's gradients one pass of fixed-order partial sums.
+//! Replicas (kernel (R, k, D), bias (R, D), rows (R·B, T, D)) apply replica r's kernel to its
+//! block of rows; a lone model is the case R = 1.
+
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Tensor};
+use rayon::prelude::*;
+
+use super::fused::{slice, zeros};
+use crate::Result;
+
+/// conv(u) + bias: y[t] = bias + Σⱼ kernel[j] ⊙ u[t − (k − 1) + j] (zero before the start), for
+/// u (N, T, D) and kernel (k, D), bias (D), or with replicas kernel (R, k, D), bias (R, D).
+pub fn causal_conv(u: &Tensor, kernel: &Tensor, bias: &Tensor) -> Result<Tensor> {
+    let shape = Geometry::of(u, kernel)?;
+    if super::fusable(u) && super::fusable(kernel) && u.device().is_cpu() {
+        return Ok(u.contiguous()?.apply_op3(
+            &kernel.contiguous()?,
+            &bias.contiguous()?,
+            Conv(shape),
+        )?);
+    }
+    causal_conv_composed(u, kernel, bias)
+}
+
+/// [`causal_conv`] from tensor ops, on any device: the reference.
+pub fn causal_conv_composed(u: &Tensor, kernel: &Tensor, bias: &Tensor) -> Result<Tensor> {
+    let Geometry {
+        replicas, k, t, d, ..
+    } = Geometry::of(u, kernel)?;
+    let rows = u.dim(0)?;
+    let (kernel, bias) = (
+        kernel.reshape((replicas, k, d))?,
+        bias.reshape((replicas, d))?,
+    );
+    let zeros = Tensor::zeros((rows, k - 1, d), u.dtype(), u.device())?;
+    let padded = Tensor::cat(&[&zeros, u], 1)?;
+    let mut conv =
+        super::replicas::per_replica_composed(&u.zeros_like()?, &bias, super::Combine::Add)?;
+    for j in 0..k {
+        let tap = kernel.narrow(1, j, 1)?.squeeze(1)?; // (R, D)
+        let shifted = padded.narrow(1, j, t)?;
+        conv =
+            (conv + super::replicas::per_replica_composed(&shifted, &tap, super::Combine::Mul)?)?;
+    }
+    Ok(conv)
+}
+
+/// The sizes of a convolution: R replicas of B sequences of T steps of D channels, kernel k.
+#[derive(Clone, Copy, Debug)]
+struct Geometry {
+    replicas: usize,
+    per_replica: usize,
+    k: usize,
+    t: usize,
+    d: usize,
+}
+
+impl Geometry {
+    fn of(u: &Tensor, kernel: &Tensor) -> Result<Self> {
+        let (rows, t, d) = u.dims3()?;
+        let (replicas, k) = match kernel.dims() {
+            &[k, _] => (1, k),
+            &[r, k, _] => (r, k),
+            dims => {
+                return Err(crate::Error::Other(format!(
+                    "a convolution kernel is (k, D) or (R, k, D), not {dims:?}"
+                )));
+            }
+        };
+        if k == 0 || replicas == 0 || rows % replicas != 0 {
+            return Err(crate::Error::Other(format!(
+                "convolution of {rows} rows with {replicas} replicas of kernel size {k}"
+            )));
+        }
+        Ok(Self {
+            replicas,
+            per_replica: rows / replicas,
+            k,
+            t,
+            d,
+        })
+    }
+
+    /// The replica of sequence `s`.
+    fn replica(&self, s: usize) -> usize {
+        s / self.per_replica
+    }
+}
+
+/// The forward pass: (u, kernel, bias) → y.
+struct Conv(Geometry);
+
+impl CustomOp3 for Conv {
+    fn name(&self) -> &'static str {
+        "attnlab-causal-conv"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let Geometry { k, t, d, .. } = self.0;
+        let (u, kernel, bias) = (slice(s1, l1)?, slice(s2, l2)?, slice(s3, l3)?);
+        let mut out = zeros(u.len());
+        out.par_chunks_mut(t * d)
+            .zip(u.par_chunks(t * d))
+            .enumerate()
+            .for_each(|(s, (y, u))| {
+                let r = self.0.replica(s);
+                let (kernel, bias) = (&kernel[r * k * d..][..k * d], &bias[r * d..][..d]);
+                for (step, y) in y.chunks_mut(d).enumerate() {
+                    y.copy_from_slice(bias);
+                    // Tap j reads u[step − (k − 1) + j]: the taps that fall before the start read zeros.
+                    for j in (k - 1).saturating_sub(step)..k {
+                        let x = &u[(step + j + 1 - k) * d..][..d];
+                        let w = &kernel[j * d..][..d];
+                        y.iter_mut()
+                            .zip(x)
+                            .zip(w)
+                            .for_each(|((y, x), w)| *y += x * w);
+                    }
+                }
+            });
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        u: &Tensor,
+        kernel: &Tensor,
+        bias: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let grad = grad.contiguous()?;
+        let du = grad.apply_op2_no_bwd(kernel, &InputGrad(self.0))?;
+        let dkb = u
+            .contiguous()?
+            .apply_op2_no_bwd(&grad, &KernelGrad(self.0))?; // (R, k + 1, D)
+        let k = self.0.k;
+        let dk = dkb.narrow(1, 0, k)?.reshape(kernel.shape())?;
+        let db = dkb.narrow(1, k, 1)?.reshape(bias.shape())?;
+        Ok((Some(du), Some(dk), Some(db)))
+    }
+}
+
+/// ∂L/∂u from the output's gradient g: u[s] feeds y[s + (k − 1) − j] through tap j.
+struct InputGrad(Geometry);
+
+impl CustomOp2 for InputGrad {
+    fn name(&self) -> &'static str {
+        "attnlab-causal-conv-input-grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let Geometry { k, t, d, .. } = self.0;
+        let (g, kernel) = (slice(s1, l1)?, slice(s2, l2)?);
+        let mut out = zeros(g.len());
+        out.par_chunks_mut(t * d)
+            .zip(g.par_chunks(t * d))
+            .enumerate()
+            .for_each(|(s, (du, g))| {
+                let kernel = &kernel[self.0.replica(s) * k * d..][..k * d];
+                for (step, du) in du.chunks_mut(d).enumerate() {
+                    for j in 0..k {
+                        let Some(later) = (step + k - 1).checked_sub(j).filter(|&o| o < t) else {
+                            continue;
+                        };
+                        let g = &g[later * d..][..d];
+                        let w = &kernel[j * d..][..d];
+                        du.iter_mut()
+                            .zip(g)
+                            .zip(w)
+                            .for_each(|((du, g), w)| *du += g * w);
+                    }
+                }
+            });
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+}
+
+/// ∂L/∂kernel and ∂L/∂bias, (R, k + 1, D): row j < k is Σ g[t] ⊙ u[t − (k − 1) + j] over the
+/// replica's sequences and steps, row k is Σ g[t].
+struct KernelGrad(Geometry);
+
+/// Sequences per partial sum: fixed, so the sums (and a run) repeat whatever the threads do.
+const SEQUENCES_PER_PARTIAL: usize = 8;
+
+impl KernelGrad {
+    /// The (k + 1, D) sums of one run of sequences.
+    fn partial(&self, u: &[f32], g: &[f32]) -> Vec<f32> {
+        let Geometry { k, t, d, .. } = self.0;
+        let mut sums = vec![0f32; (k + 1) * d];
+        for (u, g) in u.chunks(t * d).zip(g.chunks(t * d)) {
+            for (step, g) in g.chunks(d).enumerate() {
+                for j in (k - 1).saturating_sub(step)..k {
+                    let x = &u[(step + j + 1 - k) * d..][..d];
+                    let row = &mut sums[j * d..][..d];
+                    row.iter_mut()
+                        .zip(x)
+                        .zip(g)
+                        .for_each(|((s, x), g)| *s += x * g);
+                }
+                let row = &mut sums[k * d..];
+                row.iter_mut().zip(g).for_each(|(s, g)| *s += g);
+            }
+        }
+        sums
+    }
+}
+
+impl CustomOp2 for KernelGrad {
+    fn name(&self) -> &'static str {
+        "attnlab-causal-conv-kernel-grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let Geometry {
+            replicas,
+            per_replica,
+            k,
+            t,
+            d,
+        } = self.0;
+        let (u, g) = (slice(s1, l1)?, slice(s2, l2)?);
+        let block = per_replica * t * d;
+        let run = SEQUENCES_PER_PARTIAL * t * d;
+        let mut out = Vec::with_capacity(replicas * (k + 1) * d);
+        for (u, g) in u.chunks(block).zip(g.chunks(block)) {
+            let partials: Vec<Vec<f32>> = u
+                .par_chunks(run)
+                .zip(g.par_chunks(run))
+                .map(|(u, g)| self.partial(u, g))
+                .collect();
+            let mut sums = vec![0f32; (k + 1) * d];
+            for partial in &partials {
+                sums.iter_mut().zip(partial).for_each(|(s, p)| *s += p);
+            }
+            out.extend(sums);
+        }
+        Ok((CpuStorage::F32(out), Shape::from((replicas, k + 1, d))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::testing::max_diff;
+    use candle_core::Var;
+
+    fn random(shape: &[usize], seed: u64) -> Tensor {
+        crate::ops::testing::random(shape, seed, "conv")
+    }
+
+    /// Value and the three gradients of the fused op equal the tensor ops', alone and with
+    /// three replicas, for kernels shorter and longer than the sequence.
+    #[test]
+    fn the_fused_convolution_matches_the_tensor_ops() {
+        for (kernel_shape, bias_shape) in [
+            (vec![3, 5], vec![5]),
+            (vec![3, 3, 5], vec![3, 5]),
+            (vec![6, 5], vec![5]),
+        ] {
+            let u = Var::from_tensor(&random(&[6, 4, 5], 1)).unwrap();
+            let w = Var::from_tensor(&random(&kernel_shape, 2)).unwrap();
+            let b = Var::from_tensor(&random(&bias_shape, 3)).unwrap();
+            let weights = random(&[6, 4, 5], 4);
+            let run = |f: &dyn Fn(&Tensor, &Tensor, &Tensor) -> Result<Tensor>| {
+                let y = f(u.as_tensor(), w.as_tensor(), b.as_tensor()).unwrap();
+                let grads = (&y * &weights)
+                    .unwrap()
+                    .sum_all()
+                    .unwrap()
+                    .backward()
+                    .unwrap();
+                let g = |v: &Var| grads.get(v.as_tensor()).unwrap().clone();
+                [y, g(&u), g(&w), g(&b)]
+            };
+            let fused = run(&causal_conv);
+            let composed = run(&causal_conv_composed);
+            for (a, b) in fused.iter().zip(&composed) {
+                assert!(max_diff(a, b) < 1e-5, "{kernel_shape:?}");
+            }
+        }
+    }
+}
