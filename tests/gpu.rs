@@ -481,3 +481,60 @@ fn a_gpu_run_reports_no_fallback() {
     );
     assert!(summary.last_accuracy.is_some());
 }
+
+/// A group of replicas trains on the GPU as on the CPU: each replica's loss over three steps,
+/// for every mechanism behind a short convolution in zoology's layout (the Figure 1 sweep's
+/// model, whose per-replica broadcasts and convolution take the composed path on the GPU).
+#[test]
+fn replicas_train_on_the_gpu_as_on_the_cpu() {
+    if gpu().is_none() {
+        return;
+    }
+    for mechanism in common::small_mechanisms() {
+        let mut preset = common::hybrid(common::tiny(
+            mechanism,
+            attnlab::encodings::EncodingSpec::Learned,
+        ));
+        preset.model.layout = attnlab::model::Layout::Zoology;
+        let cells: Vec<Preset> = (0..3)
+            .map(|seed| {
+                let mut cell = preset.clone();
+                cell.train.seed = seed;
+                cell.train.lr *= (seed + 1) as f64;
+                cell
+            })
+            .collect();
+        let on_gpu: Vec<Preset> = cells
+            .iter()
+            .map(|c| {
+                let mut c = c.clone();
+                c.train.device = GPU.into();
+                c
+            })
+            .collect();
+        let (mut cpu, mut gpu) = (
+            Trainer::group(&cells).unwrap(),
+            Trainer::group(&on_gpu).unwrap(),
+        );
+        for step in 1..=3 {
+            let (a, b) = (
+                cpu.train_step_replicas().unwrap(),
+                gpu.train_step_replicas().unwrap(),
+            );
+            for (r, (a, b)) in a.iter().zip(&b).enumerate() {
+                let (
+                    attnlab::train::ReplicaStep::Trained(a),
+                    attnlab::train::ReplicaStep::Trained(b),
+                ) = (a, b)
+                else {
+                    panic!("{}: replica {r} did not train at step {step}", preset.name)
+                };
+                assert!(
+                    close(a.loss.into(), b.loss.into(), 1e-3),
+                    "{} replica {r} step {step}: {a:?} vs {b:?}",
+                    preset.name
+                );
+            }
+        }
+    }
+}

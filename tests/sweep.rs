@@ -217,3 +217,64 @@ fn same_shape_cells_train_as_one_group_with_the_results_of_cell_by_cell() {
         );
     }
 }
+
+/// `sweep plan --groups` prints one command per group of replicas; each, run as a scheduler
+/// runs it (through xargs), trains exactly its group's cells.
+#[test]
+fn planned_groups_train_their_cells() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = sweep_file(
+        dir.path(),
+        "mechanism = [\"softmax\", \"based\"]\nseed = [0, 1]",
+    );
+    let o = attnlab(&["sweep", "plan", file.to_str().unwrap(), "--groups"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let plan = String::from_utf8(o.stdout).unwrap();
+    let commands: Vec<&str> = plan.lines().collect();
+    assert_eq!(commands.len(), 2, "{plan}");
+    assert!(
+        commands[1].ends_with("--group 2 --replicas 8 --workers 1"),
+        "{plan}"
+    );
+    assert!(!plan.contains(['\'', '"', '\\']), "{plan}");
+    let command = commands[1].replacen("attnlab", env!("CARGO_BIN_EXE_attnlab"), 1);
+    let mut xargs = std::process::Command::new("xargs")
+        .args(["-I{}", "sh", "-c", "{}"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    writeln!(xargs.stdin.take().unwrap(), "{command}").unwrap();
+    let done = xargs.wait_with_output().unwrap();
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let sweep = Sweep::load(&file).unwrap();
+    let finished: Vec<bool> = sweep
+        .cells
+        .iter()
+        .map(|c| sweep.finished_run(c).is_some())
+        .collect();
+    assert_eq!(
+        finished,
+        [false, false, true, true],
+        "group 2 is based's two seeds"
+    );
+    let o = attnlab(&[
+        "sweep",
+        "plan",
+        file.to_str().unwrap(),
+        "--groups",
+        "--pending",
+    ]);
+    assert_eq!(String::from_utf8(o.stdout).unwrap().lines().count(), 1);
+    let o = attnlab(&["sweep", file.to_str().unwrap(), "--group", "3"]);
+    assert!(
+        stderr(&o).contains("has groups 1 to 2, not 3"),
+        "{}",
+        stderr(&o)
+    );
+}

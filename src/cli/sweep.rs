@@ -26,6 +26,9 @@ pub struct SweepArgs {
     /// `replicas`; 1 trains cell by cell).
     #[arg(long)]
     replicas: Option<usize>,
+    /// Train only group N (from 1) of `sweep plan --groups`.
+    #[arg(long, value_name = "N")]
+    group: Option<usize>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -36,9 +39,16 @@ enum SweepAction {
         file: PathBuf,
         #[arg(long)]
         out: Option<PathBuf>,
-        /// List unfinished cells only.
+        /// List unfinished cells (or groups with an unfinished cell) only.
         #[arg(long)]
         pending: bool,
+        /// One command per group of replicas (`attnlab sweep FILE --group N`) instead of one
+        /// `attnlab train` per cell.
+        #[arg(long)]
+        groups: bool,
+        /// With --groups: the most cells per group (overrides the file's `replicas`).
+        #[arg(long)]
+        replicas: Option<usize>,
     },
     /// Merge the finished run folders under DIRs into one summary and figures.
     Collect {
@@ -53,25 +63,58 @@ enum SweepAction {
 /// `attnlab sweep …`.
 pub fn sweep(args: &SweepArgs) -> anyhow::Result<()> {
     match (&args.action, &args.file) {
-        (Some(SweepAction::Plan { file, out, pending }), _) => plan(file, out.as_ref(), *pending),
+        (
+            Some(SweepAction::Plan {
+                file,
+                out,
+                pending,
+                groups,
+                replicas,
+            }),
+            _,
+        ) => plan(file, out.as_ref(), *pending, groups.then_some(*replicas)),
         (Some(SweepAction::Collect { dirs, out }), _) => {
             let summary = collect(dirs)?;
             report(&summary, out.as_ref().unwrap_or(&dirs[0]))
         }
-        (None, Some(file)) => train(file, args.workers, args.replicas),
+        (None, Some(file)) => train(file, args),
         (None, None) => anyhow::bail!("give a sweep file, or `plan FILE` / `collect DIR…`"),
     }
 }
 
-fn plan(file: &std::path::Path, out: Option<&PathBuf>, pending: bool) -> anyhow::Result<()> {
-    let sweep = Sweep::load(file)?;
-    let commands: Vec<String> = sweep
-        .plan()
-        .into_iter()
-        .zip(&sweep.cells)
-        .filter(|(_, cell)| !pending || sweep.finished_run(cell).is_none())
-        .map(|(command, _)| command)
-        .collect();
+/// `sweep plan`: a command per cell, or per group of replicas when `groups` is `Some(the
+/// --replicas given, if any)`.
+fn plan(
+    file: &std::path::Path,
+    out: Option<&PathBuf>,
+    pending: bool,
+    groups: Option<Option<usize>>,
+) -> anyhow::Result<()> {
+    let mut sweep = Sweep::load(file)?;
+    if let Some(Some(r)) = groups {
+        anyhow::ensure!(
+            r >= 1,
+            "--replicas must be at least 1 (1 trains cell by cell)"
+        );
+        sweep.replicas = r;
+    }
+    let unfinished = |cell: &usize| sweep.finished_run(&sweep.cells[*cell]).is_none();
+    let commands: Vec<String> = match groups {
+        Some(_) => sweep
+            .group_plan(file)?
+            .into_iter()
+            .zip(sweep.all_groups()?)
+            .filter(|(_, group)| !pending || group.iter().any(unfinished))
+            .map(|(command, _)| command)
+            .collect(),
+        None => sweep
+            .plan()
+            .into_iter()
+            .enumerate()
+            .filter(|(cell, _)| !pending || unfinished(cell))
+            .map(|(_, command)| command)
+            .collect(),
+    };
     match out {
         Some(path) => {
             crate::io::write_bytes(path, format!("{}\n", commands.join("\n")).as_bytes())?;
@@ -86,21 +129,20 @@ fn plan(file: &std::path::Path, out: Option<&PathBuf>, pending: bool) -> anyhow:
     Ok(())
 }
 
-fn train(
-    file: &std::path::Path,
-    workers: Option<usize>,
-    replicas: Option<usize>,
-) -> anyhow::Result<()> {
+fn train(file: &std::path::Path, args: &SweepArgs) -> anyhow::Result<()> {
     let mut sweep = Sweep::load(file)?;
-    if let Some(w) = workers {
+    if let Some(w) = args.workers {
         sweep.workers = w;
     }
-    if let Some(r) = replicas {
+    if let Some(r) = args.replicas {
         anyhow::ensure!(
             r >= 1,
             "--replicas must be at least 1 (1 trains cell by cell)"
         );
         sweep.replicas = r;
+    }
+    if let Some(n) = args.group {
+        sweep = sweep.only_group(n)?;
     }
     let bar = ProgressBar::new(sweep.cells.len() as u64);
     bar.set_style(ProgressStyle::with_template(

@@ -167,6 +167,40 @@ impl Sweep {
         finished_runs_in(&self.cell_dir(cell)).pop()
     }
 
+    /// All cells in groups of one shape, at most `replicas` each: a group's number (from 1)
+    /// does not change as its cells finish, so `attnlab sweep FILE --group N` names it.
+    pub fn all_groups(&self) -> Result<Vec<Vec<usize>>> {
+        groups(self, &(0..self.cells.len()).collect::<Vec<_>>())
+    }
+
+    /// One shell command per group of replicas, for a scheduler that runs whole groups:
+    /// `attnlab sweep FILE --group N --replicas R --workers 1`, `file` as the commands name it.
+    pub fn group_plan(&self, file: &Path) -> Result<Vec<String>> {
+        let file = shell_quote(&file.to_string_lossy());
+        Ok((1..=self.all_groups()?.len())
+            .map(|n| {
+                format!(
+                    "attnlab sweep {file} --group {n} --replicas {} --workers 1",
+                    self.replicas
+                )
+            })
+            .collect())
+    }
+
+    /// The sweep narrowed to group `n` (from 1) of [`Self::all_groups`].
+    pub fn only_group(mut self, n: usize) -> Result<Self> {
+        let groups = self.all_groups()?;
+        let Some(group) = n.checked_sub(1).and_then(|i| groups.get(i)) else {
+            return Err(Error::Other(format!(
+                "sweep {} has groups 1 to {}, not {n}",
+                self.name,
+                groups.len()
+            )));
+        };
+        self.cells = group.iter().map(|&i| self.cells[i].clone()).collect();
+        Ok(self)
+    }
+
     /// One self-contained shell command per cell: trains it into its folder with the base preset
     /// and the cell's overrides (the same preset [`Sweep::preset`] builds).
     pub fn plan(&self) -> Vec<String> {
