@@ -9,6 +9,8 @@
 //! of elements is masked with its own key and its own indices from 0, exactly as its lone model
 //! would be.
 
+use std::sync::{Arc, OnceLock};
+
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
@@ -53,6 +55,9 @@ struct Dropout {
     keys: Vec<u64>,
     /// Elements per replica.
     block: usize,
+    /// The CPU forward pass's mask (1 = kept), for the backward pass: reading a byte per
+    /// element instead of hashing again took the hash's half of the backward away.
+    kept: Arc<OnceLock<Vec<u8>>>,
 }
 
 impl Dropout {
@@ -62,6 +67,7 @@ impl Dropout {
             scale: (1.0 / (1.0 - p)) as f32,
             keys: seeds.iter().map(|&s| mix(s)).collect(),
             block: (elements / seeds.len().max(1)).max(1),
+            kept: Arc::default(),
         }
     }
 
@@ -85,13 +91,16 @@ impl Dropout {
         }
     }
 
-    /// `out[i] = x[i] · factor(start + i)`, walking the blocks instead of dividing per element
-    /// (a 64-bit division per element took a third of the dropout's time).
-    fn apply(&self, start: usize, x: &[f32], out: &mut [f32]) {
+    /// `out[i] = x[i] · factor(start + i)` and `kept[i]` whether it is kept, walking the
+    /// blocks instead of dividing per element (a 64-bit division per element took a third of
+    /// the dropout's time).
+    fn apply(&self, start: usize, x: &[f32], out: &mut [f32], kept: &mut [u8]) {
         let (mut r, mut offset) = (start / self.block, start % self.block);
         let mut key = self.key_of(r);
-        for (o, x) in out.iter_mut().zip(x) {
-            *o = x * self.factor_in(key, offset);
+        for ((o, x), kept) in out.iter_mut().zip(x).zip(kept) {
+            let factor = self.factor_in(key, offset);
+            *o = x * factor;
+            *kept = u8::from(factor != 0.0);
             offset += 1;
             if offset == self.block {
                 (r, offset) = (r + 1, 0);
@@ -116,10 +125,14 @@ impl CustomOp1 for Dropout {
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let x = slice(storage, layout)?;
         let mut out = zeros(x.len());
+        let mut kept = vec![0u8; x.len()];
         out.par_chunks_mut(CHUNK)
             .zip(x.par_chunks(CHUNK))
+            .zip(kept.par_chunks_mut(CHUNK))
             .enumerate()
-            .for_each(|(chunk, (o, x))| self.apply(chunk * CHUNK, x, o));
+            .for_each(|(chunk, ((o, x), k))| self.apply(chunk * CHUNK, x, o, k));
+        // Applied once per op; a second forward (none is made) would keep the first mask, the same.
+        let _ = self.kept.set(kept);
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
 
@@ -138,9 +151,51 @@ impl CustomOp1 for Dropout {
         )
     }
 
-    /// The same mask on the gradient.
+    /// The same mask on the gradient: the forward pass's bytes on the CPU, hashed again on a GPU.
     fn bwd(&self, _x: &Tensor, _y: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        Ok(Some(grad.contiguous()?.apply_op1_no_bwd(self)?))
+        let grad = grad.contiguous()?;
+        match self.kept.get() {
+            Some(kept) if grad.device().is_cpu() && kept.len() == grad.elem_count() => {
+                let masked = Masked {
+                    kept: self.kept.clone(),
+                    scale: self.scale,
+                };
+                Ok(Some(grad.apply_op1_no_bwd(&masked)?))
+            }
+            _ => Ok(Some(grad.apply_op1_no_bwd(self)?)),
+        }
+    }
+}
+
+/// x ⊙ a stored dropout mask (kept elements scaled by 1/(1 − p)): the backward pass on the CPU.
+struct Masked {
+    kept: Arc<OnceLock<Vec<u8>>>,
+    scale: f32,
+}
+
+impl CustomOp1 for Masked {
+    fn name(&self) -> &'static str {
+        "attnlab-dropout-masked"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let x = slice(storage, layout)?;
+        let Some(kept) = self.kept.get().filter(|k| k.len() == x.len()) else {
+            candle_core::bail!("dropout's backward pass has no mask of {} entries", x.len());
+        };
+        let mut out = zeros(x.len());
+        out.par_chunks_mut(CHUNK)
+            .zip(x.par_chunks(CHUNK).zip(kept.par_chunks(CHUNK)))
+            .for_each(|(o, (x, k))| {
+                for ((o, x), k) in o.iter_mut().zip(x).zip(k) {
+                    *o = x * f32::from(*k) * self.scale;
+                }
+            });
+        Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
 }
 

@@ -89,6 +89,11 @@ fn train_group(
         Ok(trainer) => trainer,
         Err(error) => return fail_all(group.len(), error, emit),
     };
+    let mut clock = Clock {
+        started: Instant::now(),
+        tokens: 0,
+        training_secs: 0.0,
+    };
     let mut members = Vec::new();
     for (r, (preset, root)) in group.iter().enumerate() {
         match start_member(&trainer, r, root) {
@@ -97,16 +102,20 @@ fn train_group(
                 members.push(member);
             }
             Err(error) => {
-                // A folder that cannot be written fails the group before any step.
-                return fail_all(group.len(), error, emit);
+                // A folder that cannot be written fails the group before any step: the
+                // folders made so far say so, the replicas without one fail as they start.
+                let message = error.to_string();
+                let mut results: Vec<Result<Summary>> = Vec::new();
+                for (started, member) in members.iter_mut().enumerate() {
+                    fail(member, started, &clock, Error::Other(message.clone()), emit);
+                    results.extend(member.result.take());
+                }
+                let rest = fail_all(group.len() - r, error, &mut |i, e| emit(r + i, e));
+                results.extend(rest);
+                return results;
             }
         }
     }
-    let mut clock = Clock {
-        started: Instant::now(),
-        tokens: 0,
-        training_secs: 0.0,
-    };
     if let Err(error) = train_members(&mut trainer, &mut members, &mut clock, stop, emit) {
         // The first replica still training gets the error itself, the others its message.
         let message = error.to_string();
