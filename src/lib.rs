@@ -10,7 +10,8 @@
 //! - [`analysis`], [`extrapolation`], [`figures`]: the encoding analyses, perplexity against
 //!   length, and figures rendered without a GPU;
 //! - [`sweep`]: grids of runs (resumable, spreadable over machines) and their summary;
-//! - [`app`]: the desktop workbench (the only module that uses egui);
+//! - `app`: the desktop workbench (the only module that uses egui; the `gui` feature, on by
+//!   default);
 //! - [`cli`]: the headless command line.
 //!
 //! # Failure handling
@@ -20,6 +21,7 @@
 //! atomically (temp file + rename).
 
 pub mod analysis;
+#[cfg(feature = "gui")]
 pub mod app;
 pub mod attention;
 pub mod cli;

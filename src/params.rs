@@ -24,7 +24,7 @@ use crate::rng;
 use crate::{Error, Result};
 
 /// How a new parameter is initialised. The defaults follow PyTorch's modules so that the
-/// benchmark compares like with like (see README, "Speed").
+/// benchmark compares like with like (see docs/performance.md).
 #[derive(Clone, Copy, Debug)]
 pub enum Init {
     /// U(−bound, bound); PyTorch `nn.Linear` uses bound = 1/√fan_in for weight and bias.

@@ -2,6 +2,7 @@
 //! an encoding, start a tiny run and watch it report, stop it, save and reload a preset, see
 //! validation block Start, and export figures.
 
+#![cfg(feature = "gui")]
 #![allow(clippy::unwrap_used)] // test helpers: a panic is the failure report
 
 mod common;

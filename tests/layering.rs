@@ -33,3 +33,35 @@ fn only_the_app_module_uses_gui_crates() {
         }
     }
 }
+
+/// The crates a build without the `gui` feature links, one name per line (`cargo tree`).
+fn headless_dependencies() -> Vec<String> {
+    let output = std::process::Command::new(env!("CARGO"))
+        .args(["tree", "--offline", "--locked", "--no-default-features"])
+        .args(["--edges", "normal", "--prefix", "none", "--format", "{p}"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "cargo tree failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|line| line.split_whitespace().next().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn a_build_without_the_gui_feature_links_no_gui_crate() {
+    let crates = headless_dependencies();
+    assert!(crates.iter().any(|c| c == "candle-core"), "{crates:?}");
+    for gui in ["eframe", "egui", "egui_plot", "rfd", "winit", "glow"] {
+        assert!(
+            !crates.iter().any(|c| c == gui),
+            "{gui} is linked without the gui feature"
+        );
+    }
+}

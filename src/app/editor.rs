@@ -142,7 +142,7 @@ fn model_ui(ui: &mut egui::Ui, m: &mut ModelConfig) {
             })
             .response
             .labelled_by(label.id)
-            .on_hover_text("model.layout: how the architecture is built (README, Presets)");
+            .on_hover_text("model.layout: how the architecture is built (docs/presets.md)");
     });
     if m.layout == Layout::Attnlab {
         ui.checkbox(&mut m.tie_embeddings, "tie embeddings with the output head");

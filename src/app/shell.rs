@@ -198,7 +198,7 @@ impl eframe::App for Shell {
 
 /// The renderer named by `ATTNLAB_RENDERER`: `glow` (OpenGL, the default) or `wgpu`. On a
 /// software rasteriser (Mesa's llvmpipe under Xvfb, a VM, a remote desktop) glow draws this window
-/// about 5 times faster than wgpu on lavapipe (README, "The workbench"); on a GPU both are fast.
+/// about 5 times faster than wgpu on lavapipe (docs/workbench.md); on a GPU both are fast.
 fn renderer() -> anyhow::Result<eframe::Renderer> {
     match std::env::var("ATTNLAB_RENDERER").as_deref() {
         Err(_) | Ok("glow") => Ok(eframe::Renderer::Glow),

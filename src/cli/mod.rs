@@ -158,10 +158,25 @@ fn devices() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Opens the desktop workbench.
+#[cfg(feature = "gui")]
+fn gui() -> anyhow::Result<()> {
+    crate::app::run_native()
+}
+
+/// This build has no workbench: says how to get one, and where the headless commands are.
+#[cfg(not(feature = "gui"))]
+fn gui() -> anyhow::Result<()> {
+    anyhow::bail!(
+        "this attnlab was built without the desktop workbench (the `gui` feature); \
+         rebuild with default features to open it, or run `attnlab --help` for the headless commands"
+    )
+}
+
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        None | Some(Command::Gui) => crate::app::run_native(),
+        None | Some(Command::Gui) => gui(),
         Some(Command::Train {
             preset,
             overrides,

@@ -413,7 +413,7 @@ impl Split {
     /// `requested` workers (0: one per core), at most one per group of work, the cores shared
     /// out between them. One thread per worker is what trains small models fastest: on 2
     /// cores, two groups of six MQAR cells on one thread each trained 1.3-1.5x more steps per
-    /// second than one group on two threads (README, Sweeps).
+    /// second than one group on two threads (docs/performance.md, many small models).
     pub fn of(requested: usize, groups: usize, cores: usize) -> Self {
         let cores = cores.max(1);
         let wanted = match requested {
