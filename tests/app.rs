@@ -346,6 +346,15 @@ fn a_sweep_fills_its_grid_and_shows_its_summary() {
     harness.get_by_label("softmax d16");
     harness.get_by_label("seed 1");
     assert_eq!(harness.get_all_by_label("pending").count(), 4);
+    // Two workers: one group per mechanism, whatever the cores (auto halves groups to fill them).
+    harness
+        .state_mut()
+        .sweep
+        .loaded
+        .as_mut()
+        .unwrap()
+        .sweep
+        .workers = 2;
     harness.get_by_label("Run sweep").click();
     step_while_working(&mut harness);
     run_until(&mut harness, "the sweep's summary", |app| {
