@@ -153,7 +153,7 @@ fn exporting_writes_png_svg_and_csv() {
     app.tab = Tab::Encodings;
     let mut harness = harness(app);
     run_until(&mut harness, "the encoding analyses", |app| {
-        app.encodings.results.is_some()
+        app.views.encodings.results.is_some()
     });
     harness.run();
     for format in ["PNG", "SVG", "CSV"] {
@@ -250,7 +250,7 @@ fn app_with_finished_run(root: &std::path::Path) -> AttnlabApp {
     app.editor.preset.train.max_steps = Some(2);
     app.exporter.folder = Some(root.to_path_buf());
     let dir = common::trained_run(&app.editor.preset, root);
-    app.runs.open(dir, || {});
+    app.runs.open(dir);
     app
 }
 
@@ -259,16 +259,16 @@ fn iou_of_a_run_fills_the_table_shows_an_example_and_exports() {
     let root = tempfile::tempdir().unwrap();
     let mut app = app_with_finished_run(root.path());
     app.tab = Tab::Iou;
-    app.iou.protocol.examples = 100;
+    app.views.iou.protocol.examples = 100;
     let mut harness = harness(app);
     wait_for_loaded_run(&mut harness);
     harness.get_by_label("Compute for the selected run").click();
     step_while_working(&mut harness);
     run_until(&mut harness, "the IoU table", |app| {
-        !app.iou.tables.is_empty()
+        !app.views.iou.tables.is_empty()
     });
     harness.run();
-    let table = &harness.state().iou.tables[0].value;
+    let table = &harness.state().views.iou.tables[0].value;
     assert_eq!(table.examples, 100);
     assert_eq!((table.hard.len(), table.hard[0].len()), (2, 2));
     // One cell per layer and head, each with hard and soft IoU.
@@ -279,9 +279,9 @@ fn iou_of_a_run_fills_the_table_shows_an_example_and_exports() {
     harness.get_by_label("Show example").click();
     step_while_working(&mut harness);
     run_until(&mut harness, "the example", |app| {
-        app.iou.error.is_some() || app.iou.has_example()
+        app.views.iou.error.is_some() || app.views.iou.has_example()
     });
-    assert_eq!(harness.state().iou.error, None);
+    assert_eq!(harness.state().views.iou.error, None);
     harness.run();
     harness.get_by_label_contains("row 0, layer 1, head 0: hard IoU");
 }
@@ -291,16 +291,16 @@ fn spectra_of_a_run_are_plotted_and_exported() {
     let root = tempfile::tempdir().unwrap();
     let mut app = app_with_finished_run(root.path());
     app.tab = Tab::Spectra;
-    app.spectra.protocol.examples = 20;
+    app.views.spectra.protocol.examples = 20;
     let mut harness = harness(app);
     wait_for_loaded_run(&mut harness);
     harness.get_by_label("Compute for the selected run").click();
     step_while_working(&mut harness);
     run_until(&mut harness, "the spectrum", |app| {
-        !app.spectra.spectra.is_empty()
+        !app.views.spectra.spectra.is_empty()
     });
     harness.run();
-    let spectrum = &harness.state().spectra.spectra[0].value;
+    let spectrum = &harness.state().views.spectra.spectra[0].value;
     assert_eq!(spectrum.at_value.len(), 2);
     let curve = spectrum.layer_curve(0);
     assert!(
@@ -332,23 +332,24 @@ fn a_sweep_fills_its_grid_and_shows_its_summary() {
     app.exporter.folder = Some(root.path().to_path_buf());
     app.tab = Tab::Sweep;
     let mut harness = harness(app);
-    harness.state_mut().sweep.path = root.path().join("missing.toml").display().to_string();
+    harness.state_mut().views.sweep.path = root.path().join("missing.toml").display().to_string();
     harness.run();
     harness.get_by_label("Load").click();
     harness.run();
     harness.get_by_label_contains("missing.toml");
-    assert!(harness.state().sweep.loaded.is_none());
-    harness.state_mut().sweep.path = file.display().to_string();
+    assert!(harness.state().views.sweep.loaded.is_none());
+    harness.state_mut().views.sweep.path = file.display().to_string();
     harness.run();
     harness.get_by_label("Load").click();
     harness.run();
-    assert_eq!(harness.state().sweep.error, None);
+    assert_eq!(harness.state().views.sweep.error, None);
     harness.get_by_label("softmax d16");
     harness.get_by_label("seed 1");
     assert_eq!(harness.get_all_by_label("pending").count(), 4);
     // Two workers: one group per mechanism, whatever the cores (auto halves groups to fill them).
     harness
         .state_mut()
+        .views
         .sweep
         .loaded
         .as_mut()
@@ -358,10 +359,10 @@ fn a_sweep_fills_its_grid_and_shows_its_summary() {
     harness.get_by_label("Run sweep").click();
     step_while_working(&mut harness);
     run_until(&mut harness, "the sweep's summary", |app| {
-        app.sweep.summary.is_some()
+        app.views.sweep.summary.is_some()
     });
     harness.run();
-    let view = &harness.state().sweep;
+    let view = &harness.state().views.sweep;
     assert_eq!(view.error, None);
     assert!(view.cells.iter().all(|c| c.is_done()), "{:?}", view.cells);
     let summary = view.summary.as_ref().unwrap();
@@ -400,19 +401,19 @@ fn extrapolation_of_a_language_model_fills_the_table_and_exports() {
         ..Default::default()
     });
     let dir = common::trained_run(&app.editor.preset, root.path());
-    app.runs.open(dir.clone(), || {});
+    app.runs.open(dir.clone());
     app.tab = Tab::Extrapolation;
-    app.extrapolation.lengths = "8, 16, 32".into();
+    app.views.extrapolation.lengths = "8, 16, 32".into();
     let mut harness = harness(app);
     wait_for_loaded_run(&mut harness);
     harness.get_by_label("Compute for the selected run").click();
     step_while_working(&mut harness);
     run_until(&mut harness, "the perplexity table", |app| {
-        app.extrapolation.result.is_some() || app.extrapolation.error.is_some()
+        app.views.extrapolation.result.is_some() || app.views.extrapolation.error.is_some()
     });
-    assert_eq!(harness.state().extrapolation.error, None);
+    assert_eq!(harness.state().views.extrapolation.error, None);
     harness.run();
-    let result = harness.state().extrapolation.result.as_ref().unwrap();
+    let result = harness.state().views.extrapolation.result.as_ref().unwrap();
     assert_eq!(result.lengths, [8, 16, 32]);
     assert!(result.curves[0].points.iter().all(|p| p.ppl.is_some()));
     harness.get_by_label("Def. 0.1 (δ = 0.1)");
@@ -422,4 +423,55 @@ fn extrapolation_of_a_language_model_fills_the_table_and_exports() {
     harness.get_all_by_label("SVG").next().unwrap().click();
     harness.run();
     assert!(root.path().join("perplexity-vs-length.svg").is_file());
+}
+
+#[test]
+fn a_hidden_views_finished_task_is_taken_in_without_showing_it() {
+    let root = tempfile::tempdir().unwrap();
+    let mut app = app_with_finished_run(root.path());
+    app.views.spectra.protocol.examples = 20;
+    let mut harness = harness(app);
+    wait_for_loaded_run(&mut harness);
+    let state = harness.state_mut();
+    let run = state.runs.selected().unwrap();
+    let list = vec![(run.name.clone(), run.dir.clone().unwrap())];
+    state.views.spectra.start(&state.tasks, list);
+    assert_eq!(state.tab, Tab::Training);
+    // The task shows in the status bar while it runs, and its result lands while the
+    // Spectra view stays hidden.
+    run_until(&mut harness, "the spectrum, with its view hidden", |app| {
+        !app.views.spectra.spectra.is_empty()
+    });
+    assert_eq!(harness.state().tab, Tab::Training);
+    assert!(harness.state().views.spectra.error.is_none());
+}
+
+#[test]
+fn commands_from_menus_and_other_threads_are_carried_out_between_frames() {
+    use attnlab::app::Command;
+    let root = tempfile::tempdir().unwrap();
+    let mut harness = harness(app(root.path()));
+    harness.run();
+    let commands = harness.state().commands.clone();
+    std::thread::spawn(move || {
+        commands.push(Command::Status("from a thread".into()));
+        commands.push(Command::Show(Tab::Sweep));
+    })
+    .join()
+    .unwrap();
+    harness.run();
+    assert_eq!(harness.state().status, "from a thread");
+    assert_eq!(harness.state().tab, Tab::Sweep);
+    // A menu entry pushes its command: "New" puts the default preset back in the editor.
+    harness.state_mut().editor.preset.model.d_model = 16;
+    harness
+        .state_mut()
+        .editor
+        .mark_saved(root.path().join("tiny.toml"));
+    harness.get_by_label("Preset").click();
+    harness.run();
+    harness.get_by_label("New").click();
+    harness.run();
+    assert_ne!(harness.state().editor.preset.model.d_model, 16);
+    assert_eq!(harness.state().editor.path, None);
 }

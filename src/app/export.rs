@@ -1,33 +1,33 @@
-//! Exporting figures: one click per format, a native save dialog on a background thread (the
-//! UI never waits for it), the file written by the same renderers as `attnlab … --figure`.
+//! Exporting figures: one click per format, a native save dialog as a task (the UI never waits
+//! for it), the file written by the same renderers as `attnlab … --figure`; how it went comes
+//! back as a status-bar command.
 
 use std::path::PathBuf;
-use std::sync::mpsc::{Receiver, Sender};
 
 use eframe::egui;
 
+use super::command::{Command, Commands};
+use super::tasks::Tasks;
 use crate::figures::{self, Figure};
 
 /// Runs exports in the background and reports how they went.
 pub struct Exporter {
-    sender: Sender<String>,
-    receiver: Receiver<String>,
+    tasks: Tasks,
+    commands: Commands,
     /// Write here without asking (tests, and a user who picked a folder once).
     pub folder: Option<PathBuf>,
 }
 
-impl Default for Exporter {
-    fn default() -> Self {
-        let (sender, receiver) = std::sync::mpsc::channel();
+impl Exporter {
+    /// Exports run as `tasks` and report to `commands`.
+    pub fn new(tasks: Tasks, commands: Commands) -> Self {
         Self {
-            sender,
-            receiver,
+            tasks,
+            commands,
             folder: None,
         }
     }
-}
 
-impl Exporter {
     /// PNG / SVG / CSV buttons for `figure` (built only when a button is clicked).
     pub fn buttons(&self, ui: &mut egui::Ui, name: &str, figure: impl FnOnce() -> Figure) {
         let mut clicked = None;
@@ -49,9 +49,10 @@ impl Exporter {
     /// Saves `figure` as `file_name` (its extension picks the format), asking where unless a
     /// folder is set.
     pub fn export(&self, figure: Figure, file_name: &str) {
-        let sender = self.sender.clone();
+        let commands = self.commands.clone();
         let folder = self.folder.clone();
         let file_name = file_name.to_string();
+        let name = format!("export {file_name}");
         let work = move || {
             let path = match folder {
                 Some(folder) => Some(folder.join(&file_name)),
@@ -64,18 +65,14 @@ impl Exporter {
                     Err(e) => format!("export failed: {e}"),
                 },
             };
-            let _ = sender.send(message);
+            commands.push(Command::Status(message));
         };
         if self.folder.is_some() {
             // No dialog to wait for: write now, so a test (or a script) sees the file at once.
             work();
         } else {
-            std::thread::spawn(work);
+            // Its outcome arrives as a command; the handle is not needed.
+            drop(self.tasks.run(name, work));
         }
-    }
-
-    /// Messages of finished exports since the last call.
-    pub fn finished(&self) -> Vec<String> {
-        self.receiver.try_iter().collect()
     }
 }

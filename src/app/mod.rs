@@ -1,15 +1,19 @@
 //! The desktop workbench (eframe/egui): configure an experiment, train it, watch it learn.
 //!
-//! Only this module imports egui, eframe, egui_plot and rfd. Training runs on the worker
-//! threads of [`crate::train::spawn`], analyses and file reads on short-lived threads; each frame
-//! the UI drains their channels ([`RunStore::drain`]) and repaints when one of them wakes it.
-//! The editor's preset, the run list and the open tab survive a restart (eframe persistence).
+//! Only this module imports egui, eframe, egui_plot and rfd. The shape follows rerun's viewer:
+//! menus, shortcuts, views and background work push [`Command`]s; once per frame, before
+//! anything is drawn, [`AttnlabApp::logic`] drains them, the run store's channels and every
+//! view's finished tasks ([`View::logic`]), whichever view is shown; then the panels are drawn.
+//! Training runs on the worker threads of [`crate::train::spawn`], everything else slow as named
+//! tasks of one service ([`Tasks`]). The editor's preset, the run list and the open tab survive
+//! a restart (eframe persistence).
 
+mod command;
 mod editor;
 mod export;
-mod job;
 mod runs;
 mod shell;
+mod tasks;
 mod views;
 
 use std::path::{Path, PathBuf};
@@ -18,11 +22,13 @@ use std::sync::mpsc::Receiver;
 use eframe::egui;
 use serde::{Deserialize, Serialize};
 
+pub use command::{Command, Commands};
 pub use editor::Editor;
 pub use export::Exporter;
 pub use runs::{RunStore, RunView};
 pub use shell::run_native;
-pub use views::Tab;
+pub use tasks::{Task, Tasks};
+pub use views::{Tab, View, ViewContext, Views};
 
 use crate::Preset;
 
@@ -38,13 +44,6 @@ pub struct Persisted {
     pub runs_root: Option<PathBuf>,
 }
 
-/// A file chosen in a native dialog (on a background thread), and what it is for.
-enum Picked {
-    OpenPreset(PathBuf),
-    SavePreset(PathBuf),
-    OpenRun(PathBuf),
-}
-
 /// The whole window's state.
 pub struct AttnlabApp {
     pub editor: Editor,
@@ -56,14 +55,13 @@ pub struct AttnlabApp {
     pub recent: Vec<PathBuf>,
     /// The last message for the status bar (saved, exported, failed, …).
     pub status: String,
-    attention: views::attention::AttentionView,
-    pub encodings: views::encodings::EncodingsView,
-    pub iou: views::iou::IouView,
-    pub spectra: views::spectra::SpectraView,
-    pub sweep: views::sweep::SweepView,
-    pub extrapolation: views::extrapolation::ExtrapolationView,
+    pub views: Views,
     shipped: Vec<PathBuf>,
-    dialog: Option<Receiver<Option<Picked>>>,
+    pub tasks: Tasks,
+    pub commands: Commands,
+    queue: Receiver<Command>,
+    /// The native file dialog in flight (one at a time); its answer arrives as a command.
+    dialog: Option<Task<()>>,
     /// A preset waiting for "discard unsaved changes?" to be answered.
     confirm_replace: Option<(Preset, Option<PathBuf>)>,
 }
@@ -89,27 +87,27 @@ impl AttnlabApp {
             .as_deref()
             .and_then(|text| Preset::parse(text, &[], Path::new("(last session)")).ok())
             .unwrap_or_else(default_preset);
+        let tasks = Tasks::default();
+        let (commands, queue) = Commands::new(tasks.clone());
         let mut app = Self {
             editor: Editor::new(preset, persisted.preset_path),
-            runs: RunStore::default(),
+            runs: RunStore::new(tasks.clone()),
             tab: persisted.tab,
-            exporter: Exporter::default(),
+            exporter: Exporter::new(tasks.clone(), commands.clone()),
             runs_root: persisted.runs_root.unwrap_or_else(|| PathBuf::from("runs")),
             recent: persisted.recent,
             status: String::new(),
-            attention: Default::default(),
-            encodings: Default::default(),
-            iou: Default::default(),
-            spectra: Default::default(),
-            sweep: Default::default(),
-            extrapolation: Default::default(),
+            views: Views::default(),
             shipped: shipped_files("presets"),
+            tasks,
+            commands,
+            queue,
             dialog: None,
             confirm_replace: None,
         };
         for dir in persisted.run_dirs {
             if dir.join("preset.toml").is_file() {
-                app.runs.open(dir, || {});
+                app.runs.open(dir);
             }
         }
         app
@@ -128,33 +126,30 @@ impl AttnlabApp {
     }
 
     /// Starts the editor's preset, unless it is invalid.
-    pub fn start(&mut self, ctx: &egui::Context) {
+    pub fn start(&mut self) {
         self.editor.refresh();
         if let Some(problem) = self.editor.problem() {
             self.status = problem.to_string();
             return;
         }
-        let ctx = ctx.clone();
-        self.runs.start(
-            self.editor.preset.clone(),
-            self.runs_root.clone(),
-            move || ctx.request_repaint(),
-        );
+        self.runs
+            .start(self.editor.preset.clone(), self.runs_root.clone());
         self.status = format!("started {}", self.editor.preset.name);
     }
 
     /// For the screenshot demo: gets `tab` ready to be captured (the analysis views need the
     /// run stopped and their analysis computed); true once it is.
-    fn prepare_demo_tab(&mut self, tab: Tab, ctx: &egui::Context) -> bool {
+    fn prepare_demo_tab(&mut self, tab: Tab) -> bool {
+        let views = &mut self.views;
         let computed = match tab {
             Tab::Sweep => {
-                if !self.sweep.is_loaded() {
-                    self.sweep.load(Path::new("sweeps/mqar_fig1_small.toml"));
+                if !views.sweep.is_loaded() {
+                    views.sweep.load(Path::new("sweeps/mqar_fig1_small.toml"));
                 }
                 true
             }
-            Tab::Iou => !self.iou.tables.is_empty(),
-            Tab::Spectra => !self.spectra.spectra.is_empty(),
+            Tab::Iou => !views.iou.tables.is_empty(),
+            Tab::Spectra => !views.spectra.spectra.is_empty(),
             _ => return true,
         };
         if computed {
@@ -173,14 +168,15 @@ impl AttnlabApp {
             return false;
         };
         let list = vec![(run.name.clone(), dir)];
+        let views = &mut self.views;
         match tab {
-            Tab::Iou if !self.iou.is_busy() => {
-                self.iou.protocol.examples = 1000;
-                self.iou.start(ctx, list);
+            Tab::Iou if !views.iou.is_busy() => {
+                views.iou.protocol.examples = 1000;
+                views.iou.start(&self.tasks, list);
             }
-            Tab::Spectra if !self.spectra.is_busy() => {
-                self.spectra.protocol.examples = 200;
-                self.spectra.start(ctx, list);
+            Tab::Spectra if !views.spectra.is_busy() => {
+                views.spectra.protocol.examples = 200;
+                views.spectra.start(&self.tasks, list);
             }
             _ => {}
         }
@@ -233,76 +229,110 @@ impl AttnlabApp {
         }
     }
 
-    /// Opens a native file dialog on a background thread.
-    fn ask(&mut self, ctx: &egui::Context, pick: impl FnOnce() -> Option<Picked> + Send + 'static) {
+    /// Opens a native file dialog as a task; `answer` turns the chosen path into the command
+    /// to run (nothing when the dialog is cancelled).
+    fn ask(
+        &mut self,
+        pick: impl FnOnce() -> Option<PathBuf> + Send + 'static,
+        answer: fn(PathBuf) -> Command,
+    ) {
         if self.dialog.is_some() {
             self.status = "a file dialog is already open".into();
             return;
         }
-        let (sender, receiver) = std::sync::mpsc::channel();
-        let ctx = ctx.clone();
-        std::thread::spawn(move || {
-            let _ = sender.send(pick());
-            ctx.request_repaint();
-        });
-        self.dialog = Some(receiver);
-    }
-
-    fn ask_open_preset(&mut self, ctx: &egui::Context) {
-        self.ask(ctx, || {
-            rfd::FileDialog::new()
-                .add_filter("attnlab preset", &["toml"])
-                .set_directory("presets")
-                .pick_file()
-                .map(Picked::OpenPreset)
-        });
-    }
-
-    fn ask_save_preset(&mut self, ctx: &egui::Context) {
-        let name = format!("{}.toml", self.editor.preset.slug());
-        self.ask(ctx, move || {
-            rfd::FileDialog::new()
-                .add_filter("attnlab preset", &["toml"])
-                .set_file_name(name)
-                .save_file()
-                .map(Picked::SavePreset)
-        });
-    }
-
-    fn ask_open_run(&mut self, ctx: &egui::Context) {
-        let root = self.runs_root.clone();
-        self.ask(ctx, move || {
-            rfd::FileDialog::new()
-                .set_directory(root)
-                .pick_folder()
-                .map(Picked::OpenRun)
-        });
-    }
-
-    /// Everything that happens between frames: worker events, dialog answers, exports.
-    pub fn logic(&mut self, ctx: &egui::Context) {
-        let repaint = {
-            let ctx = ctx.clone();
-            move || ctx.request_repaint()
-        };
-        self.editor.refresh();
-        self.runs.drain(repaint.clone());
-        self.sweep.drain(ctx);
-        if let Some(receiver) = &self.dialog
-            && let Ok(picked) = receiver.try_recv()
-        {
-            self.dialog = None;
-            match picked {
-                Some(Picked::OpenPreset(path)) => self.open_preset(&path),
-                Some(Picked::SavePreset(path)) => self.save_preset(&path),
-                Some(Picked::OpenRun(path)) => self.runs.open(path, repaint),
-                None => {}
+        let commands = self.commands.clone();
+        self.dialog = Some(self.tasks.run("file dialog", move || {
+            if let Some(path) = pick() {
+                commands.push(answer(path));
             }
+        }));
+    }
+
+    fn ask_open_preset(&mut self) {
+        self.ask(
+            || {
+                rfd::FileDialog::new()
+                    .add_filter("attnlab preset", &["toml"])
+                    .set_directory("presets")
+                    .pick_file()
+            },
+            Command::OpenPreset,
+        );
+    }
+
+    fn ask_save_preset(&mut self) {
+        let name = format!("{}.toml", self.editor.preset.slug());
+        self.ask(
+            move || {
+                rfd::FileDialog::new()
+                    .add_filter("attnlab preset", &["toml"])
+                    .set_file_name(name)
+                    .save_file()
+            },
+            Command::SavePreset,
+        );
+    }
+
+    fn ask_open_run(&mut self) {
+        let root = self.runs_root.clone();
+        self.ask(
+            move || rfd::FileDialog::new().set_directory(root).pick_folder(),
+            Command::OpenRun,
+        );
+    }
+
+    /// Does what `command` asks.
+    pub fn execute(&mut self, command: Command) {
+        match command {
+            Command::Start => self.start(),
+            Command::Stop => self.stop(),
+            Command::NewPreset => self.replace_preset(default_preset(), None),
+            Command::AskOpenPreset => self.ask_open_preset(),
+            Command::OpenPreset(path) => self.open_preset(&path),
+            Command::Save => match self.editor.path.clone() {
+                Some(path) => self.save_preset(&path),
+                None => self.ask_save_preset(),
+            },
+            Command::AskSavePreset => self.ask_save_preset(),
+            Command::SavePreset(path) => self.save_preset(&path),
+            Command::AskOpenRun => self.ask_open_run(),
+            Command::OpenRun(dir) => self.runs.open(dir),
+            Command::Show(tab) => self.tab = tab,
+            Command::Status(message) => self.status = message,
         }
-        if let Some(message) = self.exporter.finished().pop() {
-            self.status = message;
-        }
+    }
+
+    /// Everything that happens between frames, before anything is drawn: shortcuts, queued
+    /// commands, worker events, and every view's finished tasks (whichever view is shown).
+    pub fn logic(&mut self, ctx: &egui::Context) {
+        self.tasks.attach(ctx);
+        self.editor.refresh();
         self.shortcuts(ctx);
+        let commands: Vec<Command> = self.queue.try_iter().collect();
+        for command in commands {
+            self.execute(command);
+        }
+        if let Some(Err(e)) = tasks::take_finished(&mut self.dialog) {
+            self.status = e.to_string();
+        }
+        self.runs.drain();
+        let (views, cx) = self.split(ctx);
+        views.logic(&cx);
+    }
+
+    /// The views, and the context they read (borrowed from the rest of the app).
+    fn split<'a>(&'a mut self, ctx: &'a egui::Context) -> (&'a mut Views, ViewContext<'a>) {
+        let cx = ViewContext {
+            ctx,
+            runs: &self.runs,
+            editor: &self.editor,
+            exporter: &self.exporter,
+            runs_root: &self.runs_root,
+            shipped: &self.shipped,
+            commands: &self.commands,
+            tasks: &self.tasks,
+        };
+        (&mut self.views, cx)
     }
 
     fn shortcuts(&mut self, ctx: &egui::Context) {
@@ -310,20 +340,15 @@ impl AttnlabApp {
         let pressed = |key| {
             ctx.input_mut(|i| i.consume_shortcut(&KeyboardShortcut::new(Modifiers::COMMAND, key)))
         };
-        if pressed(Key::O) {
-            self.ask_open_preset(ctx);
-        }
-        if pressed(Key::S) {
-            match self.editor.path.clone() {
-                Some(path) => self.save_preset(&path),
-                None => self.ask_save_preset(ctx),
+        for (key, command) in [
+            (Key::O, Command::AskOpenPreset),
+            (Key::S, Command::Save),
+            (Key::Enter, Command::Start),
+            (Key::Period, Command::Stop),
+        ] {
+            if pressed(key) {
+                self.commands.push(command);
             }
-        }
-        if pressed(Key::Enter) {
-            self.start(ctx);
-        }
-        if pressed(Key::Period) {
-            self.stop();
         }
     }
 
@@ -334,6 +359,10 @@ impl AttnlabApp {
         egui::Panel::bottom("status").show(ui, |ui| {
             ui.horizontal(|ui| {
                 ui.label(&self.status);
+                for (name, progress) in self.tasks.live() {
+                    ui.separator();
+                    ui.weak(format!("{name} {:.0}%", 100.0 * progress));
+                }
             });
         });
         egui::Panel::left("editor")
@@ -353,94 +382,58 @@ impl AttnlabApp {
                 }
             });
             ui.separator();
-            let run = self.runs.selected();
-            match self.tab {
-                Tab::Training => views::training::ui(ui, run, &self.exporter),
-                Tab::Attention => self.attention.ui(ui, run, &self.exporter),
-                Tab::Iou => self.iou.ui(ui, &self.runs, &self.exporter),
-                Tab::Spectra => self.spectra.ui(ui, &self.runs, &self.exporter),
-                Tab::Encodings => {
-                    let model = &self.editor.preset.model;
-                    let shape = (
-                        model.n_heads,
-                        self.editor.preset.attention.qk_dim(model.head_dim()),
-                    );
-                    self.encodings
-                        .ui(ui, &self.editor.preset.encoding, shape, run, &self.exporter);
-                }
-                Tab::Sweep => self.sweep.ui(ui, &self.exporter),
-                Tab::Extrapolation => self.extrapolation.ui(
-                    ui,
-                    &mut self.runs,
-                    &self.runs_root,
-                    &self.shipped,
-                    &self.exporter,
-                ),
-            }
+            let ctx = ui.ctx().clone();
+            let tab = self.tab;
+            let (views, cx) = self.split(&ctx);
+            views.view_mut(tab).ui(ui, &cx);
         });
         self.confirm_ui(ui.ctx());
     }
 
     fn top_bar(&mut self, ui: &mut egui::Ui) {
-        let ctx = ui.ctx().clone();
+        let commands = self.commands.clone();
+        let push = |response: egui::Response, command: Command| {
+            if response.clicked() {
+                commands.push(command);
+            }
+        };
         ui.horizontal(|ui| {
             ui.menu_button("Preset", |ui| {
-                if ui.button("New").clicked() {
-                    self.replace_preset(default_preset(), None);
-                }
-                if ui.button("Open... (Ctrl+O)").clicked() {
-                    self.ask_open_preset(&ctx);
-                }
-                if ui.button("Save (Ctrl+S)").clicked() {
-                    match self.editor.path.clone() {
-                        Some(path) => self.save_preset(&path),
-                        None => self.ask_save_preset(&ctx),
-                    }
-                }
-                if ui.button("Save as...").clicked() {
-                    self.ask_save_preset(&ctx);
-                }
+                push(ui.button("New"), Command::NewPreset);
+                push(ui.button("Open... (Ctrl+O)"), Command::AskOpenPreset);
+                push(ui.button("Save (Ctrl+S)"), Command::Save);
+                push(ui.button("Save as..."), Command::AskSavePreset);
                 ui.separator();
                 ui.label("Shipped");
-                for path in self.shipped.clone() {
+                for path in &self.shipped {
                     let name = path
                         .file_stem()
                         .map(|s| s.to_string_lossy().into_owned())
                         .unwrap_or_default();
-                    if ui.button(name).clicked() {
-                        self.open_preset(&path);
-                    }
+                    push(ui.button(name), Command::OpenPreset(path.clone()));
                 }
                 if !self.recent.is_empty() {
                     ui.separator();
                     ui.label("Recent");
-                    for path in self.recent.clone() {
-                        if ui.button(path.display().to_string()).clicked() {
-                            self.open_preset(&path);
-                        }
+                    for path in &self.recent {
+                        let button = ui.button(path.display().to_string());
+                        push(button, Command::OpenPreset(path.clone()));
                     }
                 }
             });
-            if ui.button("Open run...").clicked() {
-                self.ask_open_run(&ctx);
-            }
+            push(ui.button("Open run..."), Command::AskOpenRun);
             ui.separator();
             let problem = self.editor.problem().map(str::to_string);
             let start = ui
                 .add_enabled(problem.is_none(), egui::Button::new("Start"))
                 .on_hover_text("train the preset (Ctrl+Enter)")
                 .on_disabled_hover_text(problem.unwrap_or_default());
-            if start.clicked() {
-                self.start(&ctx);
-            }
+            push(start, Command::Start);
             let running = self.runs.selected().is_some_and(RunView::is_running);
-            if ui
+            let stop = ui
                 .add_enabled(running, egui::Button::new("Stop"))
-                .on_hover_text("Ctrl+.")
-                .clicked()
-            {
-                self.stop();
-            }
+                .on_hover_text("Ctrl+.");
+            push(stop, Command::Stop);
             if let Some(run) = self.runs.selected() {
                 progress_ui(ui, run);
             }

@@ -1,9 +1,11 @@
 //! The runs the window knows about: live ones (a worker thread reports events) and re-opened
-//! ones (read from their run folders). Everything slow (training, reading files) happens on
-//! other threads; the UI only drains channels.
+//! ones (read from their run folders). Everything slow happens elsewhere: training on the
+//! library's workers, file reads as tasks ([`Tasks`]); the UI only drains channels.
 
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::TryRecvError;
+
+use super::tasks::{Task, Tasks, take_finished};
 
 use crate::Preset;
 use crate::train::run_dir::AttentionIndex;
@@ -56,7 +58,7 @@ pub struct RunView {
     /// Bumped whenever `attention` changes, so views can cache what they derive from it.
     pub attention_version: u64,
     handle: Option<TrainHandle>,
-    loading: Option<Receiver<Loaded>>,
+    loading: Option<Task<Loaded>>,
 }
 
 /// What a background read of a run folder returns.
@@ -87,17 +89,13 @@ impl RunView {
         }
     }
 
-    /// Reads the latest saved attention on a background thread.
-    fn load_attention(&mut self, repaint: impl Fn() + Send + 'static) {
+    /// Reads the latest saved attention as a task.
+    fn load_attention(&mut self, tasks: &Tasks) {
         let Some(dir) = self.dir.clone() else {
             return;
         };
-        let (sender, receiver) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = sender.send(Loaded::Attention(read_attention(&dir)));
-            repaint();
-        });
-        self.loading = Some(receiver);
+        let name = format!("read attention of {}", self.name);
+        self.loading = Some(tasks.run(name, move || Loaded::Attention(read_attention(&dir))));
     }
 }
 
@@ -128,15 +126,26 @@ fn read_folder(dir: &Path) -> crate::Result<Folder> {
 }
 
 /// The run list.
-#[derive(Default)]
 pub struct RunStore {
     pub runs: Vec<RunView>,
     pub selected: Option<usize>,
+    tasks: Tasks,
 }
 
 impl RunStore {
-    /// Starts training `preset` into `root`; `repaint` wakes the UI on every event.
-    pub fn start(&mut self, preset: Preset, root: PathBuf, repaint: impl Fn() + Send + 'static) {
+    /// An empty list whose folder reads run as `tasks`.
+    pub fn new(tasks: Tasks) -> Self {
+        Self {
+            runs: Vec::new(),
+            selected: None,
+            tasks,
+        }
+    }
+
+    /// Starts training `preset` into `root`; every event of its worker wakes the UI.
+    pub fn start(&mut self, preset: Preset, root: PathBuf) {
+        let tasks = self.tasks.clone();
+        let repaint = move || tasks.wake();
         let handle = crate::train::spawn_with(preset.clone(), root, repaint, Priority::Background);
         self.runs.push(RunView {
             name: preset.name.clone(),
@@ -156,8 +165,8 @@ impl RunStore {
         self.selected = Some(self.runs.len() - 1);
     }
 
-    /// Adds a run folder to the list; its files are read on a background thread.
-    pub fn open(&mut self, dir: PathBuf, repaint: impl Fn() + Send + Clone + 'static) {
+    /// Adds a run folder to the list; its files are read as a task.
+    pub fn open(&mut self, dir: PathBuf) {
         if self
             .runs
             .iter()
@@ -165,12 +174,9 @@ impl RunStore {
         {
             return;
         }
-        let (sender, receiver) = std::sync::mpsc::channel();
         let folder = dir.clone();
-        let wake = repaint.clone();
-        std::thread::spawn(move || {
-            let _ = sender.send(Loaded::Folder(Box::new(read_folder(&folder))));
-            wake();
+        let loading = self.tasks.run(format!("read {}", dir.display()), move || {
+            Loaded::Folder(Box::new(read_folder(&folder)))
         });
         let name = dir
             .file_name()
@@ -189,7 +195,7 @@ impl RunStore {
             attention: None,
             attention_version: 0,
             handle: None,
-            loading: Some(receiver),
+            loading: Some(loading),
         });
         if self.selected.is_none() {
             self.selected = Some(self.runs.len() - 1);
@@ -214,10 +220,10 @@ impl RunStore {
     }
 
     /// Applies everything the workers and loaders sent since the last frame.
-    pub fn drain(&mut self, repaint: impl Fn() + Send + Clone + 'static) {
+    pub fn drain(&mut self) {
         for run in &mut self.runs {
-            drain_events(run, repaint.clone());
-            drain_loads(run, repaint.clone());
+            drain_events(run, &self.tasks);
+            drain_loads(run, &self.tasks);
         }
     }
 
@@ -227,7 +233,7 @@ impl RunStore {
     }
 }
 
-fn drain_events(run: &mut RunView, repaint: impl Fn() + Send + Clone + 'static) {
+fn drain_events(run: &mut RunView, tasks: &Tasks) {
     let Some(handle) = &run.handle else {
         return;
     };
@@ -275,23 +281,24 @@ fn drain_events(run: &mut RunView, repaint: impl Fn() + Send + Clone + 'static) 
         }
     }
     if evaluated {
-        run.load_attention(repaint);
+        run.load_attention(tasks);
     }
     if ended {
         run.handle = None;
     }
 }
 
-fn drain_loads(run: &mut RunView, repaint: impl Fn() + Send + Clone + 'static) {
-    let Some(receiver) = &run.loading else {
-        return;
+fn drain_loads(run: &mut RunView, tasks: &Tasks) {
+    let loaded = match take_finished(&mut run.loading) {
+        Some(Ok(Some(loaded))) => loaded,
+        Some(Err(e)) => {
+            run.error = Some(e.to_string());
+            return;
+        }
+        Some(Ok(None)) | None => return,
     };
-    let Ok(loaded) = receiver.try_recv() else {
-        return;
-    };
-    run.loading = None;
     match loaded {
-        Loaded::Folder(folder) => apply_folder(run, *folder, repaint),
+        Loaded::Folder(folder) => apply_folder(run, *folder, tasks),
         Loaded::Attention(Ok(attention)) => {
             run.attention = Some(attention);
             run.attention_version += 1;
@@ -301,11 +308,7 @@ fn drain_loads(run: &mut RunView, repaint: impl Fn() + Send + Clone + 'static) {
     }
 }
 
-fn apply_folder(
-    run: &mut RunView,
-    folder: crate::Result<Folder>,
-    repaint: impl Fn() + Send + 'static,
-) {
+fn apply_folder(run: &mut RunView, folder: crate::Result<Folder>, tasks: &Tasks) {
     match folder {
         Ok((preset, metrics, status, notice)) => {
             run.name = preset.name.clone();
@@ -319,7 +322,7 @@ fn apply_folder(
                 }
             }
             run.total_steps = run.steps.last().map_or(0, |s| s.step);
-            run.load_attention(repaint);
+            run.load_attention(tasks);
         }
         Err(e) => {
             run.status = "unreadable".into();

@@ -96,9 +96,9 @@ impl Shell {
             demo.started = true;
             // Something to compare in the Encodings view: the paper's series and RoPE's decay.
             for name in ["alibi", "type1", "type2", "inv-n", "rope"] {
-                self.app.encodings.ticked.insert(name.to_string());
+                self.app.views.encodings.ticked.insert(name.to_string());
             }
-            self.app.start(ctx);
+            self.app.start();
             return;
         }
         if let Ok(message) = demo.done.try_recv() {
@@ -123,7 +123,7 @@ impl Shell {
             return;
         }
         if let Some(&tab) = demo.queue.first()
-            && !self.app.prepare_demo_tab(tab, ctx)
+            && !self.app.prepare_demo_tab(tab)
         {
             return;
         }

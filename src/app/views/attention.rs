@@ -9,6 +9,7 @@ use eframe::egui;
 use super::super::export::Exporter;
 use super::super::runs::{LoadedAttention, RunView};
 use super::colour::ColourScale;
+use super::{View, ViewContext};
 use crate::figures::{Figure, HeatmapPlot, Plot};
 
 /// What the textures were made from; a change re-uploads them.
@@ -33,9 +34,14 @@ pub struct AttentionView {
     textures: HashMap<(usize, usize), (egui::TextureHandle, ColourScale)>,
 }
 
-impl AttentionView {
-    pub fn ui(&mut self, ui: &mut egui::Ui, run: Option<&RunView>, exporter: &Exporter) {
-        let Some((run, attention)) = run.and_then(|r| r.attention.as_ref().map(|a| (r, a))) else {
+impl View for AttentionView {
+    fn ui(&mut self, ui: &mut egui::Ui, cx: &ViewContext) {
+        let exporter = cx.exporter;
+        let Some((run, attention)) = cx
+            .runs
+            .selected()
+            .and_then(|r| r.attention.as_ref().map(|a| (r, a)))
+        else {
             ui.label("No attention yet: it is saved at every evaluation of a run.");
             return;
         };
@@ -65,7 +71,9 @@ impl AttentionView {
             None => self.grid_ui(ui, attention, heads),
         }
     }
+}
 
+impl AttentionView {
     fn refresh(&mut self, ctx: &egui::Context, run: &RunView, attention: &LoadedAttention) {
         let key = Key {
             run: run

@@ -1,17 +1,18 @@
 //! The encoding analyses, live: exp(bias) by distance, TRF curves, the convergence verdict and
 //! the exp(bias) heatmap for the editor's encoding and any others ticked, recomputed on a
-//! background thread whenever a setting changes; the selected run's ERF on the TRF axes.
+//! task whenever a setting changes; the selected run's ERF on the TRF axes.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::sync::mpsc::Receiver;
 
 use eframe::egui;
 use egui_plot::{Legend, Line, Plot, PlotPoints};
 
 use super::super::export::Exporter;
-use super::super::runs::{RunView, SavedLayer};
+use super::super::runs::SavedLayer;
+use super::super::tasks::{Task, take_finished};
 use super::colour::ColourScale;
+use super::{View, ViewContext};
 use crate::analysis::{Heads, ReceptiveField, Rows, StudiedEncoding, erf, mean_mass_by_distance};
 use crate::encodings::EncodingSpec;
 use crate::figures::encodings as fig;
@@ -59,7 +60,7 @@ pub struct EncodingsView {
     pub ticked: BTreeSet<String>,
     pub length: usize,
     inputs: Option<Inputs>,
-    pending: Option<Receiver<crate::Result<Results>>>,
+    pending: Option<Task<Results>>,
     pub results: Option<Results>,
     pub error: Option<String>,
     /// The heatmap of `results`, uploaded once per result.
@@ -174,70 +175,57 @@ fn line(name: &str, points: &[(f64, f64)]) -> Line<'static> {
 }
 
 impl EncodingsView {
-    /// Starts a new computation when the inputs changed, and picks up a finished one.
-    fn refresh(
-        &mut self,
-        ctx: &egui::Context,
-        editor_spec: &EncodingSpec,
-        n_heads: usize,
-        qk_dim: usize,
-        run: Option<&RunView>,
-    ) {
+    /// Starts a new computation when the inputs changed (a running one is dropped).
+    fn restart_if_changed(&mut self, cx: &ViewContext) {
+        let preset = &cx.editor.preset;
+        let editor_spec = &preset.encoding;
         let mut specs = vec![editor_spec.clone()];
         specs.extend(
             EncodingSpec::all_defaults()
                 .into_iter()
                 .filter(|s| self.ticked.contains(s.name()) && s.name() != editor_spec.name()),
         );
+        let run = cx.runs.selected();
         let run_key = run.and_then(|r| {
             Some((r.dir.clone()?, r.attention_version)).filter(|_| r.attention.is_some())
         });
         let inputs = Inputs {
             specs,
-            n_heads: n_heads.max(1),
-            qk_dim: qk_dim.max(2),
+            n_heads: preset.model.n_heads.max(1),
+            qk_dim: preset.attention.qk_dim(preset.model.head_dim()).max(2),
             length: self.length,
             run: run_key,
         };
-        if let Some(receiver) = &self.pending
-            && let Ok(result) = receiver.try_recv()
-        {
-            self.pending = None;
-            match result {
-                Ok(results) => {
-                    self.results = Some(results);
-                    self.heatmap_texture = None;
-                    self.error = None;
-                }
-                Err(e) => self.error = Some(e.to_string()),
-            }
-        }
         if self.inputs.as_ref() == Some(&inputs) {
             return;
         }
         let attention = run
             .and_then(|r| r.attention.as_ref())
             .map(|a| a.layers.clone());
-        let (sender, receiver) = std::sync::mpsc::channel();
-        let ctx = ctx.clone();
         let job = inputs.clone();
-        std::thread::spawn(move || {
-            let _ = sender.send(compute(&job, attention));
-            ctx.request_repaint();
-        });
-        self.pending = Some(receiver);
+        self.pending = Some(cx.tasks.spawn("encoding study", move |_, _| {
+            compute(&job, attention).map(Some)
+        }));
         self.inputs = Some(inputs);
     }
+}
 
-    pub fn ui(
-        &mut self,
-        ui: &mut egui::Ui,
-        editor_spec: &EncodingSpec,
-        (n_heads, qk_dim): (usize, usize),
-        run: Option<&RunView>,
-        exporter: &Exporter,
-    ) {
-        self.refresh(ui.ctx(), editor_spec, n_heads, qk_dim, run);
+impl View for EncodingsView {
+    fn logic(&mut self, _cx: &ViewContext) {
+        match take_finished(&mut self.pending) {
+            Some(Ok(Some(results))) => {
+                self.results = Some(results);
+                self.heatmap_texture = None;
+                self.error = None;
+            }
+            Some(Err(e)) => self.error = Some(e.to_string()),
+            Some(Ok(None)) | None => {}
+        }
+    }
+
+    fn ui(&mut self, ui: &mut egui::Ui, cx: &ViewContext) {
+        let exporter = cx.exporter;
+        self.restart_if_changed(cx);
         ui.horizontal_wrapped(|ui| {
             ui.label("overlay:");
             for spec in EncodingSpec::all_defaults() {
@@ -282,7 +270,9 @@ impl EncodingsView {
             heatmap_ui(&mut columns[1], results, texture, height, exporter);
         });
     }
+}
 
+impl EncodingsView {
     fn verdicts_ui(&self, ui: &mut egui::Ui, results: &Results) {
         egui::Grid::new("verdicts").striped(true).show(ui, |ui| {
             ui.strong("encoding");

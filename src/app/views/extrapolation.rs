@@ -3,16 +3,16 @@
 //! button that trains a chosen set of encodings and evaluates them in one go.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use eframe::egui;
 use egui_plot::{Legend, Line, LineStyle, Plot, PlotPoints};
 
+use super::super::command::Command;
 use super::super::export::Exporter;
-use super::super::job::{Job, take_finished};
-use super::super::runs::RunStore;
-use super::run_buttons;
+use super::super::tasks::{Task, take_finished};
+use super::{View, ViewContext, run_buttons};
 use crate::Preset;
 use crate::extrapolation::{
     Extrapolation, Options, Protocol, extrapolate_runs, train_and_extrapolate,
@@ -31,7 +31,7 @@ pub struct ExtrapolationView {
     log_ppl: bool,
     /// Shipped language-modelling presets ticked for "train and evaluate".
     pub ticked: BTreeSet<PathBuf>,
-    job: Option<Job<Done>>,
+    job: Option<Task<Done>>,
     pub result: Option<Extrapolation>,
     pub error: Option<String>,
 }
@@ -45,21 +45,12 @@ fn unless_cancelled<T>(cancel: &AtomicBool, result: crate::Result<T>) -> crate::
     }
 }
 
-impl ExtrapolationView {
-    /// `shipped` is the app's list of `presets/` (read once at start); the `lm_*` ones are
-    /// offered for "train and evaluate".
-    pub fn ui(
-        &mut self,
-        ui: &mut egui::Ui,
-        runs: &mut RunStore,
-        runs_root: &Path,
-        shipped: &[PathBuf],
-        exporter: &Exporter,
-    ) {
+impl View for ExtrapolationView {
+    fn logic(&mut self, cx: &ViewContext) {
         match take_finished(&mut self.job) {
             Some(Ok(Some((sweep, new_runs)))) => {
                 for dir in new_runs {
-                    runs.open(dir, || {});
+                    cx.commands.push(Command::OpenRun(dir));
                 }
                 self.result = Some(sweep);
                 self.error = None;
@@ -68,10 +59,15 @@ impl ExtrapolationView {
             Some(Err(e)) => self.error = Some(e.to_string()),
             None => {}
         }
+    }
+
+    /// The shipped `lm_*` presets are offered for "train and evaluate".
+    fn ui(&mut self, ui: &mut egui::Ui, cx: &ViewContext) {
+        let exporter = cx.exporter;
         self.options_ui(ui);
         match &self.job {
             Some(job) => job.ui(ui),
-            None => self.start_ui(ui, runs, runs_root, shipped),
+            None => self.start_ui(ui, cx),
         }
         if let Some(error) = &self.error {
             ui.colored_label(ui.visuals().error_fg_color, error);
@@ -90,7 +86,9 @@ impl ExtrapolationView {
             table_ui(ui, sweep);
         });
     }
+}
 
+impl ExtrapolationView {
     fn options_ui(&mut self, ui: &mut egui::Ui) {
         let o = &mut self.options;
         ui.horizontal(|ui| {
@@ -168,13 +166,8 @@ impl ExtrapolationView {
         Ok(options)
     }
 
-    fn start_ui(
-        &mut self,
-        ui: &mut egui::Ui,
-        runs: &RunStore,
-        runs_root: &Path,
-        shipped: &[PathBuf],
-    ) {
+    fn start_ui(&mut self, ui: &mut egui::Ui, cx: &ViewContext) {
+        let (runs, runs_root, shipped) = (cx.runs, cx.runs_root, cx.shipped);
         let options = match self.parsed_options() {
             Ok(options) => options,
             Err(message) => {
@@ -185,18 +178,14 @@ impl ExtrapolationView {
         ui.horizontal(|ui| {
             if let Some(list) = run_buttons(ui, runs) {
                 let options = options.clone();
-                self.job = Some(Job::spawn(
-                    "extrapolation",
-                    ui.ctx(),
-                    move |progress, cancel| {
-                        let dirs = list
-                            .iter()
-                            .map(|(_, dir)| RunDir::open(dir))
-                            .collect::<crate::Result<Vec<_>>>()?;
-                        let sweep = extrapolate_runs(&dirs, &options, progress, cancel);
-                        Ok(unless_cancelled(cancel, sweep)?.map(|s| (s, Vec::new())))
-                    },
-                ));
+                self.job = Some(cx.tasks.spawn("extrapolation", move |progress, cancel| {
+                    let dirs = list
+                        .iter()
+                        .map(|(_, dir)| RunDir::open(dir))
+                        .collect::<crate::Result<Vec<_>>>()?;
+                    let sweep = extrapolate_runs(&dirs, &options, progress, cancel);
+                    Ok(unless_cancelled(cancel, sweep)?.map(|s| (s, Vec::new())))
+                }));
             }
         });
         ui.horizontal_wrapped(|ui| {
@@ -231,9 +220,8 @@ impl ExtrapolationView {
                 match presets {
                     Ok(presets) => {
                         let root = runs_root.to_path_buf();
-                        self.job = Some(Job::spawn(
+                        self.job = Some(cx.tasks.spawn(
                             "train and evaluate",
-                            ui.ctx(),
                             move |progress, cancel| {
                                 let done = train_and_extrapolate(
                                     &presets, &root, &options, progress, cancel,

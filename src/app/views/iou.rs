@@ -6,10 +6,10 @@ use eframe::egui;
 use egui_plot::{Bar, BarChart, Legend, Plot};
 
 use super::super::export::Exporter;
-use super::super::job::{Job, take_finished};
 use super::super::runs::RunStore;
+use super::super::tasks::{Task, Tasks, take_finished};
 use super::colour::ColourScale;
-use super::{PerRun, analyse_runs, merge, run_buttons};
+use super::{PerRun, View, ViewContext, analyse_runs, merge, run_buttons};
 use crate::analysis::TrainedRun;
 use crate::analysis::iou::{
     Binarise, ExampleIou, IouProtocol, IouTable, Target, example_iou, run_iou,
@@ -28,11 +28,11 @@ pub struct IouView {
     pub protocol: IouProtocol,
     /// Tables computed so far, one per run folder (a recomputation replaces it).
     pub tables: Vec<PerRun<IouTable>>,
-    job: Option<Job<Vec<PerRun<IouTable>>>>,
+    job: Option<Task<Vec<PerRun<IouTable>>>>,
     row: usize,
     layer: usize,
     head: usize,
-    example_job: Option<Job<(ExampleIou, String)>>,
+    example_job: Option<Task<(ExampleIou, String)>>,
     example: Option<ShownExample>,
     pub error: Option<String>,
 }
@@ -63,11 +63,17 @@ impl IouView {
     pub fn has_example(&self) -> bool {
         self.example.is_some()
     }
+}
 
-    pub fn ui(&mut self, ui: &mut egui::Ui, runs: &RunStore, exporter: &Exporter) {
-        self.collect(ui.ctx());
+impl View for IouView {
+    fn logic(&mut self, cx: &ViewContext) {
+        self.collect(cx.ctx);
+    }
+
+    fn ui(&mut self, ui: &mut egui::Ui, cx: &ViewContext) {
+        let (runs, exporter) = (cx.runs, cx.exporter);
         self.protocol_ui(ui);
-        ui.horizontal(|ui| self.start_ui(ui, runs));
+        ui.horizontal(|ui| self.start_ui(ui, cx));
         if let Some(error) = &self.error {
             ui.colored_label(ui.visuals().error_fg_color, error);
         }
@@ -89,10 +95,12 @@ impl IouView {
                 bars_ui(ui, &self.tables, exporter);
             }
             ui.separator();
-            self.example_ui(ui, runs, exporter);
+            self.example_ui(ui, cx);
         });
     }
+}
 
+impl IouView {
     /// Takes in whatever the workers finished.
     fn collect(&mut self, ctx: &egui::Context) {
         match take_finished(&mut self.job) {
@@ -171,27 +179,28 @@ impl IouView {
         ui.label(egui::RichText::new(self.protocol.describe()).small().weak());
     }
 
-    fn start_ui(&mut self, ui: &mut egui::Ui, runs: &RunStore) {
+    fn start_ui(&mut self, ui: &mut egui::Ui, cx: &ViewContext) {
         if let Some(job) = &self.job {
             job.ui(ui);
             return;
         }
-        if let Some(list) = run_buttons(ui, runs) {
-            self.start(ui.ctx(), list);
+        if let Some(list) = run_buttons(ui, cx.runs) {
+            self.start(cx.tasks, list);
         }
     }
 
-    /// Computes the IoU tables of `runs` (name, folder) on a worker thread.
-    pub fn start(&mut self, ctx: &egui::Context, runs: Vec<(String, std::path::PathBuf)>) {
+    /// Computes the IoU tables of `runs` (name, folder) as a task.
+    pub fn start(&mut self, tasks: &Tasks, runs: Vec<(String, std::path::PathBuf)>) {
         let protocol = self.protocol;
-        self.job = Some(Job::spawn("IoU", ctx, move |progress, cancel| {
+        self.job = Some(tasks.spawn("IoU", move |progress, cancel| {
             analyse_runs(&runs, progress, cancel, |run, progress, cancel| {
                 run_iou(run, &protocol, progress, cancel)
             })
         }));
     }
 
-    fn example_ui(&mut self, ui: &mut egui::Ui, runs: &RunStore, exporter: &Exporter) {
+    fn example_ui(&mut self, ui: &mut egui::Ui, cx: &ViewContext) {
+        let (runs, exporter): (&RunStore, &Exporter) = (cx.runs, cx.exporter);
         ui.strong("One example: attention beside the ground truth");
         ui.horizontal(|ui| {
             let label = ui.label("test row");
@@ -215,7 +224,7 @@ impl IouView {
                 && let Some(dir) = run
             {
                 let (row, layer, head, protocol) = (self.row, self.layer, self.head, self.protocol);
-                self.example_job = Some(Job::spawn("example", ui.ctx(), move |_, _| {
+                self.example_job = Some(cx.tasks.spawn("IoU example", move |_, _| {
                     let run = TrainedRun::open(&dir)?;
                     let example = example_iou(&run, row, layer, head, &protocol)?;
                     Ok(Some((example, run.preset.attention.name().to_string())))

@@ -1,5 +1,10 @@
-//! The views of the central panel, one file each. Every view reads the run store and the
-//! editor, never owns training state, and exports its figures through the shared exporter.
+//! The views of the central panel, one file each, behind one trait ([`View`]) and one registry
+//! ([`Views`]). Every view reads the run store and the editor through [`ViewContext`], never owns
+//! training state, changes the window only by pushing commands, runs its work as tasks, and
+//! exports its figures through the shared exporter.
+//!
+//! Adding a view: a file here with a type implementing [`View`], a [`Tab`] (its variant, `ALL`,
+//! `label`) and a field of [`Views`] with its arm in [`Views::view_mut`].
 
 pub mod attention;
 mod colour;
@@ -10,14 +15,75 @@ pub mod spectra;
 pub mod sweep;
 pub mod training;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
 use eframe::egui;
 use serde::{Deserialize, Serialize};
 
+use super::command::Commands;
+use super::editor::Editor;
+use super::export::Exporter;
 use super::runs::{RunStore, RunView};
+use super::tasks::Tasks;
 use crate::analysis::TrainedRun;
+
+/// What a view may read of the window, and where it sends what it wants done.
+pub struct ViewContext<'a> {
+    pub ctx: &'a egui::Context,
+    pub runs: &'a RunStore,
+    pub editor: &'a Editor,
+    pub exporter: &'a Exporter,
+    /// Where new runs are written.
+    pub runs_root: &'a Path,
+    /// The shipped presets (`presets/*.toml`).
+    pub shipped: &'a [PathBuf],
+    pub commands: &'a Commands,
+    pub tasks: &'a Tasks,
+}
+
+/// One view of the central panel.
+pub trait View {
+    /// Every frame, whichever view is shown: take in what this view's tasks finished.
+    fn logic(&mut self, _cx: &ViewContext) {}
+
+    /// Draws the view.
+    fn ui(&mut self, ui: &mut egui::Ui, cx: &ViewContext);
+}
+
+/// The registry: one view per tab.
+#[derive(Default)]
+pub struct Views {
+    pub training: training::TrainingView,
+    pub attention: attention::AttentionView,
+    pub encodings: encodings::EncodingsView,
+    pub iou: iou::IouView,
+    pub spectra: spectra::SpectraView,
+    pub sweep: sweep::SweepView,
+    pub extrapolation: extrapolation::ExtrapolationView,
+}
+
+impl Views {
+    /// The view shown under `tab`.
+    pub fn view_mut(&mut self, tab: Tab) -> &mut dyn View {
+        match tab {
+            Tab::Training => &mut self.training,
+            Tab::Attention => &mut self.attention,
+            Tab::Encodings => &mut self.encodings,
+            Tab::Iou => &mut self.iou,
+            Tab::Spectra => &mut self.spectra,
+            Tab::Sweep => &mut self.sweep,
+            Tab::Extrapolation => &mut self.extrapolation,
+        }
+    }
+
+    /// Every view's [`View::logic`].
+    pub fn logic(&mut self, cx: &ViewContext) {
+        for tab in Tab::ALL {
+            self.view_mut(tab).logic(cx);
+        }
+    }
+}
 
 /// Which view the central panel shows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

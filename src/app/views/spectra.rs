@@ -6,9 +6,8 @@ use eframe::egui;
 use egui_plot::{Legend, Line, Plot, PlotPoints};
 
 use super::super::export::Exporter;
-use super::super::job::{Job, take_finished};
-use super::super::runs::RunStore;
-use super::{PerRun, analyse_runs, merge, run_buttons};
+use super::super::tasks::{Task, Tasks, take_finished};
+use super::{PerRun, View, ViewContext, analyse_runs, merge, run_buttons};
 use crate::analysis::spectrum::{RunSpectrum, SpectrumProtocol, run_spectrum};
 use crate::figures::recall;
 
@@ -16,12 +15,12 @@ use crate::figures::recall;
 pub struct SpectraView {
     pub protocol: SpectrumProtocol,
     pub spectra: Vec<PerRun<RunSpectrum>>,
-    job: Option<Job<Vec<PerRun<RunSpectrum>>>>,
+    job: Option<Task<Vec<PerRun<RunSpectrum>>>>,
     pub error: Option<String>,
 }
 
-impl SpectraView {
-    pub fn ui(&mut self, ui: &mut egui::Ui, runs: &RunStore, exporter: &Exporter) {
+impl View for SpectraView {
+    fn logic(&mut self, _cx: &ViewContext) {
         match take_finished(&mut self.job) {
             Some(Ok(Some(spectra))) => {
                 merge(&mut self.spectra, spectra);
@@ -31,12 +30,16 @@ impl SpectraView {
             Some(Err(e)) => self.error = Some(e.to_string()),
             None => {}
         }
+    }
+
+    fn ui(&mut self, ui: &mut egui::Ui, cx: &ViewContext) {
+        let (runs, exporter) = (cx.runs, cx.exporter);
         self.protocol_ui(ui);
         ui.horizontal(|ui| match &self.job {
             Some(job) => job.ui(ui),
             None => {
                 if let Some(list) = run_buttons(ui, runs) {
-                    self.start(ui.ctx(), list);
+                    self.start(cx.tasks, list);
                 }
             }
         });
@@ -59,16 +62,18 @@ impl SpectraView {
             heatmap_ui(ui, run, exporter);
         }
     }
+}
 
+impl SpectraView {
     /// Whether a computation is under way.
     pub fn is_busy(&self) -> bool {
         self.job.is_some()
     }
 
-    /// Computes the spectra of `runs` (name, folder) on a worker thread.
-    pub fn start(&mut self, ctx: &egui::Context, runs: Vec<(String, std::path::PathBuf)>) {
+    /// Computes the spectra of `runs` (name, folder) as a task.
+    pub fn start(&mut self, tasks: &Tasks, runs: Vec<(String, std::path::PathBuf)>) {
         let protocol = self.protocol;
-        self.job = Some(Job::spawn("spectrum", ctx, move |progress, cancel| {
+        self.job = Some(tasks.spawn("spectrum", move |progress, cancel| {
             analyse_runs(&runs, progress, cancel, |run, progress, cancel| {
                 run_spectrum(run, &protocol, progress, cancel)
             })

@@ -1,16 +1,17 @@
-//! Sweeps: open a sweep file, train its grid on a worker thread and watch the cells fill in, or
+//! Sweeps: open a sweep file, train its grid as a task and watch the cells fill in, or
 //! collect a finished sweep's folder; then the best-lr summary and the accuracy-vs-d_model panels
 //! (the ReBased paper's Figure 1), exported by the same figure builders as `attnlab sweep`.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{Receiver, Sender};
 
 use eframe::egui;
 use egui_plot::{Legend, Line, LineStyle, Plot, PlotPoints};
 
 use super::super::export::Exporter;
+use super::super::tasks::{Task, Tasks, take_finished};
+use super::{View, ViewContext};
 use crate::figures::sweep::accuracy_panels;
 use crate::figures::{Figure, Plot as FigPlot};
 use crate::sweep::{Split, Sweep, SweepEvent, SweepSummary, collect, mechanism_label, run_sweep};
@@ -199,8 +200,8 @@ enum Picked {
 /// A sweep being trained, or a folder being collected.
 struct Job {
     messages: Receiver<Message>,
-    /// Set to stop training (cells running stop within a step).
-    stop: Arc<AtomicBool>,
+    /// Cancelling it stops training (cells running stop within a step).
+    task: Task<()>,
     training: bool,
 }
 
@@ -254,7 +255,7 @@ pub struct SweepView {
     panels: Vec<((usize, usize), Figure)>,
     pub error: Option<String>,
     job: Option<Job>,
-    dialog: Option<Receiver<Option<Picked>>>,
+    dialog: Option<Task<Option<Picked>>>,
     shipped: Vec<PathBuf>,
 }
 
@@ -273,20 +274,6 @@ impl Default for SweepView {
             shipped: super::super::shipped_files("sweeps"),
         }
     }
-}
-
-/// Runs `work` on a new thread; its result arrives on the receiver, with a repaint.
-fn in_background<T: Send + 'static>(
-    ctx: &egui::Context,
-    work: impl FnOnce() -> T + Send + 'static,
-) -> Receiver<T> {
-    let (sender, receiver) = std::sync::mpsc::channel();
-    let ctx = ctx.clone();
-    std::thread::spawn(move || {
-        let _ = sender.send(work());
-        ctx.request_repaint();
-    });
-    receiver
 }
 
 /// What a sweep event changes in the view (`totals` remembers each cell's planned steps);
@@ -343,13 +330,13 @@ fn cell_state(event: SweepEvent, totals: &mut [usize]) -> Option<(usize, CellSta
 
 /// Trains `sweep` (on the calling thread, at background priority), reporting to `sender`; at the
 /// end writes the summary files into the sweep's folder, as `attnlab sweep` does.
-fn train(sweep: &Sweep, stop: &AtomicBool, sender: &Sender<Message>, ctx: &egui::Context) {
+fn train(sweep: &Sweep, stop: &AtomicBool, sender: &Sender<Message>, tasks: &Tasks) {
     crate::train::lower_thread_priority();
     let mut totals = vec![0; sweep.cells.len()];
     let result = run_sweep(sweep, stop, &mut |event| {
         if let Some(message) = message(event, &mut totals) {
             let _ = sender.send(message);
-            ctx.request_repaint();
+            tasks.wake();
         }
     });
     let ended = match result {
@@ -366,7 +353,7 @@ fn train(sweep: &Sweep, stop: &AtomicBool, sender: &Sender<Message>, ctx: &egui:
         },
     };
     let _ = sender.send(ended);
-    ctx.request_repaint();
+    tasks.wake();
 }
 
 impl SweepView {
@@ -398,30 +385,26 @@ impl SweepView {
         self.summary = summary;
     }
 
-    /// Trains the loaded sweep's unfinished cells on a worker thread.
-    pub fn run(&mut self, ctx: &egui::Context) {
+    /// Trains the loaded sweep's unfinished cells as a task.
+    pub fn run(&mut self, tasks: &Tasks) {
         let Some(loaded) = &self.loaded else { return };
         if self.job.is_some() {
             return;
         }
         let sweep = loaded.sweep.clone();
-        let stop = Arc::new(AtomicBool::new(false));
         let (sender, messages) = std::sync::mpsc::channel();
-        let (flag, ctx) = (stop.clone(), ctx.clone());
-        let spawned = std::thread::Builder::new()
-            .name(format!("sweep {}", sweep.name))
-            .spawn(move || train(&sweep, &flag, &sender, &ctx));
-        if let Err(e) = spawned {
-            self.error = Some(format!("cannot start the sweep's thread: {e}"));
-            return;
-        }
+        let waker = tasks.clone();
+        let task = tasks.spawn(format!("sweep {}", sweep.name), move |_, stop| {
+            train(&sweep, stop, &sender, &waker);
+            Ok(Some(()))
+        });
         self.cells = vec![CellState::Pending; self.cells.len()];
         self.groups = Groups::default();
         self.set_summary(None);
         self.error = None;
         self.job = Some(Job {
             messages,
-            stop,
+            task,
             training: true,
         });
     }
@@ -429,96 +412,113 @@ impl SweepView {
     /// Stops starting cells; the running ones stop within a step.
     pub fn stop(&self) {
         if let Some(job) = &self.job {
-            job.stop.store(true, Ordering::Relaxed);
+            job.task.cancel();
         }
     }
 
-    /// Summarises the finished runs under `dir` on a background thread.
-    pub fn collect(&mut self, ctx: &egui::Context, dir: PathBuf) {
+    /// Summarises the finished runs under `dir` as a task.
+    pub fn collect(&mut self, tasks: &Tasks, dir: PathBuf) {
         if self.job.is_some() {
             return;
         }
-        let messages = in_background(ctx, move || {
+        let (sender, messages) = std::sync::mpsc::channel();
+        let task = tasks.run(format!("collect {}", dir.display()), move || {
             let (summary, error) = match collect(&[dir]) {
                 Ok(s) => (Some(s), None),
                 Err(e) => (None, Some(e.to_string())),
             };
-            Message::Ended { summary, error }
+            let _ = sender.send(Message::Ended { summary, error });
         });
         self.error = None;
         self.job = Some(Job {
             messages,
-            stop: Arc::new(AtomicBool::new(false)),
+            task,
             training: false,
         });
     }
 
-    /// Picks up worker messages and dialog answers (every frame, whichever view is shown).
-    pub fn drain(&mut self, ctx: &egui::Context) {
-        if let Some(job) = &self.job {
-            let messages: Vec<Message> = job.messages.try_iter().collect();
-            for message in messages {
-                match message {
-                    Message::Cell(i, state) => {
-                        if let Some(cell) = self.cells.get_mut(i) {
-                            *cell = state;
-                        }
-                    }
-                    Message::Planned(groups, split) => {
-                        self.groups = Groups {
-                            started: vec![false; groups.len()],
-                            groups,
-                            split: Some(split),
-                        };
-                    }
-                    Message::GroupStarted(cells) => {
-                        if let Some(g) = self.groups.groups.iter().position(|g| *g == cells) {
-                            self.groups.started[g] = true;
-                        }
-                    }
-                    Message::Ended { summary, error } => {
-                        self.job = None;
-                        self.set_summary(summary);
-                        self.error = error;
-                    }
+    /// Applies the job's messages; a job whose thread died without its last message ends
+    /// with the error that says so.
+    fn drain_job(&mut self) {
+        let Some(job) = &self.job else { return };
+        // Polled first: a task sends its last message before it ends, so once it has ended
+        // every message is already queued.
+        let ended = job.task.poll();
+        let messages: Vec<Message> = job.messages.try_iter().collect();
+        for message in messages {
+            self.apply(message);
+        }
+        if let Some(outcome) = ended {
+            if let Err(e) = outcome {
+                self.error = Some(e.to_string());
+            }
+            self.job = None;
+        }
+    }
+
+    fn apply(&mut self, message: Message) {
+        match message {
+            Message::Cell(i, state) => {
+                if let Some(cell) = self.cells.get_mut(i) {
+                    *cell = state;
                 }
             }
-        }
-        if let Some(dialog) = &self.dialog
-            && let Ok(picked) = dialog.try_recv()
-        {
-            self.dialog = None;
-            match picked {
-                Some(Picked::SweepFile(path)) => self.load(&path),
-                Some(Picked::Folder(dir)) => self.collect(ctx, dir),
-                None => {}
+            Message::Planned(groups, split) => {
+                self.groups = Groups {
+                    started: vec![false; groups.len()],
+                    groups,
+                    split: Some(split),
+                };
+            }
+            Message::GroupStarted(cells) => {
+                if let Some(g) = self.groups.groups.iter().position(|g| *g == cells) {
+                    self.groups.started[g] = true;
+                }
+            }
+            Message::Ended { summary, error } => {
+                self.set_summary(summary);
+                self.error = error;
             }
         }
     }
 
-    fn ask(&mut self, ctx: &egui::Context, pick: impl FnOnce() -> Option<Picked> + Send + 'static) {
+    fn ask(&mut self, tasks: &Tasks, pick: impl FnOnce() -> Option<Picked> + Send + 'static) {
         if self.dialog.is_none() {
-            self.dialog = Some(in_background(ctx, pick));
+            self.dialog = Some(tasks.run("file dialog", pick));
+        }
+    }
+}
+
+impl View for SweepView {
+    /// Picks up the job's messages and dialog answers.
+    fn logic(&mut self, cx: &ViewContext) {
+        self.drain_job();
+        match take_finished(&mut self.dialog) {
+            Some(Ok(Some(Some(Picked::SweepFile(path))))) => self.load(&path),
+            Some(Ok(Some(Some(Picked::Folder(dir))))) => self.collect(cx.tasks, dir),
+            Some(Err(e)) => self.error = Some(e.to_string()),
+            _ => {}
         }
     }
 
-    pub fn ui(&mut self, ui: &mut egui::Ui, exporter: &Exporter) {
-        let ctx = ui.ctx().clone();
-        self.drain(&ctx);
-        self.file_ui(ui, &ctx);
+    fn ui(&mut self, ui: &mut egui::Ui, cx: &ViewContext) {
+        let (tasks, exporter) = (cx.tasks, cx.exporter);
+        self.file_ui(ui, tasks);
         if let Some(error) = &self.error {
             ui.colored_label(ui.visuals().error_fg_color, error);
         }
         egui::ScrollArea::both().show(ui, |ui| {
             if self.loaded.is_some() {
-                self.sweep_ui(ui, &ctx);
+                self.sweep_ui(ui, tasks);
                 ui.separator();
             }
             self.summary_ui(ui, exporter);
         });
     }
+}
 
-    fn file_ui(&mut self, ui: &mut egui::Ui, ctx: &egui::Context) {
+impl SweepView {
+    fn file_ui(&mut self, ui: &mut egui::Ui, tasks: &Tasks) {
         let idle = self.job.is_none();
         ui.horizontal(|ui| {
             let label = ui.label("sweep file");
@@ -528,7 +528,7 @@ impl SweepView {
                 self.load(&PathBuf::from(self.path.clone()));
             }
             if ui.add_enabled(idle, egui::Button::new("Open...")).clicked() {
-                self.ask(ctx, || {
+                self.ask(tasks, || {
                     rfd::FileDialog::new()
                         .add_filter("attnlab sweep", &["toml"])
                         .set_directory("sweeps")
@@ -540,7 +540,7 @@ impl SweepView {
                 .add_enabled(idle, egui::Button::new("Collect folder..."))
                 .on_hover_text("summarise the finished runs under a folder, without training");
             if collect.clicked() {
-                self.ask(ctx, || {
+                self.ask(tasks, || {
                     rfd::FileDialog::new()
                         .set_directory("runs")
                         .pick_folder()
@@ -561,7 +561,7 @@ impl SweepView {
     }
 
     /// The loaded sweep: its settings, the run controls, progress and the grid.
-    fn sweep_ui(&mut self, ui: &mut egui::Ui, ctx: &egui::Context) {
+    fn sweep_ui(&mut self, ui: &mut egui::Ui, tasks: &Tasks) {
         let running = self.job.as_ref().is_some_and(|j| j.training);
         let Some(loaded) = &mut self.loaded else {
             return;
@@ -636,9 +636,9 @@ impl SweepView {
         grid_ui(ui, loaded, &self.cells);
         let out = loaded.sweep.out.clone();
         match clicked {
-            (true, _, _) => self.run(ctx),
+            (true, _, _) => self.run(tasks),
             (_, true, _) => self.stop(),
-            (_, _, true) => self.collect(ctx, out),
+            (_, _, true) => self.collect(tasks, out),
             _ => {}
         }
     }

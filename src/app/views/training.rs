@@ -3,8 +3,8 @@
 use eframe::egui;
 use egui_plot::{Legend, Line, Plot, PlotPoints};
 
-use super::super::export::Exporter;
 use super::super::runs::RunView;
+use super::{View, ViewContext};
 use crate::figures::{Figure, LinePlot, Plot as FigPlot, Series};
 
 /// One curve of a run as (x, y) points.
@@ -64,11 +64,23 @@ fn figure(run: &RunView, which: Curve) -> Figure {
     }
 }
 
-pub fn ui(ui: &mut egui::Ui, run: Option<&RunView>, exporter: &Exporter) {
-    let Some(run) = run else {
-        ui.label("Start a run or open a run folder to see its curves.");
-        return;
-    };
+/// The selected run's curves.
+#[derive(Default)]
+pub struct TrainingView;
+
+impl View for TrainingView {
+    fn ui(&mut self, ui: &mut egui::Ui, cx: &ViewContext) {
+        match cx.runs.selected() {
+            Some(run) => curves_ui(ui, run, cx),
+            None => {
+                ui.label("Start a run or open a run folder to see its curves.");
+            }
+        }
+    }
+}
+
+fn curves_ui(ui: &mut egui::Ui, run: &RunView, cx: &ViewContext) {
+    let exporter = cx.exporter;
     let height = (ui.available_height() / 3.0 - 30.0).max(80.0);
     for which in [Curve::Loss, Curve::Accuracy, Curve::LearningRate] {
         ui.horizontal(|ui| {

@@ -1,0 +1,61 @@
+//! The window's command queue: menus, shortcuts, views and background tasks (a dialog's answer,
+//! a finished export) push a [`Command`]; the app drains the queue once per frame in `logic()`,
+//! before anything is drawn, so every change to the window's state has one place where it
+//! happens, whichever view or thread asked for it.
+
+use std::path::PathBuf;
+use std::sync::mpsc::{Receiver, Sender};
+
+use super::tasks::Tasks;
+use super::views::Tab;
+
+/// Something the app does between frames.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Command {
+    /// Train the editor's preset.
+    Start,
+    /// Stop the selected run after its current step.
+    Stop,
+    /// Replace the editor's preset with the default one (asking about unsaved changes).
+    NewPreset,
+    /// Ask for a preset file, then open it.
+    AskOpenPreset,
+    /// Load a preset file into the editor (asking about unsaved changes).
+    OpenPreset(PathBuf),
+    /// Save to the preset's own file, or ask for one if it has none.
+    Save,
+    /// Ask for a file name, then save there.
+    AskSavePreset,
+    /// Write the editor's preset to this file.
+    SavePreset(PathBuf),
+    /// Ask for a run folder, then open it.
+    AskOpenRun,
+    /// Add a run folder to the run list.
+    OpenRun(PathBuf),
+    /// Show a view.
+    Show(Tab),
+    /// Put a message in the status bar.
+    Status(String),
+}
+
+/// Where commands are pushed from (any thread). Cheap to clone.
+#[derive(Clone)]
+pub struct Commands {
+    sender: Sender<Command>,
+    tasks: Tasks,
+}
+
+impl Commands {
+    /// A queue whose pushes wake the UI through `tasks`, and the receiving end the app drains.
+    pub fn new(tasks: Tasks) -> (Self, Receiver<Command>) {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        (Self { sender, tasks }, receiver)
+    }
+
+    /// Queues `command` for the next `logic()`.
+    pub fn push(&self, command: Command) {
+        // The receiver lives as long as the app; a send fails only while it shuts down.
+        let _ = self.sender.send(command);
+        self.tasks.wake();
+    }
+}

@@ -1,0 +1,227 @@
+//! The window's one background-task service. Analyses, file reads, exports, native dialogs and
+//! sweeps all run as named tasks on threads of their own, so the UI never waits for them: each
+//! task reports progress (0..1), can be cancelled, and hands its outcome back over a channel that
+//! the app drains every frame, whichever view is shown. The status bar lists the live tasks.
+//! (Training runs on the library's own workers, `crate::train::spawn_with`.)
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use eframe::egui;
+
+/// What a finished task hands back: its value, `None` when cancelled, or its error.
+pub type Outcome<T> = crate::Result<Option<T>>;
+
+/// What every handle of a task shares: its name, progress and cancel flag.
+struct State {
+    name: String,
+    /// Progress as the bits of an f32 in 0..=1.
+    progress: AtomicU32,
+    cancel: AtomicBool,
+    ended: AtomicBool,
+}
+
+impl State {
+    fn progress(&self) -> f32 {
+        f32::from_bits(self.progress.load(Ordering::Relaxed))
+    }
+}
+
+/// Marks a task ended when its thread finishes, also by a panic, and wakes the UI to see it.
+struct Ended(Arc<State>, Tasks);
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        self.0.ended.store(true, Ordering::Relaxed);
+        self.1.wake();
+    }
+}
+
+/// Starts tasks and knows which are live. Cheap to clone: every clone is the same service.
+#[derive(Clone, Default)]
+pub struct Tasks {
+    /// Set on the first frame ([`Tasks::attach`]); tasks started before then wake the UI once
+    /// it is known.
+    ctx: Arc<OnceLock<egui::Context>>,
+    live: Arc<Mutex<Vec<Arc<State>>>>,
+}
+
+impl Tasks {
+    /// Lets tasks wake `ctx` when they progress or end (called every frame; the first call wins).
+    pub fn attach(&self, ctx: &egui::Context) {
+        let _ = self.ctx.set(ctx.clone());
+    }
+
+    /// Asks for a repaint (from any thread), once the UI is known.
+    pub fn wake(&self) {
+        if let Some(ctx) = self.ctx.get() {
+            ctx.request_repaint();
+        }
+    }
+
+    /// Runs `work` as a task named `name`: it gets a progress callback (0..1) and the cancel
+    /// flag, the shape of the library's analyses (`run_iou`, `run_spectrum`, …), and returns
+    /// `Ok(None)` when cancelled.
+    pub fn spawn<T: Send + 'static>(
+        &self,
+        name: impl Into<String>,
+        work: impl FnOnce(&mut dyn FnMut(f32), &AtomicBool) -> Outcome<T> + Send + 'static,
+    ) -> Task<T> {
+        let state = Arc::new(State {
+            name: name.into(),
+            progress: AtomicU32::new(0f32.to_bits()),
+            cancel: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
+        });
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let (shared, tasks) = (state.clone(), self.clone());
+        let spawned = std::thread::Builder::new()
+            .name(state.name.clone())
+            .spawn(move || {
+                let ended = Ended(shared.clone(), tasks.clone());
+                let mut report = |p: f32| {
+                    shared
+                        .progress
+                        .store(p.clamp(0.0, 1.0).to_bits(), Ordering::Relaxed);
+                    tasks.wake();
+                };
+                let _ = sender.send(work(&mut report, &shared.cancel));
+                drop(ended);
+            });
+        if let Err(e) = spawned {
+            state.ended.store(true, Ordering::Relaxed);
+            let (sender, failed) = std::sync::mpsc::channel();
+            let _ = sender.send(Err(crate::Error::Other(format!(
+                "cannot start a thread for {}: {e}",
+                state.name
+            ))));
+            return Task {
+                receiver: failed,
+                state,
+            };
+        }
+        self.live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(state.clone());
+        Task { receiver, state }
+    }
+
+    /// Runs `work`, which neither reports progress nor can be cancelled, as a task.
+    pub fn run<T: Send + 'static>(
+        &self,
+        name: impl Into<String>,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Task<T> {
+        self.spawn(name, move |_, _| Ok(Some(work())))
+    }
+
+    /// The live tasks' names and progress, oldest first (ended tasks are forgotten here).
+    pub fn live(&self) -> Vec<(String, f32)> {
+        let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        live.retain(|s| !s.ended.load(Ordering::Relaxed));
+        live.iter()
+            .map(|s| (s.name.clone(), s.progress()))
+            .collect()
+    }
+}
+
+/// One task's handle: poll it for the outcome, draw its progress, cancel it.
+pub struct Task<T> {
+    receiver: Receiver<Outcome<T>>,
+    state: Arc<State>,
+}
+
+impl<T> Task<T> {
+    /// The outcome, once the work has ended.
+    pub fn poll(&self) -> Option<Outcome<T>> {
+        match self.receiver.try_recv() {
+            Ok(outcome) => Some(outcome),
+            Err(TryRecvError::Empty) => None,
+            Err(TryRecvError::Disconnected) => Some(Err(crate::Error::Other(format!(
+                "{} stopped without a result (its thread panicked)",
+                self.state.name
+            )))),
+        }
+    }
+
+    /// Asks the work to stop; it ends with `Ok(None)` at its next check.
+    pub fn cancel(&self) {
+        self.state.cancel.store(true, Ordering::Relaxed);
+    }
+
+    /// A progress bar with the task's name and a Cancel button.
+    pub fn ui(&self, ui: &mut egui::Ui) {
+        ui.horizontal(|ui| {
+            let progress = self.state.progress();
+            ui.add(
+                egui::ProgressBar::new(progress)
+                    .desired_width(220.0)
+                    .text(format!("{} {:.0}%", self.state.name, 100.0 * progress)),
+            );
+            if ui.button("Cancel").clicked() {
+                self.cancel();
+            }
+        });
+    }
+}
+
+/// Polls `task` and, when it has ended, clears it and returns its outcome.
+pub fn take_finished<T>(task: &mut Option<Task<T>>) -> Option<Outcome<T>> {
+    let outcome = task.as_ref()?.poll()?;
+    *task = None;
+    Some(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wait<T>(task: &mut Option<Task<T>>) -> Outcome<T> {
+        loop {
+            if let Some(outcome) = take_finished(task) {
+                return outcome;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn a_task_hands_back_its_value_and_leaves_the_live_list() {
+        let tasks = Tasks::default();
+        let (go, gate) = std::sync::mpsc::channel::<()>();
+        let mut task = Some(tasks.spawn("sum", move |progress, _| {
+            progress(0.5);
+            gate.recv().ok();
+            Ok(Some(2 + 2))
+        }));
+        assert_eq!(tasks.live().len(), 1);
+        assert_eq!(tasks.live()[0].0, "sum");
+        go.send(()).unwrap();
+        assert_eq!(wait(&mut task).unwrap(), Some(4));
+        assert!(task.is_none());
+        assert!(tasks.live().is_empty());
+    }
+
+    #[test]
+    fn a_cancelled_task_ends_with_none() {
+        let tasks = Tasks::default();
+        let mut task = Some(tasks.spawn("spin", |_, cancel| {
+            while !cancel.load(Ordering::Relaxed) {
+                std::thread::yield_now();
+            }
+            Ok(None::<()>)
+        }));
+        task.as_ref().unwrap().cancel();
+        assert_eq!(wait(&mut task).unwrap(), None);
+    }
+
+    #[test]
+    fn a_panicking_task_reports_an_error_naming_it() {
+        let tasks = Tasks::default();
+        let mut task = Some(tasks.run("doomed", || -> u8 { panic!("on purpose") }));
+        let error = wait(&mut task).unwrap_err().to_string();
+        assert!(error.contains("doomed"), "{error}");
+    }
+}
