@@ -65,3 +65,114 @@ fn a_build_without_the_gui_feature_links_no_gui_crate() {
         );
     }
 }
+
+/// The top-level module a file of `src/` belongs to (`train` for `src/train/run.rs`).
+fn top_module(src: &Path, file: &Path) -> Option<String> {
+    let first = file.strip_prefix(src).ok()?.components().next()?;
+    let name = first.as_os_str().to_str()?.trim_end_matches(".rs");
+    (!matches!(name, "lib" | "main")).then(|| name.to_string())
+}
+
+/// Which top-level modules each module refers to (`crate::x` paths and `use crate::{x, …}`
+/// groups, outside comments), with a file that does so for each edge.
+fn module_graph() -> std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>
+{
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let modules: Vec<String> = files.iter().filter_map(|f| top_module(&src, f)).collect();
+    let mut graph = std::collections::BTreeMap::<String, std::collections::BTreeMap<_, _>>::new();
+    for file in &files {
+        let Some(from) = top_module(&src, file) else {
+            continue;
+        };
+        let text = std::fs::read_to_string(file).unwrap();
+        let code: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect();
+        let code = code.join("\n");
+        let mut named = Vec::new();
+        for (i, _) in code.match_indices("crate::") {
+            let rest = &code[i + "crate::".len()..];
+            if let Some(group) = rest.strip_prefix('{') {
+                let group = &group[..group.find('}').unwrap_or(group.len())];
+                named.extend(group.split(',').filter_map(|item| {
+                    item.trim().split("::").next().map(str::to_string)
+                }));
+            } else {
+                let end = rest
+                    .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                    .unwrap_or(rest.len());
+                named.push(rest[..end].to_string());
+            }
+        }
+        let edges = graph.entry(from.clone()).or_default();
+        for to in named {
+            if to != from && modules.contains(&to) {
+                edges
+                    .entry(to)
+                    .or_insert_with(|| file.display().to_string());
+            }
+        }
+    }
+    graph
+}
+
+/// A path of modules that leads from `start` back to it, if there is one.
+fn cycle_through(
+    graph: &std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>,
+    start: &str,
+) -> Option<Vec<String>> {
+    let mut stack = vec![vec![start.to_string()]];
+    let mut seen = std::collections::BTreeSet::new();
+    while let Some(path) = stack.pop() {
+        let last = path.last().unwrap();
+        for next in graph.get(last).into_iter().flat_map(|e| e.keys()) {
+            if next == start {
+                let mut cycle = path.clone();
+                cycle.push(next.clone());
+                return Some(cycle);
+            }
+            if seen.insert(next.clone()) {
+                let mut longer = path.clone();
+                longer.push(next.clone());
+                stack.push(longer);
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn the_module_graph_has_no_cycle() {
+    let graph = module_graph();
+    assert!(graph.len() > 12, "{graph:?}");
+    // The reader of this test can see it is able to fail: it finds the known one-way edges.
+    assert!(graph["train"].contains_key("model"), "{:?}", graph["train"]);
+    assert!(graph["cli"].contains_key("sweep"), "{:?}", graph["cli"]);
+    for module in graph.keys() {
+        if let Some(cycle) = cycle_through(&graph, module) {
+            let evidence: Vec<String> = cycle
+                .windows(2)
+                .map(|w| format!("{} -> {} ({})", w[0], w[1], graph[&w[0]][&w[1]]))
+                .collect();
+            panic!("import cycle: {}", evidence.join(", "));
+        }
+    }
+}
+
+#[test]
+fn renderers_and_the_core_import_no_analysis_or_front_end() {
+    let graph = module_graph();
+    let above = ["analysis", "extrapolation", "sweep", "train", "app", "cli"];
+    for low in ["figures", "ops", "params", "encodings", "attention", "model", "preset"] {
+        for high in above {
+            assert!(
+                !graph[low].contains_key(high),
+                "{low} imports {high} ({})",
+                graph[low][high]
+            );
+        }
+    }
+}

@@ -1,4 +1,5 @@
-//! Analyses on plain numbers (no candle, no egui): receptive fields, convergence, ERF.
+//! Analyses: receptive fields, convergence, ERF on plain numbers; IoU and spectra of trained
+//! runs (which [`trained`] loads with candle); and the [`figures`](mod@figures) of each, as data.
 //!
 //! After Qin, Zhong, Deng, "Exploring Transformer Extrapolation" (AAAI 2024), with the
 //! choices the paper leaves open made explicit:
@@ -23,6 +24,7 @@ pub mod convergence;
 pub mod decay;
 mod encoding;
 pub mod erf;
+pub mod figures;
 pub mod iou;
 pub mod receptive_field;
 mod run_erf;

@@ -7,9 +7,10 @@ use std::path::{Path, PathBuf};
 use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 
+use crate::analysis::figures::encodings as fig;
 use crate::analysis::{ErfProtocol, Heads, Rows, StudiedEncoding, UNTRAINED_MAX_LEN, run_erf};
 use crate::encodings::{EncodingSpec, Family};
-use crate::figures::{self, Figure, encodings as fig};
+use crate::figures::{self, Figure};
 use crate::train::RunDir;
 
 /// Output format of the analysis commands.

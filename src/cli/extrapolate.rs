@@ -104,7 +104,7 @@ pub fn extrapolate(args: &ExtrapolateArgs) -> anyhow::Result<()> {
     }
     if let Some(path) = &args.figure {
         figures::save(
-            &figures::extrapolation::perplexity_vs_length(&sweep, args.log_ppl),
+            &crate::extrapolation::figures::perplexity_vs_length(&sweep, args.log_ppl),
             path,
         )?;
     }

@@ -9,9 +9,10 @@ use serde_json::json;
 
 use super::analyse::{TableFormat, with_suffix};
 use crate::analysis::TrainedRun;
+use crate::analysis::figures::recall;
 use crate::analysis::iou::{Binarise, IouProtocol, IouTable, Target, example_iou, run_iou};
 use crate::analysis::spectrum::{RunSpectrum, SpectrumProtocol, run_spectrum};
-use crate::figures::{self, recall};
+use crate::figures;
 
 fn parse_binarise(text: &str) -> Result<Binarise, String> {
     text.parse().map_err(|e: crate::Error| e.to_string())

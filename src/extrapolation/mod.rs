@@ -15,6 +15,7 @@
 //!   are reported as missing (`null`, "n/a") with a note, not an error for the whole sweep.
 //!   Sinusoidal positions are computed for any length, so they are evaluated everywhere.
 
+pub mod figures;
 mod memory;
 pub mod perplexity;
 pub mod variants;

@@ -9,14 +9,10 @@ mod axis;
 mod bars;
 mod colormap;
 mod csv;
-pub mod encodings;
-pub mod extrapolation;
 mod heatmap;
 mod lines;
 mod png;
-pub mod recall;
 mod svg;
-pub mod sweep;
 
 use std::path::Path;
 

@@ -28,6 +28,7 @@
 //! on resume. The summary reads only run folders (their `preset.toml` and `summary.json`), so
 //! `collect` merges folders trained anywhere.
 
+pub mod figures;
 mod summary;
 
 use std::cmp::Reverse;
@@ -541,7 +542,7 @@ pub fn write_summary(summary: &SweepSummary, dir: &Path) -> Result<Vec<PathBuf>>
     std::fs::create_dir_all(dir).map_err(|e| Error::io("cannot create folder", dir, e))?;
     let mut written = vec![dir.join("summary.json")];
     crate::io::write_json(&written[0], summary)?;
-    for ((seq_len, pairs), figure) in crate::figures::sweep::accuracy_panels(summary) {
+    for ((seq_len, pairs), figure) in figures::accuracy_panels(summary) {
         for ext in ["svg", "csv"] {
             let path = dir.join(format!("accuracy-L{seq_len}-N{pairs}.{ext}"));
             crate::figures::save(&figure, &path)?;

@@ -6,22 +6,10 @@
 use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
 use rayon::prelude::*;
-use serde::{Deserialize, Serialize};
 
-use super::TrainConfig;
+use super::{Schedule, TrainConfig};
 use crate::Result;
 use crate::ops::{AdamStep, adamw_in_place, adamw_step_composed, fusable, sum_squares};
-
-/// How the learning rate evolves after warm-up.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Schedule {
-    /// Cosine decay from `lr` to `min_lr` over the run (PyTorch's `CosineAnnealingLR` per step).
-    #[default]
-    Cosine,
-    /// `lr` throughout.
-    Constant,
-}
 
 /// Learning rate used at step `step` (0-based) of `total`.
 pub fn learning_rate(config: &TrainConfig, step: usize, total: usize) -> f64 {

@@ -13,9 +13,9 @@ use super::super::runs::SavedLayer;
 use super::super::tasks::{Task, take_finished};
 use super::colour::ColourScale;
 use super::{View, ViewContext};
+use crate::analysis::figures::encodings as fig;
 use crate::analysis::{Heads, ReceptiveField, Rows, StudiedEncoding, erf, mean_mass_by_distance};
 use crate::encodings::EncodingSpec;
-use crate::figures::encodings as fig;
 use crate::train::RunDir;
 
 /// Points of the TRF curves.

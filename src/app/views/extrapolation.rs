@@ -14,10 +14,10 @@ use super::super::export::Exporter;
 use super::super::tasks::{Task, take_finished};
 use super::{View, ViewContext, run_buttons};
 use crate::Preset;
+use crate::extrapolation::figures::perplexity_vs_length;
 use crate::extrapolation::{
     Extrapolation, Options, Protocol, extrapolate_runs, train_and_extrapolate,
 };
-use crate::figures::extrapolation::perplexity_vs_length;
 use crate::train::RunDir;
 
 /// What a job of this view hands back: the sweep, and run folders that are new to the list.

@@ -11,10 +11,10 @@ use super::super::tasks::{Task, Tasks, take_finished};
 use super::colour::ColourScale;
 use super::{PerRun, View, ViewContext, analyse_runs, merge, run_buttons};
 use crate::analysis::TrainedRun;
+use crate::analysis::figures::recall;
 use crate::analysis::iou::{
     Binarise, ExampleIou, IouProtocol, IouTable, Target, example_iou, run_iou,
 };
-use crate::figures::recall;
 
 /// One example's crops as textures, with the numbers behind them.
 struct ShownExample {

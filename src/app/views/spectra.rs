@@ -8,8 +8,8 @@ use egui_plot::{Legend, Line, Plot, PlotPoints};
 use super::super::export::Exporter;
 use super::super::tasks::{Task, Tasks, take_finished};
 use super::{PerRun, View, ViewContext, analyse_runs, merge, run_buttons};
+use crate::analysis::figures::recall;
 use crate::analysis::spectrum::{RunSpectrum, SpectrumProtocol, run_spectrum};
-use crate::figures::recall;
 
 #[derive(Default)]
 pub struct SpectraView {

@@ -12,8 +12,8 @@ use egui_plot::{Legend, Line, LineStyle, Plot, PlotPoints};
 use super::super::export::Exporter;
 use super::super::tasks::{Task, Tasks, take_finished};
 use super::{View, ViewContext};
-use crate::figures::sweep::accuracy_panels;
 use crate::figures::{Figure, Plot as FigPlot};
+use crate::sweep::figures::accuracy_panels;
 use crate::sweep::{Split, Sweep, SweepEvent, SweepSummary, collect, mechanism_label, run_sweep};
 use crate::train::{RunDir, RunStatus, TrainEvent};
 

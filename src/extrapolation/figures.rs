@@ -1,8 +1,8 @@
 //! Perplexity against evaluation length (the Rpe paper's Figures 3–4), one curve per run and
 //! per inference-time variant (dashed), on a log-scale length axis; the protocol is in the title.
 
-use super::{Figure, LinePlot, Plot, Series};
-use crate::extrapolation::Extrapolation;
+use super::Extrapolation;
+use crate::figures::{Figure, LinePlot, Plot, Series};
 
 /// The perplexity-vs-length figure of a sweep; `log_ppl` puts perplexity on a log axis too.
 pub fn perplexity_vs_length(sweep: &Extrapolation, log_ppl: bool) -> Figure {

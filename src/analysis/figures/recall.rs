@@ -1,9 +1,9 @@
 //! Figures of the in-context recall analyses: the IoU table and example, attention spectra.
 //! Each carries its protocol in the caption.
 
-use super::{BarPlot, BarSeries, Figure, HeatmapPlot, LinePlot, Plot, Series};
 use crate::analysis::iou::{ExampleIou, IouCell, IouTable};
 use crate::analysis::spectrum::RunSpectrum;
+use crate::figures::{BarPlot, BarSeries, Figure, HeatmapPlot, LinePlot, Plot, Series};
 
 /// A heatmap figure of a row-major `rows × cols` matrix.
 fn heatmap(

@@ -1,7 +1,7 @@
 //! The sweep's Figure 1 (ReBased paper): accuracy against d_model, one figure per sequence length.
 
-use super::{Figure, LinePlot, Plot, Series};
-use crate::sweep::SweepSummary;
+use super::SweepSummary;
+use crate::figures::{Figure, LinePlot, Plot, Series};
 
 /// One figure per (sequence length, pairs) panel, in increasing length: a solid line per
 /// mechanism through the mean at the best lr, and dashed lines in the same colour at mean ± std

@@ -2,8 +2,8 @@
 //! TRF/ERF curves on the paper's axes, exp(bias) by distance, the exp(bias) heatmap, and
 //! RoPE's long-range decay for the rotary encodings.
 
-use super::{Figure, HeatmapPlot, LinePlot, Plot, Series};
 use crate::analysis::ReceptiveField;
+use crate::figures::{Figure, HeatmapPlot, LinePlot, Plot, Series};
 
 /// A named curve.
 pub struct Curve<'a> {

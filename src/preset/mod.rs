@@ -17,6 +17,8 @@
 //! ranges and combinations before any work starts, naming the key, the bad value and what is
 //! allowed.
 
+mod train;
+
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -25,8 +27,8 @@ use crate::attention::MechanismSpec;
 use crate::encodings::{EncodingShape, EncodingSpec, Family};
 use crate::model::ModelConfig;
 use crate::tasks::TaskSpec;
-use crate::train::TrainConfig;
 use crate::{Error, Result};
+pub use train::{Schedule, TrainConfig};
 
 /// The preset schema this build reads and writes.
 pub const SCHEMA: u32 = 1;

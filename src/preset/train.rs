@@ -1,0 +1,173 @@
+//! The `[train]` section of a preset: optimiser, schedule, stopping, evaluation cadence, seed,
+//! device and precision. It lives with the preset, below the training code that reads it, so
+//! the layers stay one-way (preset → train never the other way).
+
+use serde::{Deserialize, Serialize};
+
+use crate::tasks::TaskSpec;
+use crate::{Error, Result};
+
+/// How the learning rate evolves after warm-up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Schedule {
+    /// Cosine decay from `lr` to `min_lr` over the run (PyTorch's `CosineAnnealingLR` per step).
+    #[default]
+    Cosine,
+    /// `lr` throughout.
+    Constant,
+}
+
+/// The `[train]` section of a preset. Defaults are the benchmark's (and PyTorch's) settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TrainConfig {
+    pub batch_size: usize,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Decoupled weight decay (AdamW), applied to every parameter as PyTorch's reference does.
+    pub weight_decay: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    /// Passes over the training set; the run stops earlier at `max_steps` or the target accuracy.
+    pub epochs: usize,
+    /// Total optimiser steps; when absent, `epochs × (train_examples / batch_size)`.
+    pub max_steps: Option<usize>,
+    /// Linear warm-up from 0 to `lr` over these steps.
+    pub warmup_steps: usize,
+    pub schedule: Schedule,
+    /// Learning rate at the end of the cosine decay.
+    pub min_lr: f64,
+    /// Clip the global gradient norm to this value; 0 turns clipping off.
+    pub grad_clip: f64,
+    /// Evaluate every this many steps; 0 means once per epoch (zoology's protocol).
+    pub eval_every: usize,
+    /// Stop once test accuracy reaches this value (zoology stops at 0.99); 0 never stops early.
+    pub target_accuracy: f64,
+    /// Seed of the initialisation and of the data order.
+    pub seed: u64,
+    /// `cpu`, `cuda:N` or `metal`.
+    pub device: String,
+    /// How matrix products compute: `f32`, `tf32` (CUDA tensor cores) or `bf16` (mixed
+    /// precision with f32 master weights); see [`crate::ops::Precision`].
+    pub precision: crate::ops::Precision,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self {
+            batch_size: 64,
+            lr: 1e-3,
+            weight_decay: 0.1,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            epochs: 40,
+            max_steps: None,
+            warmup_steps: 0,
+            schedule: Schedule::Cosine,
+            min_lr: 0.0,
+            grad_clip: 0.0,
+            eval_every: 0,
+            target_accuracy: 0.99,
+            seed: 0,
+            device: "cpu".into(),
+            precision: crate::ops::Precision::F32,
+        }
+    }
+}
+
+impl TrainConfig {
+    /// Optimiser steps in one pass over `train_examples` rows (the last partial batch is dropped).
+    pub fn steps_per_epoch(&self, train_examples: usize) -> usize {
+        (train_examples / self.batch_size.max(1)).max(1)
+    }
+
+    pub fn total_steps(&self, train_examples: usize) -> usize {
+        self.max_steps
+            .unwrap_or(self.epochs * self.steps_per_epoch(train_examples))
+    }
+
+    /// Steps between evaluations.
+    pub fn eval_interval(&self, train_examples: usize) -> usize {
+        match self.eval_every {
+            0 => self.steps_per_epoch(train_examples),
+            n => n,
+        }
+    }
+
+    /// Checks ranges; errors name `train.…`.
+    pub fn validate(&self, task: &TaskSpec) -> Result<()> {
+        let bad = |key: &str, value: &dyn ToString, why: &str| {
+            Err(Error::preset(
+                format!("train.{key}"),
+                value.to_string(),
+                why,
+            ))
+        };
+        let train_examples = task.train_examples();
+        if self.batch_size == 0 || self.batch_size > train_examples {
+            return bad(
+                "batch_size",
+                &self.batch_size,
+                &format!("must be in 1..={train_examples} (task.train_examples)"),
+            );
+        }
+        if !(self.lr > 0.0 && self.lr <= 10.0) {
+            return bad("lr", &self.lr, "must be in (0, 10]");
+        }
+        if !(self.weight_decay >= 0.0 && self.weight_decay.is_finite()) {
+            return bad("weight_decay", &self.weight_decay, "must be ≥ 0");
+        }
+        for (key, beta) in [("beta1", self.beta1), ("beta2", self.beta2)] {
+            if !(0.0..1.0).contains(&beta) {
+                return bad(key, &beta, "must be in [0, 1)");
+            }
+        }
+        if !(self.eps > 0.0 && self.eps < 1.0) {
+            return bad("eps", &self.eps, "must be in (0, 1)");
+        }
+        if self.epochs == 0 {
+            return bad("epochs", &self.epochs, "must be ≥ 1");
+        }
+        if self.max_steps == Some(0) {
+            return bad(
+                "max_steps",
+                &0,
+                "must be ≥ 1 (leave it out to train for `epochs`)",
+            );
+        }
+        let total = self.total_steps(train_examples);
+        if self.warmup_steps >= total {
+            return bad(
+                "warmup_steps",
+                &self.warmup_steps,
+                &format!("must be smaller than the run's {total} steps"),
+            );
+        }
+        if !(self.min_lr >= 0.0 && self.min_lr <= self.lr) {
+            return bad(
+                "min_lr",
+                &self.min_lr,
+                &format!("must be in [0, train.lr = {}]", self.lr),
+            );
+        }
+        if !(self.grad_clip >= 0.0 && self.grad_clip.is_finite()) {
+            return bad(
+                "grad_clip",
+                &self.grad_clip,
+                "must be ≥ 0 (0 turns clipping off)",
+            );
+        }
+        if !(0.0..=1.0).contains(&self.target_accuracy) {
+            return bad(
+                "target_accuracy",
+                &self.target_accuracy,
+                "must be in [0, 1] (0 never stops early)",
+            );
+        }
+        crate::device::check(&self.device)
+            .map_err(|e| Error::preset("train.device", &self.device, e.to_string()))
+    }
+}
