@@ -3,81 +3,143 @@
 //! Names: `cpu`, `cuda` / `cuda:N`, `metal`. A device this build was not compiled for is a
 //! clear error that says which cargo feature to build with. A GPU this build supports but that
 //! does not open here (no driver, no GPU, driver too old) is a different matter: runs fall back
-//! to the CPU through [`open_or_fallback`], with a notice saying why, so a GPU build started on
+//! to the CPU through [`DeviceName::open_or_fallback`], with a notice saying why, so a GPU build started on
 //! a machine without a GPU still works.
 
 use std::sync::{Once, OnceLock};
 
 use candle_core::{DType, Device, Tensor};
+use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result};
 
-/// The device names this build can open, for pickers and error messages.
-pub fn available() -> Vec<&'static str> {
-    let mut names = vec!["cpu"];
-    if cfg!(feature = "cuda") {
-        names.push("cuda:0");
-    }
-    if cfg!(feature = "metal") {
-        names.push("metal");
-    }
-    names
+/// A compute device as a preset names it: `cpu`, `cuda` / `cuda:N` or `metal`. Parsed once,
+/// when the preset is read (a bad name is an error at its key); every consumer opens it through
+/// [`DeviceName::open_or_fallback`], the one fallback policy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum DeviceName {
+    #[default]
+    Cpu,
+    Cuda(usize),
+    Metal,
 }
 
-/// Checks that `name` is a device name this build supports, without opening it.
-pub fn check(name: &str) -> Result<()> {
-    match parse(name)? {
-        Parsed::Cpu => Ok(()),
-        Parsed::Cuda(_) if cfg!(feature = "cuda") => Ok(()),
-        Parsed::Metal if cfg!(feature = "metal") => Ok(()),
-        Parsed::Cuda(_) => Err(not_compiled(name, "cuda")),
-        Parsed::Metal => Err(not_compiled(name, "metal")),
+impl std::fmt::Display for DeviceName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // `pad`, so widths and alignment in format strings apply (`attnlab devices` aligns).
+        match self {
+            DeviceName::Cpu => f.pad("cpu"),
+            DeviceName::Cuda(ordinal) => f.pad(&format!("cuda:{ordinal}")),
+            DeviceName::Metal => f.pad("metal"),
+        }
     }
 }
 
-/// Opens the device called `name` and runs a tiny computation on it, so a device that opens
-/// but cannot run attnlab's kernels (a driver too old for the PTX, missing cuBLAS) fails here
-/// with a hint rather than in the middle of a run.
-pub fn open(name: &str) -> Result<Device> {
-    check(name)?;
-    let device = match parse(name)? {
-        Parsed::Cpu => return Ok(Device::Cpu),
-        Parsed::Cuda(ordinal) => Device::new_cuda(ordinal),
-        Parsed::Metal => Device::new_metal(0),
-    };
-    device
-        .and_then(|device| smoke_test(&device).map(|()| device))
-        .map_err(|e| Error::Device(cannot_open(name, &e.to_string())))
+impl std::str::FromStr for DeviceName {
+    type Err = Error;
+
+    fn from_str(name: &str) -> Result<Self> {
+        let unknown = || {
+            Error::Device(format!(
+                "unknown device '{name}': expected cpu, cuda, cuda:N or metal"
+            ))
+        };
+        match name {
+            "cpu" => Ok(DeviceName::Cpu),
+            "cuda" => Ok(DeviceName::Cuda(0)),
+            "metal" => Ok(DeviceName::Metal),
+            _ => {
+                let ordinal = name.strip_prefix("cuda:").ok_or_else(unknown)?;
+                ordinal.parse().map(DeviceName::Cuda).map_err(|_| unknown())
+            }
+        }
+    }
+}
+
+impl TryFrom<String> for DeviceName {
+    type Error = Error;
+
+    fn try_from(name: String) -> Result<Self> {
+        name.parse()
+    }
+}
+
+impl From<DeviceName> for String {
+    fn from(name: DeviceName) -> Self {
+        name.to_string()
+    }
+}
+
+impl DeviceName {
+    /// The devices this build can open, for pickers and error messages.
+    pub fn available() -> Vec<DeviceName> {
+        let mut names = vec![DeviceName::Cpu];
+        if cfg!(feature = "cuda") {
+            names.push(DeviceName::Cuda(0));
+        }
+        if cfg!(feature = "metal") {
+            names.push(DeviceName::Metal);
+        }
+        names
+    }
+
+    /// Checks that this build was compiled for the device, without opening it.
+    pub fn check(self) -> Result<()> {
+        match self {
+            DeviceName::Cpu => Ok(()),
+            DeviceName::Cuda(_) if cfg!(feature = "cuda") => Ok(()),
+            DeviceName::Metal if cfg!(feature = "metal") => Ok(()),
+            DeviceName::Cuda(_) => Err(not_compiled(self, "cuda")),
+            DeviceName::Metal => Err(not_compiled(self, "metal")),
+        }
+    }
+
+    /// Opens the device and runs a tiny computation on it, so a device that opens but cannot
+    /// run attnlab's kernels (a driver too old for the PTX, missing cuBLAS) fails here with a
+    /// hint rather than in the middle of a run.
+    pub fn open(self) -> Result<Device> {
+        self.check()?;
+        let device = match self {
+            DeviceName::Cpu => return Ok(Device::Cpu),
+            DeviceName::Cuda(ordinal) => Device::new_cuda(ordinal),
+            DeviceName::Metal => Device::new_metal(0),
+        };
+        device
+            .and_then(|device| smoke_test(&device).map(|()| device))
+            .map_err(|e| Error::Device(cannot_open(self, &e.to_string())))
+    }
+
+    /// The one policy every run, analysis and evaluation opens its device by: the device, or
+    /// the CPU when this build supports it but it does not open here (no driver, no GPU), with
+    /// a notice for the run's log and summary. A device this build was not compiled for stays
+    /// an error, as in preset validation.
+    pub fn open_or_fallback(self) -> Result<Opened> {
+        self.check()?;
+        Ok(or_cpu(self, self.open()))
+    }
 }
 
 /// A device opened for a run, or the CPU standing in for it.
 #[derive(Clone, Debug)]
 pub struct Opened {
     pub device: Device,
-    /// The name of the device actually used (`cpu` after a fallback).
-    pub name: String,
+    /// The device actually used (`cpu` after a fallback).
+    pub name: DeviceName,
     /// Why the CPU stands in for the device asked for; `None` when that device opened.
     pub notice: Option<String>,
 }
 
-/// Opens `name`, or the CPU when this build supports the device but it does not open here (no
-/// driver, no GPU), with a notice for the run's log and summary. A name that is no device, or
-/// one this build was not compiled for, stays an error, as in preset validation.
-pub fn open_or_fallback(name: &str) -> Result<Opened> {
-    check(name)?;
-    Ok(or_cpu(name, open(name)))
-}
-
-fn or_cpu(name: &str, opened: Result<Device>) -> Opened {
+fn or_cpu(name: DeviceName, opened: Result<Device>) -> Opened {
     match opened {
         Ok(device) => Opened {
             device,
-            name: name.to_string(),
+            name,
             notice: None,
         },
         Err(e) => Opened {
             device: Device::Cpu,
-            name: "cpu".to_string(),
+            name: DeviceName::Cpu,
             notice: Some(format!("{e}; running on the CPU instead")),
         },
     }
@@ -86,12 +148,12 @@ fn or_cpu(name: &str, opened: Result<Device>) -> Opened {
 /// Whether one device opens here, for a device picker.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DeviceStatus {
-    pub name: &'static str,
+    pub name: DeviceName,
     /// `Err` holds why it does not open.
     pub usable: std::result::Result<(), String>,
 }
 
-/// Opens every device of [`available`] once, which can take a second or two for a GPU (driver
+/// Opens every device of [`DeviceName::available`] once, which can take a second or two for a GPU (driver
 /// start-up); the first call starts that probe on a background thread and returns `None` until
 /// it is done, so a GUI never waits for it.
 pub fn probed() -> Option<&'static [DeviceStatus]> {
@@ -103,11 +165,11 @@ pub fn probed() -> Option<&'static [DeviceStatus]> {
     PROBED.get().map(Vec::as_slice)
 }
 
-/// A device picker's entries: every device of [`available`], with why it does not open here
+/// A device picker's entries: every device of [`DeviceName::available`], with why it does not open here
 /// (`None` while it opens, or while the background probe of [`probed`] is still running).
-pub fn picker() -> Vec<(&'static str, Option<String>)> {
+pub fn picker() -> Vec<(DeviceName, Option<String>)> {
     let probed = probed().unwrap_or_default();
-    available()
+    DeviceName::available()
         .into_iter()
         .map(|name| {
             let status = probed.iter().find(|s| s.name == name);
@@ -116,13 +178,13 @@ pub fn picker() -> Vec<(&'static str, Option<String>)> {
         .collect()
 }
 
-/// Opens every device of [`available`] now, on this thread.
+/// Opens every device of [`DeviceName::available`] now, on this thread.
 pub fn probe_all() -> Vec<DeviceStatus> {
-    available()
+    DeviceName::available()
         .into_iter()
         .map(|name| DeviceStatus {
             name,
-            usable: open(name).map(drop).map_err(|e| e.to_string()),
+            usable: name.open().map(drop).map_err(|e| e.to_string()),
         })
         .collect()
 }
@@ -140,7 +202,7 @@ fn smoke_test(device: &Device) -> candle_core::Result<()> {
 
 /// The message for a device that did not open: the backend's own error, and what it means in
 /// words where the error code is one a user can act on.
-fn cannot_open(name: &str, error: &str) -> String {
+fn cannot_open(name: DeviceName, error: &str) -> String {
     const HINTS: [(&str, &str); 6] = [
         (
             "CUDA_ERROR_STUB_LIBRARY",
@@ -198,29 +260,6 @@ pub fn precision_note(device: &Device, precision: crate::ops::Precision) -> Opti
                 .into(),
         ),
         _ => None,
-    }
-}
-
-enum Parsed {
-    Cpu,
-    Cuda(usize),
-    Metal,
-}
-
-fn parse(name: &str) -> Result<Parsed> {
-    let unknown = || {
-        Error::Device(format!(
-            "unknown device '{name}': expected cpu, cuda, cuda:N or metal"
-        ))
-    };
-    match name {
-        "cpu" => Ok(Parsed::Cpu),
-        "cuda" => Ok(Parsed::Cuda(0)),
-        "metal" => Ok(Parsed::Metal),
-        _ => {
-            let ordinal = name.strip_prefix("cuda:").ok_or_else(unknown)?;
-            ordinal.parse().map(Parsed::Cuda).map_err(|_| unknown())
-        }
     }
 }
 
@@ -290,11 +329,15 @@ pub unsafe fn tune_cpu_runtime() {
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) };
 }
 
-fn not_compiled(name: &str, feature: &str) -> Error {
+fn not_compiled(name: DeviceName, feature: &str) -> Error {
+    let available: Vec<String> = DeviceName::available()
+        .iter()
+        .map(DeviceName::to_string)
+        .collect();
     Error::Device(format!(
         "device '{name}' is not available: this attnlab was built without GPU support; \
          rebuild with `cargo build --release --features {feature}` (available here: {})",
-        available().join(", ")
+        available.join(", ")
     ))
 }
 
@@ -325,22 +368,21 @@ mod tests {
 
     #[test]
     fn cpu_always_opens() {
-        assert!(open("cpu").unwrap().is_cpu());
-        let opened = open_or_fallback("cpu").unwrap();
+        assert!(DeviceName::Cpu.open().unwrap().is_cpu());
+        let opened = DeviceName::Cpu.open_or_fallback().unwrap();
         assert!(opened.device.is_cpu());
-        assert_eq!((opened.name.as_str(), opened.notice), ("cpu", None));
+        assert_eq!((opened.name, opened.notice), (DeviceName::Cpu, None));
     }
 
     #[test]
     fn unknown_and_uncompiled_devices_say_why() {
-        let err = check("tpu").unwrap_err().to_string();
+        let err = "tpu".parse::<DeviceName>().unwrap_err().to_string();
         assert!(err.contains("unknown device 'tpu'"), "{err}");
         for bad in ["cuda:", "cuda:x", "cuda:-1", "CPU"] {
-            assert!(check(bad).is_err(), "{bad}");
-            assert!(open_or_fallback(bad).is_err(), "{bad}");
+            assert!(bad.parse::<DeviceName>().is_err(), "{bad}");
         }
         if !cfg!(feature = "cuda") {
-            let err = check("cuda:1").unwrap_err().to_string();
+            let err = DeviceName::Cuda(1).check().unwrap_err().to_string();
             assert!(err.contains("--features cuda"), "{err}");
         }
     }
@@ -348,12 +390,12 @@ mod tests {
     #[test]
     fn a_device_that_does_not_open_falls_back_to_the_cpu_with_a_notice() {
         let error = Error::Device(cannot_open(
-            "cuda:0",
+            DeviceName::Cuda(0),
             "DriverError(CUDA_ERROR_STUB_LIBRARY, \"stub library\")",
         ));
-        let opened = or_cpu("cuda:0", Err(error));
+        let opened = or_cpu(DeviceName::Cuda(0), Err(error));
         assert!(opened.device.is_cpu());
-        assert_eq!(opened.name, "cpu");
+        assert_eq!(opened.name, DeviceName::Cpu);
         let notice = opened.notice.unwrap();
         assert!(notice.contains("cannot open device 'cuda:0'"), "{notice}");
         assert!(notice.contains("no NVIDIA driver is installed"), "{notice}");
@@ -362,23 +404,45 @@ mod tests {
 
     #[test]
     fn a_device_that_opens_is_used_without_notice() {
-        let opened = or_cpu("cuda:1", Ok(Device::Cpu));
-        assert_eq!((opened.name.as_str(), opened.notice), ("cuda:1", None));
+        let opened = or_cpu(DeviceName::Cuda(1), Ok(Device::Cpu));
+        assert_eq!((opened.name, opened.notice), (DeviceName::Cuda(1), None));
     }
 
     #[test]
     fn cuda_errors_get_a_hint_in_words_and_others_pass_through() {
-        let msg = cannot_open("cuda:3", "DriverError(CUDA_ERROR_INVALID_DEVICE, \"\")");
+        let msg = cannot_open(
+            DeviceName::Cuda(3),
+            "DriverError(CUDA_ERROR_INVALID_DEVICE, \"\")",
+        );
         assert!(msg.contains("no GPU with this index"), "{msg}");
         assert!(msg.contains("CUDA_ERROR_INVALID_DEVICE"), "{msg}");
-        let msg = cannot_open("metal", "no Metal device\n   0: <unknown>\n");
+        let msg = cannot_open(DeviceName::Metal, "no Metal device\n   0: <unknown>\n");
         assert_eq!(msg, "cannot open device 'metal': no Metal device");
+    }
+
+    #[test]
+    fn names_read_and_print_the_same_and_a_bad_one_names_its_key_in_a_preset() {
+        for name in ["cpu", "cuda:0", "cuda:3", "metal"] {
+            assert_eq!(name.parse::<DeviceName>().unwrap().to_string(), name);
+        }
+        assert_eq!(format!("{:<8}|", DeviceName::Cuda(1)), "cuda:1  |");
+        assert_eq!("cuda".parse::<DeviceName>().unwrap(), DeviceName::Cuda(0));
+        let err = crate::Preset::parse("", &["train.device=\"tpu\"".into()], "x.toml".as_ref())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("train.device") && err.contains("unknown device 'tpu'"),
+            "{err}"
+        );
     }
 
     #[test]
     fn uncompiled_gpus_stay_an_error() {
         if !cfg!(feature = "cuda") {
-            let err = open_or_fallback("cuda:0").unwrap_err().to_string();
+            let err = DeviceName::Cuda(0)
+                .open_or_fallback()
+                .unwrap_err()
+                .to_string();
             assert!(err.contains("--features cuda"), "{err}");
         }
     }
@@ -387,7 +451,7 @@ mod tests {
     fn probing_lists_every_available_device_and_the_cpu_opens() {
         let statuses = probe_all();
         let names: Vec<_> = statuses.iter().map(|s| s.name).collect();
-        assert_eq!(names, available());
+        assert_eq!(names, DeviceName::available());
         assert_eq!(statuses[0].usable, Ok(()));
         let started = std::time::Instant::now();
         while probed().is_none() {
@@ -400,6 +464,6 @@ mod tests {
         assert_eq!(probed().unwrap(), statuses.as_slice());
         let entries = picker();
         assert_eq!(entries.len(), statuses.len());
-        assert_eq!(entries[0], ("cpu", None));
+        assert_eq!(entries[0], (DeviceName::Cpu, None));
     }
 }

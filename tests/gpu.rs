@@ -15,11 +15,11 @@ use attnlab::ops::{self, Precision};
 use attnlab::train::Trainer;
 use candle_core::{DType, Device, Tensor, Var};
 
-const GPU: &str = "cuda:0";
+const GPU: attnlab::device::DeviceName = attnlab::device::DeviceName::Cuda(0);
 
 /// The GPU, or `None` (with the reason printed) where there is none to compare with.
 fn gpu() -> Option<Device> {
-    match attnlab::device::open(GPU) {
+    match GPU.open() {
         Ok(device) => Some(device),
         Err(e) if std::env::var_os("ATTNLAB_REQUIRE_GPU").is_some() => {
             panic!("ATTNLAB_REQUIRE_GPU is set but {e}")
@@ -105,7 +105,7 @@ fn one_training_step_matches_the_cpu() {
         // The gradients of the step, to tell which entries are zero up to float noise.
         let (_, cpu_grads) = common::loss_and_grads(&preset, &Device::Cpu);
         let mut on_gpu = preset.clone();
-        on_gpu.train.device = GPU.into();
+        on_gpu.train.device = GPU;
         let mut cpu = Trainer::new(&preset).unwrap();
         let mut gpu = Trainer::new(&on_gpu).unwrap();
         assert_eq!(gpu.device_notice(), None);
@@ -471,14 +471,11 @@ fn a_gpu_run_reports_no_fallback() {
         common::small_mechanisms().remove(0),
         common::small_encodings().remove(0),
     );
-    preset.train.device = GPU.into();
+    preset.train.device = GPU;
     let root = tempfile::tempdir().unwrap();
     let stop = std::sync::atomic::AtomicBool::new(false);
     let summary = attnlab::train::run::run(&preset, root.path(), &stop, &mut |_| {}).unwrap();
-    assert_eq!(
-        (summary.device.as_str(), summary.device_notice),
-        (GPU, None)
-    );
+    assert_eq!((summary.device, summary.device_notice), (GPU, None));
     assert!(summary.last_accuracy.is_some());
 }
 
@@ -508,7 +505,7 @@ fn replicas_train_on_the_gpu_as_on_the_cpu() {
             .iter()
             .map(|c| {
                 let mut c = c.clone();
-                c.train.device = GPU.into();
+                c.train.device = GPU;
                 c
             })
             .collect();

@@ -97,9 +97,11 @@ fn module_graph() -> std::collections::BTreeMap<String, std::collections::BTreeM
             let rest = &code[i + "crate::".len()..];
             if let Some(group) = rest.strip_prefix('{') {
                 let group = &group[..group.find('}').unwrap_or(group.len())];
-                named.extend(group.split(',').filter_map(|item| {
-                    item.trim().split("::").next().map(str::to_string)
-                }));
+                named.extend(
+                    group
+                        .split(',')
+                        .filter_map(|item| item.trim().split("::").next().map(str::to_string)),
+                );
             } else {
                 let end = rest
                     .find(|c: char| !(c.is_alphanumeric() || c == '_'))
@@ -166,7 +168,15 @@ fn the_module_graph_has_no_cycle() {
 fn renderers_and_the_core_import_no_analysis_or_front_end() {
     let graph = module_graph();
     let above = ["analysis", "extrapolation", "sweep", "train", "app", "cli"];
-    for low in ["figures", "ops", "params", "encodings", "attention", "model", "preset"] {
+    for low in [
+        "figures",
+        "ops",
+        "params",
+        "encodings",
+        "attention",
+        "model",
+        "preset",
+    ] {
         for high in above {
             assert!(
                 !graph[low].contains_key(high),

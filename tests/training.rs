@@ -96,8 +96,8 @@ fn stopping_a_run_keeps_its_results() {
     assert_eq!(summary.status, RunStatus::Stopped);
     assert!(summary.steps >= 3 && summary.steps < 100);
     assert_eq!(
-        (summary.device.as_str(), summary.device_notice.as_deref()),
-        ("cpu", None)
+        (summary.device, summary.device_notice.as_deref()),
+        (attnlab::device::DeviceName::Cpu, None)
     );
     let run_dir = attnlab::train::RunDir::open(&run_dir.unwrap()).unwrap();
     assert_eq!(run_dir.read_summary().unwrap(), summary);

@@ -58,7 +58,10 @@ impl StudiedEncoding {
     }
 
     /// The encoding of attention layer `layer` (the first attention layer when `None`) of a
-    /// run, with the parameters of its last checkpoint.
+    /// run, with the parameters of its last checkpoint. Always on the CPU, whatever the run's
+    /// device: the study evaluates bias rows of one head at a time (vectors, and a ≤ 256²
+    /// heatmap), which a GPU would only slow down with transfers; the run's device matters for
+    /// analyses that run the model (IoU, spectra, extrapolation: `DeviceName::open_or_fallback`).
     pub fn from_run(run: &RunDir, layer: Option<usize>) -> Result<Self> {
         let preset = run.read_preset()?;
         let params = Params::new(preset.train.seed, &Device::Cpu);

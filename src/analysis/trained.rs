@@ -64,7 +64,7 @@ impl TrainedRun {
     pub fn open(path: &Path) -> Result<Self> {
         let run = RunDir::open(path)?;
         let preset = run.read_preset()?;
-        let opened = crate::device::open_or_fallback(&preset.train.device)?;
+        let opened = preset.train.device.open_or_fallback()?;
         let device = opened.device;
         let params = Params::new(preset.train.seed, &device);
         let model = preset.build_model(&params)?;

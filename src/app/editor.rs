@@ -355,14 +355,14 @@ fn train_ui(ui: &mut egui::Ui, t: &mut TrainConfig) {
     ui.horizontal(|ui| {
         let label = ui.label("device");
         egui::ComboBox::from_id_salt("device")
-            .selected_text(t.device.clone())
+            .selected_text(t.device.to_string())
             .show_ui(ui, |ui| {
                 for (name, unusable) in crate::device::picker() {
                     let text = match unusable {
                         Some(_) => format!("{name} (does not open here)"),
                         None => name.to_string(),
                     };
-                    let item = ui.selectable_value(&mut t.device, name.to_string(), text);
+                    let item = ui.selectable_value(&mut t.device, name, text);
                     if let Some(why) = unusable {
                         item.on_hover_text(why);
                     }

@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
+use candle_core::Device;
 use serde::{Deserialize, Serialize};
 
 pub use perplexity::{Protocol, Scored, Window, windows};
@@ -114,6 +115,9 @@ pub struct Curve {
     /// Theorem 0.4 from the encoding's formula: converges, diverges, undetermined, not-applicable.
     pub theorem: String,
     pub theorem_evidence: String,
+    /// Why the CPU stood in for the preset's device, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_notice: Option<String>,
 }
 
 /// The result of an extrapolation sweep: the JSON (`protocol`, `train_length`,
@@ -211,20 +215,22 @@ pub fn extrapolate_runs(
     for (run, preset) in runs.iter().zip(&presets) {
         let mut own = Extrapolation::new(options, train_length, lengths.clone());
         let tokens = validation_tokens(preset)?;
+        let opened = preset.train.device.open_or_fallback()?;
         let mut variants = vec![None];
         variants.extend(curve_variants(preset, options).into_iter().map(Some));
         for variant in variants {
             let mut tick = |f: f32| progress((done as f32 + f) / jobs as f32);
-            let curve = evaluate_curve(
+            let mut curve = evaluate_curve(
                 run,
                 preset,
                 variant.as_ref(),
-                &tokens,
-                &lengths,
+                (&tokens, &lengths),
                 options,
+                &opened.device,
                 &mut tick,
                 cancel,
             )?;
+            curve.device_notice.clone_from(&opened.notice);
             done += 1;
             own.push(curve.clone());
             all.push(curve);
@@ -313,9 +319,9 @@ fn evaluate_curve(
     run: &RunDir,
     preset: &Preset,
     variant: Option<&Variant>,
-    tokens: &[u32],
-    lengths: &[usize],
+    (tokens, lengths): (&[u32], &[usize]),
     options: &Options,
+    device: &Device,
     progress: &mut dyn FnMut(f32),
     cancel: &AtomicBool,
 ) -> Result<Curve> {
@@ -350,7 +356,12 @@ fn evaluate_curve(
             progress((i as f32 + done as f32 / total.max(1) as f32) / lengths.len() as f32)
         };
         points.push(evaluate_length(
-            run, &evaluated, &pass, n, &mut tick, cancel,
+            run,
+            &evaluated,
+            &pass,
+            (n, device),
+            &mut tick,
+            cancel,
         )?);
     }
     let ppl: Vec<Option<f64>> = points.iter().map(|p| p.ppl).collect();
@@ -383,6 +394,7 @@ fn evaluate_curve(
         delta,
         theorem: verdict.verdict,
         theorem_evidence: verdict.evidence,
+        device_notice: None,
     })
 }
 
@@ -394,12 +406,13 @@ fn with_overrides(run: &RunDir, overrides: &[String]) -> Result<Preset> {
     Preset::parse(&text, overrides, &origin)
 }
 
-/// Builds the model for length `n`, loads the checkpoint and scores it.
+/// Builds the model for length `n` on `device` (opened once per run), loads the checkpoint and
+/// scores it.
 fn evaluate_length(
     run: &RunDir,
     preset: &Preset,
     pass: &perplexity::Pass<'_>,
-    n: usize,
+    (n, device): (usize, &Device),
     tick: &mut dyn FnMut(usize, usize),
     cancel: &AtomicBool,
 ) -> Result<LengthPoint> {
@@ -422,8 +435,7 @@ fn evaluate_length(
         ));
         return Ok(point);
     }
-    let device = crate::device::open(&preset.train.device)?;
-    let params = Params::new(preset.train.seed, &device);
+    let params = Params::new(preset.train.seed, device);
     let model = crate::model::Transformer::new(
         &preset.model,
         &preset.attention,
@@ -436,7 +448,7 @@ fn evaluate_length(
     params.load(&run.checkpoint_path())?;
     let reset = memory::reset_peak();
     let started = Instant::now();
-    let scored = perplexity::score(&model, &device, pass, n, tick, cancel)?;
+    let scored = perplexity::score(&model, device, pass, n, tick, cancel)?;
     point.secs = started.elapsed().as_secs_f64();
     point.peak_bytes = memory::peak_bytes().filter(|_| reset);
     point.ppl = Some(scored.perplexity());

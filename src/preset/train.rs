@@ -48,7 +48,7 @@ pub struct TrainConfig {
     /// Seed of the initialisation and of the data order.
     pub seed: u64,
     /// `cpu`, `cuda:N` or `metal`.
-    pub device: String,
+    pub device: crate::device::DeviceName,
     /// How matrix products compute: `f32`, `tf32` (CUDA tensor cores) or `bf16` (mixed
     /// precision with f32 master weights); see [`crate::ops::Precision`].
     pub precision: crate::ops::Precision,
@@ -72,7 +72,7 @@ impl Default for TrainConfig {
             eval_every: 0,
             target_accuracy: 0.99,
             seed: 0,
-            device: "cpu".into(),
+            device: crate::device::DeviceName::Cpu,
             precision: crate::ops::Precision::F32,
         }
     }
@@ -167,7 +167,8 @@ impl TrainConfig {
                 "must be in [0, 1] (0 never stops early)",
             );
         }
-        crate::device::check(&self.device)
-            .map_err(|e| Error::preset("train.device", &self.device, e.to_string()))
+        self.device
+            .check()
+            .map_err(|e| Error::preset("train.device", self.device, e.to_string()))
     }
 }

@@ -74,7 +74,7 @@ pub struct Summary {
     pub encoding: String,
     pub task: String,
     /// The device the run trained on (`cpu` when the preset's device did not open).
-    pub device: String,
+    pub device: crate::device::DeviceName,
     /// Why the run trained on the CPU instead of the preset's device, if it did.
     #[serde(default)]
     pub device_notice: Option<String>,

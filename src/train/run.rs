@@ -284,7 +284,7 @@ fn initial_summary(trainer: &Trainer, r: usize) -> Summary {
         mechanism: preset.attention.name().into(),
         encoding: preset.encoding.name().into(),
         task: preset.task.name().into(),
-        device: trainer.device_name().to_string(),
+        device: trainer.device_name(),
         device_notice: trainer.device_notice().map(str::to_string),
         precision: preset.train.precision,
         n_params: trainer.params().count(),

@@ -62,7 +62,7 @@ pub struct Trainer {
     computed: Vec<usize>,
     device: Device,
     /// The device actually used and why it differs from the preset's, see [`crate::device::Opened`].
-    device_name: String,
+    device_name: crate::device::DeviceName,
     device_notice: Option<String>,
     params: Params,
     model: Transformer,
@@ -99,7 +99,7 @@ impl Trainer {
                 super::replicas::PER_RUN.join(", ")
             )));
         }
-        let opened = crate::device::open_or_fallback(&first.train.device)?;
+        let opened = first.train.device.open_or_fallback()?;
         let device = opened.device;
         crate::device::use_tf32(
             &device,
@@ -196,8 +196,8 @@ impl Trainer {
     }
 
     /// The name of the device training runs on (`cpu` when the preset's did not open).
-    pub fn device_name(&self) -> &str {
-        &self.device_name
+    pub fn device_name(&self) -> crate::device::DeviceName {
+        self.device_name
     }
 
     /// Why training runs on the CPU instead of the preset's device, if it does.
