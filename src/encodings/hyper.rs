@@ -1,6 +1,7 @@
-//! The numeric settings of each encoding with their valid ranges: one table drives preset
-//! validation now and the GUI's sliders later. Values are read and written through serde, so
-//! the table is the only per-setting code.
+//! The numeric settings of an encoding with their valid ranges (each encoding's list is in its
+//! entry of the catalogue): they drive preset validation, the CLI's `--set` and the GUI's
+//! sliders. Values are read and written through serde, so the lists are the only per-setting
+//! code.
 
 use super::EncodingSpec;
 use crate::{Error, Result};
@@ -19,7 +20,12 @@ pub struct Hyperparameter {
     pub help: &'static str,
 }
 
-const fn real(key: &'static str, min: f64, max: f64, help: &'static str) -> Hyperparameter {
+pub(super) const fn real(
+    key: &'static str,
+    min: f64,
+    max: f64,
+    help: &'static str,
+) -> Hyperparameter {
     Hyperparameter {
         key,
         min,
@@ -30,14 +36,24 @@ const fn real(key: &'static str, min: f64, max: f64, help: &'static str) -> Hype
     }
 }
 
-const fn log(key: &'static str, min: f64, max: f64, help: &'static str) -> Hyperparameter {
+pub(super) const fn log(
+    key: &'static str,
+    min: f64,
+    max: f64,
+    help: &'static str,
+) -> Hyperparameter {
     Hyperparameter {
         log_scale: true,
         ..real(key, min, max, help)
     }
 }
 
-const fn int(key: &'static str, min: f64, max: f64, help: &'static str) -> Hyperparameter {
+pub(super) const fn int(
+    key: &'static str,
+    min: f64,
+    max: f64,
+    help: &'static str,
+) -> Hyperparameter {
     Hyperparameter {
         integer: true,
         log_scale: true,
@@ -45,119 +61,7 @@ const fn int(key: &'static str, min: f64, max: f64, help: &'static str) -> Hyper
     }
 }
 
-const ALIBI: &[Hyperparameter] = &[log(
-    "k",
-    1e-4,
-    10.0,
-    "one slope for every head; unset = geometric per-head slopes",
-)];
-const KERPLE_LOG: &[Hyperparameter] = &[
-    log(
-        "r",
-        0.01,
-        10.0,
-        "initial power r of every head; Σ exp(bias) converges for r > 1; unset = U(0, 2) per head",
-    ),
-    log(
-        "k",
-        0.01,
-        10.0,
-        "initial distance scale k of every head; unset = U(0, 1) per head",
-    ),
-];
-const KERPLE_POWER: &[Hyperparameter] = &[
-    real(
-        "r",
-        0.01,
-        2.0,
-        "initial exponent r of every head; unset = U(0, 2) per head",
-    ),
-    log(
-        "k",
-        0.01,
-        10.0,
-        "initial scale k of every head; unset = U(0, 1) per head",
-    ),
-];
-const SANDWICH: &[Hyperparameter] = &[
-    log("k", 0.001, 10.0, "scale of the bias"),
-    log("r", 2.0, 1e9, "frequency base"),
-    int(
-        "dim",
-        2.0,
-        4096.0,
-        "width d of the sinusoidal embeddings (even); unset = 2 x the head width (fairseq-evo)",
-    ),
-];
-const SERIES: &[Hyperparameter] = &[real("offset", 1.0, 1000.0, "n = t + offset at distance t")];
-const N_LOG_N: &[Hyperparameter] = &[real("offset", 1.1, 1000.0, "n = t + offset; needs n > 1")];
-const WINDOW: &[Hyperparameter] = &[int("width", 1.0, 1_048_576.0, "tokens a query sees")];
-const T5: &[Hyperparameter] = &[
-    int("num_buckets", 2.0, 1024.0, "distance buckets per head"),
-    int(
-        "max_distance",
-        1.0,
-        1_048_576.0,
-        "distances from here share the last bucket",
-    ),
-];
-const DIET_REL: &[Hyperparameter] = &[int(
-    "max_distance",
-    1.0,
-    65_536.0,
-    "distances from here share one scalar; unset = unclipped (the paper), one per trained distance",
-)];
-const DIET_ABS: &[Hyperparameter] = &[int("rank", 1.0, 1024.0, "d_p, the rank of P_Q P_K^T")];
-const BASE: Hyperparameter = log("base", 2.0, 1e9, "RoPE frequency base (10000 in the paper)");
-const REROPE_WINDOW: Hyperparameter = int(
-    "window",
-    1.0,
-    1_048_576.0,
-    "distances from w on are clipped",
-);
-const TRAINING_LENGTH: Hyperparameter = int(
-    "training_length",
-    2.0,
-    1_048_576.0,
-    "L of the log-n query scaling max(1, ln(i+1)/ln L); unset = the length the model trained at",
-);
-const ROPE: &[Hyperparameter] = &[BASE];
-const PI: &[Hyperparameter] = &[
-    BASE,
-    log("scale", 1.0, 1024.0, "positions are divided by k"),
-];
-const NTK: &[Hyperparameter] = &[BASE, log("alpha", 1.0, 1024.0, "length scale alpha")];
-const REROPE: &[Hyperparameter] = &[BASE, REROPE_WINDOW, TRAINING_LENGTH];
-const LEAKY_REROPE: &[Hyperparameter] = &[
-    BASE,
-    REROPE_WINDOW,
-    log("scale", 1.0, 1e6, "slope 1/k beyond the window"),
-    TRAINING_LENGTH,
-];
-
 impl EncodingSpec {
-    /// The numeric settings of this encoding.
-    pub fn hyperparameters(&self) -> &'static [Hyperparameter] {
-        match self {
-            Self::None | Self::Learned | Self::Sinusoidal => &[],
-            Self::Alibi(_) => ALIBI,
-            Self::KerpleLog(_) => KERPLE_LOG,
-            Self::KerplePower(_) => KERPLE_POWER,
-            Self::Sandwich(_) => SANDWICH,
-            Self::Type1(_) | Self::Type2(_) | Self::InvN(_) => SERIES,
-            Self::InvNLogN(_) => N_LOG_N,
-            Self::Window(_) => WINDOW,
-            Self::T5(_) => T5,
-            Self::DietRel(_) => DIET_REL,
-            Self::DietAbs(_) => DIET_ABS,
-            Self::Rope(_) => ROPE,
-            Self::Pi(_) => PI,
-            Self::Ntk(_) => NTK,
-            Self::Rerope(_) => REROPE,
-            Self::LeakyRerope(_) => LEAKY_REROPE,
-        }
-    }
-
     fn as_table(&self) -> Result<toml::Table> {
         toml::Table::try_from(self)
             .map_err(|e| Error::Other(format!("cannot serialise encoding {}: {e}", self.name())))

@@ -11,6 +11,7 @@
 
 mod absolute;
 mod alibi;
+mod catalogue;
 mod decay;
 mod diet_abs;
 mod hyper;
@@ -28,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 pub use absolute::{Learned, Sinusoidal, sinusoidal_table};
 pub use alibi::{AlibiConfig, alibi_heads, alibi_slopes};
+pub use catalogue::{CATALOGUE, Facts};
 pub use decay::{NLogNConfig, SeriesConfig, WindowConfig};
 pub use diet_abs::DietAbsConfig;
 pub use hyper::{Hyperparameter, parse_value};
@@ -241,28 +243,7 @@ impl Encoding for ZeroBias {
 impl EncodingSpec {
     /// Every encoding with its default settings, for pickers and for tests that loop over all.
     pub fn all_defaults() -> Vec<Self> {
-        vec![
-            Self::None,
-            Self::Learned,
-            Self::Sinusoidal,
-            Self::Alibi(Default::default()),
-            Self::KerpleLog(Default::default()),
-            Self::KerplePower(Default::default()),
-            Self::Sandwich(Default::default()),
-            Self::Type1(Default::default()),
-            Self::Type2(Default::default()),
-            Self::InvN(Default::default()),
-            Self::InvNLogN(Default::default()),
-            Self::Window(Default::default()),
-            Self::T5(Default::default()),
-            Self::DietRel(Default::default()),
-            Self::DietAbs(Default::default()),
-            Self::Rope(Default::default()),
-            Self::Pi(Default::default()),
-            Self::Ntk(Default::default()),
-            Self::Rerope(Default::default()),
-            Self::LeakyRerope(Default::default()),
-        ]
+        CATALOGUE.iter().map(|facts| (facts.default)()).collect()
     }
 
     /// The encoding called `name`, with default settings; the error lists every name.
@@ -281,108 +262,31 @@ impl EncodingSpec {
 
     /// The name used in presets, the CLI, the GUI and file names.
     pub fn name(&self) -> &'static str {
-        match self {
-            Self::None => "none",
-            Self::Learned => "learned",
-            Self::Sinusoidal => "sinusoidal",
-            Self::Alibi(_) => "alibi",
-            Self::KerpleLog(_) => "kerple-log",
-            Self::KerplePower(_) => "kerple-power",
-            Self::Sandwich(_) => "sandwich",
-            Self::Type1(_) => "type1",
-            Self::Type2(_) => "type2",
-            Self::InvN(_) => "inv-n",
-            Self::InvNLogN(_) => "inv-n-log-n",
-            Self::Window(_) => "window",
-            Self::T5(_) => "t5",
-            Self::DietRel(_) => "diet-rel",
-            Self::DietAbs(_) => "diet-abs",
-            Self::Rope(_) => "rope",
-            Self::Pi(_) => "pi",
-            Self::Ntk(_) => "ntk",
-            Self::Rerope(_) => "rerope",
-            Self::LeakyRerope(_) => "leaky-rerope",
-        }
+        self.facts().name
     }
 
     /// One-line formula, shown in help and tooltips (t = i − j, n = t + offset).
     pub fn formula(&self) -> &'static str {
-        match self {
-            Self::None => "no positional term",
-            Self::Learned => "x_t + p_t, p learned",
-            Self::Sinusoidal => "x_t + [sin(t/10000^(2i/d)), cos(t/10000^(2i/d))]",
-            Self::Alibi(_) => "bias = -m_h t, m_h = 2^(-8h/H) (or one k for all heads)",
-            Self::KerpleLog(_) => "bias = -r_h ln(1 + k_h t), r_h, k_h learned from U(0,2), U(0,1)",
-            Self::KerplePower(_) => "bias = -k_h t^r_h, 0 < r_h <= 2, learned from U(0,2), U(0,1)",
-            Self::Sandwich(_) => "bias = k (sum_j cos(t / r^(2j/d)) - d/2)",
-            Self::Type1(_) => "exp(bias) = 1/n^2",
-            Self::Type2(_) => "exp(bias) = exp(-ln^2 n)",
-            Self::InvN(_) => "exp(bias) = 1/n",
-            Self::InvNLogN(_) => "exp(bias) = 1/(n ln n)",
-            Self::Window(_) => "bias = 0 for t < w, -inf beyond",
-            Self::T5(_) => "bias = b_h[bucket(t)], log-spaced buckets, learned",
-            Self::DietRel(_) => "bias = b_h[min(t, max_distance)], learned",
-            Self::DietAbs(_) => "bias_ij = (P_Q P_K^T)_ij per head, learned",
-            Self::Rope(_) => "q_i, k_j rotated by angle pos*base^(-2c/d); relative position t",
-            Self::Pi(_) => "RoPE at positions pos/k; relative position t/k",
-            Self::Ntk(_) => "RoPE with base*alpha^(d/(d-2)); relative position t",
-            Self::Rerope(_) => "RoPE with relative position min(t, w)",
-            Self::LeakyRerope(_) => "RoPE with relative position t below w, w + (t - w)/k beyond",
-        }
+        self.facts().formula
     }
 
     /// Where the encoding comes from and why one would pick it, for tooltips and help.
     pub fn summary(&self) -> &'static str {
-        match self {
-            Self::None => "NoPE: causal masking alone carries order (a baseline).",
-            Self::Learned => "GPT-style learned table; cannot go past its trained length.",
-            Self::Sinusoidal => "Vaswani et al. 2017: fixed sinusoids added to the input.",
-            Self::Alibi(_) => "Press et al. 2022: linear distance penalty, extrapolates well.",
-            Self::KerpleLog(_) => {
-                "Chi et al. 2022: learned logarithmic kernel; converges iff r > 1."
-            }
-            Self::KerplePower(_) => "Chi et al. 2022: learned power kernel; always converges.",
-            Self::Sandwich(_) => "Chi et al. 2023: the inner product of sinusoids as a bias.",
-            Self::Type1(_) => "Qin et al. 2023: a converging series, 1/n^2 (extrapolates).",
-            Self::Type2(_) => "Qin et al. 2023: a faster converging series, exp(-ln^2 n).",
-            Self::InvN(_) => "Qin et al. 2023: a diverging control, 1/n (fails past ~4L).",
-            Self::InvNLogN(_) => "Qin et al. 2023: a slowly diverging control, 1/(n ln n).",
-            Self::Window(_) => "Sliding-window attention: only the last w tokens are seen.",
-            Self::T5(_) => "Raffel et al. 2020: learned bias per log-spaced distance bucket.",
-            Self::DietRel(_) => "Chen et al. 2021 (DIET): learned bias per clipped distance.",
-            Self::DietAbs(_) => {
-                "Chen et al. 2021 (DIET): decoupled absolute positions in the scores."
-            }
-            Self::Rope(_) => "Su et al. 2021: rotate q and k by position; relative by design.",
-            Self::Pi(_) => "Chen et al. 2023: interpolate positions by k to reach k times longer.",
-            Self::Ntk(_) => "bloc97 2023: stretch RoPE's base instead of the positions.",
-            Self::Rerope(_) => "Su 2023: clip relative positions at w at inference time.",
-            Self::LeakyRerope(_) => "Su 2023: compress relative positions beyond w by 1/k.",
-        }
+        self.facts().summary
     }
 
     pub fn family(&self) -> Family {
-        match self {
-            Self::None => Family::None,
-            Self::Learned | Self::Sinusoidal => Family::Absolute,
-            Self::Rope(_) | Self::Pi(_) | Self::Ntk(_) | Self::Rerope(_) | Self::LeakyRerope(_) => {
-                Family::Rotary
-            }
-            _ => Family::Bias,
-        }
+        self.facts().family
+    }
+
+    /// The numeric settings of this encoding.
+    pub fn hyperparameters(&self) -> &'static [Hyperparameter] {
+        self.facts().settings
     }
 
     /// Whether training changes the encoding.
     pub fn is_learnable(&self) -> bool {
-        matches!(
-            self,
-            Self::Learned
-                | Self::KerpleLog(_)
-                | Self::KerplePower(_)
-                | Self::T5(_)
-                | Self::DietRel(_)
-                | Self::DietAbs(_)
-        )
+        self.facts().learnable
     }
 
     /// Whether every attention layer gets its own copy (DIET without sharing) rather than one
