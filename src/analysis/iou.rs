@@ -29,7 +29,8 @@ use std::sync::atomic::AtomicBool;
 
 use serde::{Deserialize, Serialize};
 
-use super::trained::{LayerAttention, TrainedRun};
+use super::trained::TrainedRun;
+use crate::attention::AttentionWeights;
 use crate::tasks::mqar::{Example, QueryTruth};
 use crate::{Error, Result};
 
@@ -323,7 +324,7 @@ fn context_len(run: &TrainedRun) -> Result<usize> {
 }
 
 /// An error unless `attention` is over the sequence's own tokens (Linformer's is not).
-fn check_token_columns(run: &TrainedRun, attention: &LayerAttention) -> Result<()> {
+fn check_token_columns(run: &TrainedRun, attention: &AttentionWeights) -> Result<()> {
     let [_, _, tq, tk] = attention.shape;
     if tk == tq {
         return Ok(());
@@ -394,7 +395,7 @@ pub fn run_iou(
 /// Adds the IoU of every example of a batch and every head of one layer.
 fn score_batch(
     batch: &[Example],
-    weights: &LayerAttention,
+    weights: &AttentionWeights,
     context: usize,
     protocol: &IouProtocol,
     hard: &mut [Moments],

@@ -40,4 +40,4 @@ pub use receptive_field::{
     window_for,
 };
 pub use run_erf::{ErfProtocol, RunErf, mean_mass_by_distance, run_erf};
-pub use trained::{LayerAttention, TrainedRun};
+pub use trained::TrainedRun;

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Heads, ReceptiveField, Rows, erf, mass_by_distance};
+use crate::attention::AttentionWeights;
 use crate::train::RunDir;
 use crate::{Error, Result};
 
@@ -60,17 +61,11 @@ pub fn run_erf(run: &RunDir, protocol: ErfProtocol, points: usize) -> Result<Run
             path: run.path().to_path_buf(),
         });
     }
-    let mut layers = Vec::with_capacity(entries.len());
-    for entry in &entries {
-        let weights = run.read_attention(entry)?;
-        let (b, h, tq, tk) = weights.dims4()?;
-        layers.push((weights.flatten_all()?.to_vec1::<f32>()?, [b, h, tq, tk]));
-    }
-    let mass = mean_mass_by_distance(
-        layers.iter().map(|(w, shape)| (w.as_slice(), *shape)),
-        protocol.heads,
-        protocol.rows,
-    )?;
+    let layers = entries
+        .iter()
+        .map(|entry| run.read_attention_weights(entry))
+        .collect::<Result<Vec<_>>>()?;
+    let mass = mean_mass_by_distance(&layers, protocol.heads, protocol.rows)?;
     Ok(RunErf {
         protocol,
         length: mass.len(),
@@ -84,15 +79,15 @@ pub fn run_erf(run: &RunDir, protocol: ErfProtocol, points: usize) -> Result<Run
 
 /// The mass by distance of several layers' attention ((B, H, Tq, Tk) weights each), averaged
 /// over the layers: what the ERF of "all layers" reads, in the CLI and in the window.
-pub fn mean_mass_by_distance<'a>(
-    layers: impl ExactSizeIterator<Item = (&'a [f32], [usize; 4])>,
+pub fn mean_mass_by_distance(
+    layers: &[AttentionWeights],
     heads: Heads,
     rows: Rows,
 ) -> Result<Vec<f64>> {
     let count = layers.len() as f64;
     let mut mass: Vec<f64> = Vec::new();
-    for (weights, shape) in layers {
-        let layer = mass_by_distance(weights, shape, heads, rows)?;
+    for layer in layers {
+        let layer = mass_by_distance(&layer.weights, layer.shape, heads, rows)?;
         if mass.is_empty() {
             mass = vec![0.0; layer.len()];
         }

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use candle_core::{Device, Tensor};
 
+use crate::attention::AttentionWeights;
 use crate::model::Transformer;
 use crate::params::Params;
 use crate::preset::Preset;
@@ -17,36 +18,8 @@ use crate::{Error, Result};
 /// batch of (B, H, T, T) weights stays in the tens of megabytes at T = 128.
 const BATCH_ROWS: usize = 128;
 
-/// The attention of one layer on a batch, on the CPU.
-#[derive(Clone, Debug)]
-pub struct LayerAttention {
-    /// Row-major (B, H, Tq, Tk).
-    pub weights: Vec<f32>,
-    pub shape: [usize; 4],
-}
-
-impl LayerAttention {
-    /// The Tq × Tk matrix of row `b`, head `h`.
-    pub fn matrix(&self, b: usize, h: usize) -> &[f32] {
-        let [_, heads, tq, tk] = self.shape;
-        let start = (b * heads + h) * tq * tk;
-        &self.weights[start..start + tq * tk]
-    }
-
-    fn from_tensor(weights: &Tensor) -> Result<Self> {
-        let (b, h, tq, tk) = weights.dims4()?;
-        Ok(Self {
-            weights: weights
-                .to_device(&Device::Cpu)?
-                .flatten_all()?
-                .to_vec1::<f32>()?,
-            shape: [b, h, tq, tk],
-        })
-    }
-}
-
 /// What [`TrainedRun::for_each_batch`] calls with each batch's rows and per-layer attention.
-pub type BatchVisitor<'a> = dyn FnMut(&[Example], &[Option<LayerAttention>]) -> Result<()> + 'a;
+pub type BatchVisitor<'a> = dyn FnMut(&[Example], &[Option<AttentionWeights>]) -> Result<()> + 'a;
 
 /// A run's model with its checkpoint loaded.
 pub struct TrainedRun {
@@ -101,14 +74,19 @@ impl TrainedRun {
     }
 
     /// The attention of every layer (`None` for convolutions) on `rows` token rows.
-    pub fn attention(&self, rows: &[&[u32]]) -> Result<Vec<Option<LayerAttention>>> {
+    pub fn attention(&self, rows: &[&[u32]]) -> Result<Vec<Option<AttentionWeights>>> {
         let t = rows.first().map_or(0, |r| r.len());
         let flat: Vec<u32> = rows.iter().flat_map(|r| r.iter().copied()).collect();
         let ids = Tensor::from_vec(flat, (rows.len(), t), &self.device)?;
         self.model
             .attention_weights(&ids)?
             .iter()
-            .map(|w| w.as_ref().map(LayerAttention::from_tensor).transpose())
+            .enumerate()
+            .map(|(layer, w)| {
+                w.as_ref()
+                    .map(|w| AttentionWeights::from_tensor(layer, w))
+                    .transpose()
+            })
             .collect()
     }
 

@@ -8,6 +8,7 @@ use std::sync::mpsc::TryRecvError;
 use super::tasks::{Task, Tasks, take_finished};
 
 use crate::Preset;
+use crate::attention::AttentionWeights;
 use crate::train::run_dir::AttentionIndex;
 use crate::train::{
     EvalRecord, MetricRecord, Priority, RunDir, StepRecord, TrainEvent, TrainHandle,
@@ -16,27 +17,7 @@ use crate::train::{
 /// The saved attention of one evaluation, as plain numbers for the views.
 pub struct LoadedAttention {
     pub index: AttentionIndex,
-    pub layers: Vec<SavedLayer>,
-}
-
-/// One saved layer's attention.
-#[derive(Clone)]
-pub struct SavedLayer {
-    /// Index of the layer in the model.
-    pub layer: usize,
-    /// (B, H, Tq, Tk)
-    pub shape: [usize; 4],
-    /// Row-major weights.
-    pub weights: Vec<f32>,
-}
-
-impl SavedLayer {
-    /// The (Tq, Tk) matrix of `head` for `example`.
-    pub fn head(&self, example: usize, head: usize) -> &[f32] {
-        let [_, h, tq, tk] = self.shape;
-        let start = (example * h + head) * tq * tk;
-        &self.weights[start..start + tq * tk]
-    }
+    pub layers: Vec<AttentionWeights>,
 }
 
 /// A run folder's preset, metrics, status and device notice.
@@ -103,16 +84,11 @@ impl RunView {
 pub fn read_attention(dir: &Path) -> crate::Result<LoadedAttention> {
     let run = RunDir::open(dir)?;
     let index = run.read_attention_index()?;
-    let mut layers = Vec::new();
-    for entry in &index.layers {
-        let tensor = run.read_attention(entry)?;
-        let (b, h, tq, tk) = tensor.dims4()?;
-        layers.push(SavedLayer {
-            layer: entry.layer,
-            shape: [b, h, tq, tk],
-            weights: tensor.flatten_all()?.to_vec1::<f32>()?,
-        });
-    }
+    let layers = index
+        .layers
+        .iter()
+        .map(|entry| run.read_attention_weights(entry))
+        .collect::<crate::Result<_>>()?;
     Ok(LoadedAttention { index, layers })
 }
 

@@ -18,6 +18,7 @@
 mod kernel;
 mod linformer;
 mod softmax;
+mod weights;
 
 use std::sync::Arc;
 
@@ -27,6 +28,7 @@ use serde::{Deserialize, Serialize};
 pub use kernel::{KernelAttention, KernelKind, RebasedConfig, RebasedVariant};
 pub use linformer::{Linformer, LinformerConfig, LinformerSharing};
 pub use softmax::SoftmaxAttention;
+pub use weights::AttentionWeights;
 
 use crate::encodings::{Encoding, QueryBlock};
 use crate::params::Params;

@@ -171,6 +171,14 @@ impl RunDir {
         })
     }
 
+    /// The saved attention of one layer as plain numbers.
+    pub fn read_attention_weights(
+        &self,
+        entry: &AttentionLayerFile,
+    ) -> Result<crate::attention::AttentionWeights> {
+        crate::attention::AttentionWeights::from_tensor(entry.layer, &self.read_attention(entry)?)
+    }
+
     /// The saved attention of one layer, (B, H, Tq, Tk), on the CPU.
     pub fn read_attention(&self, entry: &AttentionLayerFile) -> Result<Tensor> {
         let path = self.path.join("attention").join(&entry.file);

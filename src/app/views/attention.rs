@@ -97,7 +97,7 @@ impl AttentionView {
             .enumerate()
             .flat_map(|(index, layer)| {
                 (0..layer.shape[1]).map(move |head| {
-                    let values = layer.head(example, head);
+                    let values = layer.matrix(example, head);
                     ((index, head), values, ColourScale::of(values, log))
                 })
             })
@@ -178,7 +178,7 @@ impl AttentionView {
                             rows: tq,
                             cols: tk,
                             values: layer
-                                .head(self.example, head)
+                                .matrix(self.example, head)
                                 .iter()
                                 .map(|&v| f64::from(v))
                                 .collect(),
@@ -234,7 +234,7 @@ impl AttentionView {
         let hover = response.hover_pos().map(|pos| {
             let j = (((pos.x - rect.min.x) / cell.x) as usize).min(tk - 1);
             let i = (((pos.y - rect.min.y) / cell.y) as usize).min(tq - 1);
-            let weight = layer.head(self.example, head)[i * tk + j];
+            let weight = layer.matrix(self.example, head)[i * tk + j];
             let tokens = attention
                 .index
                 .examples

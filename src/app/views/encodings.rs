@@ -9,12 +9,12 @@ use eframe::egui;
 use egui_plot::{Legend, Line, Plot, PlotPoints};
 
 use super::super::export::Exporter;
-use super::super::runs::SavedLayer;
 use super::super::tasks::{Task, take_finished};
 use super::colour::ColourScale;
 use super::{View, ViewContext};
 use crate::analysis::figures::encodings as fig;
 use crate::analysis::{Heads, ReceptiveField, Rows, StudiedEncoding, erf, mean_mass_by_distance};
+use crate::attention::AttentionWeights;
 use crate::encodings::EncodingSpec;
 use crate::train::RunDir;
 
@@ -82,7 +82,7 @@ impl Default for EncodingsView {
 }
 
 /// The analyses for `inputs` (runs on a background thread).
-fn compute(inputs: &Inputs, attention: Option<Vec<SavedLayer>>) -> crate::Result<Results> {
+fn compute(inputs: &Inputs, attention: Option<Vec<AttentionWeights>>) -> crate::Result<Results> {
     let m = inputs.length;
     let distances: Vec<f64> = (1..m.min(CURVE)).map(|t| t as f64).collect();
     let mut encodings = Vec::new();
@@ -130,13 +130,9 @@ fn compute(inputs: &Inputs, attention: Option<Vec<SavedLayer>>) -> crate::Result
 /// The ERF of saved attention (mean over layers, heads and rows) and the run's TRF.
 fn run_curves(
     dir: &std::path::Path,
-    layers: &[SavedLayer],
+    layers: &[AttentionWeights],
 ) -> crate::Result<(ReceptiveField, Option<(String, ReceptiveField)>)> {
-    let mass = mean_mass_by_distance(
-        layers.iter().map(|l| (l.weights.as_slice(), l.shape)),
-        Heads::Mean,
-        Rows::All,
-    )?;
+    let mass = mean_mass_by_distance(layers, Heads::Mean, Rows::All)?;
     let encoding = StudiedEncoding::from_run(&RunDir::open(dir)?, None)?;
     let trf = encoding
         .trf(mass.len(), POINTS, Heads::Mean, Rows::All)?
