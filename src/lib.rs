@@ -35,6 +35,7 @@ pub mod model;
 pub mod ops;
 pub mod params;
 pub mod preset;
+pub mod report;
 pub mod rng;
 pub mod sweep;
 pub mod tasks;

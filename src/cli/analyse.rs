@@ -1,25 +1,18 @@
 //! `attnlab encodings | bias | trf | erf`: the encoding analyses of "Exploring Transformer
 //! Extrapolation" from the terminal, as tables (text, CSV, JSON) and figures (SVG, PNG).
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 use serde_json::{Value, json};
 
 use crate::analysis::figures::encodings as fig;
-use crate::analysis::{ErfProtocol, Heads, Rows, StudiedEncoding, UNTRAINED_MAX_LEN, run_erf};
+use crate::analysis::{ErfProtocol, Heads, Rows, StudiedEncoding, UNTRAINED_MAX_LEN};
 use crate::encodings::{EncodingSpec, Family};
-use crate::figures::{self, Figure};
+use crate::figures;
+use crate::report::encodings::{BiasReport, ErfReport, TrfReport, TrfSettings, heads_label};
+use crate::report::{Format, render, save_figures, with_suffix};
 use crate::train::RunDir;
-
-/// Output format of the analysis commands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum TableFormat {
-    Text,
-    Csv,
-    Json,
-}
 
 /// Which encodings, with which settings, for how many heads.
 #[derive(Debug, Args)]
@@ -74,13 +67,6 @@ fn parse_layer(text: &str) -> Result<LayerArg, String> {
         .map_err(|_| format!("'{text}' is neither a layer number nor 'mean'"))
 }
 
-fn heads_label(heads: Heads) -> String {
-    match heads {
-        Heads::Mean => "mean over heads".into(),
-        Heads::One(h) => format!("head {h}"),
-    }
-}
-
 impl EncodingChoice {
     /// The chosen encodings with their settings applied, plus the run's if asked.
     fn studied(&self) -> anyhow::Result<Vec<StudiedEncoding>> {
@@ -132,14 +118,14 @@ fn apply_setting(specs: &mut [EncodingSpec], setting: &str) -> anyhow::Result<()
 }
 
 /// `attnlab encodings`.
-pub fn list(format: TableFormat) -> anyhow::Result<()> {
+pub fn list(format: Format) -> anyhow::Result<()> {
     let specs = EncodingSpec::all_defaults();
-    if format == TableFormat::Json {
+    if format == Format::Json {
         let rows: Vec<Value> = specs.iter().map(describe).collect();
         outln!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }
-    if format == TableFormat::Csv {
+    if format == Format::Csv {
         outln!("name,family,learnable,formula,settings");
     }
     for spec in &specs {
@@ -158,7 +144,7 @@ pub fn list(format: TableFormat) -> anyhow::Result<()> {
         };
         let family = family_name(spec.family());
         match format {
-            TableFormat::Csv => outln!(
+            Format::Csv => outln!(
                 "{},{family},{},\"{}\",\"{}\"",
                 spec.name(),
                 spec.is_learnable(),
@@ -214,8 +200,8 @@ pub struct BiasArgs {
     /// Distances 0..LENGTH (and the heatmap's size).
     #[arg(long, default_value_t = 64)]
     length: usize,
-    #[arg(long, value_enum, default_value_t = TableFormat::Text)]
-    format: TableFormat,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
     /// Write the exp(bias)-by-distance curves (.svg, .png or .csv).
     #[arg(long)]
     figure: Option<PathBuf>,
@@ -234,78 +220,17 @@ pub fn bias(args: &BiasArgs) -> anyhow::Result<()> {
     );
     let studied = args.choice.studied()?;
     let heads = args.choice.head;
-    let mut text_lines = Vec::new();
-    let mut report = BTreeMap::new();
-    let mut curves = Vec::new();
-    let mut csv = vec!["encoding,head,distance,bias,exp_bias".to_string()];
-    for s in &studied {
-        let rows = s.bias_rows(args.length)?;
-        let verdict = s.verdict()?;
-        text_lines.push(format!(
-            "{:<24} {:<14} {}",
-            s.label, verdict.verdict, verdict.evidence
-        ));
-        if let Some(rows) = &rows {
-            for (h, row) in rows.iter().enumerate() {
-                csv.extend(
-                    row.iter()
-                        .enumerate()
-                        .map(|(t, p)| format!("{},{h},{t},{p},{}", s.label, p.exp())),
-                );
-            }
-            curves.push(selected_exp_curve(&s.label, rows, heads));
-        }
-        report.insert(
-            s.label.clone(),
-            json!({"formula": s.spec.formula(), "learnable": s.spec.is_learnable(),
-                   "bias": rows, "verdict": verdict.verdict, "evidence": verdict.evidence,
-                   "partial_sums": verdict.heads.first().map(|c| c.partial_sums.clone())}),
-        );
-        if let Some(path) = &args.heatmap {
+    let report = BiasReport::new(&studied, args.length, heads)?;
+    if let Some(path) = &args.heatmap {
+        for s in &studied {
             write_heatmap(s, path, args.length, heads, studied.len() > 1)?;
         }
     }
     if let Some(path) = &args.figure {
-        let curves = curves
-            .iter()
-            .map(|(name, points)| fig::Curve {
-                name,
-                points: points.clone(),
-                dashed: false,
-            })
-            .collect();
-        figures::save(
-            &fig::exp_bias(args.length, curves, &heads_label(heads)),
-            path,
-        )?;
+        save_figures(&report, path)?;
     }
-    match args.format {
-        TableFormat::Json => outln!(
-            "{}",
-            serde_json::to_string_pretty(
-                &json!({"length": args.length, "head": heads_label(heads), "encodings": report})
-            )?
-        ),
-        TableFormat::Csv => outln!("{}", csv.join("\n")),
-        TableFormat::Text => outln!("{}", text_lines.join("\n")),
-    }
+    out!("{}", render(&report, args.format)?);
     Ok(())
-}
-
-/// exp(bias) at distances 1.. for the selected head or the mean over heads.
-fn selected_exp_curve(label: &str, rows: &[Vec<f64>], heads: Heads) -> (String, Vec<(f64, f64)>) {
-    let pick: Vec<&Vec<f64>> = match heads {
-        Heads::One(h) => rows.get(h).into_iter().collect(),
-        Heads::Mean => rows.iter().collect(),
-    };
-    let n = rows.first().map_or(0, Vec::len);
-    let points = (1..n)
-        .map(|t| {
-            let mean = pick.iter().map(|r| r[t].exp()).sum::<f64>() / pick.len().max(1) as f64;
-            (t as f64, mean)
-        })
-        .collect();
-    (label.to_string(), points)
 }
 
 fn write_heatmap(
@@ -331,26 +256,6 @@ fn write_heatmap(
     Ok(())
 }
 
-/// `out.png` → `out-<label>.png`, with the label made file-name safe.
-pub(super) fn with_suffix(path: &Path, label: &str) -> PathBuf {
-    let safe: String = label
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    let stem = path
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .unwrap_or("figure");
-    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("svg");
-    path.with_file_name(format!("{stem}-{safe}.{ext}"))
-}
-
 /// `attnlab trf` options.
 #[derive(Debug, Args)]
 pub struct TrfArgs {
@@ -365,8 +270,8 @@ pub struct TrfArgs {
     /// ε values at which to report the absolute TRF n_the(ε) of Eq. 22 (infinite sum).
     #[arg(long, value_delimiter = ',', default_value = "0.5,0.1,0.01")]
     eps: Vec<f64>,
-    #[arg(long, value_enum, default_value_t = TableFormat::Json)]
-    format: TableFormat,
+    #[arg(long, value_enum, default_value_t = Format::Json)]
+    format: Format,
     /// Write the TRF curves (.svg, .png or .csv); rotary decay curves go to NAME-decay.EXT.
     #[arg(long)]
     figure: Option<PathBuf>,
@@ -379,128 +284,22 @@ pub fn trf(args: &TrfArgs) -> anyhow::Result<()> {
     if let Some(bad) = args.eps.iter().find(|e| !(**e > 0.0 && **e < 1.0)) {
         anyhow::bail!("--eps {bad}: every ε must lie strictly between 0 and 1");
     }
-    let studied = args.choice.studied()?;
-    let heads = args.choice.head;
-    let (mut trfs, mut verdicts, mut evidence, mut n_the, mut decays) = (
-        BTreeMap::new(),
-        BTreeMap::new(),
-        BTreeMap::new(),
-        BTreeMap::new(),
-        BTreeMap::new(),
-    );
-    let mut eps_axis = Vec::new();
-    let distances = decay_distances(args.length);
-    for s in &studied {
-        let verdict = s.verdict()?;
-        verdicts.insert(s.label.clone(), verdict.verdict.clone());
-        evidence.insert(s.label.clone(), verdict.evidence.clone());
-        if let Some(rf) = s.trf(args.length, args.points, heads, Rows::Last)? {
-            eps_axis = rf.eps.clone();
-            trfs.insert(s.label.clone(), rf);
-            let per_head = s.n_the(&args.eps, heads)?.unwrap_or_default();
-            let absolute: BTreeMap<String, Value> = args
-                .eps
-                .iter()
-                .enumerate()
-                .map(|(i, e)| {
-                    (
-                        e.to_string(),
-                        json!(per_head.iter().map(|h| h[i]).collect::<Vec<_>>()),
-                    )
-                })
-                .collect();
-            n_the.insert(s.label.clone(), absolute);
-        }
-        if let Some(decay) = s.rotary_decay(&distances) {
-            decays.insert(s.label.clone(), decay);
-        }
-    }
-    let protocol = format!(
-        "{}, {} heads of width {}",
-        heads_label(heads),
-        args.choice.heads,
-        args.choice.head_dim
-    );
-    let trf_figure = fig::receptive_field(
-        "Theoretical receptive field (TRF)",
-        args.length,
-        trfs.iter()
-            .map(|(name, rf)| fig::Curve {
-                name,
-                points: fig::rf_points(rf),
-                dashed: false,
-            })
-            .collect(),
-        &protocol,
-    );
-    let decay_figure = fig::rotary_decay(
-        args.length,
-        decays
-            .iter()
-            .map(|(name, d)| fig::Curve {
-                name,
-                points: distances.iter().copied().zip(d.iter().copied()).collect(),
-                dashed: false,
-            })
-            .collect(),
-    );
+    let settings = TrfSettings {
+        length: args.length,
+        points: args.points,
+        eps: args.eps.clone(),
+        heads: args.choice.head,
+        shape: format!(
+            "{} heads of width {}",
+            args.choice.heads, args.choice.head_dim
+        ),
+    };
+    let report = TrfReport::new(&args.choice.studied()?, &settings)?;
     if let Some(path) = &args.figure {
-        if !trfs.is_empty() {
-            figures::save(&trf_figure, path)?;
-        }
-        if !decays.is_empty() {
-            figures::save(&decay_figure, &with_suffix(path, "decay"))?;
-        }
+        save_figures(&report, path)?;
     }
-    match args.format {
-        TableFormat::Json => {
-            let trf_values: BTreeMap<&String, &Vec<f64>> =
-                trfs.iter().map(|(k, v)| (k, &v.index)).collect();
-            let decay_values: BTreeMap<&String, Value> = decays
-                .iter()
-                .map(|(k, v)| (k, json!({"distance": distances, "bound": v})))
-                .collect();
-            outln!(
-                "{}",
-                serde_json::to_string_pretty(&json!({
-                    "length": args.length, "points": args.points, "head": heads_label(heads),
-                    "eps": eps_axis, "trf": trf_values, "verdict": verdicts, "evidence": evidence,
-                    "n_the": n_the, "decay": decay_values,
-                }))?
-            );
-        }
-        // Decay curves have other axes; they are the CSV only when no TRF was computed.
-        TableFormat::Csv if trfs.is_empty() => out!("{}", figures::render_csv(&decay_figure)),
-        TableFormat::Csv => out!("{}", figures::render_csv(&trf_figure)),
-        TableFormat::Text => {
-            for (label, verdict) in &verdicts {
-                let trf_at = trfs.get(label).map_or("-".into(), |rf| {
-                    rf.index
-                        .iter()
-                        .step_by((rf.index.len() / 5).max(1))
-                        .map(|v| format!("{v:.3}"))
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                });
-                outln!("{label:<24} {verdict:<14} TRF/m: {trf_at}");
-            }
-        }
-    }
+    out!("{}", render(&report, args.format)?);
     Ok(())
-}
-
-/// Distances 1..=length, log-spaced when long, for decay curves.
-fn decay_distances(length: usize) -> Vec<f64> {
-    let n = length.min(400);
-    let mut d: Vec<f64> = (0..n)
-        .map(|i| {
-            (length as f64)
-                .powf(i as f64 / (n.max(2) - 1) as f64)
-                .round()
-        })
-        .collect();
-    d.dedup();
-    d
 }
 
 /// `attnlab erf` options.
@@ -520,8 +319,8 @@ pub struct ErfArgs {
     rows: Rows,
     #[arg(long, default_value_t = 50)]
     points: usize,
-    #[arg(long, value_enum, default_value_t = TableFormat::Json)]
-    format: TableFormat,
+    #[arg(long, value_enum, default_value_t = Format::Json)]
+    format: Format,
     /// Write the ERF with the run's TRF overlaid (.svg, .png or .csv).
     #[arg(long)]
     figure: Option<PathBuf>,
@@ -530,70 +329,15 @@ pub struct ErfArgs {
 /// `attnlab erf`.
 pub fn erf(args: &ErfArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.points >= 2, "--points must be at least 2");
-    let run = RunDir::open(&args.run)?;
-    let rows = args.rows;
-    let layer = args.layer.0;
     let protocol = ErfProtocol {
-        layer,
+        layer: args.layer.0,
         heads: args.head,
-        rows,
+        rows: args.rows,
     };
-    let measured = run_erf(&run, protocol, args.points)?;
-    let encoding = StudiedEncoding::from_run(&run, layer)?;
-    let trf = encoding.trf(measured.length, args.points, args.head, rows)?;
-    let verdict = encoding.verdict()?;
-    let layer_text = layer.map_or("mean over layers".into(), |l| format!("layer {l}"));
-    let protocol_text = format!(
-        "{layer_text}, {}, {:?} rows, {} examples at step {}",
-        heads_label(args.head),
-        args.rows,
-        measured.examples,
-        measured.step
-    )
-    .to_lowercase();
-    let mut curves = vec![fig::Curve {
-        name: "ERF (trained attention)",
-        points: fig::rf_points(&measured.erf),
-        dashed: false,
-    }];
-    let trf_name = format!("TRF ({})", encoding.label);
-    if let Some(rf) = &trf {
-        curves.push(fig::Curve {
-            name: &trf_name,
-            points: fig::rf_points(rf),
-            dashed: true,
-        });
-    }
-    let figure: Figure = fig::receptive_field(
-        "Empirical vs theoretical receptive field",
-        measured.length,
-        curves,
-        &protocol_text,
-    );
+    let report = ErfReport::new(&RunDir::open(&args.run)?, protocol, args.points)?;
     if let Some(path) = &args.figure {
-        figures::save(&figure, path)?;
+        save_figures(&report, path)?;
     }
-    match args.format {
-        TableFormat::Json => outln!(
-            "{}",
-            serde_json::to_string_pretty(&json!({
-                "run": args.run, "protocol": measured.protocol, "length": measured.length,
-                "step": measured.step, "examples": measured.examples, "layers": measured.layers,
-                "eps": measured.erf.eps, "erf": measured.erf.index,
-                "trf": trf.as_ref().map(|rf| &rf.index), "encoding": encoding.label,
-                "verdict": verdict.verdict, "mass": measured.mass,
-            }))?
-        ),
-        TableFormat::Csv => out!("{}", figures::render_csv(&figure)),
-        TableFormat::Text => {
-            outln!("{protocol_text}");
-            for (i, (e, v)) in measured.erf.eps.iter().zip(&measured.erf.index).enumerate() {
-                let t = trf
-                    .as_ref()
-                    .map_or(String::new(), |rf| format!("  trf {:.4}", rf.index[i]));
-                outln!("eps {e:.3}  erf {v:.4}{t}");
-            }
-        }
-    }
+    out!("{}", render(&report, args.format)?);
     Ok(())
 }

@@ -7,9 +7,9 @@ use std::sync::atomic::AtomicBool;
 
 use clap::Args;
 
-use super::analyse::TableFormat;
 use crate::extrapolation::{self, Extrapolation, Options, Protocol};
 use crate::figures;
+use crate::report::Format;
 use crate::train::RunDir;
 
 #[derive(Debug, Args)]
@@ -37,8 +37,8 @@ pub struct ExtrapolateArgs {
     /// Do not add PI, NTK, ReRoPE and Leaky ReRoPE curves for RoPE runs.
     #[arg(long)]
     no_variants: bool,
-    #[arg(long, value_enum, default_value_t = TableFormat::Text)]
-    format: TableFormat,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
     /// Save the perplexity-vs-length figure (.svg, .png or .csv).
     #[arg(long)]
     figure: Option<PathBuf>,
@@ -109,9 +109,9 @@ pub fn extrapolate(args: &ExtrapolateArgs) -> anyhow::Result<()> {
         )?;
     }
     match args.format {
-        TableFormat::Json => outln!("{}", serde_json::to_string_pretty(&sweep)?),
-        TableFormat::Csv => out!("{}", csv(&sweep)),
-        TableFormat::Text => out!("{}", text(&sweep)),
+        Format::Json => outln!("{}", serde_json::to_string_pretty(&sweep)?),
+        Format::Csv => out!("{}", csv(&sweep)),
+        Format::Text => out!("{}", text(&sweep)),
     }
     Ok(())
 }

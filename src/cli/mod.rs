@@ -84,8 +84,8 @@ pub enum Command {
     Devices,
     /// List every positional encoding: family, formula, settings and their ranges.
     Encodings {
-        #[arg(long, value_enum, default_value_t = analyse::TableFormat::Text)]
-        format: analyse::TableFormat,
+        #[arg(long, value_enum, default_value_t = crate::report::Format::Text)]
+        format: crate::report::Format,
     },
     /// Bias and exp(bias) by distance, the exp(bias) heatmap, and whether Σ exp(bias) converges.
     Bias(analyse::BiasArgs),

@@ -7,12 +7,12 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
-use super::analyse::{TableFormat, with_suffix};
 use crate::analysis::TrainedRun;
 use crate::analysis::figures::recall;
 use crate::analysis::iou::{Binarise, IouProtocol, IouTable, Target, example_iou, run_iou};
 use crate::analysis::spectrum::{RunSpectrum, SpectrumProtocol, run_spectrum};
 use crate::figures;
+use crate::report::{Format, with_suffix};
 
 fn parse_binarise(text: &str) -> Result<Binarise, String> {
     text.parse().map_err(|e: crate::Error| e.to_string())
@@ -68,8 +68,8 @@ pub struct IouArgs {
     /// Ground-truth position of a query: the `value` token after its key, or the `key`.
     #[arg(long, default_value = "value", value_parser = parse_target)]
     target: Target,
-    #[arg(long, value_enum, default_value_t = TableFormat::Text)]
-    format: TableFormat,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
     /// Write the layers × heads hard-IoU heatmap (.svg, .png or .csv); soft IoU goes to
     /// NAME-soft.EXT.
     #[arg(long)]
@@ -139,7 +139,7 @@ pub fn iou(args: &IouArgs) -> anyhow::Result<()> {
         None => None,
     };
     match args.format {
-        TableFormat::Json => outln!(
+        Format::Json => outln!(
             "{}",
             serde_json::to_string_pretty(&json!({
                 "run": args.run, "mechanism": table.mechanism, "protocol": table.protocol,
@@ -152,7 +152,7 @@ pub fn iou(args: &IouArgs) -> anyhow::Result<()> {
                 })),
             }))?
         ),
-        TableFormat::Csv => {
+        Format::Csv => {
             outln!("layer,head,hard,soft,hard_std,soft_std,binarise,target,examples");
             for c in table.cells() {
                 outln!(
@@ -169,7 +169,7 @@ pub fn iou(args: &IouArgs) -> anyhow::Result<()> {
                 );
             }
         }
-        TableFormat::Text => {
+        Format::Text => {
             outln!("{} ({})", args.run.display(), table.mechanism);
             outln!("{}", table.protocol.describe());
             for c in table.cells() {
@@ -214,8 +214,8 @@ pub struct SpectrumArgs {
     /// 1-based index of the heatmap's cumulative value (default: a quarter of the columns).
     #[arg(long)]
     at: Option<usize>,
-    #[arg(long, value_enum, default_value_t = TableFormat::Text)]
-    format: TableFormat,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
     /// Write the cumulative curves (.svg, .png or .csv); each run's layers × heads heatmap goes
     /// to NAME-heatmap.EXT (NAME-heatmap-<run number>.EXT with several runs).
     #[arg(long)]
@@ -255,7 +255,7 @@ pub fn spectrum(args: &SpectrumArgs) -> anyhow::Result<()> {
         }
     }
     match args.format {
-        TableFormat::Json => {
+        Format::Json => {
             let runs: Vec<_> = args
                 .runs
                 .iter()
@@ -264,7 +264,7 @@ pub fn spectrum(args: &SpectrumArgs) -> anyhow::Result<()> {
                 .collect();
             outln!("{}", serde_json::to_string_pretty(&json!({"runs": runs}))?);
         }
-        TableFormat::Csv => {
+        Format::Csv => {
             outln!("run,layer,head,index,singular_value,cumulative");
             for (label, s) in &spectra {
                 for (l, layer) in s.layers.iter().enumerate() {
@@ -277,7 +277,7 @@ pub fn spectrum(args: &SpectrumArgs) -> anyhow::Result<()> {
                 }
             }
         }
-        TableFormat::Text => {
+        Format::Text => {
             for (label, s) in &spectra {
                 outln!("{label}: {}", s.protocol.describe(s.at));
                 for (l, layer) in s.layers.iter().enumerate() {
