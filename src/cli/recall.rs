@@ -5,14 +5,14 @@ use std::sync::atomic::AtomicBool;
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::json;
 
 use crate::analysis::TrainedRun;
 use crate::analysis::figures::recall;
 use crate::analysis::iou::{Binarise, IouProtocol, IouTable, Target, example_iou, run_iou};
-use crate::analysis::spectrum::{RunSpectrum, SpectrumProtocol, run_spectrum};
+use crate::analysis::spectrum::{SpectrumProtocol, run_spectrum};
 use crate::figures;
-use crate::report::{Format, with_suffix};
+use crate::report::recall::{IouReport, SpectrumReport};
+use crate::report::{Format, render, save_figures, with_suffix};
 
 fn parse_binarise(text: &str) -> Result<Binarise, String> {
     text.parse().map_err(|e: crate::Error| e.to_string())
@@ -104,10 +104,6 @@ pub fn iou(args: &IouArgs) -> anyhow::Result<()> {
     let table = with_progress("IoU", |progress, cancel| {
         run_iou(&run, &protocol, progress, cancel)
     })?;
-    if let Some(path) = &args.figure {
-        figures::save(&recall::iou_table(&table, false), path)?;
-        figures::save(&recall::iou_table(&table, true), &with_suffix(path, "soft"))?;
-    }
     if let Some(path) = &args.bars {
         let mut runs = vec![(run_label(&args.run), table.clone())];
         for other in &args.others {
@@ -138,63 +134,11 @@ pub fn iou(args: &IouArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    match args.format {
-        Format::Json => outln!(
-            "{}",
-            serde_json::to_string_pretty(&json!({
-                "run": args.run, "mechanism": table.mechanism, "protocol": table.protocol,
-                "protocol_text": table.protocol.describe(), "examples": table.examples,
-                "layers": table.layers, "hard": table.hard, "soft": table.soft,
-                "hard_std": table.hard_std, "soft_std": table.soft_std,
-                "example": example.as_ref().map(|e| json!({
-                    "row": e.row, "layer": e.layer, "head": e.head, "hard": e.hard,
-                    "soft": e.soft, "query_positions": e.crop.query_positions,
-                })),
-            }))?
-        ),
-        Format::Csv => {
-            outln!("layer,head,hard,soft,hard_std,soft_std,binarise,target,examples");
-            for c in table.cells() {
-                outln!(
-                    "{},{},{},{},{},{},{},{},{}",
-                    c.layer,
-                    c.head,
-                    c.hard,
-                    c.soft,
-                    c.hard_std,
-                    c.soft_std,
-                    table.protocol.binarise,
-                    table.protocol.target.name(),
-                    table.examples
-                );
-            }
-        }
-        Format::Text => {
-            outln!("{} ({})", args.run.display(), table.mechanism);
-            outln!("{}", table.protocol.describe());
-            for c in table.cells() {
-                outln!(
-                    "layer {} head {}: hard {:.4} ± {:.4}   soft {:.4} ± {:.4}",
-                    c.layer,
-                    c.head,
-                    c.hard,
-                    c.hard_std,
-                    c.soft,
-                    c.soft_std
-                );
-            }
-            if let Some(e) = &example {
-                outln!(
-                    "example: test row {} layer {} head {}: hard {:.4} soft {:.4}",
-                    e.row,
-                    e.layer,
-                    e.head,
-                    e.hard,
-                    e.soft
-                );
-            }
-        }
+    let report = IouReport::new(args.run.clone(), table, example.as_ref());
+    if let Some(path) = &args.figure {
+        save_figures(&report, path)?;
     }
+    out!("{}", render(&report, args.format)?);
     Ok(())
 }
 
@@ -236,65 +180,12 @@ pub fn spectrum(args: &SpectrumArgs) -> anyhow::Result<()> {
         let spectrum = with_progress(&what, |progress, cancel| {
             run_spectrum(&run, &protocol, progress, cancel)
         })?;
-        spectra.push((spectrum_label(&spectrum), spectrum));
+        spectra.push((path.clone(), spectrum));
     }
+    let report = SpectrumReport::new(spectra);
     if let Some(path) = &args.figure {
-        let labelled: Vec<(String, &RunSpectrum)> =
-            spectra.iter().map(|(l, s)| (l.clone(), s)).collect();
-        figures::save(&recall::spectrum_curves(&labelled), path)?;
-        for (i, (label, spectrum)) in spectra.iter().enumerate() {
-            let suffix = if spectra.len() > 1 {
-                format!("heatmap-{}", i + 1)
-            } else {
-                "heatmap".into()
-            };
-            figures::save(
-                &recall::spectrum_heatmap(label, spectrum),
-                &with_suffix(path, &suffix),
-            )?;
-        }
+        save_figures(&report, path)?;
     }
-    match args.format {
-        Format::Json => {
-            let runs: Vec<_> = args
-                .runs
-                .iter()
-                .zip(&spectra)
-                .map(|(path, (label, s))| json!({"run": path, "label": label, "spectrum": s}))
-                .collect();
-            outln!("{}", serde_json::to_string_pretty(&json!({"runs": runs}))?);
-        }
-        Format::Csv => {
-            outln!("run,layer,head,index,singular_value,cumulative");
-            for (label, s) in &spectra {
-                for (l, layer) in s.layers.iter().enumerate() {
-                    for (h, sigma) in s.singular_values[l].iter().enumerate() {
-                        for (i, value) in sigma.iter().enumerate() {
-                            let c = s.cumulative[l][h][i];
-                            outln!("{label},{layer},{h},{},{value},{c}", i + 1);
-                        }
-                    }
-                }
-            }
-        }
-        Format::Text => {
-            for (label, s) in &spectra {
-                outln!("{label}: {}", s.protocol.describe(s.at));
-                for (l, layer) in s.layers.iter().enumerate() {
-                    let cells: Vec<String> =
-                        s.at_value[l].iter().map(|c| format!("{c:.4}")).collect();
-                    outln!("  layer {layer}: c({}) per head {}", s.at, cells.join(" "));
-                }
-            }
-        }
-    }
+    out!("{}", render(&report, args.format)?);
     Ok(())
-}
-
-/// A run's name in figures and tables: its mechanism, with k for Linformer.
-fn spectrum_label(spectrum: &RunSpectrum) -> String {
-    match spectrum.proj_dim {
-        Some(k) => format!("{} k={k}", spectrum.mechanism),
-        None => spectrum.mechanism.clone(),
-    }
 }

@@ -104,7 +104,7 @@ impl Report for BiasReport {
             .collect()
     }
 
-    fn figures(&self) -> Vec<(&'static str, Figure)> {
+    fn figures(&self) -> Vec<(String, Figure)> {
         let curves: Vec<(&String, Vec<(f64, f64)>)> = self
             .in_order()
             .filter_map(|(label, e)| Some((label, exp_curve(e.bias.as_ref()?, self.heads))))
@@ -117,7 +117,10 @@ impl Report for BiasReport {
                 dashed: false,
             })
             .collect();
-        vec![("", fig::exp_bias(self.length, curves, &self.head))]
+        vec![(
+            String::new(),
+            fig::exp_bias(self.length, curves, &self.head),
+        )]
     }
 
     fn csv(&self) -> String {
@@ -255,7 +258,7 @@ impl Report for TrfReport {
 
     /// The TRF curves, and the decay curves (other axes) as `NAME-decay`; with neither, an
     /// empty TRF figure.
-    fn figures(&self) -> Vec<(&'static str, Figure)> {
+    fn figures(&self) -> Vec<(String, Figure)> {
         let mut figures = Vec::new();
         if !self.trf.is_empty() || self.decay.is_empty() {
             let curves = self
@@ -274,7 +277,7 @@ impl Report for TrfReport {
                 .collect();
             let title = "Theoretical receptive field (TRF)";
             let figure = fig::receptive_field(title, self.length, curves, &self.protocol);
-            figures.push(("", figure));
+            figures.push((String::new(), figure));
         }
         if !self.decay.is_empty() {
             let curves = self
@@ -291,7 +294,7 @@ impl Report for TrfReport {
                     dashed: false,
                 })
                 .collect();
-            figures.push(("decay", fig::rotary_decay(self.length, curves)));
+            figures.push(("decay".into(), fig::rotary_decay(self.length, curves)));
         }
         figures
     }
@@ -373,7 +376,7 @@ impl Report for ErfReport {
             .collect()
     }
 
-    fn figures(&self) -> Vec<(&'static str, Figure)> {
+    fn figures(&self) -> Vec<(String, Figure)> {
         let points = |index: &[f64]| {
             self.eps
                 .iter()
@@ -396,7 +399,7 @@ impl Report for ErfReport {
         }
         let title = "Empirical vs theoretical receptive field";
         let figure = fig::receptive_field(title, self.length, curves, &self.description);
-        vec![("", figure)]
+        vec![(String::new(), figure)]
     }
 }
 
@@ -436,7 +439,7 @@ mod tests {
             shape: "4 heads of width 8".into(),
         };
         let report = TrfReport::new(&[studied("alibi"), studied("rope")], &settings).unwrap();
-        let suffixes: Vec<&str> = report.figures().iter().map(|(s, _)| *s).collect();
+        let suffixes: Vec<String> = report.figures().into_iter().map(|(s, _)| s).collect();
         assert_eq!(suffixes, ["", "decay"]);
         assert_eq!(report.trf["alibi"].len(), 5);
         assert!(report.decay.contains_key("rope") && !report.trf.contains_key("rope"));

@@ -4,6 +4,7 @@
 //! renderers. A command is then its arguments, one call that builds the report, and these two.
 
 pub mod encodings;
+pub mod recall;
 
 use std::path::{Path, PathBuf};
 
@@ -30,7 +31,7 @@ pub trait Report: Serialize {
 
     /// The figures, each with the suffix its file gets (`""`: the main figure, saved under the
     /// path asked for; `"decay"`: saved as `NAME-decay.EXT`).
-    fn figures(&self) -> Vec<(&'static str, Figure)>;
+    fn figures(&self) -> Vec<(String, Figure)>;
 
     /// Tidy CSV; by default the numbers of the main figure.
     fn csv(&self) -> String {
@@ -59,7 +60,7 @@ pub fn render(report: &impl Report, format: Format) -> Result<String> {
 pub fn save_figures(report: &impl Report, path: &Path) -> Result<Vec<PathBuf>> {
     let mut written = Vec::new();
     for (suffix, figure) in report.figures() {
-        let file = match suffix {
+        let file = match suffix.as_str() {
             "" => path.to_path_buf(),
             suffix => with_suffix(path, suffix),
         };
@@ -122,8 +123,11 @@ mod tests {
             vec![format!("value {}", self.value)]
         }
 
-        fn figures(&self) -> Vec<(&'static str, Figure)> {
-            vec![("", line("main")), ("other", line("other"))]
+        fn figures(&self) -> Vec<(String, Figure)> {
+            vec![
+                (String::new(), line("main")),
+                ("other".into(), line("other")),
+            ]
         }
     }
 
