@@ -7,9 +7,9 @@ use std::sync::atomic::AtomicBool;
 
 use clap::Args;
 
-use crate::extrapolation::{self, Extrapolation, Options, Protocol};
-use crate::figures;
-use crate::report::Format;
+use crate::extrapolation::{self, Options, Protocol};
+use crate::report::extrapolation::ExtrapolationReport;
+use crate::report::{Format, render, save_figures};
 use crate::train::RunDir;
 
 #[derive(Debug, Args)]
@@ -102,17 +102,14 @@ pub fn extrapolate(args: &ExtrapolateArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.out {
         crate::io::write_json(path, &sweep)?;
     }
+    let report = ExtrapolationReport {
+        sweep,
+        log_ppl: args.log_ppl,
+    };
     if let Some(path) = &args.figure {
-        figures::save(
-            &crate::extrapolation::figures::perplexity_vs_length(&sweep, args.log_ppl),
-            path,
-        )?;
+        save_figures(&report, path)?;
     }
-    match args.format {
-        Format::Json => outln!("{}", serde_json::to_string_pretty(&sweep)?),
-        Format::Csv => out!("{}", csv(&sweep)),
-        Format::Text => out!("{}", text(&sweep)),
-    }
+    out!("{}", render(&report, args.format)?);
     Ok(())
 }
 
@@ -128,94 +125,4 @@ fn split_targets(args: &ExtrapolateArgs) -> anyhow::Result<(Vec<crate::Preset>, 
         }
     }
     Ok((presets, runs))
-}
-
-fn fmt(value: Option<f64>, digits: usize) -> String {
-    value.map_or("n/a".into(), |v| format!("{v:.digits$}"))
-}
-
-/// One row per curve: perplexity per length, the largest δ beyond L and both verdicts; then
-/// time and peak memory per length.
-fn text(sweep: &Extrapolation) -> String {
-    let mut s = format!(
-        "protocol: {} ({}); trained at L = {}; delta = {}\n\n",
-        sweep.protocol.name(),
-        sweep.protocol_description,
-        sweep.train_length,
-        sweep.delta_threshold
-    );
-    let width = sweep
-        .curves
-        .iter()
-        .map(|c| c.name.len())
-        .max()
-        .unwrap_or(4)
-        .max(4);
-    s += &format!("{:width$}", "ppl");
-    for n in &sweep.lengths {
-        s += &format!(" {n:>9}");
-    }
-    s += "  max delta  Def. 0.1   Thm 0.4\n";
-    for c in &sweep.curves {
-        s += &format!("{:width$}", c.name);
-        for p in &c.points {
-            s += &format!(" {:>9}", fmt(p.ppl, 3));
-        }
-        let beyond = c
-            .points
-            .iter()
-            .zip(&c.delta)
-            .filter(|(p, _)| p.length > sweep.train_length)
-            .filter_map(|(_, d)| *d)
-            .fold(None, |m: Option<f64>, d| Some(m.map_or(d, |m| m.max(d))));
-        let verdict = match c.extrapolates {
-            Some(true) => "yes",
-            Some(false) => "no",
-            None => "n/a",
-        };
-        s += &format!("  {:>9}  {verdict:>8}   {}\n", fmt(beyond, 3), c.theorem);
-    }
-    s += &format!("\n{:width$}", "s / peak MiB");
-    for n in &sweep.lengths {
-        s += &format!(" {n:>13}");
-    }
-    s += "\n";
-    for c in &sweep.curves {
-        s += &format!("{:width$}", c.name);
-        for p in &c.points {
-            let peak = p.peak_bytes.map(|b| b as f64 / (1 << 20) as f64);
-            s += &format!(" {:>13}", format!("{:.1}/{}", p.secs, fmt(peak, 0)));
-        }
-        s += "\n";
-    }
-    s
-}
-
-/// Tidy CSV: one line per curve and length.
-fn csv(sweep: &Extrapolation) -> String {
-    let mut s = String::from(
-        "protocol,train_length,name,encoding,inference,length,ppl,delta,tokens,secs,peak_bytes,attention_block_bytes,extrapolates,theorem\n",
-    );
-    for c in &sweep.curves {
-        for (p, d) in c.points.iter().zip(&c.delta) {
-            s += &format!(
-                "{},{},{},{},\"{}\",{},{},{},{},{:.3},{},{},{},{}\n",
-                sweep.protocol.name(),
-                sweep.train_length,
-                c.name,
-                c.encoding,
-                c.inference.as_deref().unwrap_or(""),
-                p.length,
-                p.ppl.map_or(String::new(), |v| v.to_string()),
-                d.map_or(String::new(), |v| v.to_string()),
-                p.tokens,
-                p.secs,
-                p.peak_bytes.map_or(String::new(), |v| v.to_string()),
-                p.attention_block_bytes,
-                c.extrapolates.map_or(String::new(), |v| v.to_string()),
-                c.theorem
-            );
-        }
-    }
-    s
 }

@@ -4,6 +4,7 @@
 //! renderers. A command is then its arguments, one call that builds the report, and these two.
 
 pub mod encodings;
+pub mod extrapolation;
 pub mod recall;
 
 use std::path::{Path, PathBuf};
