@@ -66,9 +66,8 @@ impl StudiedEncoding {
         let preset = run.read_preset()?;
         let params = Params::new(preset.train.seed, &Device::Cpu);
         let model = preset.build_model(&params)?;
-        let checkpoint = run.checkpoint_path();
         if preset.encoding.is_learnable() {
-            params.load(&checkpoint)?;
+            run.load_checkpoint(&params)?;
         }
         let layers = model.layer_encodings();
         let (index, encoding) = match layer {

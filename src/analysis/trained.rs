@@ -41,7 +41,7 @@ impl TrainedRun {
         let device = opened.device;
         let params = Params::new(preset.train.seed, &device);
         let model = preset.build_model(&params)?;
-        params.load(&run.checkpoint_path())?;
+        run.load_checkpoint(&params)?;
         Ok(Self {
             run,
             preset,

@@ -6,21 +6,13 @@ use std::path::Path;
 
 use serde_json::json;
 
-use crate::Preset;
 use crate::train::{RunDir, Trainer};
 
 pub fn eval(run: &Path, overrides: &[String], json_output: bool) -> anyhow::Result<()> {
     let run = RunDir::open(run)?;
-    let origin = run.path().join("preset.toml");
-    let text = std::fs::read_to_string(&origin)
-        .map_err(|e| crate::Error::io("cannot read preset", &origin, e))?;
-    let trained = Preset::parse(&text, &[], &origin)?;
-    let mut preset = Preset::parse(&text, overrides, &origin)?;
-    // Settings that default to the training length (ReRoPE's log-n L, DIET-REL's table) keep
-    // the run's, whatever task.seq_len the evaluation uses.
-    preset.encoding = preset.encoding.at_training_length(trained.task.seq_len());
+    let preset = run.preset_with(overrides)?;
     let trainer = Trainer::new(&preset)?;
-    trainer.params().load(&run.checkpoint_path())?;
+    run.load_checkpoint(trainer.params())?;
     let stats = trainer.evaluate()?;
     if json_output {
         outln!(

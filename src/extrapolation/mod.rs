@@ -343,7 +343,7 @@ fn evaluate_curve(
         let overrides = variant
             .map(|v| v.overrides(n, train_length))
             .unwrap_or_default();
-        evaluated = with_overrides(run, &overrides)?;
+        evaluated = run.preset_with(&overrides)?;
         let pass = perplexity::Pass {
             tokens,
             span,
@@ -398,14 +398,6 @@ fn evaluate_curve(
     })
 }
 
-/// The run's preset with `overrides` applied (validated like any preset).
-fn with_overrides(run: &RunDir, overrides: &[String]) -> Result<Preset> {
-    let origin = run.path().join("preset.toml");
-    let text = std::fs::read_to_string(&origin)
-        .map_err(|e| Error::io("cannot read preset", &origin, e))?;
-    Preset::parse(&text, overrides, &origin)
-}
-
 /// Builds the model for length `n` on `device` (opened once per run), loads the checkpoint and
 /// scores it.
 fn evaluate_length(
@@ -439,13 +431,13 @@ fn evaluate_length(
     let model = crate::model::Transformer::new(
         &preset.model,
         &preset.attention,
-        &preset.encoding.at_training_length(preset.task.seq_len()),
+        &preset.encoding,
         preset.task.vocab_size(),
         limit.unwrap_or(n.max(preset.task.seq_len())),
         preset.train.precision,
         &params,
     )?;
-    params.load(&run.checkpoint_path())?;
+    run.load_checkpoint(&params)?;
     let reset = memory::reset_peak();
     let started = Instant::now();
     let scored = perplexity::score(&model, device, pass, n, tick, cancel)?;

@@ -117,6 +117,26 @@ impl RunDir {
         Preset::load(&self.path.join("preset.toml"), &[])
     }
 
+    /// The run's preset with `overrides` applied as `--set` applies them (to evaluate the
+    /// trained model otherwise, e.g. RoPE with ReRoPE). Settings that default to the training
+    /// length (ReRoPE's log-n L, DIET-REL's table) keep the run's, whatever `task.seq_len` the
+    /// overrides set.
+    pub fn preset_with(&self, overrides: &[String]) -> Result<Preset> {
+        let origin = self.path.join("preset.toml");
+        let text = std::fs::read_to_string(&origin)
+            .map_err(|e| Error::io("cannot read preset", &origin, e))?;
+        let trained = Preset::parse(&text, &[], &origin)?;
+        let mut preset = Preset::parse(&text, overrides, &origin)?;
+        preset.encoding = preset.encoding.at_training_length(trained.task.seq_len());
+        Ok(preset)
+    }
+
+    /// Loads the run's last checkpoint into `params`, on which a model of (a variant of) the
+    /// run's preset was built: every analysis, evaluation and the window load runs this way.
+    pub fn load_checkpoint(&self, params: &crate::params::Params) -> Result<()> {
+        params.load(&self.checkpoint_path())
+    }
+
     pub fn append_metric(&self, record: &MetricRecord) -> Result<()> {
         io::append_line(
             &self.path.join("metrics.jsonl"),
