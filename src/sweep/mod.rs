@@ -462,6 +462,31 @@ fn spread(mut groups: Vec<Vec<usize>>, workers: usize) -> Vec<Vec<usize>> {
     groups
 }
 
+/// An estimate of the arithmetic a cell's training takes: steps × tokens per step × the
+/// per-token cost of its layers (projections and MLP ~ 12·d², attention ~ 2·T·d). Only its
+/// order matters ([`longest_first`]).
+fn work(preset: &Preset) -> f64 {
+    let task = &preset.task;
+    let (t, d) = (task.seq_len() as f64, preset.model.d_model as f64);
+    let steps = preset.train.total_steps(task.train_examples()) as f64;
+    let tokens = steps * preset.train.batch_size as f64 * t;
+    tokens * preset.model.n_layers as f64 * (12.0 * d * d + 2.0 * t * d)
+}
+
+/// `groups` with the most work first (a stable sort: equal groups keep their order), so the
+/// longest group does not start last and leave the other workers idle at the sweep's end.
+fn longest_first(sweep: &Sweep, groups: Vec<Vec<usize>>) -> Result<Vec<Vec<usize>>> {
+    let mut costed = groups
+        .into_iter()
+        .map(|group| {
+            let one = work(&sweep.preset(&sweep.cells[group[0]])?);
+            Ok((one * group.len() as f64, group))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    costed.sort_by(|a, b| b.0.total_cmp(&a.0));
+    Ok(costed.into_iter().map(|(_, group)| group).collect())
+}
+
 /// Trains every unfinished cell of `sweep`, in groups of replicas, `sweep.workers` groups at a
 /// time, calling `emit` (on this thread) for every event. Stops starting groups when `stop` is
 /// set (running cells stop at their next step and are trained again on resume). Returns the
@@ -479,10 +504,13 @@ pub fn run_sweep(
         }
     }
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
-    let todo = spread(
-        groups(sweep, &todo)?,
-        Split::of(sweep.workers, usize::MAX, cores).workers,
-    );
+    let todo = longest_first(
+        sweep,
+        spread(
+            groups(sweep, &todo)?,
+            Split::of(sweep.workers, usize::MAX, cores).workers,
+        ),
+    )?;
     let split = Split::of(sweep.workers, todo.len(), cores);
     emit(SweepEvent::Planned {
         groups: todo.clone(),
@@ -491,7 +519,7 @@ pub fn run_sweep(
     let next = AtomicUsize::new(0);
     let (sender, events) = mpsc::channel();
     let failures = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..split.workers.min(todo.len()))
+        let workers: Vec<_> = (0..split.workers)
             .map(|_| {
                 let sender = sender.clone();
                 let (next, todo) = (&next, &todo);
@@ -653,6 +681,22 @@ mod tests {
                 "{asked} {groups} {cores}"
             );
         }
+    }
+
+    #[test]
+    fn the_groups_with_most_work_start_first() {
+        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("sweeps/mqar_fig1_small.toml");
+        let sweep = Sweep::load(&file).unwrap();
+        let all: Vec<usize> = (0..sweep.cells.len()).collect();
+        let ordered = longest_first(&sweep, groups(&sweep, &all).unwrap()).unwrap();
+        let work_of = |group: &Vec<usize>| {
+            work(&sweep.preset(&sweep.cells[group[0]]).unwrap()) * group.len() as f64
+        };
+        let costs: Vec<f64> = ordered.iter().map(work_of).collect();
+        assert!(costs.windows(2).all(|w| w[0] >= w[1]), "{costs:?}");
+        let first = &sweep.cells[ordered[0][0]].id;
+        assert!(first.contains("L128-d64"), "{first}");
+        assert_eq!(ordered.concat().len(), all.len());
     }
 
     #[test]
