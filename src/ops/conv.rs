@@ -122,12 +122,7 @@ impl CustomOp3 for Conv {
                     y.copy_from_slice(bias);
                     // Tap j reads u[step − (k − 1) + j]: the taps that fall before the start read zeros.
                     for j in (k - 1).saturating_sub(step)..k {
-                        let x = &u[(step + j + 1 - k) * d..][..d];
-                        let w = &kernel[j * d..][..d];
-                        y.iter_mut()
-                            .zip(x)
-                            .zip(w)
-                            .for_each(|((y, x), w)| *y += x * w);
+                        multiply_add(y, &u[(step + j + 1 - k) * d..][..d], &kernel[j * d..][..d]);
                     }
                 }
             });
@@ -152,6 +147,14 @@ impl CustomOp3 for Conv {
         let db = dkb.narrow(1, k, 1)?.reshape(bias.shape())?;
         Ok((Some(du), Some(dk), Some(db)))
     }
+}
+
+/// acc += a ⊙ b, channel by channel: the inner loop of the convolution and both its gradients.
+fn multiply_add(acc: &mut [f32], a: &[f32], b: &[f32]) {
+    acc.iter_mut()
+        .zip(a)
+        .zip(b)
+        .for_each(|((acc, a), b)| *acc += a * b);
 }
 
 /// ∂L/∂u from the output's gradient g: u[s] feeds y[s + (k − 1) − j] through tap j.
@@ -182,12 +185,7 @@ impl CustomOp2 for InputGrad {
                         let Some(later) = (step + k - 1).checked_sub(j).filter(|&o| o < t) else {
                             continue;
                         };
-                        let g = &g[later * d..][..d];
-                        let w = &kernel[j * d..][..d];
-                        du.iter_mut()
-                            .zip(g)
-                            .zip(w)
-                            .for_each(|((du, g), w)| *du += g * w);
+                        multiply_add(du, &g[later * d..][..d], &kernel[j * d..][..d]);
                     }
                 }
             });
@@ -210,12 +208,11 @@ impl KernelGrad {
         for (u, g) in u.chunks(t * d).zip(g.chunks(t * d)) {
             for (step, g) in g.chunks(d).enumerate() {
                 for j in (k - 1).saturating_sub(step)..k {
-                    let x = &u[(step + j + 1 - k) * d..][..d];
-                    let row = &mut sums[j * d..][..d];
-                    row.iter_mut()
-                        .zip(x)
-                        .zip(g)
-                        .for_each(|((s, x), g)| *s += x * g);
+                    multiply_add(
+                        &mut sums[j * d..][..d],
+                        &u[(step + j + 1 - k) * d..][..d],
+                        g,
+                    );
                 }
                 let row = &mut sums[k * d..];
                 row.iter_mut().zip(g).for_each(|(s, g)| *s += g);
