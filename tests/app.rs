@@ -9,7 +9,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use attnlab::app::{AttnlabApp, Persisted, Tab};
+use attnlab::app::{AttnlabApp, Persisted, RunState, Tab};
+use attnlab::train::RunStatus;
 use eframe::egui;
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable as _;
@@ -95,7 +96,7 @@ fn a_run_reports_curves_and_attention_and_stops() {
         app.runs.selected().is_some_and(|r| !r.is_running())
     });
     let run = harness.state().runs.selected().unwrap();
-    assert_eq!(run.status, "stopped");
+    assert_eq!(run.status, RunState::Trainer(RunStatus::Stopped));
     assert!(
         run.dir
             .as_ref()
@@ -105,6 +106,10 @@ fn a_run_reports_curves_and_attention_and_stops() {
     );
     let attention = run.attention.as_ref().unwrap();
     assert_eq!(attention.layers[0].shape, [2, 2, 16, 16]);
+    // The run list and the progress bar say it in words.
+    harness.run();
+    harness.get_by_label_contains("(stopped)");
+    harness.get_by_label_contains("stopped at step");
 }
 
 #[test]
@@ -187,7 +192,7 @@ fn a_run_that_ends_at_its_first_evaluation_shows_its_attention_on_one_colour_sca
             .is_some_and(|r| !r.is_running() && r.attention.is_some())
     });
     let run = harness.state().runs.selected().unwrap();
-    assert_eq!(run.status, "completed");
+    assert_eq!(run.status, RunState::Trainer(RunStatus::Completed));
     assert_eq!(run.evals.len(), 1);
     harness.state_mut().tab = Tab::Attention;
     harness.run();
@@ -252,6 +257,40 @@ fn app_with_finished_run(root: &std::path::Path) -> AttnlabApp {
     let dir = common::trained_run(&app.editor.preset, root);
     app.runs.open(dir);
     app
+}
+
+#[test]
+fn a_run_folder_that_reached_its_target_or_failed_says_so_in_words() {
+    let root = tempfile::tempdir().unwrap();
+    let mut app = app(root.path());
+    app.editor.preset.train.max_steps = Some(2);
+    // Two trained folders, their summaries rewritten as a run that reached its target and
+    // one that failed would leave them.
+    for (name, status, error) in [
+        ("reached", RunStatus::TargetReached, None),
+        (
+            "broken",
+            RunStatus::Failed,
+            Some("out of memory".to_string()),
+        ),
+    ] {
+        app.editor.preset.name = name.into();
+        let dir = common::trained_run(&app.editor.preset, root.path());
+        let run = attnlab::train::RunDir::open(&dir).unwrap();
+        let mut summary = run.read_summary().unwrap();
+        (summary.status, summary.error) = (status, error);
+        run.write_summary(&summary).unwrap();
+        app.runs.open(dir);
+    }
+    let mut harness = harness(app);
+    run_until(&mut harness, "both run folders", |app| {
+        app.runs.runs.iter().all(|r| !r.steps.is_empty())
+    });
+    harness.run();
+    harness.get_by_label_contains("reached (reached target accuracy)");
+    harness.get_by_label_contains("reached target accuracy at step 2 of 2");
+    harness.get_by_label_contains("broken (failed: out of memory)");
+    assert!(harness.query_by_label_contains("targetreached").is_none());
 }
 
 #[test]

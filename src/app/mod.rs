@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 pub use command::{Command, Commands};
 pub use editor::Editor;
 pub use export::Exporter;
-pub use runs::{RunStore, RunView};
+pub use runs::{RunState, RunStore, RunView};
 pub use shell::run_native;
 pub use tasks::{Task, Tasks};
 pub use views::{Tab, View, ViewContext, Views};
@@ -462,12 +462,14 @@ impl AttnlabApp {
                 if remove.clicked() {
                     removed = Some(i);
                 }
-                let text = format!("{} ({})", run.name, run.status);
-                let response = ui.selectable_label(self.runs.selected == Some(i), text);
-                let hover = match (&run.error, &run.dir) {
-                    (Some(error), _) => error.clone(),
-                    (None, Some(dir)) => dir.display().to_string(),
-                    (None, None) => "starting".into(),
+                // A failure's reason can be long: the entry is cut at the panel's edge and
+                // the whole of it, with the folder, is on hover.
+                let text = format!("{} ({})", run.name, run.status_text());
+                let selected = self.runs.selected == Some(i);
+                let response = ui.add(egui::Button::selectable(selected, text.as_str()).truncate());
+                let hover = match &run.dir {
+                    Some(dir) => format!("{text}\n{}", dir.display()),
+                    None => text,
                 };
                 if response.on_hover_text(hover).clicked() {
                     clicked = Some(i);
@@ -526,14 +528,21 @@ impl AttnlabApp {
     }
 }
 
-/// Steps, ETA and throughput of a run.
+/// The state, steps, ETA and throughput of a run: a live run's percentage and ETA, an ended
+/// one's state and where it ended (a run that reached its target ends early, so "12%" alone
+/// would read as unfinished).
 fn progress_ui(ui: &mut egui::Ui, run: &RunView) {
     let progress = run.progress();
-    let mut text = format!("{} {:.0}%", run.status, 100.0 * progress);
+    let mut text = run.status_text();
     if let Some(last) = run.steps.last() {
-        if run.is_running() && progress > 0.0 {
-            let eta = last.elapsed_secs * (1.0 / f64::from(progress) - 1.0);
-            text.push_str(&format!(", eta {eta:.0} s"));
+        if run.is_running() {
+            text.push_str(&format!(" {:.0}%", 100.0 * progress));
+            if progress > 0.0 {
+                let eta = last.elapsed_secs * (1.0 / f64::from(progress) - 1.0);
+                text.push_str(&format!(", eta {eta:.0} s"));
+            }
+        } else {
+            text.push_str(&format!(" at step {} of {}", last.step, run.total_steps));
         }
         text.push_str(&format!(", {:.0} tokens/s", last.tokens_per_s));
     }

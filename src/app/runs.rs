@@ -10,7 +10,8 @@ use super::tasks::{Task, Tasks, take_finished};
 use crate::Preset;
 use crate::train::run_dir::AttentionIndex;
 use crate::train::{
-    EvalRecord, MetricRecord, Priority, RunDir, StepRecord, TrainEvent, TrainHandle,
+    EvalRecord, MetricRecord, Priority, RunDir, RunStatus, StepRecord, Summary, TrainEvent,
+    TrainHandle,
 };
 
 /// The saved attention of one evaluation, as plain numbers for the views.
@@ -39,15 +40,30 @@ impl SavedLayer {
     }
 }
 
-/// A run folder's preset, metrics, status and device notice.
-type Folder = (Preset, Vec<MetricRecord>, String, Option<String>);
+/// A run folder's preset, metrics and summary (none if it was never written).
+type Folder = (Preset, Vec<MetricRecord>, Option<Summary>);
+
+/// Where a run of the list stands: the trainer's status once it is known, and before that
+/// what the window is doing with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunState {
+    /// Started here; the worker has not reported yet.
+    Starting,
+    /// A run folder being read.
+    Loading,
+    /// A run folder without a readable summary (killed before its first evaluation).
+    NoSummary,
+    /// A run folder whose preset or metrics could not be read.
+    Unreadable,
+    Trainer(RunStatus),
+}
 
 /// One run in the run list.
 pub struct RunView {
     pub name: String,
     pub preset: Preset,
     pub dir: Option<PathBuf>,
-    pub status: String,
+    pub status: RunState,
     pub steps: Vec<StepRecord>,
     pub evals: Vec<EvalRecord>,
     pub total_steps: usize,
@@ -70,6 +86,18 @@ enum Loaded {
 impl RunView {
     pub fn is_running(&self) -> bool {
         self.handle.is_some()
+    }
+
+    /// The state in words, as the run list, the progress bar and the sweep grid say it
+    /// ("reached target accuracy", "failed: …"): people read these, not the enum's names.
+    pub fn status_text(&self) -> String {
+        match self.status {
+            RunState::Starting => "starting".into(),
+            RunState::Loading => "loading".into(),
+            RunState::NoSummary => "no summary".into(),
+            RunState::Unreadable => "unreadable".into(),
+            RunState::Trainer(status) => status.explain(self.error.as_deref()),
+        }
     }
 
     /// Steps done as a fraction of the planned ones.
@@ -118,11 +146,11 @@ pub fn read_attention(dir: &Path) -> crate::Result<LoadedAttention> {
 
 fn read_folder(dir: &Path) -> crate::Result<Folder> {
     let run = RunDir::open(dir)?;
-    let (status, notice) = match run.read_summary() {
-        Ok(s) => (format!("{:?}", s.status).to_lowercase(), s.device_notice),
-        Err(_) => ("unknown".into(), None),
-    };
-    Ok((run.read_preset()?, run.read_metrics()?, status, notice))
+    Ok((
+        run.read_preset()?,
+        run.read_metrics()?,
+        run.read_summary().ok(),
+    ))
 }
 
 /// The run list.
@@ -152,7 +180,7 @@ impl RunStore {
             total_steps: 0,
             preset,
             dir: None,
-            status: "starting".into(),
+            status: RunState::Starting,
             steps: Vec::new(),
             evals: Vec::new(),
             error: None,
@@ -186,7 +214,7 @@ impl RunStore {
             name,
             preset: Preset::default(),
             dir: Some(dir),
-            status: "loading".into(),
+            status: RunState::Loading,
             steps: Vec::new(),
             evals: Vec::new(),
             total_steps: 0,
@@ -254,7 +282,7 @@ fn drain_events(run: &mut RunView, tasks: &Tasks) {
                     (Some(device), Some(precision)) => Some(format!("{device}; {precision}")),
                     (device, precision) => device.or(precision),
                 };
-                run.status = "running".into();
+                run.status = RunState::Trainer(RunStatus::Running);
             }
             Ok(TrainEvent::Step(step)) => run.steps.push(step),
             Ok(TrainEvent::Eval(eval)) => {
@@ -262,11 +290,12 @@ fn drain_events(run: &mut RunView, tasks: &Tasks) {
                 evaluated = true;
             }
             Ok(TrainEvent::Finished(summary)) => {
-                run.status = format!("{:?}", summary.status).to_lowercase();
+                run.status = RunState::Trainer(summary.status);
+                run.error = summary.error;
                 ended = true;
             }
             Ok(TrainEvent::Failed { message, run_dir }) => {
-                run.status = "failed".into();
+                run.status = RunState::Trainer(RunStatus::Failed);
                 run.error = Some(message);
                 if run_dir.is_some() {
                     run.dir = run_dir;
@@ -310,11 +339,16 @@ fn drain_loads(run: &mut RunView, tasks: &Tasks) {
 
 fn apply_folder(run: &mut RunView, folder: crate::Result<Folder>, tasks: &Tasks) {
     match folder {
-        Ok((preset, metrics, status, notice)) => {
+        Ok((preset, metrics, summary)) => {
             run.name = preset.name.clone();
             run.preset = preset;
-            run.status = status;
-            run.notice = notice;
+            run.status = summary
+                .as_ref()
+                .map_or(RunState::NoSummary, |s| RunState::Trainer(s.status));
+            if let Some(summary) = summary {
+                run.notice = summary.device_notice;
+                run.error = summary.error;
+            }
             for record in metrics {
                 match record {
                     MetricRecord::Step(s) => run.steps.push(s),
@@ -325,7 +359,7 @@ fn apply_folder(run: &mut RunView, folder: crate::Result<Folder>, tasks: &Tasks)
             run.load_attention(tasks);
         }
         Err(e) => {
-            run.status = "unreadable".into();
+            run.status = RunState::Unreadable;
             run.error = Some(e.to_string());
         }
     }

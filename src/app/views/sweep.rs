@@ -47,8 +47,19 @@ impl CellState {
             }
             CellState::Earlier(a) => format!("done (earlier) {}", accuracy(a)),
             CellState::Done(a) => format!("done {}", accuracy(a)),
-            CellState::Stopped => "stopped".into(),
-            CellState::Failed(_) => "failed".into(),
+            CellState::Stopped => RunStatus::Stopped.describe().into(),
+            // The reason is on hover: a grid cell is too narrow for it.
+            CellState::Failed(_) => RunStatus::Failed.describe().into(),
+        }
+    }
+
+    /// What hovering the cell of run `id` says: its id, and a failure's reason.
+    fn hover(&self, id: &str) -> String {
+        match self {
+            CellState::Failed(message) => {
+                format!("{id}: {}", RunStatus::Failed.explain(Some(message)))
+            }
+            _ => id.to_string(),
         }
     }
 
@@ -742,11 +753,8 @@ fn grid_ui(ui: &mut egui::Ui, loaded: &Loaded, cells: &[CellState]) {
                 };
                 let state = &cells[i];
                 let text = egui::RichText::new(state.text()).color(state.colour(ui.visuals()));
-                let mut hover = loaded.sweep.cells[i].id.clone();
-                if let CellState::Failed(message) = state {
-                    hover = format!("{hover}: {message}");
-                }
-                ui.label(text).on_hover_text(hover);
+                ui.label(text)
+                    .on_hover_text(state.hover(&loaded.sweep.cells[i].id));
             }
             ui.end_row();
         }
