@@ -176,6 +176,11 @@ fn exporting_writes_png_svg_and_csv() {
             harness.state().status
         );
     }
+    // The exported figure says what its axes are, as the plot on screen does.
+    let svg = std::fs::read_to_string(root.path().join("trf.svg")).unwrap();
+    for title in attnlab::analysis::figures::encodings::TRF_AXES {
+        assert!(svg.contains(title), "no axis title {title:?} in the SVG");
+    }
 }
 
 #[test]
@@ -513,4 +518,59 @@ fn commands_from_menus_and_other_threads_are_carried_out_between_frames() {
     harness.run();
     assert_ne!(harness.state().editor.preset.model.d_model, 16);
     assert_eq!(harness.state().editor.path, None);
+}
+
+#[test]
+fn before_its_first_evaluation_a_run_says_when_accuracy_comes_and_exports_titled_axes() {
+    let root = tempfile::tempdir().unwrap();
+    let mut app = app(root.path());
+    app.editor.preset.train.eval_every = 1000;
+    app.exporter.folder = Some(root.path().to_path_buf());
+    app.tab = Tab::Training;
+    let mut harness = harness(app);
+    harness.get_by_label("Start").click();
+    step_while_working(&mut harness);
+    run_until(&mut harness, "a few steps", |app| {
+        app.runs.selected().is_some_and(|r| r.steps.len() >= 2)
+    });
+    step_while_working(&mut harness);
+    harness.get_by_label_contains("No test accuracy yet: the first evaluation is at step 1000");
+    // The loss plot's export carries its axis titles.
+    harness.get_all_by_label("SVG").next().unwrap().click();
+    step_while_working(&mut harness);
+    let svg = root.path().join("training-loss.svg");
+    run_until(&mut harness, "the exported loss figure", |_| svg.is_file());
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.contains(attnlab::train::figures::STEP_AXIS), "no step axis");
+    assert!(text.contains("training loss (cross-entropy, nats)"));
+    harness.get_by_label("Stop").click();
+    step_while_working(&mut harness);
+    run_until(&mut harness, "the run to stop", |app| {
+        app.runs.selected().is_some_and(|r| !r.is_running())
+    });
+}
+
+#[test]
+fn an_absolute_encoding_says_it_has_no_bias_and_long_evidence_is_cut_with_hover() {
+    let root = tempfile::tempdir().unwrap();
+    let mut app = app(root.path());
+    app.tab = Tab::Encodings;
+    assert_eq!(app.editor.preset.encoding.name(), "learned");
+    let mut harness = harness(app);
+    run_until(&mut harness, "the encoding analyses", |app| {
+        app.views.encodings.results.is_some()
+    });
+    harness.run();
+    // The TRF and exp(bias) panels say why they are empty instead of drawing an empty grid.
+    let empty = harness.get_all_by_label_contains("adds no relative bias to the attention logits");
+    assert_eq!(empty.count(), 2);
+    // The evidence cell ends inside the window, and hovering it shows the whole text.
+    let evidence = harness.state().views.encodings.results.as_ref().unwrap().encodings[0]
+        .evidence
+        .clone();
+    let cell = harness.get_by_label(&evidence);
+    assert!(cell.rect().right() <= 1400.0, "{:?}", cell.rect());
+    cell.hover();
+    harness.run();
+    assert_eq!(harness.get_all_by_label(&evidence).count(), 2, "no tooltip");
 }

@@ -14,7 +14,7 @@ use super::super::export::Exporter;
 use super::super::tasks::{Task, take_finished};
 use super::{View, ViewContext, run_buttons};
 use crate::Preset;
-use crate::extrapolation::figures::perplexity_vs_length;
+use crate::extrapolation::figures::{PERPLEXITY_AXES, perplexity_vs_length};
 use crate::extrapolation::{
     Extrapolation, Options, Protocol, extrapolate_runs, train_and_extrapolate,
 };
@@ -258,14 +258,15 @@ fn curves_ui(ui: &mut egui::Ui, sweep: &Extrapolation, log_ppl: bool, exporter: 
             .weak(),
     );
     let axis = |v: f64| if log_ppl { v.log10() } else { v };
+    let [x, y] = PERPLEXITY_AXES;
     Plot::new("perplexity")
         .height(300.0)
         .legend(Legend::default())
-        .x_axis_label("evaluation length n (log2)")
+        .x_axis_label(format!("{x} (log scale)"))
         .y_axis_label(if log_ppl {
-            "log10 perplexity"
+            format!("log10 {y}")
         } else {
-            "perplexity"
+            y.to_string()
         })
         .x_axis_formatter(|mark, _| format!("{:.0}", 2f64.powf(mark.value)))
         .show(ui, |plot| {

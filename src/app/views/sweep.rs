@@ -7,11 +7,11 @@ use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{Receiver, Sender};
 
 use eframe::egui;
-use egui_plot::{Legend, Line, LineStyle, Plot, PlotPoints};
+use egui_plot::{Legend, Line, LineStyle, PlotPoints};
 
 use super::super::export::Exporter;
 use super::super::tasks::{Task, Tasks, take_finished};
-use super::{View, ViewContext};
+use super::{View, ViewContext, titled_plot};
 use crate::figures::{Figure, Plot as FigPlot};
 use crate::sweep::figures::accuracy_panels;
 use crate::sweep::{Split, Sweep, SweepEvent, SweepSummary, collect, mechanism_label, run_sweep};
@@ -768,13 +768,11 @@ fn panel_plot(ui: &mut egui::Ui, figure: &Figure) {
         return;
     };
     let golden = std::f32::consts::GOLDEN_RATIO - 1.0;
-    Plot::new(&figure.title)
+    titled_plot(&figure.title, figure.axes())
         .height(260.0)
         .legend(Legend::default())
         .include_y(0.0)
         .include_y(1.0)
-        .x_axis_label("d_model")
-        .y_axis_label("accuracy")
         .x_axis_formatter(|mark, _| format!("{:.0}", mark.value.exp2()))
         .show(ui, |plot| {
             let mut colour = egui::Color32::GRAY;
