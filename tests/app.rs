@@ -480,13 +480,13 @@ fn a_hidden_views_finished_task_is_taken_in_without_showing_it() {
     let run = state.runs.selected().unwrap();
     let list = vec![(run.name.clone(), run.dir.clone().unwrap())];
     state.views.spectra.start(&state.tasks, list);
-    assert_eq!(state.tab, Tab::Training);
+    assert_eq!(state.tab, Tab::Welcome);
     // The task shows in the status bar while it runs, and its result lands while the
     // Spectra view stays hidden.
     run_until(&mut harness, "the spectrum, with its view hidden", |app| {
         !app.views.spectra.spectra.is_empty()
     });
-    assert_eq!(harness.state().tab, Tab::Training);
+    assert_eq!(harness.state().tab, Tab::Welcome);
     assert!(harness.state().views.spectra.error.is_none());
 }
 
@@ -517,6 +517,62 @@ fn commands_from_menus_and_other_threads_are_carried_out_between_frames() {
     harness.get_by_label("New").click();
     harness.run();
     assert_ne!(harness.state().editor.preset.model.d_model, 16);
+    assert_eq!(harness.state().editor.path, None);
+}
+
+#[test]
+fn an_experiment_on_the_welcome_page_loads_its_preset_trains_and_shows_its_view() {
+    let root = tempfile::tempdir().unwrap();
+    let mut app = AttnlabApp::new(Persisted::default());
+    app.runs_root = root.path().to_path_buf();
+    app.views.spectra.protocol.examples = 20;
+    let mut harness = harness(app);
+    harness.run();
+    assert_eq!(
+        harness.state().tab,
+        Tab::Welcome,
+        "the first view on a first start"
+    );
+    // Another preset in the editor, saved (so replacing it asks nothing).
+    harness.state_mut().editor.preset.name = "mine".into();
+    let mine = root.path().join("mine.toml");
+    harness.state_mut().editor.mark_saved(mine);
+    harness
+        .get_by_label("Run: Linformer's attention spectrum")
+        .click();
+    // One frame pushes the command, the next carries it out.
+    step_while_working(&mut harness);
+    step_while_working(&mut harness);
+    let state = harness.state();
+    assert_eq!(state.editor.preset.name, "mqar-softmax");
+    assert_eq!(state.runs.runs.len(), 1);
+    assert!(state.runs.runs[0].is_running());
+    assert_eq!(state.tab, Tab::Spectra);
+    // Its analysis starts by itself once the run has ended (here: stopped early).
+    run_until(&mut harness, "the run's folder", |app| {
+        app.runs.selected().is_some_and(|r| !r.steps.is_empty())
+    });
+    harness.get_by_label("Stop").click();
+    step_while_working(&mut harness);
+    run_until(&mut harness, "the spectrum of the stopped run", |app| {
+        !app.views.spectra.spectra.is_empty() || app.views.spectra.error.is_some()
+    });
+    assert_eq!(harness.state().views.spectra.error, None);
+}
+
+#[test]
+/// The menu's presets are compiled in (`experiments::PRESETS`), so they open whatever the
+/// working folder; the editor keeps no path, so Save asks where to write.
+fn a_shipped_preset_opens_from_the_menu() {
+    let root = tempfile::tempdir().unwrap();
+    let mut harness = harness(AttnlabApp::new(Persisted::default()));
+    harness.state_mut().runs_root = root.path().to_path_buf();
+    harness.run();
+    harness.get_by_label("Preset").click();
+    harness.run();
+    harness.get_by_label("lm_alibi").click();
+    harness.run();
+    assert_eq!(harness.state().editor.preset.name, "lm-alibi");
     assert_eq!(harness.state().editor.path, None);
 }
 

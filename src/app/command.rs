@@ -32,6 +32,11 @@ pub enum Command {
     AskOpenRun,
     /// Add a run folder to the run list.
     OpenRun(PathBuf),
+    /// Load a shipped preset (compiled in) into the editor (asking about unsaved changes).
+    OpenShipped(&'static str),
+    /// Run experiment `i` of [`crate::experiments::EXPERIMENTS`]: load its first preset into
+    /// the editor, train its presets, show its view, and start its analysis when they end.
+    RunExperiment(usize),
     /// Show a view.
     Show(Tab),
     /// Put a message in the status bar.

@@ -31,6 +31,7 @@ pub use tasks::{Task, Tasks};
 pub use views::{Tab, View, ViewContext, Views};
 
 use crate::Preset;
+use crate::experiments::{Analysis, EXPERIMENTS, Experiment, shipped};
 
 /// What survives a restart.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -56,7 +57,6 @@ pub struct AttnlabApp {
     /// The last message for the status bar (saved, exported, failed, …).
     pub status: String,
     pub views: Views,
-    shipped: Vec<PathBuf>,
     pub tasks: Tasks,
     pub commands: Commands,
     queue: Receiver<Command>,
@@ -64,9 +64,18 @@ pub struct AttnlabApp {
     dialog: Option<Task<()>>,
     /// A preset waiting for "discard unsaved changes?" to be answered.
     confirm_replace: Option<(Preset, Option<PathBuf>)>,
+    /// An experiment's analysis, started when its runs have ended.
+    awaiting: Option<Awaiting>,
 }
 
-/// The TOML files shipped in `dir` (`presets/`, `sweeps/`), if the app runs from a checkout.
+/// The analysis an experiment started from the welcome page runs once its runs end.
+struct Awaiting {
+    analysis: Analysis,
+    /// Ids of the experiment's runs in the run list.
+    runs: Vec<u64>,
+}
+
+/// The TOML files shipped in `dir` (`sweeps/`), if the app runs from a checkout.
 fn shipped_files(dir: &str) -> Vec<PathBuf> {
     let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|dir| {
@@ -98,12 +107,12 @@ impl AttnlabApp {
             recent: persisted.recent,
             status: String::new(),
             views: Views::default(),
-            shipped: shipped_files("presets"),
             tasks,
             commands,
             queue,
             dialog: None,
             confirm_replace: None,
+            awaiting: None,
         };
         for dir in persisted.run_dirs {
             if dir.join("preset.toml").is_file() {
@@ -135,6 +144,75 @@ impl AttnlabApp {
         self.runs
             .start(self.editor.preset.clone(), self.runs_root.clone());
         self.status = format!("started {}", self.editor.preset.name);
+    }
+
+    /// Starts an experiment of the welcome page: its first preset into the editor (asking
+    /// about unsaved changes), every preset training, its view shown, and its analysis
+    /// awaited when it needs finished runs.
+    fn run_experiment(&mut self, experiment: &Experiment) {
+        let presets = match experiment.presets() {
+            Ok(presets) => presets,
+            Err(e) => {
+                self.status = e.to_string();
+                return;
+            }
+        };
+        if let Some(first) = presets.first() {
+            self.replace_preset(first.clone(), None);
+        }
+        let runs = presets
+            .into_iter()
+            .map(|preset| self.runs.start(preset, self.runs_root.clone()))
+            .collect();
+        let ticked = &mut self.views.encodings.ticked;
+        ticked.extend(experiment.overlay.iter().map(|e| e.to_string()));
+        self.tab = tab_of(experiment.analysis);
+        self.awaiting = experiment
+            .analysis
+            .needs_finished_runs()
+            .then_some(Awaiting {
+                analysis: experiment.analysis,
+                runs,
+            });
+        self.status = format!("started {}", experiment.title);
+    }
+
+    /// Starts the awaited analysis once all of its runs have ended, on those that have a run
+    /// folder and did not fail; forgets it if one of them left the list.
+    fn start_awaited_analysis(&mut self) {
+        let Some(awaiting) = &self.awaiting else {
+            return;
+        };
+        let runs: Option<Vec<&RunView>> = awaiting
+            .runs
+            .iter()
+            .map(|id| self.runs.runs.iter().find(|r| r.id == *id))
+            .collect();
+        let Some(runs) = runs else {
+            self.awaiting = None;
+            return;
+        };
+        if runs.iter().any(|r| r.is_running()) {
+            return;
+        }
+        let list: Vec<(String, PathBuf)> = runs
+            .iter()
+            .filter(|r| r.status != RunState::Trainer(crate::train::RunStatus::Failed))
+            .filter_map(|r| Some((r.name.clone(), r.dir.clone()?)))
+            .collect();
+        let analysis = awaiting.analysis;
+        self.awaiting = None;
+        if list.is_empty() {
+            self.status = "the experiment's runs failed: nothing to analyse".into();
+            return;
+        }
+        let views = &mut self.views;
+        match analysis {
+            Analysis::Extrapolation => views.extrapolation.start(&self.tasks, list),
+            Analysis::Iou => views.iou.start(&self.tasks, list),
+            Analysis::Spectra => views.spectra.start(&self.tasks, list),
+            Analysis::Encodings => {}
+        }
     }
 
     /// For the screenshot demo: gets `tab` ready to be captured (the analysis views need the
@@ -289,6 +367,14 @@ impl AttnlabApp {
             Command::NewPreset => self.replace_preset(default_preset(), None),
             Command::AskOpenPreset => self.ask_open_preset(),
             Command::OpenPreset(path) => self.open_preset(&path),
+            Command::OpenShipped(name) => match shipped(name).and_then(|s| s.preset(&[])) {
+                Ok(preset) => self.replace_preset(preset, None),
+                Err(e) => self.status = e.to_string(),
+            },
+            Command::RunExperiment(i) => match EXPERIMENTS.get(i) {
+                Some(experiment) => self.run_experiment(experiment),
+                None => self.status = format!("no experiment {i}"),
+            },
             Command::Save => match self.editor.path.clone() {
                 Some(path) => self.save_preset(&path),
                 None => self.ask_save_preset(),
@@ -316,6 +402,7 @@ impl AttnlabApp {
             self.status = e.to_string();
         }
         self.runs.drain();
+        self.start_awaited_analysis();
         let (views, cx) = self.split(ctx);
         views.logic(&cx);
     }
@@ -328,7 +415,6 @@ impl AttnlabApp {
             editor: &self.editor,
             exporter: &self.exporter,
             runs_root: &self.runs_root,
-            shipped: &self.shipped,
             commands: &self.commands,
             tasks: &self.tasks,
         };
@@ -405,12 +491,9 @@ impl AttnlabApp {
                 push(ui.button("Save as..."), Command::AskSavePreset);
                 ui.separator();
                 ui.label("Shipped");
-                for path in &self.shipped {
-                    let name = path
-                        .file_stem()
-                        .map(|s| s.to_string_lossy().into_owned())
-                        .unwrap_or_default();
-                    push(ui.button(name), Command::OpenPreset(path.clone()));
+                for shipped in crate::experiments::PRESETS {
+                    let button = ui.button(shipped.name).on_hover_text(shipped.file);
+                    push(button, Command::OpenShipped(shipped.name));
                 }
                 if !self.recent.is_empty() {
                     ui.separator();
@@ -551,6 +634,16 @@ fn progress_ui(ui: &mut egui::Ui, run: &RunView) {
             .desired_width(280.0)
             .text(text),
     );
+}
+
+/// The view that shows an analysis.
+fn tab_of(analysis: Analysis) -> Tab {
+    match analysis {
+        Analysis::Encodings => Tab::Encodings,
+        Analysis::Extrapolation => Tab::Extrapolation,
+        Analysis::Iou => Tab::Iou,
+        Analysis::Spectra => Tab::Spectra,
+    }
 }
 
 /// The preset a new window starts with: the shipped softmax MQAR experiment.

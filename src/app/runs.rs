@@ -60,6 +60,8 @@ pub enum RunState {
 
 /// One run in the run list.
 pub struct RunView {
+    /// Unique in the list's lifetime (indices shift when runs are removed).
+    pub id: u64,
     pub name: String,
     pub preset: Preset,
     pub dir: Option<PathBuf>,
@@ -158,6 +160,7 @@ pub struct RunStore {
     pub runs: Vec<RunView>,
     pub selected: Option<usize>,
     tasks: Tasks,
+    next_id: u64,
 }
 
 impl RunStore {
@@ -167,15 +170,24 @@ impl RunStore {
             runs: Vec::new(),
             selected: None,
             tasks,
+            next_id: 0,
         }
     }
 
-    /// Starts training `preset` into `root`; every event of its worker wakes the UI.
-    pub fn start(&mut self, preset: Preset, root: PathBuf) {
+    fn new_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// Starts training `preset` into `root`; every event of its worker wakes the UI. Returns
+    /// the new run's id.
+    pub fn start(&mut self, preset: Preset, root: PathBuf) -> u64 {
         let tasks = self.tasks.clone();
         let repaint = move || tasks.wake();
         let handle = crate::train::spawn_with(preset.clone(), root, repaint, Priority::Background);
+        let id = self.new_id();
         self.runs.push(RunView {
+            id,
             name: preset.name.clone(),
             total_steps: 0,
             preset,
@@ -191,6 +203,7 @@ impl RunStore {
             loading: None,
         });
         self.selected = Some(self.runs.len() - 1);
+        id
     }
 
     /// Adds a run folder to the list; its files are read as a task.
@@ -210,7 +223,9 @@ impl RunStore {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
+        let id = self.new_id();
         self.runs.push(RunView {
+            id,
             name,
             preset: Preset::default(),
             dir: Some(dir),

@@ -14,6 +14,7 @@ pub mod iou;
 pub mod spectra;
 pub mod sweep;
 pub mod training;
+pub mod welcome;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -36,8 +37,6 @@ pub struct ViewContext<'a> {
     pub exporter: &'a Exporter,
     /// Where new runs are written.
     pub runs_root: &'a Path,
-    /// The shipped presets (`presets/*.toml`).
-    pub shipped: &'a [PathBuf],
     pub commands: &'a Commands,
     pub tasks: &'a Tasks,
 }
@@ -54,6 +53,7 @@ pub trait View {
 /// The registry: one view per tab.
 #[derive(Default)]
 pub struct Views {
+    pub welcome: welcome::WelcomeView,
     pub training: training::TrainingView,
     pub attention: attention::AttentionView,
     pub encodings: encodings::EncodingsView,
@@ -67,6 +67,7 @@ impl Views {
     /// The view shown under `tab`.
     pub fn view_mut(&mut self, tab: Tab) -> &mut dyn View {
         match tab {
+            Tab::Welcome => &mut self.welcome,
             Tab::Training => &mut self.training,
             Tab::Attention => &mut self.attention,
             Tab::Encodings => &mut self.encodings,
@@ -88,7 +89,9 @@ impl Views {
 /// Which view the central panel shows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Tab {
+    /// The experiments the tool is for: the first view on a first start.
     #[default]
+    Welcome,
     Training,
     Attention,
     Encodings,
@@ -99,7 +102,8 @@ pub enum Tab {
 }
 
 impl Tab {
-    pub const ALL: [Tab; 7] = [
+    pub const ALL: [Tab; 8] = [
+        Tab::Welcome,
         Tab::Training,
         Tab::Attention,
         Tab::Encodings,
@@ -111,6 +115,7 @@ impl Tab {
 
     pub fn label(self) -> &'static str {
         match self {
+            Tab::Welcome => "Welcome",
             Tab::Training => "Training",
             Tab::Attention => "Attention maps",
             Tab::Encodings => "Encodings",
