@@ -597,7 +597,10 @@ fn before_its_first_evaluation_a_run_says_when_accuracy_comes_and_exports_titled
     let svg = root.path().join("training-loss.svg");
     run_until(&mut harness, "the exported loss figure", |_| svg.is_file());
     let text = std::fs::read_to_string(&svg).unwrap();
-    assert!(text.contains(attnlab::train::figures::STEP_AXIS), "no step axis");
+    assert!(
+        text.contains(attnlab::train::figures::STEP_AXIS),
+        "no step axis"
+    );
     assert!(text.contains("training loss (cross-entropy, nats)"));
     harness.get_by_label("Stop").click();
     step_while_working(&mut harness);
@@ -621,7 +624,14 @@ fn an_absolute_encoding_says_it_has_no_bias_and_long_evidence_is_cut_with_hover(
     let empty = harness.get_all_by_label_contains("adds no relative bias to the attention logits");
     assert_eq!(empty.count(), 2);
     // The evidence cell ends inside the window, and hovering it shows the whole text.
-    let evidence = harness.state().views.encodings.results.as_ref().unwrap().encodings[0]
+    let evidence = harness
+        .state()
+        .views
+        .encodings
+        .results
+        .as_ref()
+        .unwrap()
+        .encodings[0]
         .evidence
         .clone();
     let cell = harness.get_by_label(&evidence);
@@ -629,4 +639,60 @@ fn an_absolute_encoding_says_it_has_no_bias_and_long_evidence_is_cut_with_hover(
     cell.hover();
     harness.run();
     assert_eq!(harness.get_all_by_label(&evidence).count(), 2, "no tooltip");
+}
+
+#[test]
+fn f1_or_a_question_mark_shows_the_shortcuts_and_controls_name_their_preset_keys() {
+    let root = tempfile::tempdir().unwrap();
+    let mut harness = harness(app(root.path()));
+    harness.run();
+    assert!(harness.query_by_label("Keyboard shortcuts").is_none());
+    harness.key_press(egui::Key::F1);
+    harness.run();
+    harness.get_by_label("Keyboard shortcuts");
+    harness.get_by_label("train the preset");
+    harness.key_press(egui::Key::Questionmark);
+    harness.run();
+    assert!(harness.query_by_label("Keyboard shortcuts").is_none());
+    // Hovering an editor control names the key it sets.
+    let d_model = harness.get_all_by_label("d_model").last().unwrap();
+    d_model.hover();
+    harness.run();
+    harness.get_by_label_contains("--set model.d_model=");
+}
+
+#[test]
+fn the_preset_is_copied_as_a_cli_command() {
+    let root = tempfile::tempdir().unwrap();
+    let mut harness = harness(app(root.path()));
+    harness.run();
+    harness.get_by_label("Preset").click();
+    harness.run();
+    harness.get_by_label("Copy as CLI command").click();
+    // One frame pushes the command, the next carries it out and hands egui the text.
+    harness.step();
+    harness.step();
+    let copied = harness
+        .output()
+        .platform_output
+        .commands
+        .iter()
+        .find_map(|c| match c {
+            egui::OutputCommand::CopyText(text) => Some(text.clone()),
+            _ => None,
+        });
+    let status = harness.state().status.clone();
+    // The tiny preset of these tests is the default one with a few settings changed.
+    assert!(
+        status.starts_with("copied: attnlab train presets/mqar_softmax.toml --set "),
+        "{status}"
+    );
+    for set in [
+        "model.d_model=16",
+        "train.batch_size=8",
+        "train.eval_every=2",
+    ] {
+        assert!(status.contains(&format!("--set {set}")), "{status}");
+    }
+    assert!(copied.is_some_and(|text| status.ends_with(&text)));
 }

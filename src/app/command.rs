@@ -39,6 +39,10 @@ pub enum Command {
     RunExperiment(usize),
     /// Show a view.
     Show(Tab),
+    /// Show or hide the keyboard shortcuts overlay.
+    ToggleShortcuts,
+    /// Copy the editor's preset to the clipboard as an `attnlab train … --set …` line.
+    CopyCliCommand,
     /// Put a message in the status bar.
     Status(String),
 }

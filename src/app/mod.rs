@@ -11,6 +11,7 @@
 mod command;
 mod editor;
 mod export;
+mod keys;
 mod runs;
 mod shell;
 mod tasks;
@@ -66,6 +67,10 @@ pub struct AttnlabApp {
     confirm_replace: Option<(Preset, Option<PathBuf>)>,
     /// An experiment's analysis, started when its runs have ended.
     awaiting: Option<Awaiting>,
+    /// Whether the keyboard shortcuts overlay is open.
+    pub show_shortcuts: bool,
+    /// Text for the clipboard, handed to egui in the next `logic()`.
+    clipboard: Option<String>,
 }
 
 /// The analysis an experiment started from the welcome page runs once its runs end.
@@ -113,6 +118,8 @@ impl AttnlabApp {
             dialog: None,
             confirm_replace: None,
             awaiting: None,
+            show_shortcuts: false,
+            clipboard: None,
         };
         for dir in persisted.run_dirs {
             if dir.join("preset.toml").is_file() {
@@ -384,6 +391,14 @@ impl AttnlabApp {
             Command::AskOpenRun => self.ask_open_run(),
             Command::OpenRun(dir) => self.runs.open(dir),
             Command::Show(tab) => self.tab = tab,
+            Command::ToggleShortcuts => self.show_shortcuts = !self.show_shortcuts,
+            Command::CopyCliCommand => match self.cli_command() {
+                Ok(line) => {
+                    self.status = format!("copied: {line}");
+                    self.clipboard = Some(line);
+                }
+                Err(e) => self.status = e.to_string(),
+            },
             Command::Status(message) => self.status = message,
         }
     }
@@ -397,6 +412,9 @@ impl AttnlabApp {
         let commands: Vec<Command> = self.queue.try_iter().collect();
         for command in commands {
             self.execute(command);
+        }
+        if let Some(text) = self.clipboard.take() {
+            ctx.copy_text(text);
         }
         if let Some(Err(e)) = tasks::take_finished(&mut self.dialog) {
             self.status = e.to_string();
@@ -422,20 +440,29 @@ impl AttnlabApp {
     }
 
     fn shortcuts(&mut self, ctx: &egui::Context) {
-        use egui::{Key, KeyboardShortcut, Modifiers};
-        let pressed = |key| {
-            ctx.input_mut(|i| i.consume_shortcut(&KeyboardShortcut::new(Modifiers::COMMAND, key)))
-        };
-        for (key, command) in [
-            (Key::O, Command::AskOpenPreset),
-            (Key::S, Command::Save),
-            (Key::Enter, Command::Start),
-            (Key::Period, Command::Stop),
-        ] {
-            if pressed(key) {
-                self.commands.push(command);
-            }
+        for command in keys::pressed(ctx) {
+            self.commands.push(command);
         }
+    }
+
+    /// The editor's preset as an `attnlab train` line, over the file it is closest to.
+    fn cli_command(&self) -> crate::Result<String> {
+        let (file, base) = self.cli_base()?;
+        crate::preset::train_command(&self.editor.preset, &file, &base)
+    }
+
+    /// What the command line starts from: the preset's own file while it still loads, else
+    /// the shipped preset of the same name (a shipped preset opened from the menu has no
+    /// file of its own), else the default one.
+    fn cli_base(&self) -> crate::Result<(String, Preset)> {
+        if let Some(path) = &self.editor.path
+            && let Ok(base) = Preset::load(path, &[])
+        {
+            return Ok((path.display().to_string(), base));
+        }
+        let same_name = self.editor.preset.name.replace('-', "_");
+        let base = shipped(&same_name).or_else(|_| shipped(DEFAULT_PRESET))?;
+        Ok((base.file.to_string(), base.preset(&[])?))
     }
 
     /// The whole window (the same function runs under eframe and under egui_kittest).
@@ -474,6 +501,7 @@ impl AttnlabApp {
             views.view_mut(tab).ui(ui, &cx);
         });
         self.confirm_ui(ui.ctx());
+        keys::overlay_ui(ui.ctx(), &mut self.show_shortcuts);
     }
 
     fn top_bar(&mut self, ui: &mut egui::Ui) {
@@ -489,6 +517,10 @@ impl AttnlabApp {
                 push(ui.button("Open... (Ctrl+O)"), Command::AskOpenPreset);
                 push(ui.button("Save (Ctrl+S)"), Command::Save);
                 push(ui.button("Save as..."), Command::AskSavePreset);
+                let copy = ui
+                    .button("Copy as CLI command")
+                    .on_hover_text("an attnlab train line with a --set per change (Ctrl+Shift+C)");
+                push(copy, Command::CopyCliCommand);
                 ui.separator();
                 ui.label("Shipped");
                 for shipped in crate::experiments::PRESETS {
@@ -503,6 +535,13 @@ impl AttnlabApp {
                         push(button, Command::OpenPreset(path.clone()));
                     }
                 }
+            });
+            ui.menu_button("Help", |ui| {
+                push(ui.button("Welcome page"), Command::Show(Tab::Welcome));
+                push(
+                    ui.button("Keyboard shortcuts (F1)"),
+                    Command::ToggleShortcuts,
+                );
             });
             push(ui.button("Open run..."), Command::AskOpenRun);
             ui.separator();
@@ -646,12 +685,12 @@ fn tab_of(analysis: Analysis) -> Tab {
     }
 }
 
-/// The preset a new window starts with: the shipped softmax MQAR experiment.
+/// The shipped preset a new window starts with: the softmax MQAR experiment.
+const DEFAULT_PRESET: &str = "mqar_softmax";
+
+/// The preset of a new window and of Preset > New.
 pub(crate) fn default_preset() -> Preset {
-    Preset::parse(
-        include_str!("../../presets/mqar_softmax.toml"),
-        &[],
-        Path::new("presets/mqar_softmax.toml"),
-    )
-    .unwrap_or_default()
+    shipped(DEFAULT_PRESET)
+        .and_then(|s| s.preset(&[]))
+        .unwrap_or_default()
 }
