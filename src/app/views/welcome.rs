@@ -29,6 +29,13 @@ impl View for WelcomeView {
                 )
                 .weak(),
             );
+            ui.label(
+                egui::RichText::new(
+                    "Times were measured on a 2-core machine with other work running; an idle \
+                     or larger machine is faster.",
+                )
+                .weak(),
+            );
             ui.separator();
             for (i, experiment) in EXPERIMENTS.iter().enumerate() {
                 experiment_ui(ui, i, experiment, cx);
