@@ -696,3 +696,52 @@ fn the_preset_is_copied_as_a_cli_command() {
     }
     assert!(copied.is_some_and(|text| status.ends_with(&text)));
 }
+
+#[test]
+fn ticked_runs_are_drawn_and_exported_beside_the_selected_one() {
+    let root = tempfile::tempdir().unwrap();
+    let mut app = app(root.path());
+    app.editor.preset.train.max_steps = Some(2);
+    app.exporter.folder = Some(root.path().to_path_buf());
+    for name in ["first", "second"] {
+        app.editor.preset.name = name.into();
+        let dir = common::trained_run(&app.editor.preset, root.path());
+        app.runs.open(dir);
+    }
+    app.tab = Tab::Training;
+    let mut harness = harness(app);
+    run_until(&mut harness, "both run folders", |app| {
+        app.runs.runs.iter().all(|r| !r.steps.is_empty())
+    });
+    harness.run();
+    assert_eq!(harness.state().runs.selected().unwrap().name, "first");
+    // The run list's unlabelled checkboxes are its compare ticks, one per run.
+    // The run list's compare ticks, one per run.
+    let ticks: Vec<_> = harness
+        .get_all_by_label_contains("compare: draw this run's curves")
+        .collect();
+    assert_eq!(ticks.len(), 2);
+    ticks[1].click();
+    harness.run();
+    assert!(harness.state().runs.runs[1].compare);
+    // One legend entry per run in each of the three plots.
+    let legend = |name| {
+        harness
+            .get_all_by_role_and_label(egui::accesskit::Role::CheckBox, name)
+            .count()
+    };
+    assert_eq!((legend("first"), legend("second")), (3, 3));
+    harness.get_all_by_label("SVG").next().unwrap().click();
+    harness.run();
+    let svg = root.path().join("training-loss.svg");
+    run_until(&mut harness, "the exported loss figure", |_| svg.is_file());
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        text.contains("first") && text.contains("second"),
+        "one legend, both runs"
+    );
+    // The analysis views offer the same pair.
+    harness.state_mut().tab = Tab::Spectra;
+    harness.run();
+    harness.get_by_label("Compute for the selected and ticked runs");
+}

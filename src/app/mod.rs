@@ -576,8 +576,11 @@ impl AttnlabApp {
         }
         let mut clicked = None;
         let mut removed = None;
-        for (i, run) in self.runs.runs.iter().enumerate() {
+        let selected = self.runs.selected;
+        for (i, run) in self.runs.runs.iter_mut().enumerate() {
             ui.horizontal(|ui| {
+                ui.add(egui::Checkbox::without_text(&mut run.compare))
+                    .on_hover_text("compare: draw this run's curves beside the selected run's");
                 let remove = ui
                     .add_enabled(!run.is_running(), egui::Button::new("x").small())
                     .on_hover_text("remove from the list (the run folder stays)");
@@ -587,8 +590,8 @@ impl AttnlabApp {
                 // A failure's reason can be long: the entry is cut at the panel's edge and
                 // the whole of it, with the folder, is on hover.
                 let text = format!("{} ({})", run.name, run.status_text());
-                let selected = self.runs.selected == Some(i);
-                let response = ui.add(egui::Button::selectable(selected, text.as_str()).truncate());
+                let button = egui::Button::selectable(selected == Some(i), text.as_str());
+                let response = ui.add(button.truncate());
                 let hover = match &run.dir {
                     Some(dir) => format!("{text}\n{}", dir.display()),
                     None => text,

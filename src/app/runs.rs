@@ -62,6 +62,8 @@ pub enum RunState {
 pub struct RunView {
     /// Unique in the list's lifetime (indices shift when runs are removed).
     pub id: u64,
+    /// Ticked in the run list: its curves are drawn beside the selected run's.
+    pub compare: bool,
     pub name: String,
     pub preset: Preset,
     pub dir: Option<PathBuf>,
@@ -188,6 +190,7 @@ impl RunStore {
         let id = self.new_id();
         self.runs.push(RunView {
             id,
+            compare: false,
             name: preset.name.clone(),
             total_steps: 0,
             preset,
@@ -226,6 +229,7 @@ impl RunStore {
         let id = self.new_id();
         self.runs.push(RunView {
             id,
+            compare: false,
             name,
             preset: Preset::default(),
             dir: Some(dir),
@@ -260,6 +264,17 @@ impl RunStore {
 
     pub fn selected(&self) -> Option<&RunView> {
         self.selected.and_then(|i| self.runs.get(i))
+    }
+
+    /// The runs whose curves are drawn: the selected one first, then every ticked one.
+    pub fn shown(&self) -> Vec<&RunView> {
+        let ticked = self
+            .runs
+            .iter()
+            .enumerate()
+            .filter(|&(i, r)| r.compare && self.selected != Some(i))
+            .map(|(_, r)| r);
+        self.selected().into_iter().chain(ticked).collect()
     }
 
     /// Applies everything the workers and loaders sent since the last frame.

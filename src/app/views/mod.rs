@@ -181,8 +181,9 @@ pub fn merge<T>(results: &mut Vec<PerRun<T>>, new: Vec<PerRun<T>>) {
     }
 }
 
-/// "Compute" buttons for the selected run and for every run of the list; returns the runs
-/// (name, folder) of the one clicked. Runs still training or without a folder are left out.
+/// "Compute" buttons for the selected run, for it and the runs ticked to compare (when there
+/// are any), and for every run of the list; returns the runs (name, folder) of the one
+/// clicked. Runs still training or without a folder are left out.
 pub fn run_buttons(ui: &mut egui::Ui, runs: &RunStore) -> Option<Vec<(String, PathBuf)>> {
     let analysable = |r: &RunView| {
         r.dir
@@ -191,12 +192,16 @@ pub fn run_buttons(ui: &mut egui::Ui, runs: &RunStore) -> Option<Vec<(String, Pa
             .map(|dir| (r.name.clone(), dir))
     };
     let selected: Vec<_> = runs.selected().and_then(analysable).into_iter().collect();
+    let shown = runs.shown();
+    let compared: Vec<_> = shown.iter().filter_map(|r| analysable(r)).collect();
     let every: Vec<_> = runs.runs.iter().filter_map(analysable).collect();
+    let mut buttons = vec![("Compute for the selected run", selected)];
+    if shown.len() > 1 {
+        buttons.push(("Compute for the selected and ticked runs", compared));
+    }
+    buttons.push(("Compute for every run", every));
     let mut clicked = None;
-    for (label, list) in [
-        ("Compute for the selected run", selected),
-        ("Compute for every run", every),
-    ] {
+    for (label, list) in buttons {
         if ui
             .add_enabled(!list.is_empty(), egui::Button::new(label))
             .on_disabled_hover_text("needs a finished run: train one or open a run folder")

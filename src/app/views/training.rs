@@ -1,4 +1,5 @@
-//! Loss, test accuracy and learning rate of the selected run, updated live.
+//! Loss, test accuracy and learning rate of the selected run, updated live, with the curves of
+//! every run ticked in the run list beside it (one legend).
 
 use eframe::egui;
 use egui_plot::{Legend, Line, PlotPoints};
@@ -8,64 +9,102 @@ use super::{View, ViewContext, empty_plot, titled_plot};
 use crate::figures::Figure;
 use crate::train::figures::{Curve, RunCurves, STEP_AXIS};
 
-/// A run's metrics as the curve builders read them.
-fn curves_of(run: &RunView) -> RunCurves<'_> {
-    RunCurves {
-        name: &run.name,
-        steps: &run.steps,
-        evals: &run.evals,
-    }
+/// The runs' metrics as the curve builders read them, each under its legend name.
+fn curves_of<'a>(runs: &[&'a RunView], names: &'a [String]) -> Vec<RunCurves<'a>> {
+    runs.iter()
+        .zip(names)
+        .map(|(run, name)| RunCurves {
+            name,
+            steps: &run.steps,
+            evals: &run.evals,
+        })
+        .collect()
 }
 
-fn figure(run: &RunView, which: Curve) -> Figure {
-    which.figure(
-        format!("{}: {}", run.name, which.label()),
-        format!(
-            "{} / {}, {} steps",
-            run.preset.attention.name(),
-            run.preset.encoding.name(),
-            run.steps.last().map_or(0, |s| s.step)
-        ),
-        &[curves_of(run)],
-    )
+/// Legend names: a run's name, with its place in the list where two shown runs share it.
+fn legend_names(runs: &[&RunView]) -> Vec<String> {
+    runs.iter()
+        .map(|run| {
+            let twins = runs.iter().filter(|r| r.name == run.name).count();
+            if twins > 1 {
+                format!("{} (run {})", run.name, run.id)
+            } else {
+                run.name.clone()
+            }
+        })
+        .collect()
 }
 
-/// The selected run's curves.
+fn figure(runs: &[&RunView], names: &[String], which: Curve) -> Figure {
+    let title = match names {
+        [one] => format!("{one}: {}", which.label()),
+        many => format!("{}: {} runs", which.label(), many.len()),
+    };
+    let settings: Vec<String> = runs
+        .iter()
+        .zip(names)
+        .map(|(run, name)| {
+            format!(
+                "{name}: {} / {}, {} steps",
+                run.preset.attention.name(),
+                run.preset.encoding.name(),
+                run.steps.last().map_or(0, |s| s.step)
+            )
+        })
+        .collect();
+    which.figure(title, settings.join("; "), &curves_of(runs, names))
+}
+
+/// The selected run's curves, and those of the runs ticked to compare.
 #[derive(Default)]
 pub struct TrainingView;
 
 impl View for TrainingView {
     fn ui(&mut self, ui: &mut egui::Ui, cx: &ViewContext) {
-        match cx.runs.selected() {
-            Some(run) => curves_ui(ui, run, cx),
-            None => {
-                ui.label("Start a run or open a run folder to see its curves.");
-            }
+        let runs = cx.runs.shown();
+        if runs.is_empty() {
+            ui.label("Start a run or open a run folder to see its curves.");
+            return;
         }
+        curves_ui(ui, &runs, cx);
     }
 }
 
-fn curves_ui(ui: &mut egui::Ui, run: &RunView, cx: &ViewContext) {
+fn curves_ui(ui: &mut egui::Ui, runs: &[&RunView], cx: &ViewContext) {
     let exporter = cx.exporter;
+    let names = legend_names(runs);
+    let curves = curves_of(runs, &names);
     let height = (ui.available_height() / 3.0 - 30.0).max(80.0);
+    if runs.len() == 1 {
+        ui.label(
+            egui::RichText::new("tick runs in the run list to compare their curves here")
+                .small()
+                .weak(),
+        );
+    }
     for which in Curve::ALL {
         ui.horizontal(|ui| {
             ui.strong(which.label());
             exporter.buttons(ui, which.label().replace(' ', "-").as_str(), || {
-                figure(run, which)
+                figure(runs, &names, which)
             });
         });
-        let points = which.points(&curves_of(run));
-        if points.is_empty() && which == Curve::Accuracy {
+        let lines: Vec<(&str, Vec<(f64, f64)>)> =
+            curves.iter().map(|c| (c.name, which.points(c))).collect();
+        if which == Curve::Accuracy && lines.iter().all(|(_, points)| points.is_empty()) {
             // An empty grid reads as broken; say when the first point comes instead.
-            empty_plot(ui, height, first_eval_note(run));
+            empty_plot(ui, height, first_eval_note(runs[0]));
             continue;
         }
-        let points: PlotPoints = points.into_iter().map(|(x, y)| [x, y]).collect();
         titled_plot(which.label(), [STEP_AXIS, which.y_axis()])
             .height(height)
             .legend(Legend::default())
-            .show(ui, |plot| plot.line(Line::new(run.name.clone(), points)));
+            .show(ui, |plot| {
+                for (name, points) in lines {
+                    let points: PlotPoints = points.into_iter().map(|(x, y)| [x, y]).collect();
+                    plot.line(Line::new(name, points));
+                }
+            });
     }
 }
 
