@@ -10,6 +10,7 @@
 //! - [`analysis`], [`extrapolation`], [`figures`]: the encoding analyses, perplexity against
 //!   length, and figures rendered without a GPU;
 //! - [`sweep`]: grids of runs (resumable, spreadable over machines) and their summary;
+//! - [`experiments`]: the shipped presets (compiled in) and the experiments they reproduce;
 //! - `app`: the desktop workbench (the only module that uses egui; the `gui` feature, on by
 //!   default);
 //! - [`cli`]: the headless command line.
@@ -28,6 +29,7 @@ pub mod cli;
 pub mod device;
 pub mod encodings;
 mod error;
+pub mod experiments;
 pub mod extrapolation;
 pub mod figures;
 pub mod io;

@@ -9,7 +9,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use attnlab::app::{AttnlabApp, Persisted, Tab};
+use attnlab::app::{AttnlabApp, Persisted, RunState, Tab};
+use attnlab::train::RunStatus;
 use eframe::egui;
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable as _;
@@ -95,7 +96,7 @@ fn a_run_reports_curves_and_attention_and_stops() {
         app.runs.selected().is_some_and(|r| !r.is_running())
     });
     let run = harness.state().runs.selected().unwrap();
-    assert_eq!(run.status, "stopped");
+    assert_eq!(run.status, RunState::Trainer(RunStatus::Stopped));
     assert!(
         run.dir
             .as_ref()
@@ -105,6 +106,10 @@ fn a_run_reports_curves_and_attention_and_stops() {
     );
     let attention = run.attention.as_ref().unwrap();
     assert_eq!(attention.layers[0].shape, [2, 2, 16, 16]);
+    // The run list and the progress bar say it in words.
+    harness.run();
+    harness.get_by_label_contains("(stopped)");
+    harness.get_by_label_contains("stopped at step");
 }
 
 #[test]
@@ -171,6 +176,11 @@ fn exporting_writes_png_svg_and_csv() {
             harness.state().status
         );
     }
+    // The exported figure says what its axes are, as the plot on screen does.
+    let svg = std::fs::read_to_string(root.path().join("trf.svg")).unwrap();
+    for title in attnlab::analysis::figures::encodings::TRF_AXES {
+        assert!(svg.contains(title), "no axis title {title:?} in the SVG");
+    }
 }
 
 #[test]
@@ -187,7 +197,7 @@ fn a_run_that_ends_at_its_first_evaluation_shows_its_attention_on_one_colour_sca
             .is_some_and(|r| !r.is_running() && r.attention.is_some())
     });
     let run = harness.state().runs.selected().unwrap();
-    assert_eq!(run.status, "completed");
+    assert_eq!(run.status, RunState::Trainer(RunStatus::Completed));
     assert_eq!(run.evals.len(), 1);
     harness.state_mut().tab = Tab::Attention;
     harness.run();
@@ -252,6 +262,40 @@ fn app_with_finished_run(root: &std::path::Path) -> AttnlabApp {
     let dir = common::trained_run(&app.editor.preset, root);
     app.runs.open(dir);
     app
+}
+
+#[test]
+fn a_run_folder_that_reached_its_target_or_failed_says_so_in_words() {
+    let root = tempfile::tempdir().unwrap();
+    let mut app = app(root.path());
+    app.editor.preset.train.max_steps = Some(2);
+    // Two trained folders, their summaries rewritten as a run that reached its target and
+    // one that failed would leave them.
+    for (name, status, error) in [
+        ("reached", RunStatus::TargetReached, None),
+        (
+            "broken",
+            RunStatus::Failed,
+            Some("out of memory".to_string()),
+        ),
+    ] {
+        app.editor.preset.name = name.into();
+        let dir = common::trained_run(&app.editor.preset, root.path());
+        let run = attnlab::train::RunDir::open(&dir).unwrap();
+        let mut summary = run.read_summary().unwrap();
+        (summary.status, summary.error) = (status, error);
+        run.write_summary(&summary).unwrap();
+        app.runs.open(dir);
+    }
+    let mut harness = harness(app);
+    run_until(&mut harness, "both run folders", |app| {
+        app.runs.runs.iter().all(|r| !r.steps.is_empty())
+    });
+    harness.run();
+    harness.get_by_label_contains("reached (reached target accuracy)");
+    harness.get_by_label_contains("reached target accuracy at step 2 of 2");
+    harness.get_by_label_contains("broken (failed: out of memory)");
+    assert!(harness.query_by_label_contains("targetreached").is_none());
 }
 
 #[test]
@@ -436,13 +480,13 @@ fn a_hidden_views_finished_task_is_taken_in_without_showing_it() {
     let run = state.runs.selected().unwrap();
     let list = vec![(run.name.clone(), run.dir.clone().unwrap())];
     state.views.spectra.start(&state.tasks, list);
-    assert_eq!(state.tab, Tab::Training);
+    assert_eq!(state.tab, Tab::Welcome);
     // The task shows in the status bar while it runs, and its result lands while the
     // Spectra view stays hidden.
     run_until(&mut harness, "the spectrum, with its view hidden", |app| {
         !app.views.spectra.spectra.is_empty()
     });
-    assert_eq!(harness.state().tab, Tab::Training);
+    assert_eq!(harness.state().tab, Tab::Welcome);
     assert!(harness.state().views.spectra.error.is_none());
 }
 
@@ -474,4 +518,230 @@ fn commands_from_menus_and_other_threads_are_carried_out_between_frames() {
     harness.run();
     assert_ne!(harness.state().editor.preset.model.d_model, 16);
     assert_eq!(harness.state().editor.path, None);
+}
+
+#[test]
+fn an_experiment_on_the_welcome_page_loads_its_preset_trains_and_shows_its_view() {
+    let root = tempfile::tempdir().unwrap();
+    let mut app = AttnlabApp::new(Persisted::default());
+    app.runs_root = root.path().to_path_buf();
+    app.views.spectra.protocol.examples = 20;
+    let mut harness = harness(app);
+    harness.run();
+    assert_eq!(
+        harness.state().tab,
+        Tab::Welcome,
+        "the first view on a first start"
+    );
+    // Another preset in the editor, saved (so replacing it asks nothing).
+    harness.state_mut().editor.preset.name = "mine".into();
+    let mine = root.path().join("mine.toml");
+    harness.state_mut().editor.mark_saved(mine);
+    harness
+        .get_by_label("Run: Linformer's attention spectrum")
+        .click();
+    // One frame pushes the command, the next carries it out.
+    step_while_working(&mut harness);
+    step_while_working(&mut harness);
+    let state = harness.state();
+    assert_eq!(state.editor.preset.name, "mqar-softmax");
+    assert_eq!(state.runs.runs.len(), 1);
+    assert!(state.runs.runs[0].is_running());
+    assert_eq!(state.tab, Tab::Spectra);
+    // Its analysis starts by itself once the run has ended (here: stopped early).
+    run_until(&mut harness, "the run's folder", |app| {
+        app.runs.selected().is_some_and(|r| !r.steps.is_empty())
+    });
+    harness.get_by_label("Stop").click();
+    step_while_working(&mut harness);
+    run_until(&mut harness, "the spectrum of the stopped run", |app| {
+        !app.views.spectra.spectra.is_empty() || app.views.spectra.error.is_some()
+    });
+    assert_eq!(harness.state().views.spectra.error, None);
+}
+
+#[test]
+/// The menu's presets are compiled in (`experiments::PRESETS`), so they open whatever the
+/// working folder; the editor keeps no path, so Save asks where to write.
+fn a_shipped_preset_opens_from_the_menu() {
+    let root = tempfile::tempdir().unwrap();
+    let mut harness = harness(AttnlabApp::new(Persisted::default()));
+    harness.state_mut().runs_root = root.path().to_path_buf();
+    harness.run();
+    harness.get_by_label("Preset").click();
+    harness.run();
+    harness.get_by_label("lm_alibi").click();
+    harness.run();
+    assert_eq!(harness.state().editor.preset.name, "lm-alibi");
+    assert_eq!(harness.state().editor.path, None);
+}
+
+#[test]
+fn before_its_first_evaluation_a_run_says_when_accuracy_comes_and_exports_titled_axes() {
+    let root = tempfile::tempdir().unwrap();
+    let mut app = app(root.path());
+    app.editor.preset.train.eval_every = 1000;
+    app.exporter.folder = Some(root.path().to_path_buf());
+    app.tab = Tab::Training;
+    let mut harness = harness(app);
+    harness.get_by_label("Start").click();
+    step_while_working(&mut harness);
+    run_until(&mut harness, "a few steps", |app| {
+        app.runs.selected().is_some_and(|r| r.steps.len() >= 2)
+    });
+    step_while_working(&mut harness);
+    harness.get_by_label_contains("No test accuracy yet: the first evaluation is at step 1000");
+    // The loss plot's export carries its axis titles.
+    harness.get_all_by_label("SVG").next().unwrap().click();
+    step_while_working(&mut harness);
+    let svg = root.path().join("training-loss.svg");
+    run_until(&mut harness, "the exported loss figure", |_| svg.is_file());
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        text.contains(attnlab::train::figures::STEP_AXIS),
+        "no step axis"
+    );
+    assert!(text.contains("training loss (cross-entropy, nats)"));
+    harness.get_by_label("Stop").click();
+    step_while_working(&mut harness);
+    run_until(&mut harness, "the run to stop", |app| {
+        app.runs.selected().is_some_and(|r| !r.is_running())
+    });
+}
+
+#[test]
+fn an_absolute_encoding_says_it_has_no_bias_and_long_evidence_is_cut_with_hover() {
+    let root = tempfile::tempdir().unwrap();
+    let mut app = app(root.path());
+    app.tab = Tab::Encodings;
+    assert_eq!(app.editor.preset.encoding.name(), "learned");
+    let mut harness = harness(app);
+    run_until(&mut harness, "the encoding analyses", |app| {
+        app.views.encodings.results.is_some()
+    });
+    harness.run();
+    // The TRF and exp(bias) panels say why they are empty instead of drawing an empty grid.
+    let empty = harness.get_all_by_label_contains("adds no relative bias to the attention logits");
+    assert_eq!(empty.count(), 2);
+    // The evidence cell ends inside the window, and hovering it shows the whole text.
+    let evidence = harness
+        .state()
+        .views
+        .encodings
+        .results
+        .as_ref()
+        .unwrap()
+        .encodings[0]
+        .evidence
+        .clone();
+    let cell = harness.get_by_label(&evidence);
+    assert!(cell.rect().right() <= 1400.0, "{:?}", cell.rect());
+    cell.hover();
+    harness.run();
+    assert_eq!(harness.get_all_by_label(&evidence).count(), 2, "no tooltip");
+}
+
+#[test]
+fn f1_or_a_question_mark_shows_the_shortcuts_and_controls_name_their_preset_keys() {
+    let root = tempfile::tempdir().unwrap();
+    let mut harness = harness(app(root.path()));
+    harness.run();
+    assert!(harness.query_by_label("Keyboard shortcuts").is_none());
+    harness.key_press(egui::Key::F1);
+    harness.run();
+    harness.get_by_label("Keyboard shortcuts");
+    harness.get_by_label("train the preset");
+    harness.key_press(egui::Key::Questionmark);
+    harness.run();
+    assert!(harness.query_by_label("Keyboard shortcuts").is_none());
+    // Hovering an editor control names the key it sets.
+    let d_model = harness.get_all_by_label("d_model").last().unwrap();
+    d_model.hover();
+    harness.run();
+    harness.get_by_label_contains("--set model.d_model=");
+}
+
+#[test]
+fn the_preset_is_copied_as_a_cli_command() {
+    let root = tempfile::tempdir().unwrap();
+    let mut harness = harness(app(root.path()));
+    harness.run();
+    harness.get_by_label("Preset").click();
+    harness.run();
+    harness.get_by_label("Copy as CLI command").click();
+    // One frame pushes the command, the next carries it out and hands egui the text.
+    harness.step();
+    harness.step();
+    let copied = harness
+        .output()
+        .platform_output
+        .commands
+        .iter()
+        .find_map(|c| match c {
+            egui::OutputCommand::CopyText(text) => Some(text.clone()),
+            _ => None,
+        });
+    let status = harness.state().status.clone();
+    // The tiny preset of these tests is the default one with a few settings changed.
+    assert!(
+        status.starts_with("copied: attnlab train presets/mqar_softmax.toml --set "),
+        "{status}"
+    );
+    for set in [
+        "model.d_model=16",
+        "train.batch_size=8",
+        "train.eval_every=2",
+    ] {
+        assert!(status.contains(&format!("--set {set}")), "{status}");
+    }
+    assert!(copied.is_some_and(|text| status.ends_with(&text)));
+}
+
+#[test]
+fn ticked_runs_are_drawn_and_exported_beside_the_selected_one() {
+    let root = tempfile::tempdir().unwrap();
+    let mut app = app(root.path());
+    app.editor.preset.train.max_steps = Some(2);
+    app.exporter.folder = Some(root.path().to_path_buf());
+    for name in ["first", "second"] {
+        app.editor.preset.name = name.into();
+        let dir = common::trained_run(&app.editor.preset, root.path());
+        app.runs.open(dir);
+    }
+    app.tab = Tab::Training;
+    let mut harness = harness(app);
+    run_until(&mut harness, "both run folders", |app| {
+        app.runs.runs.iter().all(|r| !r.steps.is_empty())
+    });
+    harness.run();
+    assert_eq!(harness.state().runs.selected().unwrap().name, "first");
+    // The run list's unlabelled checkboxes are its compare ticks, one per run.
+    // The run list's compare ticks, one per run.
+    let ticks: Vec<_> = harness
+        .get_all_by_label_contains("compare: draw this run's curves")
+        .collect();
+    assert_eq!(ticks.len(), 2);
+    ticks[1].click();
+    harness.run();
+    assert!(harness.state().runs.runs[1].compare);
+    // One legend entry per run in each of the three plots.
+    let legend = |name| {
+        harness
+            .get_all_by_role_and_label(egui::accesskit::Role::CheckBox, name)
+            .count()
+    };
+    assert_eq!((legend("first"), legend("second")), (3, 3));
+    harness.get_all_by_label("SVG").next().unwrap().click();
+    harness.run();
+    let svg = root.path().join("training-loss.svg");
+    run_until(&mut harness, "the exported loss figure", |_| svg.is_file());
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        text.contains("first") && text.contains("second"),
+        "one legend, both runs"
+    );
+    // The analysis views offer the same pair.
+    harness.state_mut().tab = Tab::Spectra;
+    harness.run();
+    harness.get_by_label("Compute for the selected and ticked runs");
 }

@@ -32,8 +32,17 @@ pub enum Command {
     AskOpenRun,
     /// Add a run folder to the run list.
     OpenRun(PathBuf),
+    /// Load a shipped preset (compiled in) into the editor (asking about unsaved changes).
+    OpenShipped(&'static str),
+    /// Run experiment `i` of [`crate::experiments::EXPERIMENTS`]: load its first preset into
+    /// the editor, train its presets, show its view, and start its analysis when they end.
+    RunExperiment(usize),
     /// Show a view.
     Show(Tab),
+    /// Show or hide the keyboard shortcuts overlay.
+    ToggleShortcuts,
+    /// Copy the editor's preset to the clipboard as an `attnlab train … --set …` line.
+    CopyCliCommand,
     /// Put a message in the status bar.
     Status(String),
 }

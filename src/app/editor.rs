@@ -79,12 +79,14 @@ impl Editor {
         ui.horizontal(|ui| {
             let label = ui.label("Name");
             ui.text_edit_singleline(&mut self.preset.name)
-                .labelled_by(label.id);
+                .labelled_by(label.id)
+                .on_hover_text(key_hint("name"));
         });
         ui.horizontal(|ui| {
             let label = ui.label("Description");
             ui.text_edit_singleline(&mut self.preset.description)
-                .labelled_by(label.id);
+                .labelled_by(label.id)
+                .on_hover_text(key_hint("description"));
         });
         egui::CollapsingHeader::new("Attention")
             .default_open(true)
@@ -107,6 +109,7 @@ impl Editor {
                 number(
                     ui,
                     "attention examples",
+                    "eval.attention_examples",
                     &mut self.preset.eval.attention_examples,
                     1..=256,
                 )
@@ -119,13 +122,25 @@ impl Editor {
 }
 
 fn model_ui(ui: &mut egui::Ui, m: &mut ModelConfig) {
-    number(ui, "d_model", &mut m.d_model, 4..=2048);
-    number(ui, "layers", &mut m.n_layers, 1..=24);
-    number(ui, "heads", &mut m.n_heads, 1..=64);
-    number(ui, "MLP ratio (0 = none)", &mut m.mlp_ratio, 0..=8);
+    number(ui, "d_model", "model.d_model", &mut m.d_model, 4..=2048);
+    number(ui, "layers", "model.n_layers", &mut m.n_layers, 1..=24);
+    number(ui, "heads", "model.n_heads", &mut m.n_heads, 1..=64);
+    number(
+        ui,
+        "MLP ratio (0 = none)",
+        "model.mlp_ratio",
+        &mut m.mlp_ratio,
+        0..=8,
+    );
     mixers_ui(ui, &mut m.mixers);
     if m.mixers.contains(&MixerKind::ShortConv) {
-        number(ui, "conv kernel", &mut m.conv_kernel, 1..=64);
+        number(
+            ui,
+            "conv kernel",
+            "model.conv_kernel",
+            &mut m.conv_kernel,
+            1..=64,
+        );
     }
     ui.horizontal(|ui| {
         let label = ui.label("layout");
@@ -142,29 +157,35 @@ fn model_ui(ui: &mut egui::Ui, m: &mut ModelConfig) {
             })
             .response
             .labelled_by(label.id)
-            .on_hover_text("model.layout: how the architecture is built (docs/presets.md)");
+            .on_hover_text(format!(
+                "how the architecture is built (docs/presets.md); {}",
+                key_hint("model.layout")
+            ));
     });
     if m.layout == Layout::Attnlab {
-        ui.checkbox(&mut m.tie_embeddings, "tie embeddings with the output head");
+        ui.checkbox(&mut m.tie_embeddings, "tie embeddings with the output head")
+            .on_hover_text(key_hint("model.tie_embeddings"));
     }
     optional_rate(
         ui,
         "embedding dropout",
+        "model.embed_dropout",
         &mut m.embed_dropout,
         m.layout.embed_dropout(),
     );
     optional_rate(
         ui,
         "attention dropout (softmax)",
+        "model.attention_dropout",
         &mut m.attention_dropout,
         m.layout.attention_dropout(),
     );
 }
 
 /// A rate in [0, 1) that may be left to a default (shown as "auto (default)").
-fn optional_rate(ui: &mut egui::Ui, label: &str, value: &mut Option<f64>, default: f64) {
+fn optional_rate(ui: &mut egui::Ui, label: &str, key: &str, value: &mut Option<f64>, default: f64) {
     ui.horizontal(|ui| {
-        ui.label(label);
+        ui.label(label).on_hover_text(key_hint(key));
         match value {
             Some(rate) => {
                 ui.add(egui::DragValue::new(rate).range(0.0..=0.95).speed(0.01));
@@ -194,11 +215,14 @@ fn mixers_ui(ui: &mut egui::Ui, mixers: &mut Vec<MixerKind>) {
         MixerKind::PrevToken,
     ];
     ui.label("mixers (repeated over the layers)")
-        .on_hover_text("attention, zoology's short convolution, or a fixed shift by one token");
+        .on_hover_text(format!(
+            "attention, zoology's short convolution, or a fixed shift by one token; {}",
+            key_hint("model.mixers")
+        ));
     let mut remove = None;
     for (i, mixer) in mixers.iter_mut().enumerate() {
         ui.horizontal(|ui| {
-            choice(ui, &format!("mixer {i}"), mixer, &KINDS);
+            choice(ui, &format!("mixer {i}"), "model.mixers", mixer, &KINDS);
             if ui
                 .small_button("-")
                 .on_hover_text("remove this mixer")
@@ -236,9 +260,10 @@ fn task_ui(ui: &mut egui::Ui, task: &mut TaskSpec) {
             })
             .response
             .labelled_by(label.id)
-            .on_hover_text(
-                "mqar: multi-query associative recall; lm: next-byte prediction on text",
-            );
+            .on_hover_text(format!(
+                "mqar: multi-query associative recall; lm: next-byte prediction on text; {}",
+                key_hint("task")
+            ));
     });
     match task {
         TaskSpec::Mqar(t) => mqar_ui(ui, t),
@@ -252,7 +277,10 @@ fn lm_ui(ui: &mut egui::Ui, t: &mut LmConfig) {
         let label = ui.label("corpus");
         ui.add(egui::TextEdit::singleline(&mut t.corpus).desired_width(140.0))
             .labelled_by(label.id)
-            .on_hover_text("a built-in corpus, or the path of a UTF-8 file or folder");
+            .on_hover_text(format!(
+                "a built-in corpus, or the path of a UTF-8 file or folder; {}",
+                key_hint("task.corpus")
+            ));
         egui::ComboBox::from_id_salt("corpus")
             .selected_text("built-in")
             .show_ui(ui, |ui| {
@@ -261,97 +289,199 @@ fn lm_ui(ui: &mut egui::Ui, t: &mut LmConfig) {
                 }
             });
     });
-    choice(ui, "tokens", &mut t.tokens, &[Tokens::Bytes, Tokens::Chars]);
+    choice(
+        ui,
+        "tokens",
+        "task.tokens",
+        &mut t.tokens,
+        &[Tokens::Bytes, Tokens::Chars],
+    );
     if t.tokens == Tokens::Chars {
-        number(ui, "vocabulary", &mut t.vocab_size, 2..=65_536);
+        number(
+            ui,
+            "vocabulary",
+            "task.vocab_size",
+            &mut t.vocab_size,
+            2..=65_536,
+        );
     }
-    number(ui, "training length L", &mut t.seq_len, 4..=8192);
+    number(
+        ui,
+        "training length L",
+        "task.seq_len",
+        &mut t.seq_len,
+        4..=8192,
+    );
     number(
         ui,
         "training bytes read",
+        "task.train_bytes",
         &mut t.train_bytes,
         1024..=1_000_000_000,
     );
     number(
         ui,
         "validation bytes read",
+        "task.valid_bytes",
         &mut t.valid_bytes,
         1024..=1_000_000_000,
     );
     ui.horizontal(|ui| {
         let label = ui.label("validation share (%)");
         ui.add(egui::DragValue::new(&mut t.val_percent).range(1..=90))
-            .labelled_by(label.id);
+            .labelled_by(label.id)
+            .on_hover_text(key_hint("task.val_percent"));
     });
     number(
         ui,
         "training windows",
+        "task.train_examples",
         &mut t.train_examples,
         1..=10_000_000,
     );
-    number(ui, "test windows", &mut t.test_examples, 1..=100_000);
-    seed(ui, "data seed", &mut t.seed);
+    number(
+        ui,
+        "test windows",
+        "task.test_examples",
+        &mut t.test_examples,
+        1..=100_000,
+    );
+    seed(ui, "data seed", "task.seed", &mut t.seed);
 }
 
 fn mqar_ui(ui: &mut egui::Ui, t: &mut MqarConfig) {
-    number(ui, "vocabulary", &mut t.vocab_size, 8..=65_536);
-    number(ui, "sequence length", &mut t.seq_len, 4..=8192);
-    number(ui, "key-value pairs", &mut t.num_kv_pairs, 1..=1024);
-    real(ui, "query gap power a", &mut t.power_a, 0.0..=1.0, 0.001)
+    number(
+        ui,
+        "vocabulary",
+        "task.vocab_size",
+        &mut t.vocab_size,
+        8..=65_536,
+    );
+    number(
+        ui,
+        "sequence length",
+        "task.seq_len",
+        &mut t.seq_len,
+        4..=8192,
+    );
+    number(
+        ui,
+        "key-value pairs",
+        "task.num_kv_pairs",
+        &mut t.num_kv_pairs,
+        1..=1024,
+    );
+    real(ui, "query gap power a", "task.power_a", &mut t.power_a, 0.0..=1.0, 0.001)
         .on_hover_text("query gaps g are drawn with p(g) ~ a (g+1)^(a-1): small a spreads queries far from their keys");
-    ui.checkbox(&mut t.random_non_queries, "random tokens between queries");
-    number(ui, "passes over the pairs", &mut t.num_passes, 1..=16);
+    ui.checkbox(&mut t.random_non_queries, "random tokens between queries")
+        .on_hover_text(key_hint("task.random_non_queries"));
+    number(
+        ui,
+        "passes over the pairs",
+        "task.num_passes",
+        &mut t.num_passes,
+        1..=16,
+    );
     number(
         ui,
         "training examples",
+        "task.train_examples",
         &mut t.train_examples,
         1..=1_000_000,
     );
-    number(ui, "test examples", &mut t.test_examples, 1..=100_000);
-    seed(ui, "data seed", &mut t.seed);
-    optional(ui, "own test seed (else seed + 10)", &mut t.test_seed, 1);
+    number(
+        ui,
+        "test examples",
+        "task.test_examples",
+        &mut t.test_examples,
+        1..=100_000,
+    );
+    seed(ui, "data seed", "task.seed", &mut t.seed);
+    optional(
+        ui,
+        "own test seed (else seed + 10)",
+        "task.test_seed",
+        &mut t.test_seed,
+        1,
+    );
 }
 
 fn train_ui(ui: &mut egui::Ui, t: &mut TrainConfig) {
-    number(ui, "batch size", &mut t.batch_size, 1..=4096);
-    real(ui, "learning rate", &mut t.lr, 1e-6..=1.0, 1e-4);
+    number(
+        ui,
+        "batch size",
+        "train.batch_size",
+        &mut t.batch_size,
+        1..=4096,
+    );
+    real(ui, "learning rate", "train.lr", &mut t.lr, 1e-6..=1.0, 1e-4);
     choice(
         ui,
         "schedule",
+        "train.schedule",
         &mut t.schedule,
         &[Schedule::Cosine, Schedule::Constant],
     );
     if t.schedule == Schedule::Cosine {
-        real(ui, "final learning rate", &mut t.min_lr, 0.0..=1.0, 1e-5);
+        real(
+            ui,
+            "final learning rate",
+            "train.min_lr",
+            &mut t.min_lr,
+            0.0..=1.0,
+            1e-5,
+        );
     }
-    number(ui, "warm-up steps", &mut t.warmup_steps, 0..=100_000);
-    real(ui, "weight decay", &mut t.weight_decay, 0.0..=10.0, 1e-3);
-    real(ui, "beta1", &mut t.beta1, 0.0..=0.9999, 1e-3);
-    real(ui, "beta2", &mut t.beta2, 0.0..=0.9999, 1e-4);
-    real(ui, "eps", &mut t.eps, 1e-12..=0.1, 1e-9);
+    number(
+        ui,
+        "warm-up steps",
+        "train.warmup_steps",
+        &mut t.warmup_steps,
+        0..=100_000,
+    );
+    real(
+        ui,
+        "weight decay",
+        "train.weight_decay",
+        &mut t.weight_decay,
+        0.0..=10.0,
+        1e-3,
+    );
+    real(ui, "beta1", "train.beta1", &mut t.beta1, 0.0..=0.9999, 1e-3);
+    real(ui, "beta2", "train.beta2", &mut t.beta2, 0.0..=0.9999, 1e-4);
+    real(ui, "eps", "train.eps", &mut t.eps, 1e-12..=0.1, 1e-9);
     real(
         ui,
         "gradient clip (0 = off)",
+        "train.grad_clip",
         &mut t.grad_clip,
         0.0..=100.0,
         0.01,
     );
-    number(ui, "epochs", &mut t.epochs, 1..=10_000);
-    optional(ui, "stop after max steps", &mut t.max_steps, 1000);
+    number(ui, "epochs", "train.epochs", &mut t.epochs, 1..=10_000);
+    optional(
+        ui,
+        "stop after max steps",
+        "train.max_steps",
+        &mut t.max_steps,
+        1000,
+    );
     number(
         ui,
         "evaluate every (0 = epoch)",
+        "train.eval_every",
         &mut t.eval_every,
         0..=1_000_000,
     );
     real(
         ui,
         "target accuracy (0 = none)",
+        "train.target_accuracy",
         &mut t.target_accuracy,
         0.0..=1.0,
         1e-3,
     );
-    seed(ui, "seed", &mut t.seed);
+    seed(ui, "seed", "train.seed", &mut t.seed);
     ui.horizontal(|ui| {
         let label = ui.label("device");
         egui::ComboBox::from_id_salt("device")
@@ -370,10 +500,11 @@ fn train_ui(ui: &mut egui::Ui, t: &mut TrainConfig) {
             })
             .response
             .labelled_by(label.id)
-            .on_hover_text(
+            .on_hover_text(format!(
                 "devices this build supports (rebuild with --features cuda or metal for GPUs); \
-                 one that does not open here falls back to the CPU with a notice",
-            );
+                 one that does not open here falls back to the CPU with a notice; {}",
+                key_hint("train.device")
+            ));
     });
     precision_ui(ui, &mut t.precision);
 }
@@ -392,7 +523,11 @@ fn precision_ui(ui: &mut egui::Ui, precision: &mut Precision) {
             })
             .response
             .labelled_by(label.id)
-            .on_hover_text(format!("train.precision: {}", precision.summary()));
+            .on_hover_text(format!(
+                "{}; {}",
+                precision.summary(),
+                key_hint("train.precision")
+            ));
     });
 }
 
@@ -400,6 +535,7 @@ fn precision_ui(ui: &mut egui::Ui, precision: &mut Precision) {
 fn real(
     ui: &mut egui::Ui,
     label: &str,
+    key: &str,
     value: &mut f64,
     range: std::ops::RangeInclusive<f64>,
     speed: f64,
@@ -413,6 +549,7 @@ fn real(
                 .max_decimals(8),
         )
         .labelled_by(label.id)
+        .on_hover_text(key_hint(key))
     })
     .inner
 }
@@ -421,12 +558,16 @@ fn real(
 fn optional<T: egui::emath::Numeric>(
     ui: &mut egui::Ui,
     label: &str,
+    key: &str,
     value: &mut Option<T>,
     default: T,
 ) {
     ui.horizontal(|ui| {
         let mut present = value.is_some();
-        if ui.checkbox(&mut present, label).changed() {
+        let checkbox = ui
+            .checkbox(&mut present, label)
+            .on_hover_text(key_hint(key));
+        if checkbox.changed() {
             *value = present.then_some(default);
         }
         if let Some(number) = value {
@@ -435,10 +576,12 @@ fn optional<T: egui::emath::Numeric>(
     });
 }
 
-fn seed(ui: &mut egui::Ui, label: &str, value: &mut u64) {
+fn seed(ui: &mut egui::Ui, label: &str, key: &str, value: &mut u64) {
     ui.horizontal(|ui| {
         let label = ui.label(label);
-        ui.add(egui::DragValue::new(value)).labelled_by(label.id);
+        ui.add(egui::DragValue::new(value))
+            .labelled_by(label.id)
+            .on_hover_text(key_hint(key));
     });
 }
 
@@ -446,13 +589,15 @@ fn seed(ui: &mut egui::Ui, label: &str, value: &mut u64) {
 fn number(
     ui: &mut egui::Ui,
     label: &str,
+    key: &str,
     value: &mut usize,
     range: std::ops::RangeInclusive<usize>,
 ) {
     ui.horizontal(|ui| {
         let label = ui.label(label);
         ui.add(egui::DragValue::new(value).range(range))
-            .labelled_by(label.id);
+            .labelled_by(label.id)
+            .on_hover_text(key_hint(key));
     });
 }
 
@@ -460,6 +605,7 @@ fn number(
 fn choice<T: Copy + PartialEq + std::fmt::Debug>(
     ui: &mut egui::Ui,
     label: &str,
+    key: &str,
     value: &mut T,
     options: &[T],
 ) {
@@ -473,8 +619,15 @@ fn choice<T: Copy + PartialEq + std::fmt::Debug>(
                 }
             })
             .response
-            .labelled_by(label_id);
+            .labelled_by(label_id)
+            .on_hover_text(key_hint(key));
     });
+}
+
+/// What a control's tooltip says about the preset key it sets, so the window teaches the
+/// command line's `--set`.
+fn key_hint(key: &str) -> String {
+    format!("preset key {key}; on the command line: --set {key}=…")
 }
 
 /// The mechanism picker (formula on hover) and its settings.
@@ -498,11 +651,28 @@ fn mechanism_ui(ui: &mut egui::Ui, spec: &mut MechanismSpec) {
             .labelled_by(label.id);
     })
     .response
-    .on_hover_text(format!("{}\n{}", spec.formula(), spec.summary()));
+    .on_hover_text(format!(
+        "{}\n{}\n{}",
+        spec.formula(),
+        spec.summary(),
+        key_hint("attention")
+    ));
     match spec {
-        MechanismSpec::Based(c) => number(ui, "feature dim", &mut c.feature_dim, 1..=256),
+        MechanismSpec::Based(c) => number(
+            ui,
+            "feature dim",
+            "attention.feature_dim",
+            &mut c.feature_dim,
+            1..=256,
+        ),
         MechanismSpec::Rebased(c) => {
-            number(ui, "feature dim", &mut c.feature_dim, 1..=256);
+            number(
+                ui,
+                "feature dim",
+                "attention.feature_dim",
+                &mut c.feature_dim,
+                1..=256,
+            );
             let variants = [
                 RebasedVariant::Rebased,
                 RebasedVariant::X2,
@@ -510,17 +680,29 @@ fn mechanism_ui(ui: &mut egui::Ui, spec: &mut MechanismSpec) {
                 RebasedVariant::Gamma,
                 RebasedVariant::GammaBeta,
             ];
-            choice(ui, "variant", &mut c.variant, &variants);
+            choice(
+                ui,
+                "variant",
+                "attention.variant",
+                &mut c.variant,
+                &variants,
+            );
         }
         MechanismSpec::Linformer(c) => {
-            number(ui, "projected length k", &mut c.proj_dim, 1..=4096);
+            number(
+                ui,
+                "projected length k",
+                "attention.proj_dim",
+                &mut c.proj_dim,
+                1..=4096,
+            );
             let modes = [
                 LinformerSharing::None,
                 LinformerSharing::Headwise,
                 LinformerSharing::Kv,
                 LinformerSharing::Layerwise,
             ];
-            choice(ui, "sharing", &mut c.sharing, &modes);
+            choice(ui, "sharing", "attention.sharing", &mut c.sharing, &modes);
         }
         MechanismSpec::Softmax | MechanismSpec::Linear => {}
     }
@@ -553,19 +735,22 @@ pub fn encoding_ui(ui: &mut egui::Ui, spec: &mut EncodingSpec) {
                 }
             })
             .response
-            .labelled_by(label.id);
+            .labelled_by(label.id)
+            .on_hover_text(key_hint("encoding"));
     });
     ui.label(egui::RichText::new(spec.formula()).small().weak())
-        .on_hover_text(spec.summary());
+        .on_hover_text(format!("{}\n{}", spec.summary(), key_hint("encoding")));
     for hyper in spec.hyperparameters() {
         ui.horizontal(|ui| {
-            ui.label(hyper.key).on_hover_text(hyper.help);
+            let key = format!("encoding.{}", hyper.key);
+            let help = format!("{}\n{}", hyper.help, key_hint(&key));
+            ui.label(hyper.key).on_hover_text(&help);
             match spec.value(hyper.key) {
                 Some(mut value) => {
                     let slider = egui::Slider::new(&mut value, hyper.min..=hyper.max)
                         .logarithmic(hyper.log_scale)
                         .integer_if(hyper.integer);
-                    if ui.add(slider).on_hover_text(hyper.help).changed()
+                    if ui.add(slider).on_hover_text(&help).changed()
                         && let Ok(changed) = spec.with_value(hyper.key, value)
                     {
                         *spec = changed;
@@ -573,7 +758,7 @@ pub fn encoding_ui(ui: &mut egui::Ui, spec: &mut EncodingSpec) {
                 }
                 None => {
                     ui.label("auto");
-                    if ui.button("set").on_hover_text(hyper.help).clicked()
+                    if ui.button("set").on_hover_text(&help).clicked()
                         && let Ok(changed) = spec.with_value(hyper.key, hyper.min.max(1.0))
                     {
                         *spec = changed;
@@ -586,19 +771,24 @@ pub fn encoding_ui(ui: &mut egui::Ui, spec: &mut EncodingSpec) {
     const LOG_N: &str = "log-n: queries scaled by max(1, ln(i+1)/ln L) (the post's patches)";
     match spec {
         EncodingSpec::Sandwich(c) => {
-            ui.checkbox(&mut c.per_head, "per-head scale k*H/(8h) (fairseq-evo)");
+            ui.checkbox(&mut c.per_head, "per-head scale k*H/(8h) (fairseq-evo)")
+                .on_hover_text(key_hint("encoding.per_head"));
         }
         EncodingSpec::Type1(c) | EncodingSpec::Type2(c) | EncodingSpec::InvN(c) => {
-            ui.checkbox(&mut c.per_head, SERIES_PER_HEAD);
+            ui.checkbox(&mut c.per_head, SERIES_PER_HEAD)
+                .on_hover_text(key_hint("encoding.per_head"));
         }
         EncodingSpec::InvNLogN(c) => {
-            ui.checkbox(&mut c.per_head, SERIES_PER_HEAD);
+            ui.checkbox(&mut c.per_head, SERIES_PER_HEAD)
+                .on_hover_text(key_hint("encoding.per_head"));
         }
         EncodingSpec::Rerope(c) => {
-            ui.checkbox(&mut c.log_n, LOG_N);
+            ui.checkbox(&mut c.log_n, LOG_N)
+                .on_hover_text(key_hint("encoding.log_n"));
         }
         EncodingSpec::LeakyRerope(c) => {
-            ui.checkbox(&mut c.log_n, LOG_N);
+            ui.checkbox(&mut c.log_n, LOG_N)
+                .on_hover_text(key_hint("encoding.log_n"));
         }
         EncodingSpec::DietRel(c) => sharing_ui(ui, &mut c.sharing),
         EncodingSpec::DietAbs(c) => sharing_ui(ui, &mut c.sharing),
@@ -608,7 +798,8 @@ pub fn encoding_ui(ui: &mut egui::Ui, spec: &mut EncodingSpec) {
 
 fn sharing_ui(ui: &mut egui::Ui, sharing: &mut DietSharing) {
     ui.horizontal(|ui| {
-        ui.label("sharing");
+        ui.label("sharing")
+            .on_hover_text(key_hint("encoding.sharing"));
         ui.selectable_value(sharing, DietSharing::None, "none");
         ui.selectable_value(sharing, DietSharing::Layerwise, "layer-wise");
     });

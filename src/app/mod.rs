@@ -11,6 +11,7 @@
 mod command;
 mod editor;
 mod export;
+mod keys;
 mod runs;
 mod shell;
 mod tasks;
@@ -25,12 +26,13 @@ use serde::{Deserialize, Serialize};
 pub use command::{Command, Commands};
 pub use editor::Editor;
 pub use export::Exporter;
-pub use runs::{RunStore, RunView};
+pub use runs::{RunState, RunStore, RunView};
 pub use shell::run_native;
 pub use tasks::{Task, Tasks};
 pub use views::{Tab, View, ViewContext, Views};
 
 use crate::Preset;
+use crate::experiments::{Analysis, EXPERIMENTS, Experiment, shipped};
 
 /// What survives a restart.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -56,7 +58,6 @@ pub struct AttnlabApp {
     /// The last message for the status bar (saved, exported, failed, …).
     pub status: String,
     pub views: Views,
-    shipped: Vec<PathBuf>,
     pub tasks: Tasks,
     pub commands: Commands,
     queue: Receiver<Command>,
@@ -64,9 +65,22 @@ pub struct AttnlabApp {
     dialog: Option<Task<()>>,
     /// A preset waiting for "discard unsaved changes?" to be answered.
     confirm_replace: Option<(Preset, Option<PathBuf>)>,
+    /// An experiment's analysis, started when its runs have ended.
+    awaiting: Option<Awaiting>,
+    /// Whether the keyboard shortcuts overlay is open.
+    pub show_shortcuts: bool,
+    /// Text for the clipboard, handed to egui in the next `logic()`.
+    clipboard: Option<String>,
 }
 
-/// The TOML files shipped in `dir` (`presets/`, `sweeps/`), if the app runs from a checkout.
+/// The analysis an experiment started from the welcome page runs once its runs end.
+struct Awaiting {
+    analysis: Analysis,
+    /// Ids of the experiment's runs in the run list.
+    runs: Vec<u64>,
+}
+
+/// The TOML files shipped in `dir` (`sweeps/`), if the app runs from a checkout.
 fn shipped_files(dir: &str) -> Vec<PathBuf> {
     let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|dir| {
@@ -98,12 +112,14 @@ impl AttnlabApp {
             recent: persisted.recent,
             status: String::new(),
             views: Views::default(),
-            shipped: shipped_files("presets"),
             tasks,
             commands,
             queue,
             dialog: None,
             confirm_replace: None,
+            awaiting: None,
+            show_shortcuts: false,
+            clipboard: None,
         };
         for dir in persisted.run_dirs {
             if dir.join("preset.toml").is_file() {
@@ -135,6 +151,75 @@ impl AttnlabApp {
         self.runs
             .start(self.editor.preset.clone(), self.runs_root.clone());
         self.status = format!("started {}", self.editor.preset.name);
+    }
+
+    /// Starts an experiment of the welcome page: its first preset into the editor (asking
+    /// about unsaved changes), every preset training, its view shown, and its analysis
+    /// awaited when it needs finished runs.
+    fn run_experiment(&mut self, experiment: &Experiment) {
+        let presets = match experiment.presets() {
+            Ok(presets) => presets,
+            Err(e) => {
+                self.status = e.to_string();
+                return;
+            }
+        };
+        if let Some(first) = presets.first() {
+            self.replace_preset(first.clone(), None);
+        }
+        let runs = presets
+            .into_iter()
+            .map(|preset| self.runs.start(preset, self.runs_root.clone()))
+            .collect();
+        let ticked = &mut self.views.encodings.ticked;
+        ticked.extend(experiment.overlay.iter().map(|e| e.to_string()));
+        self.tab = tab_of(experiment.analysis);
+        self.awaiting = experiment
+            .analysis
+            .needs_finished_runs()
+            .then_some(Awaiting {
+                analysis: experiment.analysis,
+                runs,
+            });
+        self.status = format!("started {}", experiment.title);
+    }
+
+    /// Starts the awaited analysis once all of its runs have ended, on those that have a run
+    /// folder and did not fail; forgets it if one of them left the list.
+    fn start_awaited_analysis(&mut self) {
+        let Some(awaiting) = &self.awaiting else {
+            return;
+        };
+        let runs: Option<Vec<&RunView>> = awaiting
+            .runs
+            .iter()
+            .map(|id| self.runs.runs.iter().find(|r| r.id == *id))
+            .collect();
+        let Some(runs) = runs else {
+            self.awaiting = None;
+            return;
+        };
+        if runs.iter().any(|r| r.is_running()) {
+            return;
+        }
+        let list: Vec<(String, PathBuf)> = runs
+            .iter()
+            .filter(|r| r.status != RunState::Trainer(crate::train::RunStatus::Failed))
+            .filter_map(|r| Some((r.name.clone(), r.dir.clone()?)))
+            .collect();
+        let analysis = awaiting.analysis;
+        self.awaiting = None;
+        if list.is_empty() {
+            self.status = "the experiment's runs failed: nothing to analyse".into();
+            return;
+        }
+        let views = &mut self.views;
+        match analysis {
+            Analysis::Extrapolation => views.extrapolation.start(&self.tasks, list),
+            Analysis::Iou => views.iou.start(&self.tasks, list),
+            Analysis::Spectra => views.spectra.start(&self.tasks, list),
+            Analysis::Encodings => {}
+        }
     }
 
     /// For the screenshot demo: gets `tab` ready to be captured (the analysis views need the
@@ -289,6 +374,14 @@ impl AttnlabApp {
             Command::NewPreset => self.replace_preset(default_preset(), None),
             Command::AskOpenPreset => self.ask_open_preset(),
             Command::OpenPreset(path) => self.open_preset(&path),
+            Command::OpenShipped(name) => match shipped(name).and_then(|s| s.preset(&[])) {
+                Ok(preset) => self.replace_preset(preset, None),
+                Err(e) => self.status = e.to_string(),
+            },
+            Command::RunExperiment(i) => match EXPERIMENTS.get(i) {
+                Some(experiment) => self.run_experiment(experiment),
+                None => self.status = format!("no experiment {i}"),
+            },
             Command::Save => match self.editor.path.clone() {
                 Some(path) => self.save_preset(&path),
                 None => self.ask_save_preset(),
@@ -298,6 +391,14 @@ impl AttnlabApp {
             Command::AskOpenRun => self.ask_open_run(),
             Command::OpenRun(dir) => self.runs.open(dir),
             Command::Show(tab) => self.tab = tab,
+            Command::ToggleShortcuts => self.show_shortcuts = !self.show_shortcuts,
+            Command::CopyCliCommand => match self.cli_command() {
+                Ok(line) => {
+                    self.status = format!("copied: {line}");
+                    self.clipboard = Some(line);
+                }
+                Err(e) => self.status = e.to_string(),
+            },
             Command::Status(message) => self.status = message,
         }
     }
@@ -312,10 +413,14 @@ impl AttnlabApp {
         for command in commands {
             self.execute(command);
         }
+        if let Some(text) = self.clipboard.take() {
+            ctx.copy_text(text);
+        }
         if let Some(Err(e)) = tasks::take_finished(&mut self.dialog) {
             self.status = e.to_string();
         }
         self.runs.drain();
+        self.start_awaited_analysis();
         let (views, cx) = self.split(ctx);
         views.logic(&cx);
     }
@@ -328,7 +433,6 @@ impl AttnlabApp {
             editor: &self.editor,
             exporter: &self.exporter,
             runs_root: &self.runs_root,
-            shipped: &self.shipped,
             commands: &self.commands,
             tasks: &self.tasks,
         };
@@ -336,20 +440,29 @@ impl AttnlabApp {
     }
 
     fn shortcuts(&mut self, ctx: &egui::Context) {
-        use egui::{Key, KeyboardShortcut, Modifiers};
-        let pressed = |key| {
-            ctx.input_mut(|i| i.consume_shortcut(&KeyboardShortcut::new(Modifiers::COMMAND, key)))
-        };
-        for (key, command) in [
-            (Key::O, Command::AskOpenPreset),
-            (Key::S, Command::Save),
-            (Key::Enter, Command::Start),
-            (Key::Period, Command::Stop),
-        ] {
-            if pressed(key) {
-                self.commands.push(command);
-            }
+        for command in keys::pressed(ctx) {
+            self.commands.push(command);
         }
+    }
+
+    /// The editor's preset as an `attnlab train` line, over the file it is closest to.
+    fn cli_command(&self) -> crate::Result<String> {
+        let (file, base) = self.cli_base()?;
+        crate::preset::train_command(&self.editor.preset, &file, &base)
+    }
+
+    /// What the command line starts from: the preset's own file while it still loads, else
+    /// the shipped preset of the same name (a shipped preset opened from the menu has no
+    /// file of its own), else the default one.
+    fn cli_base(&self) -> crate::Result<(String, Preset)> {
+        if let Some(path) = &self.editor.path
+            && let Ok(base) = Preset::load(path, &[])
+        {
+            return Ok((path.display().to_string(), base));
+        }
+        let same_name = self.editor.preset.name.replace('-', "_");
+        let base = shipped(&same_name).or_else(|_| shipped(DEFAULT_PRESET))?;
+        Ok((base.file.to_string(), base.preset(&[])?))
     }
 
     /// The whole window (the same function runs under eframe and under egui_kittest).
@@ -388,6 +501,7 @@ impl AttnlabApp {
             views.view_mut(tab).ui(ui, &cx);
         });
         self.confirm_ui(ui.ctx());
+        keys::overlay_ui(ui.ctx(), &mut self.show_shortcuts);
     }
 
     fn top_bar(&mut self, ui: &mut egui::Ui) {
@@ -403,14 +517,15 @@ impl AttnlabApp {
                 push(ui.button("Open... (Ctrl+O)"), Command::AskOpenPreset);
                 push(ui.button("Save (Ctrl+S)"), Command::Save);
                 push(ui.button("Save as..."), Command::AskSavePreset);
+                let copy = ui
+                    .button("Copy as CLI command")
+                    .on_hover_text("an attnlab train line with a --set per change (Ctrl+Shift+C)");
+                push(copy, Command::CopyCliCommand);
                 ui.separator();
                 ui.label("Shipped");
-                for path in &self.shipped {
-                    let name = path
-                        .file_stem()
-                        .map(|s| s.to_string_lossy().into_owned())
-                        .unwrap_or_default();
-                    push(ui.button(name), Command::OpenPreset(path.clone()));
+                for shipped in crate::experiments::PRESETS {
+                    let button = ui.button(shipped.name).on_hover_text(shipped.file);
+                    push(button, Command::OpenShipped(shipped.name));
                 }
                 if !self.recent.is_empty() {
                     ui.separator();
@@ -420,6 +535,13 @@ impl AttnlabApp {
                         push(button, Command::OpenPreset(path.clone()));
                     }
                 }
+            });
+            ui.menu_button("Help", |ui| {
+                push(ui.button("Welcome page"), Command::Show(Tab::Welcome));
+                push(
+                    ui.button("Keyboard shortcuts (F1)"),
+                    Command::ToggleShortcuts,
+                );
             });
             push(ui.button("Open run..."), Command::AskOpenRun);
             ui.separator();
@@ -454,20 +576,25 @@ impl AttnlabApp {
         }
         let mut clicked = None;
         let mut removed = None;
-        for (i, run) in self.runs.runs.iter().enumerate() {
+        let selected = self.runs.selected;
+        for (i, run) in self.runs.runs.iter_mut().enumerate() {
             ui.horizontal(|ui| {
+                ui.add(egui::Checkbox::without_text(&mut run.compare))
+                    .on_hover_text("compare: draw this run's curves beside the selected run's");
                 let remove = ui
                     .add_enabled(!run.is_running(), egui::Button::new("x").small())
                     .on_hover_text("remove from the list (the run folder stays)");
                 if remove.clicked() {
                     removed = Some(i);
                 }
-                let text = format!("{} ({})", run.name, run.status);
-                let response = ui.selectable_label(self.runs.selected == Some(i), text);
-                let hover = match (&run.error, &run.dir) {
-                    (Some(error), _) => error.clone(),
-                    (None, Some(dir)) => dir.display().to_string(),
-                    (None, None) => "starting".into(),
+                // A failure's reason can be long: the entry is cut at the panel's edge and
+                // the whole of it, with the folder, is on hover.
+                let text = format!("{} ({})", run.name, run.status_text());
+                let button = egui::Button::selectable(selected == Some(i), text.as_str());
+                let response = ui.add(button.truncate());
+                let hover = match &run.dir {
+                    Some(dir) => format!("{text}\n{}", dir.display()),
+                    None => text,
                 };
                 if response.on_hover_text(hover).clicked() {
                     clicked = Some(i);
@@ -526,14 +653,21 @@ impl AttnlabApp {
     }
 }
 
-/// Steps, ETA and throughput of a run.
+/// The state, steps, ETA and throughput of a run: a live run's percentage and ETA, an ended
+/// one's state and where it ended (a run that reached its target ends early, so "12%" alone
+/// would read as unfinished).
 fn progress_ui(ui: &mut egui::Ui, run: &RunView) {
     let progress = run.progress();
-    let mut text = format!("{} {:.0}%", run.status, 100.0 * progress);
+    let mut text = run.status_text();
     if let Some(last) = run.steps.last() {
-        if run.is_running() && progress > 0.0 {
-            let eta = last.elapsed_secs * (1.0 / f64::from(progress) - 1.0);
-            text.push_str(&format!(", eta {eta:.0} s"));
+        if run.is_running() {
+            text.push_str(&format!(" {:.0}%", 100.0 * progress));
+            if progress > 0.0 {
+                let eta = last.elapsed_secs * (1.0 / f64::from(progress) - 1.0);
+                text.push_str(&format!(", eta {eta:.0} s"));
+            }
+        } else {
+            text.push_str(&format!(" at step {} of {}", last.step, run.total_steps));
         }
         text.push_str(&format!(", {:.0} tokens/s", last.tokens_per_s));
     }
@@ -544,12 +678,22 @@ fn progress_ui(ui: &mut egui::Ui, run: &RunView) {
     );
 }
 
-/// The preset a new window starts with: the shipped softmax MQAR experiment.
+/// The view that shows an analysis.
+fn tab_of(analysis: Analysis) -> Tab {
+    match analysis {
+        Analysis::Encodings => Tab::Encodings,
+        Analysis::Extrapolation => Tab::Extrapolation,
+        Analysis::Iou => Tab::Iou,
+        Analysis::Spectra => Tab::Spectra,
+    }
+}
+
+/// The shipped preset a new window starts with: the softmax MQAR experiment.
+const DEFAULT_PRESET: &str = "mqar_softmax";
+
+/// The preset of a new window and of Preset > New.
 pub(crate) fn default_preset() -> Preset {
-    Preset::parse(
-        include_str!("../../presets/mqar_softmax.toml"),
-        &[],
-        Path::new("presets/mqar_softmax.toml"),
-    )
-    .unwrap_or_default()
+    shipped(DEFAULT_PRESET)
+        .and_then(|s| s.preset(&[]))
+        .unwrap_or_default()
 }

@@ -11,7 +11,8 @@ use crate::Preset;
 use crate::attention::AttentionWeights;
 use crate::train::run_dir::AttentionIndex;
 use crate::train::{
-    EvalRecord, MetricRecord, Priority, RunDir, StepRecord, TrainEvent, TrainHandle,
+    EvalRecord, MetricRecord, Priority, RunDir, RunStatus, StepRecord, Summary, TrainEvent,
+    TrainHandle,
 };
 
 /// The saved attention of one evaluation, as plain numbers for the views.
@@ -20,15 +21,34 @@ pub struct LoadedAttention {
     pub layers: Vec<AttentionWeights>,
 }
 
-/// A run folder's preset, metrics, status and device notice.
-type Folder = (Preset, Vec<MetricRecord>, String, Option<String>);
+/// A run folder's preset, metrics and summary (none if it was never written).
+type Folder = (Preset, Vec<MetricRecord>, Option<Summary>);
+
+/// Where a run of the list stands: the trainer's status once it is known, and before that
+/// what the window is doing with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunState {
+    /// Started here; the worker has not reported yet.
+    Starting,
+    /// A run folder being read.
+    Loading,
+    /// A run folder without a readable summary (killed before its first evaluation).
+    NoSummary,
+    /// A run folder whose preset or metrics could not be read.
+    Unreadable,
+    Trainer(RunStatus),
+}
 
 /// One run in the run list.
 pub struct RunView {
+    /// Unique in the list's lifetime (indices shift when runs are removed).
+    pub id: u64,
+    /// Ticked in the run list: its curves are drawn beside the selected run's.
+    pub compare: bool,
     pub name: String,
     pub preset: Preset,
     pub dir: Option<PathBuf>,
-    pub status: String,
+    pub status: RunState,
     pub steps: Vec<StepRecord>,
     pub evals: Vec<EvalRecord>,
     pub total_steps: usize,
@@ -51,6 +71,18 @@ enum Loaded {
 impl RunView {
     pub fn is_running(&self) -> bool {
         self.handle.is_some()
+    }
+
+    /// The state in words, as the run list, the progress bar and the sweep grid say it
+    /// ("reached target accuracy", "failed: …"): people read these, not the enum's names.
+    pub fn status_text(&self) -> String {
+        match self.status {
+            RunState::Starting => "starting".into(),
+            RunState::Loading => "loading".into(),
+            RunState::NoSummary => "no summary".into(),
+            RunState::Unreadable => "unreadable".into(),
+            RunState::Trainer(status) => status.explain(self.error.as_deref()),
+        }
     }
 
     /// Steps done as a fraction of the planned ones.
@@ -94,11 +126,11 @@ pub fn read_attention(dir: &Path) -> crate::Result<LoadedAttention> {
 
 fn read_folder(dir: &Path) -> crate::Result<Folder> {
     let run = RunDir::open(dir)?;
-    let (status, notice) = match run.read_summary() {
-        Ok(s) => (format!("{:?}", s.status).to_lowercase(), s.device_notice),
-        Err(_) => ("unknown".into(), None),
-    };
-    Ok((run.read_preset()?, run.read_metrics()?, status, notice))
+    Ok((
+        run.read_preset()?,
+        run.read_metrics()?,
+        run.read_summary().ok(),
+    ))
 }
 
 /// The run list.
@@ -106,6 +138,7 @@ pub struct RunStore {
     pub runs: Vec<RunView>,
     pub selected: Option<usize>,
     tasks: Tasks,
+    next_id: u64,
 }
 
 impl RunStore {
@@ -115,20 +148,30 @@ impl RunStore {
             runs: Vec::new(),
             selected: None,
             tasks,
+            next_id: 0,
         }
     }
 
-    /// Starts training `preset` into `root`; every event of its worker wakes the UI.
-    pub fn start(&mut self, preset: Preset, root: PathBuf) {
+    fn new_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// Starts training `preset` into `root`; every event of its worker wakes the UI. Returns
+    /// the new run's id.
+    pub fn start(&mut self, preset: Preset, root: PathBuf) -> u64 {
         let tasks = self.tasks.clone();
         let repaint = move || tasks.wake();
         let handle = crate::train::spawn_with(preset.clone(), root, repaint, Priority::Background);
+        let id = self.new_id();
         self.runs.push(RunView {
+            id,
+            compare: false,
             name: preset.name.clone(),
             total_steps: 0,
             preset,
             dir: None,
-            status: "starting".into(),
+            status: RunState::Starting,
             steps: Vec::new(),
             evals: Vec::new(),
             error: None,
@@ -139,6 +182,7 @@ impl RunStore {
             loading: None,
         });
         self.selected = Some(self.runs.len() - 1);
+        id
     }
 
     /// Adds a run folder to the list; its files are read as a task.
@@ -158,11 +202,14 @@ impl RunStore {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
+        let id = self.new_id();
         self.runs.push(RunView {
+            id,
+            compare: false,
             name,
             preset: Preset::default(),
             dir: Some(dir),
-            status: "loading".into(),
+            status: RunState::Loading,
             steps: Vec::new(),
             evals: Vec::new(),
             total_steps: 0,
@@ -193,6 +240,17 @@ impl RunStore {
 
     pub fn selected(&self) -> Option<&RunView> {
         self.selected.and_then(|i| self.runs.get(i))
+    }
+
+    /// The runs whose curves are drawn: the selected one first, then every ticked one.
+    pub fn shown(&self) -> Vec<&RunView> {
+        let ticked = self
+            .runs
+            .iter()
+            .enumerate()
+            .filter(|&(i, r)| r.compare && self.selected != Some(i))
+            .map(|(_, r)| r);
+        self.selected().into_iter().chain(ticked).collect()
     }
 
     /// Applies everything the workers and loaders sent since the last frame.
@@ -230,7 +288,7 @@ fn drain_events(run: &mut RunView, tasks: &Tasks) {
                     (Some(device), Some(precision)) => Some(format!("{device}; {precision}")),
                     (device, precision) => device.or(precision),
                 };
-                run.status = "running".into();
+                run.status = RunState::Trainer(RunStatus::Running);
             }
             Ok(TrainEvent::Step(step)) => run.steps.push(step),
             Ok(TrainEvent::Eval(eval)) => {
@@ -238,11 +296,12 @@ fn drain_events(run: &mut RunView, tasks: &Tasks) {
                 evaluated = true;
             }
             Ok(TrainEvent::Finished(summary)) => {
-                run.status = format!("{:?}", summary.status).to_lowercase();
+                run.status = RunState::Trainer(summary.status);
+                run.error = summary.error;
                 ended = true;
             }
             Ok(TrainEvent::Failed { message, run_dir }) => {
-                run.status = "failed".into();
+                run.status = RunState::Trainer(RunStatus::Failed);
                 run.error = Some(message);
                 if run_dir.is_some() {
                     run.dir = run_dir;
@@ -286,11 +345,16 @@ fn drain_loads(run: &mut RunView, tasks: &Tasks) {
 
 fn apply_folder(run: &mut RunView, folder: crate::Result<Folder>, tasks: &Tasks) {
     match folder {
-        Ok((preset, metrics, status, notice)) => {
+        Ok((preset, metrics, summary)) => {
             run.name = preset.name.clone();
             run.preset = preset;
-            run.status = status;
-            run.notice = notice;
+            run.status = summary
+                .as_ref()
+                .map_or(RunState::NoSummary, |s| RunState::Trainer(s.status));
+            if let Some(summary) = summary {
+                run.notice = summary.device_notice;
+                run.error = summary.error;
+            }
             for record in metrics {
                 match record {
                     MetricRecord::Step(s) => run.steps.push(s),
@@ -301,7 +365,7 @@ fn apply_folder(run: &mut RunView, folder: crate::Result<Folder>, tasks: &Tasks)
             run.load_attention(tasks);
         }
         Err(e) => {
-            run.status = "unreadable".into();
+            run.status = RunState::Unreadable;
             run.error = Some(e.to_string());
         }
     }

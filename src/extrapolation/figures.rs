@@ -4,6 +4,9 @@
 use super::Extrapolation;
 use crate::figures::{Figure, LinePlot, Plot, Series};
 
+/// Axis titles (x, y) of the figure, shared with the window's plot.
+pub const PERPLEXITY_AXES: [&str; 2] = ["evaluation length n (tokens)", "validation perplexity"];
+
 /// The perplexity-vs-length figure of a sweep; `log_ppl` puts perplexity on a log axis too.
 pub fn perplexity_vs_length(sweep: &Extrapolation, log_ppl: bool) -> Figure {
     let series = sweep
@@ -29,11 +32,57 @@ pub fn perplexity_vs_length(sweep: &Extrapolation, log_ppl: bool) -> Figure {
             sweep.train_length, sweep.protocol_description
         )),
         plot: Plot::Lines(LinePlot {
-            x_label: "evaluation length n (tokens)".into(),
-            y_label: "perplexity".into(),
+            x_label: PERPLEXITY_AXES[0].into(),
+            y_label: PERPLEXITY_AXES[1].into(),
             x_log: true,
             y_log: log_ppl,
             series,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::extrapolation::{Curve, LengthPoint, Protocol};
+
+    #[test]
+    fn the_figure_names_its_axes_and_keeps_missing_lengths() {
+        let point = |length, ppl| LengthPoint {
+            length,
+            ppl,
+            tokens: 10,
+            secs: 0.1,
+            peak_bytes: None,
+            attention_block_bytes: 0,
+            note: None,
+        };
+        let sweep = Extrapolation {
+            protocol: Protocol::NonOverlapping,
+            protocol_description: "windows side by side".into(),
+            train_length: 8,
+            lengths: vec![8, 16],
+            delta_threshold: 0.1,
+            ppl: Default::default(),
+            delta: Default::default(),
+            curves: vec![Curve {
+                name: "alibi".into(),
+                run: "r".into(),
+                encoding: "alibi".into(),
+                inference: None,
+                points: vec![point(8, Some(3.0)), point(16, None)],
+                delta: vec![Some(0.0), None],
+                extrapolates: None,
+                theorem: "converges".into(),
+                theorem_evidence: String::new(),
+                device_notice: None,
+            }],
+        };
+        let fig = perplexity_vs_length(&sweep, false);
+        assert_eq!(fig.axes(), PERPLEXITY_AXES);
+        let Plot::Lines(plot) = fig.plot else {
+            panic!("a line plot")
+        };
+        assert!(plot.x_log && plot.series[0].points[1].1.is_nan());
     }
 }

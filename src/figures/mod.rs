@@ -23,6 +23,9 @@ pub use svg::render_svg;
 
 use crate::{Error, Result};
 
+/// The axes (x, y) of every query × key matrix: attention maps and exp(bias) heatmaps.
+pub const QUERY_KEY_AXES: [&str; 2] = ["key position j", "query position i"];
+
 /// A figure as data: what the GUI shows and what the CLI exports, rendered the same way everywhere.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Figure {
@@ -31,6 +34,19 @@ pub struct Figure {
     /// how it was made.
     pub caption: Option<String>,
     pub plot: Plot,
+}
+
+impl Figure {
+    /// The axis titles (x, y), whatever the plot: what the window's plot of the same data is
+    /// titled with, and what tests check every figure has.
+    pub fn axes(&self) -> [&str; 2] {
+        let (x, y) = match &self.plot {
+            Plot::Lines(p) => (&p.x_label, &p.y_label),
+            Plot::Heatmap(p) => (&p.x_label, &p.y_label),
+            Plot::Bars(p) => (&p.x_label, &p.y_label),
+        };
+        [x.as_str(), y.as_str()]
+    }
 }
 
 /// What a figure draws.

@@ -17,6 +17,7 @@
 //! ranges and combinations before any work starts, naming the key, the bad value and what is
 //! allowed.
 
+mod command;
 mod train;
 
 use std::path::Path;
@@ -28,6 +29,7 @@ use crate::encodings::{EncodingShape, EncodingSpec, Family};
 use crate::model::ModelConfig;
 use crate::tasks::TaskSpec;
 use crate::{Error, Result};
+pub use command::train_command;
 pub use train::{Schedule, TrainConfig};
 
 /// The preset schema this build reads and writes.

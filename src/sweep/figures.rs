@@ -3,6 +3,9 @@
 use super::SweepSummary;
 use crate::figures::{Figure, LinePlot, Plot, Series};
 
+/// Axis titles (x, y) of every panel, shared with the window's plots.
+pub const ACCURACY_AXES: [&str; 2] = ["d_model (model width)", "best test accuracy"];
+
 /// One figure per (sequence length, pairs) panel, in increasing length: a solid line per
 /// mechanism through the mean at the best lr, and dashed lines in the same colour at mean ± std
 /// (clipped to [0, 1]) standing in for error bars.
@@ -54,8 +57,8 @@ pub fn accuracy_panels(summary: &SweepSummary) -> Vec<((usize, usize), Figure)> 
                         .into(),
                 ),
                 plot: Plot::Lines(LinePlot {
-                    x_label: "d_model".into(),
-                    y_label: "accuracy".into(),
+                    x_label: ACCURACY_AXES[0].into(),
+                    y_label: ACCURACY_AXES[1].into(),
                     x_log: true,
                     y_log: false,
                     series,
@@ -64,4 +67,32 @@ pub fn accuracy_panels(summary: &SweepSummary) -> Vec<((usize, usize), Figure)> 
             ((seq_len, pairs), figure)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sweep::SummaryPoint;
+
+    #[test]
+    fn each_panel_names_its_axes() {
+        let point = SummaryPoint {
+            mechanism: "softmax".into(),
+            seq_len: 64,
+            num_kv_pairs: 4,
+            d_model: 32,
+            best_lr: 1e-3,
+            mean: 0.9,
+            std: 0.05,
+            seeds: 2,
+            by_lr: vec![(1e-3, 0.9, 2)],
+        };
+        let summary = SweepSummary {
+            points: vec![point],
+            ..SweepSummary::default()
+        };
+        let panels = accuracy_panels(&summary);
+        assert_eq!(panels.len(), 1);
+        assert_eq!(panels[0].1.axes(), ACCURACY_AXES);
+    }
 }

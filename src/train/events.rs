@@ -63,6 +63,15 @@ impl RunStatus {
             Self::Failed => "failed",
         }
     }
+
+    /// The status in words with a failed run's reason ("failed: out of memory"): the one name
+    /// the window's run list, progress bar and sweep grid show.
+    pub fn explain(self, error: Option<&str>) -> String {
+        match (self, error) {
+            (Self::Failed, Some(error)) => format!("failed: {error}"),
+            _ => self.describe().to_string(),
+        }
+    }
 }
 
 /// `summary.json`: the state of a run, rewritten at every evaluation and at the end.
@@ -142,5 +151,19 @@ mod tests {
         assert_eq!(summary.device_notice, None);
         assert_eq!(summary.precision, crate::ops::Precision::F32);
         assert_eq!(summary.status, RunStatus::Completed);
+    }
+
+    #[test]
+    fn statuses_read_as_words_with_the_failure_reason() {
+        assert_eq!(
+            RunStatus::TargetReached.explain(None),
+            "reached target accuracy"
+        );
+        assert_eq!(RunStatus::Stopped.explain(Some("ignored")), "stopped");
+        assert_eq!(
+            RunStatus::Failed.explain(Some("out of memory")),
+            "failed: out of memory"
+        );
+        assert_eq!(RunStatus::Failed.explain(None), "failed");
     }
 }

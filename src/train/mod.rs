@@ -6,6 +6,7 @@
 //! thread with a channel and a stop flag, for the CLI today and the GUI tomorrow.
 
 pub mod events;
+pub mod figures;
 pub mod optim;
 pub mod replicas;
 pub mod run;

@@ -3,7 +3,12 @@
 //! RoPE's long-range decay for the rotary encodings.
 
 use crate::analysis::ReceptiveField;
-use crate::figures::{Figure, HeatmapPlot, LinePlot, Plot, Series};
+use crate::figures::{Figure, HeatmapPlot, LinePlot, Plot, QUERY_KEY_AXES, Series};
+
+/// Axis titles (x, y) of each figure, shared with the window's plots of the same data.
+pub const TRF_AXES: [&str; 2] = ["ε", "receptive field / m"];
+pub const EXP_BIAS_AXES: [&str; 2] = ["distance t (tokens)", "exp(bias)"];
+pub const DECAY_AXES: [&str; 2] = ["distance t (tokens)", "relative upper bound of |q·k|"];
 
 /// A named curve.
 pub struct Curve<'a> {
@@ -61,7 +66,7 @@ pub fn receptive_field(
         format!(
             "m = {length}; draw(): smallest j with mass(t < j) >= (1 - eps) mass(t < m); {protocol}"
         ),
-        ["eps", "receptive field / m"],
+        TRF_AXES,
         [false, false],
         curves,
     )
@@ -72,7 +77,7 @@ pub fn exp_bias(length: usize, curves: Vec<Curve<'_>>, heads: &str) -> Figure {
     lines(
         "exp(bias) by distance".into(),
         format!("distances 1..{length}; {heads}; distance 0 is off the log axis"),
-        ["distance t", "exp(bias)"],
+        EXP_BIAS_AXES,
         [true, true],
         curves,
     )
@@ -86,7 +91,7 @@ pub fn rotary_decay(length: usize, curves: Vec<Curve<'_>>) -> Figure {
         format!(
             "(2/d) sum_j |sum_{{i<j}} exp(i t theta_i)| at the variant's relative position, t = 1..{length}"
         ),
-        ["distance t", "relative upper bound of |q.k|"],
+        DECAY_AXES,
         [true, false],
         curves,
     )
@@ -101,8 +106,8 @@ pub fn exp_bias_heatmap(label: &str, n: usize, values: Vec<f64>, heads: &str) ->
             rows: n,
             cols: n,
             values,
-            x_label: "key position j".into(),
-            y_label: "query position i".into(),
+            x_label: QUERY_KEY_AXES[0].into(),
+            y_label: QUERY_KEY_AXES[1].into(),
             value_label: "exp(bias)".into(),
             log_colour: true,
         }),
@@ -134,5 +139,25 @@ mod tests {
             panic!("a line plot")
         };
         assert_eq!(plot.series[0].points, vec![(1.0, 0.0), (0.0, 1.0)]);
+        assert_eq!(fig.axes(), TRF_AXES);
+    }
+
+    #[test]
+    fn exp_bias_decay_and_heatmap_figures_name_their_axes() {
+        let curve = || {
+            vec![Curve {
+                name: "alibi",
+                points: vec![(1.0, 0.5)],
+                dashed: false,
+            }]
+        };
+        assert_eq!(exp_bias(8, curve(), "mean").axes(), EXP_BIAS_AXES);
+        assert_eq!(rotary_decay(8, curve()).axes(), DECAY_AXES);
+        let heatmap = exp_bias_heatmap("alibi", 2, vec![1.0, f64::NAN, 0.5, 1.0], "mean");
+        assert_eq!(heatmap.axes(), QUERY_KEY_AXES);
+        let Plot::Heatmap(plot) = heatmap.plot else {
+            panic!("a heatmap")
+        };
+        assert_eq!(plot.value_label, "exp(bias)");
     }
 }

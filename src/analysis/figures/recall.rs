@@ -5,6 +5,13 @@ use crate::analysis::iou::{ExampleIou, IouCell, IouTable};
 use crate::analysis::spectrum::RunSpectrum;
 use crate::figures::{BarPlot, BarSeries, Figure, HeatmapPlot, LinePlot, Plot, Series};
 
+/// Axis titles (x, y) of the figures drawn on screen too.
+pub const IOU_BAR_AXES: [&str; 2] = ["run, attention layer and head", "IoU with the ground truth"];
+pub const SPECTRUM_AXES: [&str; 2] = [
+    "singular value index",
+    "normalised cumulative singular value",
+];
+
 /// A heatmap figure of a row-major `rows × cols` matrix.
 fn heatmap(
     title: String,
@@ -93,8 +100,8 @@ pub fn iou_bars(runs: &[(String, &IouTable)]) -> Figure {
         title: "IoU with the MQAR ground truth".into(),
         caption: protocols_caption(runs),
         plot: Plot::Bars(BarPlot {
-            x_label: "run, attention layer and head".into(),
-            y_label: "IoU".into(),
+            x_label: IOU_BAR_AXES[0].into(),
+            y_label: IOU_BAR_AXES[1].into(),
             series: vec![
                 series("hard IoU", |c| (c.hard, c.hard_std)),
                 series("soft IoU", |c| (c.soft, c.soft_std)),
@@ -179,8 +186,8 @@ pub fn spectrum_curves(runs: &[(String, &RunSpectrum)]) -> Figure {
         title: "Spectrum of attention".into(),
         caption: Some(caption),
         plot: Plot::Lines(LinePlot {
-            x_label: "singular value index".into(),
-            y_label: "normalised cumulative singular value".into(),
+            x_label: SPECTRUM_AXES[0].into(),
+            y_label: SPECTRUM_AXES[1].into(),
             x_log: false,
             y_log: false,
             series,
@@ -272,7 +279,7 @@ mod tests {
             soft.errors.as_deref().unwrap(),
             &[0.0, 0.0, 0.005, 0.05, 0.055]
         ));
-        assert_eq!(plot.y_label, "IoU");
+        assert_eq!(fig.axes(), IOU_BAR_AXES);
         assert_eq!(fig.caption, Some(IouProtocol::default().describe()));
         crate::figures::render_svg(&fig).unwrap();
     }
@@ -294,5 +301,28 @@ mod tests {
             "{caption}"
         );
         assert_eq!(iou_bars(&[]).caption, None);
+    }
+
+    #[test]
+    fn spectrum_and_table_figures_name_their_axes() {
+        let spectrum = RunSpectrum {
+            protocol: crate::analysis::spectrum::SpectrumProtocol::default(),
+            mechanism: "softmax".into(),
+            proj_dim: None,
+            examples: 1,
+            layers: vec![0],
+            shape: (2, 2),
+            at: 1,
+            singular_values: vec![vec![vec![1.0, 0.5]]],
+            cumulative: vec![vec![vec![0.7, 1.0]]],
+            at_value: vec![vec![0.7]],
+        };
+        assert_eq!(
+            spectrum_curves(&[("a".into(), &spectrum)]).axes(),
+            SPECTRUM_AXES
+        );
+        let heatmap = spectrum_heatmap("a", &spectrum);
+        assert_eq!(heatmap.axes(), ["head", "attention layer (row order)"]);
+        assert_eq!(iou_table(&table(vec![0], 2), true).axes(), heatmap.axes());
     }
 }

@@ -8,9 +8,9 @@ use eframe::egui;
 
 use super::super::export::Exporter;
 use super::super::runs::{LoadedAttention, RunView};
-use super::colour::ColourScale;
+use super::colour::{ColourScale, axes_note};
 use super::{View, ViewContext};
-use crate::figures::{Figure, HeatmapPlot, Plot};
+use crate::figures::{Figure, HeatmapPlot, Plot, QUERY_KEY_AXES};
 
 /// What the textures were made from; a change re-uploads them.
 #[derive(Clone, PartialEq)]
@@ -132,6 +132,7 @@ impl AttentionView {
                 );
             }
         }
+        axes_note(ui, QUERY_KEY_AXES);
         let side = ((ui.available_width() - 40.0) / heads as f32).clamp(64.0, 320.0);
         egui::ScrollArea::vertical().show(ui, |ui| {
             for (index, layer) in attention.layers.iter().enumerate() {
@@ -182,8 +183,8 @@ impl AttentionView {
                                 .iter()
                                 .map(|&v| f64::from(v))
                                 .collect(),
-                            x_label: "key position".into(),
-                            y_label: "query position".into(),
+                            x_label: QUERY_KEY_AXES[0].into(),
+                            y_label: QUERY_KEY_AXES[1].into(),
                             value_label: "weight".into(),
                             log_colour: self.log,
                         }),
@@ -194,6 +195,7 @@ impl AttentionView {
         if let Some((_, scale)) = self.textures.get(&(index, head)) {
             scale.legend(ui, "weight");
         }
+        axes_note(ui, QUERY_KEY_AXES);
         let side = ui
             .available_width()
             .min(ui.available_height() - 30.0)

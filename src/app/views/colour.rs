@@ -103,6 +103,16 @@ impl ColourScale {
     }
 }
 
+/// The axis titles of a matrix drawn as an image (an image has no axes of its own): which
+/// positions run across and which run down.
+pub fn axes_note(ui: &mut egui::Ui, [x, y]: [&str; 2]) {
+    ui.label(
+        egui::RichText::new(format!("across: {x}; down: {y}"))
+            .small()
+            .weak(),
+    );
+}
+
 /// Short, readable numbers for the colour bar.
 fn format_value(v: f64) -> String {
     if v != 0.0 && (v.abs() < 1e-3 || v.abs() >= 1e4) {

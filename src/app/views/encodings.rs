@@ -6,16 +6,17 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use eframe::egui;
-use egui_plot::{Legend, Line, Plot, PlotPoints};
+use egui_plot::{Legend, Line, PlotPoints};
 
 use super::super::export::Exporter;
 use super::super::tasks::{Task, take_finished};
-use super::colour::ColourScale;
-use super::{View, ViewContext};
+use super::colour::{ColourScale, axes_note};
+use super::{View, ViewContext, empty_plot, titled_plot};
 use crate::analysis::figures::encodings as fig;
 use crate::analysis::{Heads, ReceptiveField, Rows, StudiedEncoding, erf, mean_mass_by_distance};
 use crate::attention::AttentionWeights;
 use crate::encodings::EncodingSpec;
+use crate::figures::QUERY_KEY_AXES;
 use crate::train::RunDir;
 
 /// Points of the TRF curves.
@@ -269,7 +270,10 @@ impl View for EncodingsView {
 }
 
 impl EncodingsView {
+    /// One row per encoding; the evidence is cut at the window's edge (it can run to a
+    /// paragraph) with the whole of it on hover.
     fn verdicts_ui(&self, ui: &mut egui::Ui, results: &Results) {
+        let evidence_width = (ui.available_width() - 320.0).max(160.0);
         egui::Grid::new("verdicts").striped(true).show(ui, |ui| {
             ui.strong("encoding");
             ui.strong("sum of exp(bias)");
@@ -278,8 +282,11 @@ impl EncodingsView {
             for e in &results.encodings {
                 ui.label(&e.label);
                 ui.label(&e.verdict);
-                let short: String = e.evidence.chars().take(90).collect();
-                ui.label(short).on_hover_text(&e.evidence);
+                ui.scope(|ui| {
+                    ui.set_max_width(evidence_width);
+                    ui.add(egui::Label::new(&e.evidence).truncate())
+                        .on_hover_text(&e.evidence);
+                });
                 ui.end_row();
             }
         });
@@ -303,7 +310,7 @@ fn trf_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &Export
         }
     }
     ui.horizontal(|ui| {
-        ui.strong("TRF: receptive field / m against eps");
+        ui.strong("TRF: receptive field / m against ε");
         exporter.buttons(ui, "trf", || {
             fig::receptive_field(
                 "Theoretical receptive field (TRF)",
@@ -313,7 +320,12 @@ fn trf_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &Export
             )
         });
     });
-    Plot::new("trf")
+    if curves.is_empty() {
+        let what = "no theoretical receptive field (TRF)";
+        empty_plot(ui, height, no_bias_note(results, what));
+        return;
+    }
+    titled_plot("trf", fig::TRF_AXES)
         .height(height)
         .legend(Legend::default())
         .show(ui, |plot| {
@@ -337,7 +349,16 @@ fn exp_bias_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &E
             fig::exp_bias(results.length.min(CURVE), c, "mean over heads")
         });
     });
-    Plot::new("exp-bias")
+    if curves.is_empty() {
+        empty_plot(
+            ui,
+            height,
+            no_bias_note(results, "no exp(bias) by distance"),
+        );
+        return;
+    }
+    let [x, y] = fig::EXP_BIAS_AXES;
+    titled_plot("exp-bias", [&format!("log10 {x}"), &format!("log10 {y}")])
         .height(height)
         .legend(Legend::default())
         .show(ui, |plot| {
@@ -351,6 +372,16 @@ fn exp_bias_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &E
                 plot.line(line(&c.name, &logs));
             }
         });
+}
+
+/// Why a bias plot is empty: none of the shown encodings adds a relative bias to the logits.
+fn no_bias_note(results: &Results, what: &str) -> String {
+    let names: Vec<&str> = results.encodings.iter().map(|e| e.label.as_str()).collect();
+    format!(
+        "{} adds no relative bias to the attention logits (absolute or rotary), so there is {what} \
+         to draw. Tick a relative encoding above (alibi, t5, kerple-log, …) to compare.",
+        names.join(", ")
+    )
 }
 
 fn decay_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &Exporter) {
@@ -372,7 +403,7 @@ fn decay_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &Expo
             fig::rotary_decay(results.length.min(CURVE), c)
         });
     });
-    Plot::new("decay")
+    titled_plot("decay", fig::DECAY_AXES)
         .height(height)
         .legend(Legend::default())
         .show(ui, |plot| {
@@ -409,6 +440,7 @@ fn heatmap_ui(
         (texture, scale)
     });
     scale.legend(ui, "exp(bias)");
+    axes_note(ui, QUERY_KEY_AXES);
     let side = height.min(ui.available_width());
     ui.add(egui::Image::new((texture.id(), egui::vec2(side, side))));
 }

@@ -11,10 +11,11 @@ use egui_plot::{Legend, Line, LineStyle, Plot, PlotPoints};
 
 use super::super::command::Command;
 use super::super::export::Exporter;
-use super::super::tasks::{Task, take_finished};
+use super::super::tasks::{Task, Tasks, take_finished};
 use super::{View, ViewContext, run_buttons};
 use crate::Preset;
-use crate::extrapolation::figures::perplexity_vs_length;
+use crate::experiments::{PRESETS, shipped};
+use crate::extrapolation::figures::{PERPLEXITY_AXES, perplexity_vs_length};
 use crate::extrapolation::{
     Extrapolation, Options, Protocol, extrapolate_runs, train_and_extrapolate,
 };
@@ -29,8 +30,8 @@ pub struct ExtrapolationView {
     /// Evaluation lengths as typed (comma-separated); empty for L, 2L, …, 64L.
     pub lengths: String,
     log_ppl: bool,
-    /// Shipped language-modelling presets ticked for "train and evaluate".
-    pub ticked: BTreeSet<PathBuf>,
+    /// Shipped language-modelling presets (names) ticked for "train and evaluate".
+    pub ticked: BTreeSet<&'static str>,
     job: Option<Task<Done>>,
     pub result: Option<Extrapolation>,
     pub error: Option<String>,
@@ -166,8 +167,26 @@ impl ExtrapolationView {
         Ok(options)
     }
 
+    /// Evaluates the finished runs `list` (name, folder) at the view's lengths, as a task.
+    pub fn start(&mut self, tasks: &Tasks, list: Vec<(String, PathBuf)>) {
+        let options = match self.parsed_options() {
+            Ok(options) => options,
+            Err(message) => {
+                self.error = Some(message);
+                return;
+            }
+        };
+        self.job = Some(tasks.spawn("extrapolation", move |progress, cancel| {
+            let dirs = list
+                .iter()
+                .map(|(_, dir)| RunDir::open(dir))
+                .collect::<crate::Result<Vec<_>>>()?;
+            let sweep = extrapolate_runs(&dirs, &options, progress, cancel);
+            Ok(unless_cancelled(cancel, sweep)?.map(|s| (s, Vec::new())))
+        }));
+    }
+
     fn start_ui(&mut self, ui: &mut egui::Ui, cx: &ViewContext) {
-        let (runs, runs_root, shipped) = (cx.runs, cx.runs_root, cx.shipped);
         let options = match self.parsed_options() {
             Ok(options) => options,
             Err(message) => {
@@ -176,35 +195,20 @@ impl ExtrapolationView {
             }
         };
         ui.horizontal(|ui| {
-            if let Some(list) = run_buttons(ui, runs) {
-                let options = options.clone();
-                self.job = Some(cx.tasks.spawn("extrapolation", move |progress, cancel| {
-                    let dirs = list
-                        .iter()
-                        .map(|(_, dir)| RunDir::open(dir))
-                        .collect::<crate::Result<Vec<_>>>()?;
-                    let sweep = extrapolate_runs(&dirs, &options, progress, cancel);
-                    Ok(unless_cancelled(cancel, sweep)?.map(|s| (s, Vec::new())))
-                }));
+            if let Some(list) = run_buttons(ui, cx.runs) {
+                self.start(cx.tasks, list);
             }
         });
         ui.horizontal_wrapped(|ui| {
             ui.label("train and evaluate:");
-            let lm = shipped.iter().filter(|p| {
-                p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with("lm_"))
-            });
-            for path in lm {
-                let name = path
-                    .file_stem()
-                    .map(|s| s.to_string_lossy().trim_start_matches("lm_").to_string())
-                    .unwrap_or_default();
-                let mut on = self.ticked.contains(path);
+            for shipped in PRESETS.iter().filter(|s| s.name.starts_with("lm_")) {
+                let mut on = self.ticked.contains(shipped.name);
+                let name = shipped.name.trim_start_matches("lm_");
                 if ui.checkbox(&mut on, name).changed() {
                     if on {
-                        self.ticked.insert(path.clone());
+                        self.ticked.insert(shipped.name);
                     } else {
-                        self.ticked.remove(path);
+                        self.ticked.remove(shipped.name);
                     }
                 }
             }
@@ -215,27 +219,35 @@ impl ExtrapolationView {
                 )
                 .on_hover_text("trains each ticked preset, then evaluates them all (one job)");
             if button.clicked() {
-                let presets: crate::Result<Vec<Preset>> =
-                    self.ticked.iter().map(|p| Preset::load(p, &[])).collect();
-                match presets {
-                    Ok(presets) => {
-                        let root = runs_root.to_path_buf();
-                        self.job = Some(cx.tasks.spawn(
-                            "train and evaluate",
-                            move |progress, cancel| {
-                                let done = train_and_extrapolate(
-                                    &presets, &root, &options, progress, cancel,
-                                );
-                                Ok(unless_cancelled(cancel, done)?.map(|(dirs, sweep)| {
-                                    (sweep, dirs.iter().map(|d| d.path().to_path_buf()).collect())
-                                }))
-                            },
-                        ));
-                    }
-                    Err(e) => self.error = Some(e.to_string()),
-                }
+                self.train_and_evaluate(cx, options);
             }
         });
+    }
+
+    /// Trains the ticked shipped presets, then evaluates them, as one task.
+    fn train_and_evaluate(&mut self, cx: &ViewContext, options: Options) {
+        let presets: crate::Result<Vec<Preset>> = self
+            .ticked
+            .iter()
+            .map(|name| shipped(name)?.preset(&[]))
+            .collect();
+        let presets = match presets {
+            Ok(presets) => presets,
+            Err(e) => {
+                self.error = Some(e.to_string());
+                return;
+            }
+        };
+        let root = cx.runs_root.to_path_buf();
+        self.job = Some(
+            cx.tasks
+                .spawn("train and evaluate", move |progress, cancel| {
+                    let done = train_and_extrapolate(&presets, &root, &options, progress, cancel);
+                    Ok(unless_cancelled(cancel, done)?.map(|(dirs, sweep)| {
+                        (sweep, dirs.iter().map(|d| d.path().to_path_buf()).collect())
+                    }))
+                }),
+        );
     }
 }
 
@@ -258,14 +270,15 @@ fn curves_ui(ui: &mut egui::Ui, sweep: &Extrapolation, log_ppl: bool, exporter: 
             .weak(),
     );
     let axis = |v: f64| if log_ppl { v.log10() } else { v };
+    let [x, y] = PERPLEXITY_AXES;
     Plot::new("perplexity")
         .height(300.0)
         .legend(Legend::default())
-        .x_axis_label("evaluation length n (log2)")
+        .x_axis_label(format!("{x} (log scale)"))
         .y_axis_label(if log_ppl {
-            "log10 perplexity"
+            format!("log10 {y}")
         } else {
-            "perplexity"
+            y.to_string()
         })
         .x_axis_formatter(|mark, _| format!("{:.0}", 2f64.powf(mark.value)))
         .show(ui, |plot| {

@@ -3,13 +3,13 @@
 //! cropped attention beside its ground truth.
 
 use eframe::egui;
-use egui_plot::{Bar, BarChart, Legend, Plot};
+use egui_plot::{Bar, BarChart, Legend};
 
 use super::super::export::Exporter;
 use super::super::runs::RunStore;
 use super::super::tasks::{Task, Tasks, take_finished};
 use super::colour::ColourScale;
-use super::{PerRun, View, ViewContext, analyse_runs, merge, run_buttons};
+use super::{PerRun, View, ViewContext, analyse_runs, merge, run_buttons, titled_plot};
 use crate::analysis::TrainedRun;
 use crate::analysis::figures::recall;
 use crate::analysis::iou::{
@@ -345,7 +345,7 @@ fn bars_ui(ui: &mut egui::Ui, tables: &[PerRun<IouTable>], exporter: &Exporter) 
     let hard = BarChart::new("hard IoU", bars(-0.2, |g| g.1));
     let soft = BarChart::new("soft IoU", bars(0.2, |g| g.2));
     let names: Vec<String> = groups.iter().map(|g| g.0.clone()).collect();
-    Plot::new("iou-bars")
+    titled_plot("iou-bars", recall::IOU_BAR_AXES)
         .height(220.0)
         .legend(Legend::default())
         .include_y(0.0)

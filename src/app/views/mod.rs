@@ -14,6 +14,7 @@ pub mod iou;
 pub mod spectra;
 pub mod sweep;
 pub mod training;
+pub mod welcome;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -36,8 +37,6 @@ pub struct ViewContext<'a> {
     pub exporter: &'a Exporter,
     /// Where new runs are written.
     pub runs_root: &'a Path,
-    /// The shipped presets (`presets/*.toml`).
-    pub shipped: &'a [PathBuf],
     pub commands: &'a Commands,
     pub tasks: &'a Tasks,
 }
@@ -54,6 +53,7 @@ pub trait View {
 /// The registry: one view per tab.
 #[derive(Default)]
 pub struct Views {
+    pub welcome: welcome::WelcomeView,
     pub training: training::TrainingView,
     pub attention: attention::AttentionView,
     pub encodings: encodings::EncodingsView,
@@ -67,6 +67,7 @@ impl Views {
     /// The view shown under `tab`.
     pub fn view_mut(&mut self, tab: Tab) -> &mut dyn View {
         match tab {
+            Tab::Welcome => &mut self.welcome,
             Tab::Training => &mut self.training,
             Tab::Attention => &mut self.attention,
             Tab::Encodings => &mut self.encodings,
@@ -88,7 +89,9 @@ impl Views {
 /// Which view the central panel shows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Tab {
+    /// The experiments the tool is for: the first view on a first start.
     #[default]
+    Welcome,
     Training,
     Attention,
     Encodings,
@@ -99,7 +102,8 @@ pub enum Tab {
 }
 
 impl Tab {
-    pub const ALL: [Tab; 7] = [
+    pub const ALL: [Tab; 8] = [
+        Tab::Welcome,
         Tab::Training,
         Tab::Attention,
         Tab::Encodings,
@@ -111,6 +115,7 @@ impl Tab {
 
     pub fn label(self) -> &'static str {
         match self {
+            Tab::Welcome => "Welcome",
             Tab::Training => "Training",
             Tab::Attention => "Attention maps",
             Tab::Encodings => "Encodings",
@@ -120,6 +125,21 @@ impl Tab {
             Tab::Extrapolation => "Extrapolation",
         }
     }
+}
+
+/// A plot with its axis titles, taken from the figure builders' constants so the screen and the
+/// exported figure name the axes alike (a plot without them cannot be read on its own).
+pub fn titled_plot<'a>(id: &str, [x, y]: [&str; 2]) -> egui_plot::Plot<'a> {
+    egui_plot::Plot::new(id)
+        .x_axis_label(x.to_string())
+        .y_axis_label(y.to_string())
+}
+
+/// What stands in for a plot with nothing to draw yet: a sentence saying why, in the plot's
+/// place (an empty grid reads as a broken plot).
+pub fn empty_plot(ui: &mut egui::Ui, height: f32, why: impl Into<egui::WidgetText>) {
+    let size = egui::vec2(ui.available_width(), height);
+    ui.add_sized(size, egui::Label::new(why).wrap());
 }
 
 /// An analysis of one run folder.
@@ -161,8 +181,9 @@ pub fn merge<T>(results: &mut Vec<PerRun<T>>, new: Vec<PerRun<T>>) {
     }
 }
 
-/// "Compute" buttons for the selected run and for every run of the list; returns the runs
-/// (name, folder) of the one clicked. Runs still training or without a folder are left out.
+/// "Compute" buttons for the selected run, for it and the runs ticked to compare (when there
+/// are any), and for every run of the list; returns the runs (name, folder) of the one
+/// clicked. Runs still training or without a folder are left out.
 pub fn run_buttons(ui: &mut egui::Ui, runs: &RunStore) -> Option<Vec<(String, PathBuf)>> {
     let analysable = |r: &RunView| {
         r.dir
@@ -171,12 +192,16 @@ pub fn run_buttons(ui: &mut egui::Ui, runs: &RunStore) -> Option<Vec<(String, Pa
             .map(|dir| (r.name.clone(), dir))
     };
     let selected: Vec<_> = runs.selected().and_then(analysable).into_iter().collect();
+    let shown = runs.shown();
+    let compared: Vec<_> = shown.iter().filter_map(|r| analysable(r)).collect();
     let every: Vec<_> = runs.runs.iter().filter_map(analysable).collect();
+    let mut buttons = vec![("Compute for the selected run", selected)];
+    if shown.len() > 1 {
+        buttons.push(("Compute for the selected and ticked runs", compared));
+    }
+    buttons.push(("Compute for every run", every));
     let mut clicked = None;
-    for (label, list) in [
-        ("Compute for the selected run", selected),
-        ("Compute for every run", every),
-    ] {
+    for (label, list) in buttons {
         if ui
             .add_enabled(!list.is_empty(), egui::Button::new(label))
             .on_disabled_hover_text("needs a finished run: train one or open a run folder")

@@ -3,11 +3,11 @@
 //! cumulative value at one index for the selected run.
 
 use eframe::egui;
-use egui_plot::{Legend, Line, Plot, PlotPoints};
+use egui_plot::{Legend, Line, PlotPoints};
 
 use super::super::export::Exporter;
 use super::super::tasks::{Task, Tasks, take_finished};
-use super::{PerRun, View, ViewContext, analyse_runs, merge, run_buttons};
+use super::{PerRun, View, ViewContext, analyse_runs, merge, run_buttons, titled_plot};
 use crate::analysis::figures::recall;
 use crate::analysis::spectrum::{RunSpectrum, SpectrumProtocol, run_spectrum};
 
@@ -115,12 +115,11 @@ impl SpectraView {
                     .weak(),
             );
         }
-        Plot::new("spectrum-curves")
+        titled_plot("spectrum-curves", recall::SPECTRUM_AXES)
             .height(260.0)
             .legend(Legend::default())
             .include_y(0.0)
             .include_y(1.0)
-            .x_axis_label("singular value index")
             .show(ui, |plot| {
                 for (name, spectrum) in &runs {
                     for (l, layer) in spectrum.layers.iter().enumerate() {

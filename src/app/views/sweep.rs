@@ -7,11 +7,11 @@ use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{Receiver, Sender};
 
 use eframe::egui;
-use egui_plot::{Legend, Line, LineStyle, Plot, PlotPoints};
+use egui_plot::{Legend, Line, LineStyle, PlotPoints};
 
 use super::super::export::Exporter;
 use super::super::tasks::{Task, Tasks, take_finished};
-use super::{View, ViewContext};
+use super::{View, ViewContext, titled_plot};
 use crate::figures::{Figure, Plot as FigPlot};
 use crate::sweep::figures::accuracy_panels;
 use crate::sweep::{Split, Sweep, SweepEvent, SweepSummary, collect, mechanism_label, run_sweep};
@@ -47,8 +47,19 @@ impl CellState {
             }
             CellState::Earlier(a) => format!("done (earlier) {}", accuracy(a)),
             CellState::Done(a) => format!("done {}", accuracy(a)),
-            CellState::Stopped => "stopped".into(),
-            CellState::Failed(_) => "failed".into(),
+            CellState::Stopped => RunStatus::Stopped.describe().into(),
+            // The reason is on hover: a grid cell is too narrow for it.
+            CellState::Failed(_) => RunStatus::Failed.describe().into(),
+        }
+    }
+
+    /// What hovering the cell of run `id` says: its id, and a failure's reason.
+    fn hover(&self, id: &str) -> String {
+        match self {
+            CellState::Failed(message) => {
+                format!("{id}: {}", RunStatus::Failed.explain(Some(message)))
+            }
+            _ => id.to_string(),
         }
     }
 
@@ -742,11 +753,8 @@ fn grid_ui(ui: &mut egui::Ui, loaded: &Loaded, cells: &[CellState]) {
                 };
                 let state = &cells[i];
                 let text = egui::RichText::new(state.text()).color(state.colour(ui.visuals()));
-                let mut hover = loaded.sweep.cells[i].id.clone();
-                if let CellState::Failed(message) = state {
-                    hover = format!("{hover}: {message}");
-                }
-                ui.label(text).on_hover_text(hover);
+                ui.label(text)
+                    .on_hover_text(state.hover(&loaded.sweep.cells[i].id));
             }
             ui.end_row();
         }
@@ -760,13 +768,11 @@ fn panel_plot(ui: &mut egui::Ui, figure: &Figure) {
         return;
     };
     let golden = std::f32::consts::GOLDEN_RATIO - 1.0;
-    Plot::new(&figure.title)
+    titled_plot(&figure.title, figure.axes())
         .height(260.0)
         .legend(Legend::default())
         .include_y(0.0)
         .include_y(1.0)
-        .x_axis_label("d_model")
-        .y_axis_label("accuracy")
         .x_axis_formatter(|mark, _| format!("{:.0}", mark.value.exp2()))
         .show(ui, |plot| {
             let mut colour = egui::Color32::GRAY;

@@ -1,0 +1,282 @@
+//! The shipped presets, compiled into the binary, and the catalogue of experiments the
+//! workbench is for: which paper's claim each checks, which presets it trains, where to look
+//! when it ends and how long it takes.
+//!
+//! The presets are compiled in so the window finds them from any folder (a relative
+//! `presets/` path only works from a checkout). The catalogue is data, here rather than in the
+//! window, so the CLI and tests can read it without egui.
+
+use std::path::Path;
+
+use crate::{Error, Preset, Result};
+
+/// A preset file shipped with attnlab.
+#[derive(Debug)]
+pub struct Shipped {
+    /// The file's stem (`lm_alibi`).
+    pub name: &'static str,
+    /// Its path in a checkout, for messages and CLI commands.
+    pub file: &'static str,
+    pub text: &'static str,
+}
+
+impl Shipped {
+    /// The preset with `overrides` (`key=value`) applied, validated.
+    pub fn preset(&self, overrides: &[String]) -> Result<Preset> {
+        Preset::parse(self.text, overrides, Path::new(self.file))
+    }
+}
+
+macro_rules! shipped {
+    ($($name:literal),* $(,)?) => {
+        &[$(Shipped {
+            name: $name,
+            file: concat!("presets/", $name, ".toml"),
+            text: include_str!(concat!("../presets/", $name, ".toml")),
+        }),*]
+    };
+}
+
+/// Every file of `presets/`, in name order.
+pub const PRESETS: &[Shipped] = shipped![
+    "bench_mqar",
+    "iou_based",
+    "iou_rebased",
+    "iou_softmax",
+    "lm_alibi",
+    "lm_inv_n",
+    "lm_inv_n_log_n",
+    "lm_kerple_log",
+    "lm_learned",
+    "lm_rope",
+    "lm_sandwich",
+    "lm_sinusoidal",
+    "lm_t5",
+    "lm_type1",
+    "lm_type2",
+    "mqar_based",
+    "mqar_linear",
+    "mqar_linformer",
+    "mqar_rebased",
+    "mqar_softmax",
+    "mqar_softmax_kerple_log",
+    "mqar_softmax_rope",
+];
+
+/// The shipped preset file named `name` (its stem).
+pub fn shipped(name: &str) -> Result<&'static Shipped> {
+    PRESETS
+        .iter()
+        .find(|s| s.name == name)
+        .ok_or_else(|| Error::Other(format!("no shipped preset named {name}")))
+}
+
+/// The view of the window an experiment's result is read in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Analysis {
+    /// Bias, TRF and convergence of encodings (needs no trained run; the run adds its ERF).
+    Encodings,
+    /// Perplexity against length of the trained language models.
+    Extrapolation,
+    /// IoU of the trained models' attention with the MQAR ground truth.
+    Iou,
+    /// Singular-value spectra of the trained models' attention.
+    Spectra,
+}
+
+impl Analysis {
+    /// Whether the analysis runs on finished runs (so it starts when the experiment's runs end).
+    pub fn needs_finished_runs(self) -> bool {
+        self != Analysis::Encodings
+    }
+}
+
+/// One shipped preset of an experiment, with settings changed for it.
+#[derive(Debug)]
+pub struct Run {
+    pub preset: &'static str,
+    pub set: &'static [&'static str],
+}
+
+impl Run {
+    pub fn load(&self) -> Result<Preset> {
+        let set: Vec<String> = self.set.iter().map(|s| s.to_string()).collect();
+        shipped(self.preset)?.preset(&set)
+    }
+}
+
+/// An experiment of the welcome page.
+#[derive(Debug)]
+pub struct Experiment {
+    /// What is compared, and against what.
+    pub title: &'static str,
+    /// The paper and the table or figure it reproduces.
+    pub source: &'static str,
+    /// Trained side by side when the experiment starts; the first goes in the editor.
+    pub runs: &'static [Run],
+    pub analysis: Analysis,
+    /// Encodings drawn beside the editor's in the Encodings view.
+    pub overlay: &'static [&'static str],
+    /// Wall time to the result on the 2-core development machine, measured with the release
+    /// CLI (`attnlab train`, `extrapolate`, `iou`, `spectrum`) on 2026-11-23 while other
+    /// builds shared it (load average 8–10; idle, training took about half as long).
+    pub expected: &'static str,
+    /// Where to look when it ends.
+    pub look_at: &'static str,
+    /// The paper's claim the result checks.
+    pub claim: &'static str,
+}
+
+impl Experiment {
+    /// The presets to train, in order.
+    pub fn presets(&self) -> Result<Vec<Preset>> {
+        self.runs.iter().map(Run::load).collect()
+    }
+}
+
+const fn run(preset: &'static str) -> Run {
+    Run { preset, set: &[] }
+}
+
+/// The experiments the tool is for.
+pub const EXPERIMENTS: &[Experiment] = &[
+    Experiment {
+        title: "ALiBi vs sinusoidal: perplexity against length",
+        source: "Exploring Transformer Extrapolation, Tables 4–6",
+        runs: &[run("lm_alibi"), run("lm_sinusoidal")],
+        analysis: Analysis::Extrapolation,
+        overlay: &[],
+        expected: "about 2 minutes: training 28 s and 37 s, then perplexity at 7 lengths \
+                   41 s",
+        look_at: "Extrapolation view: ALiBi's curve stays flat beyond the training length L = 64 \
+                  while sinusoidal's climbs (measured: 7.56 to 7.39 against 8.03 to 34.3 at \
+                  4096 tokens); in the table ALiBi passes Definition 0.1 (every δ below 0.1) \
+                  and its bias converges (Theorem 0.4).",
+        claim: "A relative bias whose exp(bias) series converges (ALiBi) extrapolates: perplexity \
+                at lengths far beyond L stays close to perplexity at L. Absolute sinusoidal \
+                positions do not.",
+    },
+    Experiment {
+        title: "ReBased vs Based vs attention on MQAR, with IoU against the ground truth",
+        source: "ReBased, Fig. 1 and Table 5",
+        runs: &[run("iou_softmax"), run("iou_rebased"), run("iou_based")],
+        analysis: Analysis::Iou,
+        overlay: &[],
+        expected: "about 4.5 minutes: the three models train to 99 % test accuracy in 65 s, \
+                   97 s and 103 s; IoU over 10,000 test rows takes under 2 s each",
+        look_at: "IoU view: the bars across runs, hard and soft IoU, ordered softmax > ReBased > \
+                  Based (measured hard IoU: 0.993, 0.983, 0.973); each run's accuracy curve in \
+                  Training (all three recall).",
+        claim: "ReBased's attention is closer to the ground-truth key-value positions than \
+                Based's, and softmax attention is closest (Table 5); ReBased recalls better than \
+                Based at the same width (Fig. 1).",
+    },
+    Experiment {
+        title: "TRF of every relative encoding",
+        source: "Exploring Transformer Extrapolation, TRF figures",
+        runs: &[run("lm_alibi")],
+        analysis: Analysis::Encodings,
+        overlay: &[
+            "alibi",
+            "kerple-log",
+            "sandwich",
+            "type1",
+            "type2",
+            "inv-n",
+            "inv-n-log-n",
+        ],
+        expected: "the curves in about a second; the ALiBi run that adds its ERF trains in \
+                   28 s (its first evaluation, with the ERF, a third of the way)",
+        look_at: "Encodings view: the TRF panel (receptive field / m against ε) and the verdict \
+                  table. Raise the length m: convergent encodings' curves fall toward 0, \
+                  divergent ones (1/n, 1/(n ln n)) keep spanning the length. The trained run's \
+                  ERF joins the panel at its first evaluation.",
+        claim: "An encoding extrapolates when the sum of exp(bias) over distances converges \
+                (Theorem 0.4): its theoretical receptive field is then a vanishing fraction of \
+                a growing length.",
+    },
+    Experiment {
+        title: "ReRoPE on a RoPE model",
+        source: "the ReRoPE post",
+        runs: &[run("lm_rope")],
+        analysis: Analysis::Extrapolation,
+        overlay: &[],
+        expected: "about 4 minutes: training 37 s, then RoPE and its inference-time variants \
+                   (PI, NTK, three ReRoPE settings, Leaky ReRoPE) at 7 lengths 191 s",
+        look_at: "Extrapolation view: the dashed ReRoPE and Leaky ReRoPE curves stay near the \
+                  perplexity at L while plain RoPE (solid) and PI climb; NTK holds only to a \
+                  few L.",
+        claim: "Capping RoPE's relative position at a window w at inference (ReRoPE), without \
+                retraining, keeps perplexity nearly flat far beyond the training length.",
+    },
+    Experiment {
+        title: "Linformer's attention spectrum",
+        source: "Linformer, Fig. 1",
+        runs: &[run("mqar_softmax")],
+        analysis: Analysis::Spectra,
+        overlay: &[],
+        expected: "about 1.5 minutes: the model trains to 99 % test accuracy in 90 s (9 \
+                   epochs), its spectra take 2 s",
+        look_at: "Spectra view: the normalised cumulative singular values pass 0.95 by index \
+                  16 of 64 (measured: 0.97 to 0.99 per head); the heatmap gives that value per \
+                  layer and head.",
+        claim: "Self-attention is low rank: most of a trained attention matrix's spectrum lies \
+                in its first few singular values, so keys and values can be projected to \
+                k much smaller than n positions.",
+    },
+    Experiment {
+        title: "DIET vs T5 biases",
+        source: "DIET",
+        runs: &[
+            run("lm_t5"),
+            Run {
+                preset: "lm_t5",
+                set: &["name=lm-diet-rel", "encoding=diet-rel"],
+            },
+        ],
+        analysis: Analysis::Extrapolation,
+        overlay: &[],
+        expected: "about 1.5 minutes: training 24 s and 23 s, then perplexity at 7 lengths \
+                   51 s",
+        look_at: "Extrapolation view: perplexity at the training length L = 64 (the first \
+                  column) is close for the two (measured: T5 7.45, DIET-REL 7.72); beyond L \
+                  both rise, as their learned tables (Theorem 0.4: diverges) predict.",
+        claim: "What makes relative encodings work is a position term added per head to the \
+                attention logits: DIET-REL's one learned scalar per distance does as well as \
+                T5's bucketed bias.",
+    },
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_shipped_file_is_compiled_in_and_valid() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("presets");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.ok()?.path().file_stem()?.to_str().map(str::to_string))
+            .collect();
+        files.sort();
+        let names: Vec<&str> = PRESETS.iter().map(|s| s.name).collect();
+        assert_eq!(files, names);
+        for shipped in PRESETS {
+            shipped.preset(&[]).unwrap();
+        }
+    }
+
+    #[test]
+    fn every_experiment_loads_its_presets() {
+        for experiment in EXPERIMENTS {
+            let presets = experiment.presets().unwrap();
+            assert!(!presets.is_empty(), "{}", experiment.title);
+            for encoding in experiment.overlay {
+                crate::encodings::EncodingSpec::from_name(encoding).unwrap();
+            }
+        }
+        let diet = EXPERIMENTS[5].presets().unwrap();
+        assert_eq!(diet[1].encoding.name(), "diet-rel");
+        assert_eq!(diet[1].name, "lm-diet-rel");
+    }
+}
