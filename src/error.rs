@@ -24,6 +24,15 @@ pub enum Error {
     /// The loss became NaN or infinite; training stopped and the last good checkpoint was kept.
     #[error("training diverged at step {step}: loss is {loss} (the last good checkpoint is kept)")]
     NonFiniteLoss { step: usize, loss: f32 },
+    /// A run would need more memory than the machine has; says how much, and what to lower.
+    #[error(
+        "this run needs {needs}, more than the {available} of memory available here; lower {lower}"
+    )]
+    TooLarge {
+        needs: String,
+        available: String,
+        lower: &'static str,
+    },
     /// A run folder or one of its files is missing or malformed.
     #[error("{message}: {path}")]
     RunDir { message: String, path: PathBuf },

@@ -129,6 +129,26 @@ fn an_invalid_value_shows_its_message_and_disables_start() {
 }
 
 #[test]
+fn start_shows_the_memory_a_run_needs_and_is_disabled_when_it_cannot_fit() {
+    let root = tempfile::tempdir().unwrap();
+    let mut harness = harness(app(root.path()));
+    harness.run();
+    harness.get_by_label_contains("≈ ");
+    let attnlab::tasks::TaskSpec::Mqar(t) = &mut harness.state_mut().editor.preset.task else {
+        unreachable!("the default task is MQAR")
+    };
+    t.vocab_size = 1 << 40;
+    harness.run();
+    harness.get_by_label_contains("of memory available here; lower ");
+    harness.get_by_label("Start").click();
+    harness.run();
+    assert!(
+        harness.state().runs.runs.is_empty(),
+        "a run too large for memory started"
+    );
+}
+
+#[test]
 fn a_saved_preset_loads_back_identical() {
     let root = tempfile::tempdir().unwrap();
     let path = root.path().join("mine.toml");

@@ -30,6 +30,8 @@ pub struct Editor {
 struct Checked {
     preset: Option<Preset>,
     problem: Option<String>,
+    /// What a run of the preset needs in memory (when it is valid).
+    memory: Option<crate::preset::MemoryEstimate>,
     toml: Option<String>,
 }
 
@@ -51,9 +53,14 @@ impl Editor {
         if self.checked.preset.as_ref() == Some(&self.preset) {
             return;
         }
+        let fits = self
+            .preset
+            .validate()
+            .and_then(|()| self.preset.check_fits_here());
         self.checked = Checked {
             preset: Some(self.preset.clone()),
-            problem: self.preset.validate().err().map(|e| e.to_string()),
+            memory: fits.as_ref().ok().copied(),
+            problem: fits.err().map(|e| e.to_string()),
             toml: self.preset.to_toml().ok(),
         };
     }
@@ -61,6 +68,12 @@ impl Editor {
     /// The validation error of the preset as of the last refresh, if any.
     pub fn problem(&self) -> Option<&str> {
         self.checked.problem.as_deref()
+    }
+
+    /// What a run of the preset needs in memory, as of the last refresh (when it is valid
+    /// and fits).
+    pub fn memory(&self) -> Option<&crate::preset::MemoryEstimate> {
+        self.checked.memory.as_ref()
     }
 
     /// Whether the preset differs from the file it was loaded from or saved to.

@@ -551,6 +551,11 @@ impl AttnlabApp {
                 .on_hover_text("train the preset (Ctrl+Enter)")
                 .on_disabled_hover_text(problem.unwrap_or_default());
             push(start, Command::Start);
+            if let Some(memory) = self.editor.memory() {
+                let total = crate::preset::bytes(memory.total());
+                ui.weak(format!("≈ {total}"))
+                    .on_hover_text(format!("memory a run of this preset needs: {memory}"));
+            }
             let running = self.runs.selected().is_some_and(RunView::is_running);
             let stop = ui
                 .add_enabled(running, egui::Button::new("Stop"))

@@ -186,6 +186,14 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Check { preset, overrides }) => {
             let preset = crate::Preset::load(&preset, &overrides)?;
             outln!("{}", preset.to_toml()?.trim_end());
+            let available =
+                crate::preset::available_memory().map_or("unknown".into(), crate::preset::bytes);
+            // A TOML comment, so the output stays a preset.
+            outln!(
+                "# memory: {}; available here: {available}",
+                preset.memory_estimate()
+            );
+            preset.check_fits_here()?;
             Ok(())
         }
         Some(Command::Data { task }) => match task {

@@ -11,6 +11,7 @@ use crate::train::{Summary, TrainEvent, spawn};
 
 pub fn train(path: &Path, overrides: &[String], out: &Path, quiet: bool) -> anyhow::Result<()> {
     let preset = Preset::load(path, overrides)?;
+    let estimate = preset.check_fits_here()?;
     let handle = spawn(preset, out.to_path_buf(), || {});
     let bar = if quiet {
         ProgressBar::hidden()
@@ -90,6 +91,13 @@ pub fn train(path: &Path, overrides: &[String], out: &Path, quiet: bool) -> anyh
         }
     }
     handle.join()?;
+    if let Some(peak) = crate::extrapolation::memory::peak_bytes() {
+        eprintln!(
+            "peak memory {} (estimated {})",
+            crate::preset::bytes(peak as f64),
+            crate::preset::bytes(estimate.total())
+        );
+    }
     Ok(())
 }
 

@@ -16,7 +16,7 @@
 //!   Sinusoidal positions are computed for any length, so they are evaluated everywhere.
 
 pub mod figures;
-mod memory;
+pub mod memory;
 pub mod perplexity;
 pub mod variants;
 

@@ -142,12 +142,15 @@ impl Sweep {
             cells: grid(&axes, &file.set),
         };
         for cell in &sweep.cells {
-            sweep.preset(cell).map_err(|e| {
-                bad(
-                    &format!("cell {}", cell.id),
-                    format!("{e} (overrides {})", cell.overrides.join(" ")),
-                )
-            })?;
+            sweep
+                .preset(cell)
+                .and_then(|p| p.check_fits_here())
+                .map_err(|e| {
+                    bad(
+                        &format!("cell {}", cell.id),
+                        format!("{e} (overrides {})", cell.overrides.join(" ")),
+                    )
+                })?;
         }
         Ok(sweep)
     }

@@ -1,0 +1,395 @@
+//! What a preset will need in memory, known before anything is allocated: the parameters, the
+//! optimiser's state and gradients, a training step's activations (attention matrices
+//! included), the attention kept for the views, and the data. `attnlab check`, `attnlab train`,
+//! sweeps and the window's Start button all read it, and a run that cannot fit is refused with
+//! the estimate and the setting to change, instead of aborting on an allocation minutes in.
+//!
+//! Sizes are counted in f64, so absurd settings (a vocabulary of 2^62) give an absurd estimate
+//! rather than an overflow. The counts follow the model's construction (`model::Transformer`):
+//! the parameter count is exact for the large terms and checked against built models in the
+//! tests; activations are an estimate of what a step keeps alive at once, calibrated against
+//! the peak resident memory of real runs (`tests/memory.rs`).
+
+use super::Preset;
+use crate::attention::{LinformerSharing, MechanismSpec};
+use crate::encodings::EncodingSpec;
+use crate::model::{Layout, MixerKind};
+use crate::tasks::TaskSpec;
+use crate::{Error, Result};
+
+/// A process's own memory before any of the run's: the binary, the allocator, thread stacks.
+const BASELINE_BYTES: f64 = 64.0 * 1024.0 * 1024.0;
+/// Bytes of an f32.
+const F32: f64 = 4.0;
+
+/// The memory a run of a preset needs, in bytes, by what holds it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MemoryEstimate {
+    /// Parameters, counted (not bytes).
+    pub parameters: f64,
+    /// The parameters' values.
+    pub weights: f64,
+    /// Gradients and AdamW's two moments.
+    pub optimiser: f64,
+    /// What a training step keeps alive in its layers: activations and attention matrices.
+    pub activations: f64,
+    /// A training step's logits, their softmax and gradient (batch × length × vocabulary).
+    pub logits: f64,
+    /// The attention matrices saved at each evaluation for the views.
+    pub kept_attention: f64,
+    /// The training and test data.
+    pub data: f64,
+}
+
+/// Which part of the estimate, for naming the setting to change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Part {
+    Weights,
+    Activations,
+    Logits,
+    KeptAttention,
+    Data,
+}
+
+impl MemoryEstimate {
+    /// Every part, and the process's own baseline.
+    pub fn total(&self) -> f64 {
+        self.weights
+            + self.optimiser
+            + self.activations
+            + self.logits
+            + self.kept_attention
+            + self.data
+            + BASELINE_BYTES
+    }
+
+    fn largest(&self) -> Part {
+        let parts = [
+            (Part::Weights, self.weights + self.optimiser),
+            (Part::Activations, self.activations),
+            (Part::Logits, self.logits),
+            (Part::KeptAttention, self.kept_attention),
+            (Part::Data, self.data),
+        ];
+        parts
+            .into_iter()
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .map_or(Part::Weights, |(part, _)| part)
+    }
+
+    /// The settings that drive the largest part, to name in a refusal.
+    fn what_to_lower(&self) -> &'static str {
+        match self.largest() {
+            Part::Weights => "model.d_model, model.n_layers or task.vocab_size",
+            Part::Activations => "train.batch_size, task.seq_len or model.d_model",
+            Part::Logits => "task.vocab_size or train.batch_size",
+            Part::KeptAttention => "eval.attention_examples or task.seq_len",
+            Part::Data => "task.train_examples, task.test_examples or task.seq_len",
+        }
+    }
+}
+
+impl std::fmt::Display for MemoryEstimate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "≈ {} ({:.3e} parameters: weights {}, gradients and optimiser {}, activations {}, \
+             logits {}, kept attention {}, data {})",
+            bytes(self.total()),
+            self.parameters,
+            bytes(self.weights),
+            bytes(self.optimiser),
+            bytes(self.activations),
+            bytes(self.logits),
+            bytes(self.kept_attention),
+            bytes(self.data)
+        )
+    }
+}
+
+/// `n` bytes in the largest unit that keeps a number ≥ 1.
+pub fn bytes(n: f64) -> String {
+    const UNITS: [&str; 6] = ["B", "KB", "MB", "GB", "TB", "PB"];
+    let mut value = n;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    match unit {
+        0 => format!("{value:.0} {}", UNITS[unit]),
+        _ => format!("{value:.1} {}", UNITS[unit]),
+    }
+}
+
+/// The machine's memory available to a new run (Linux: `MemAvailable`), if it can be read.
+pub fn available_memory() -> Option<f64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024.0)
+}
+
+impl Preset {
+    /// What a run of this preset needs in memory.
+    pub fn memory_estimate(&self) -> MemoryEstimate {
+        let parameters = parameter_count(self);
+        let weights = parameters * F32;
+        MemoryEstimate {
+            parameters,
+            weights,
+            optimiser: 3.0 * weights,
+            activations: activation_bytes(self),
+            logits: logit_bytes(self),
+            kept_attention: kept_attention_bytes(self),
+            data: data_bytes(&self.task),
+        }
+    }
+
+    /// [`Preset::check_fits`] against this machine's free memory when the run is on the CPU
+    /// (a GPU run's activations live on the GPU, which this estimate does not query).
+    pub fn check_fits_here(&self) -> Result<MemoryEstimate> {
+        match self.train.device {
+            crate::device::DeviceName::Cpu => self.check_fits(available_memory()),
+            _ => Ok(self.memory_estimate()),
+        }
+    }
+
+    /// The estimate, or an error that gives it and the settings to lower when it exceeds
+    /// `available` bytes (the machine's free memory; `None` where that is unknown).
+    pub fn check_fits(&self, available: Option<f64>) -> Result<MemoryEstimate> {
+        let estimate = self.memory_estimate();
+        match available {
+            Some(available) if estimate.total() > available => Err(Error::TooLarge {
+                needs: estimate.to_string(),
+                available: bytes(available),
+                lower: estimate.what_to_lower(),
+            }),
+            _ => Ok(estimate),
+        }
+    }
+}
+
+/// Layers whose mixer is attention.
+fn attention_layers(preset: &Preset) -> f64 {
+    (0..preset.model.n_layers)
+        .filter(|&l| preset.model.mixer(l) == MixerKind::Attention)
+        .count() as f64
+}
+
+/// A linear layer's weights and bias.
+fn linear(inputs: f64, outputs: f64) -> f64 {
+    inputs * outputs + outputs
+}
+
+/// The parameters `model::Transformer::new` creates for `preset`.
+fn parameter_count(preset: &Preset) -> f64 {
+    let m = &preset.model;
+    let (d, vocab) = (m.d_model as f64, preset.task.vocab_size() as f64);
+    let (heads, head_dim) = (m.n_heads as f64, m.head_dim() as f64);
+    let qk = preset.attention.qk_dim(m.head_dim()) as f64;
+    let len = preset.task.seq_len() as f64;
+    let attention = linear(d, heads * (2.0 * qk + head_dim))
+        + linear(heads * head_dim, d)
+        + mechanism_parameters(&preset.attention, heads, qk, len);
+    let mut blocks = 0.0;
+    for layer in 0..m.n_layers {
+        blocks += 2.0 * d; // the block's LayerNorm
+        blocks += match m.mixer(layer) {
+            MixerKind::Attention => attention,
+            MixerKind::ShortConv => m.conv_kernel as f64 * d + d + linear(d, d),
+            MixerKind::PrevToken => 0.0,
+        };
+        let hidden = (m.mlp_ratio * m.d_model) as f64;
+        blocks += match (m.mlp_ratio, m.layout) {
+            (0, Layout::Attnlab) => 0.0,
+            (0, Layout::Zoology) => 2.0 * d,
+            _ => 2.0 * d + linear(d, hidden) + linear(hidden, d),
+        };
+    }
+    let head = match m.layout {
+        Layout::Zoology => 0.0,
+        Layout::Attnlab if m.tie_embeddings => vocab,
+        Layout::Attnlab => linear(d, vocab),
+    };
+    let encodings = encoding_parameters(&preset.encoding, d, heads, qk, len)
+        * if preset.encoding.is_per_layer() {
+            attention_layers(preset)
+        } else {
+            1.0
+        };
+    vocab * d + blocks + 2.0 * d + head + encodings
+}
+
+/// A mechanism's own parameters in one layer.
+fn mechanism_parameters(spec: &MechanismSpec, heads: f64, qk: f64, len: f64) -> f64 {
+    match spec {
+        // Feature norms of queries and keys, at most a weight and a bias each.
+        MechanismSpec::Rebased(_) => 4.0 * heads * qk,
+        MechanismSpec::Linformer(c) => {
+            let projection = c.proj_dim as f64 * len;
+            match c.sharing {
+                LinformerSharing::None => 2.0 * heads * projection,
+                LinformerSharing::Headwise => 2.0 * projection,
+                LinformerSharing::Kv | LinformerSharing::Layerwise => projection,
+            }
+        }
+        _ => 0.0,
+    }
+}
+
+/// An encoding's parameters (one copy); the large ones are tables over positions.
+fn encoding_parameters(spec: &EncodingSpec, d: f64, heads: f64, qk: f64, len: f64) -> f64 {
+    match spec {
+        EncodingSpec::Learned => len * d,
+        EncodingSpec::DietAbs(c) => 2.0 * heads * len * c.rank.map_or(qk, |r| r as f64),
+        EncodingSpec::DietRel(c) => heads * c.max_distance.map_or(len, |m| (m + 1) as f64),
+        EncodingSpec::T5(c) => heads * c.num_buckets as f64,
+        EncodingSpec::KerpleLog(_) | EncodingSpec::KerplePower(_) => 2.0 * heads,
+        _ => 0.0,
+    }
+}
+
+/// What one training step keeps alive at its peak in its layers: per layer the normalised
+/// input, queries, keys and values, the attention scores and weights with their gradient, the
+/// mixer's output and the MLP's hidden activations, twice over (values and gradients during
+/// the backward pass).
+fn activation_bytes(preset: &Preset) -> f64 {
+    let m = &preset.model;
+    let (batch, len) = (preset.train.batch_size as f64, preset.task.seq_len() as f64);
+    let tokens = batch * len;
+    let (d, heads) = (m.d_model as f64, m.n_heads as f64);
+    let qk = preset.attention.qk_dim(m.head_dim()) as f64;
+    let keys = match &preset.attention {
+        MechanismSpec::Linformer(c) => c.proj_dim as f64,
+        _ => len,
+    };
+    let per_layer = tokens * (6.0 * d + 2.0 * heads * qk + 2.0 * (m.mlp_ratio as f64) * d);
+    // Kernel mechanisms also expand queries and keys into their feature maps.
+    let features = match &preset.attention {
+        MechanismSpec::Based(_) => 1.0 + qk + qk * qk,
+        MechanismSpec::Rebased(_) => qk * qk,
+        _ => 0.0,
+    };
+    let attention = 3.0 * batch * heads * len * keys + 2.0 * tokens * heads * features;
+    let layers = m.n_layers as f64;
+    F32 * 2.0 * (layers * per_layer + attention_layers(preset) * attention)
+}
+
+/// A step's logits, their softmax and their gradient, at the scored positions only (MQAR
+/// scores its queries, a language model every position).
+fn logit_bytes(preset: &Preset) -> f64 {
+    let scored = match &preset.task {
+        TaskSpec::Mqar(c) => c.num_kv_pairs,
+        TaskSpec::Lm(c) => c.seq_len,
+    };
+    F32 * 3.0 * (preset.train.batch_size * scored) as f64 * preset.task.vocab_size() as f64
+}
+
+/// The attention matrices an evaluation saves for the views.
+fn kept_attention_bytes(preset: &Preset) -> f64 {
+    let len = preset.task.seq_len() as f64;
+    let examples = preset.eval.attention_examples as f64;
+    F32 * examples * preset.model.n_heads as f64 * len * len * attention_layers(preset)
+}
+
+/// The datasets in memory: token ids and labels per position, MQAR's ground truth per query,
+/// a language model's text and its token ids.
+fn data_bytes(task: &TaskSpec) -> f64 {
+    let rows = task.train_examples() as f64 + task.test_examples() as f64;
+    let windows = rows * task.seq_len() as f64 * 8.0;
+    match task {
+        TaskSpec::Mqar(c) => {
+            // A QueryTruth: position, key, value and two Vecs of one entry per pass.
+            let truth = 40.0 + 2.0 * (24.0 + 8.0 * c.num_passes as f64);
+            windows + rows * (24.0 + c.num_kv_pairs as f64 * truth)
+        }
+        TaskSpec::Lm(c) => windows + 5.0 * (c.train_bytes as f64 + c.valid_bytes as f64),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attention::MechanismSpec;
+    use crate::params::Params;
+
+    fn tiny() -> Preset {
+        let mut preset = Preset::default();
+        preset.model.d_model = 32;
+        preset.model.n_heads = 4;
+        preset.model.n_layers = 2;
+        let TaskSpec::Mqar(t) = &mut preset.task else {
+            unreachable!("the default task is MQAR")
+        };
+        t.seq_len = 32;
+        t.vocab_size = 64;
+        t.num_kv_pairs = 4;
+        preset
+    }
+
+    /// Every mechanism × encoding × layout × MLP choice: the count equals the parameters a
+    /// built model holds (the small per-head tables of ALiBi-like encodings aside).
+    #[test]
+    fn the_parameter_count_is_that_of_the_built_model() {
+        for mechanism in MechanismSpec::all_defaults() {
+            for encoding in EncodingSpec::all_defaults() {
+                for (layout, mlp_ratio, tie) in [
+                    (Layout::Attnlab, 0, false),
+                    (Layout::Attnlab, 4, true),
+                    (Layout::Zoology, 2, false),
+                ] {
+                    let mut preset = tiny();
+                    preset.attention = mechanism.clone();
+                    preset.encoding = encoding.clone();
+                    preset.model.layout = layout;
+                    preset.model.mlp_ratio = mlp_ratio;
+                    preset.model.tie_embeddings = tie;
+                    if preset.validate().is_err() {
+                        continue;
+                    }
+                    let params = Params::new(0, &candle_core::Device::Cpu);
+                    preset.build_model(&params).unwrap();
+                    let built = params.count() as f64;
+                    let counted = parameter_count(&preset);
+                    assert!(
+                        (built - counted).abs() <= 16.0,
+                        "{} + {} {layout:?} mlp {mlp_ratio}: built {built}, counted {counted}",
+                        mechanism.name(),
+                        encoding.name()
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn absurd_sizes_give_an_estimate_and_a_refusal_naming_what_to_lower() {
+        let mut preset = tiny();
+        let TaskSpec::Mqar(t) = &mut preset.task else {
+            unreachable!()
+        };
+        t.vocab_size = 1 << 40;
+        let eight_gb = Some(8.0 * 1024f64.powi(3));
+        let err = preset.check_fits(eight_gb).unwrap_err().to_string();
+        assert!(err.contains("lower task.vocab_size"), "{err}");
+        assert!(err.contains("8.0 GB of memory available"), "{err}");
+        let mut preset = tiny();
+        preset.eval.attention_examples = 1 << 24;
+        let err = preset.check_fits(eight_gb).unwrap_err().to_string();
+        assert!(err.contains("lower eval.attention_examples"), "{err}");
+        let mut preset = tiny();
+        preset.model.d_model = 1 << 16;
+        let err = preset.check_fits(eight_gb).unwrap_err().to_string();
+        assert!(err.contains("lower model.d_model"), "{err}");
+        assert!(tiny().check_fits(eight_gb).is_ok());
+        assert!(tiny().check_fits(None).is_ok());
+    }
+
+    #[test]
+    fn sizes_read_in_their_unit() {
+        assert_eq!(bytes(512.0), "512 B");
+        assert_eq!(bytes(1536.0), "1.5 KB");
+        assert_eq!(bytes(25.6e9), "23.8 GB");
+    }
+}
