@@ -201,10 +201,12 @@ fn a_run_that_ends_at_its_first_evaluation_shows_its_attention_on_one_colour_sca
     assert_eq!(run.evals.len(), 1);
     harness.state_mut().tab = Tab::Attention;
     harness.run();
-    assert!(harness.query_by_label_contains("weight:").is_none());
+    // A colour bar always: each map's own range at first, one set of numbers for all after.
+    harness.get_by_label("each map's lowest");
     harness.get_by_label("one scale for all maps").click();
     harness.run();
     harness.get_by_label("weight:");
+    assert!(harness.query_by_label("each map's lowest").is_none());
     // Removing the ended run from the list keeps its folder.
     let dir = harness
         .state()

@@ -9,7 +9,7 @@ use egui_plot::{GridMark, HoverPosition, PlotImage, PlotPoint, PlotPoints, Polyg
 
 use super::super::export::Exporter;
 use super::super::runs::{LoadedAttention, RunView};
-use super::colour::{ColourScale, axes_note};
+use super::colour::{ColourScale, axes_note, own_range_legend};
 use super::{View, ViewContext, titled_plot};
 use crate::figures::{Figure, HeatmapPlot, Plot, QUERY_KEY_AXES};
 
@@ -125,13 +125,7 @@ impl AttentionView {
     fn grid_ui(&mut self, ui: &mut egui::Ui, attention: &LoadedAttention, heads: usize) {
         match self.textures.values().next() {
             Some((_, scale)) if self.shared => scale.legend(ui, "weight"),
-            _ => {
-                ui.label(
-                    egui::RichText::new("each map spans its own range; click one to zoom")
-                        .small()
-                        .weak(),
-                );
-            }
+            _ => own_range_legend(ui, "weight"),
         }
         axes_note(ui, QUERY_KEY_AXES);
         let side = ((ui.available_width() - 40.0) / heads as f32).clamp(64.0, 320.0);
