@@ -5,11 +5,12 @@
 use std::collections::HashMap;
 
 use eframe::egui;
+use egui_plot::{GridMark, HoverPosition, PlotImage, PlotPoint, PlotPoints, Polygon};
 
 use super::super::export::Exporter;
 use super::super::runs::{LoadedAttention, RunView};
-use super::colour::{ColourScale, axes_note};
-use super::{View, ViewContext};
+use super::colour::{ColourScale, axes_note, own_range_legend};
+use super::{View, ViewContext, titled_plot};
 use crate::figures::{Figure, HeatmapPlot, Plot, QUERY_KEY_AXES};
 
 /// What the textures were made from; a change re-uploads them.
@@ -124,13 +125,7 @@ impl AttentionView {
     fn grid_ui(&mut self, ui: &mut egui::Ui, attention: &LoadedAttention, heads: usize) {
         match self.textures.values().next() {
             Some((_, scale)) if self.shared => scale.legend(ui, "weight"),
-            _ => {
-                ui.label(
-                    egui::RichText::new("each map spans its own range; click one to zoom")
-                        .small()
-                        .weak(),
-                );
-            }
+            _ => own_range_legend(ui, "weight"),
         }
         axes_note(ui, QUERY_KEY_AXES);
         let side = ((ui.available_width() - 40.0) / heads as f32).clamp(64.0, 320.0);
@@ -195,12 +190,55 @@ impl AttentionView {
         if let Some((_, scale)) = self.textures.get(&(index, head)) {
             scale.legend(ui, "weight");
         }
-        axes_note(ui, QUERY_KEY_AXES);
-        let side = ui
-            .available_width()
-            .min(ui.available_height() - 30.0)
-            .max(128.0);
-        self.head_image(ui, attention, index, head, side);
+        self.zoomed_plot(ui, attention, index, head);
+    }
+
+    /// The zoomed map on plot axes: titled, ticked by position (with the token at each tick
+    /// where the map is short enough to read them), the cell under the pointer on hover, and
+    /// the MQAR ground truth boxed.
+    fn zoomed_plot(
+        &self,
+        ui: &mut egui::Ui,
+        attention: &LoadedAttention,
+        index: usize,
+        head: usize,
+    ) {
+        let Some((texture, _)) = self.textures.get(&(index, head)) else {
+            return;
+        };
+        let layer = &attention.layers[index];
+        let [_, _, tq, tk] = layer.shape;
+        let weights = layer.matrix(self.example, head);
+        let example = attention.index.examples.get(self.example);
+        let tokens = example.map(|e| e.inputs.as_slice());
+        let ticks = move |n: usize| {
+            move |mark: GridMark, _: &std::ops::RangeInclusive<f64>| {
+                position_tick(mark.value, n, tokens)
+            }
+        };
+        let hover = move |at: &HoverPosition| {
+            let (HoverPosition::Elsewhere { position }
+            | HoverPosition::NearDataPoint { position, .. }) = at;
+            let (i, j) = (position.y.floor(), position.x.floor());
+            let inside = (0.0..tq as f64).contains(&i) && (0.0..tk as f64).contains(&j);
+            inside.then(|| cell_text(weights, tk, tokens, i as usize, j as usize))
+        };
+        titled_plot("attention-zoom", QUERY_KEY_AXES)
+            .height(ui.available_height().max(200.0))
+            .data_aspect(1.0)
+            .invert_y(true)
+            .show_grid(false)
+            .x_axis_formatter(ticks(tk))
+            .y_axis_formatter(ticks(tq))
+            .label_formatter(hover)
+            .show(ui, |plot| {
+                let centre = PlotPoint::new(tk as f64 / 2.0, tq as f64 / 2.0);
+                let size = egui::vec2(tk as f32, tq as f32);
+                plot.image(PlotImage::new("attention", texture.id(), centre, size));
+                for (i, j) in example.into_iter().flat_map(truth_cells) {
+                    plot.polygon(truth_box(i, j));
+                }
+            });
     }
 
     /// One head's map with hover details and the MQAR ground truth drawn on top.
@@ -221,38 +259,102 @@ impl AttentionView {
         let response = ui.add(egui::Image::new((texture.id(), size)).sense(egui::Sense::click()));
         let rect = response.rect;
         let cell = egui::vec2(rect.width() / tk as f32, rect.height() / tq as f32);
-        if let Some(example) = attention.index.examples.get(self.example) {
-            let stroke = egui::Stroke::new(1.0, egui::Color32::from_rgb(255, 80, 80));
-            for query in &example.queries {
-                for &value in &query.value_positions {
-                    let min = rect.min
-                        + egui::vec2(value as f32 * cell.x, query.position as f32 * cell.y);
-                    let target = egui::Rect::from_min_size(min, cell).expand(1.0);
-                    ui.painter()
-                        .rect_stroke(target, 0.0, stroke, egui::StrokeKind::Outside);
-                }
-            }
+        let example = attention.index.examples.get(self.example);
+        let stroke = egui::Stroke::new(1.0, TRUTH);
+        for (i, j) in example.into_iter().flat_map(truth_cells) {
+            let min = rect.min + egui::vec2(j as f32 * cell.x, i as f32 * cell.y);
+            let target = egui::Rect::from_min_size(min, cell).expand(1.0);
+            ui.painter()
+                .rect_stroke(target, 0.0, stroke, egui::StrokeKind::Outside);
         }
         let hover = response.hover_pos().map(|pos| {
             let j = (((pos.x - rect.min.x) / cell.x) as usize).min(tk - 1);
             let i = (((pos.y - rect.min.y) / cell.y) as usize).min(tq - 1);
-            let weight = layer.matrix(self.example, head)[i * tk + j];
-            let tokens = attention
-                .index
-                .examples
-                .get(self.example)
-                .map_or(String::new(), |e| {
-                    format!(
-                        ", tokens {} -> {}",
-                        e.inputs.get(i).copied().unwrap_or(0),
-                        e.inputs.get(j).copied().unwrap_or(0)
-                    )
-                });
-            format!("query {i}, key {j}{tokens}: weight {weight:.4}")
+            let tokens = example.map(|e| e.inputs.as_slice());
+            cell_text(layer.matrix(self.example, head), tk, tokens, i, j)
         });
         match hover {
             Some(text) => response.on_hover_text(text),
             None => response,
         }
+    }
+}
+
+/// The colour the MQAR ground truth is outlined in.
+const TRUTH: egui::Color32 = egui::Color32::from_rgb(255, 80, 80);
+
+/// Maps at most this many positions long show each tick's token beside its position.
+const TOKEN_TICKS: usize = 64;
+
+/// A tick of a map's axis: whole positions inside the map, with the token there when the
+/// map is short enough.
+fn position_tick(value: f64, n: usize, tokens: Option<&[u32]>) -> String {
+    if value < 0.0 || value >= n as f64 || value.fract() != 0.0 {
+        return String::new();
+    }
+    let p = value as usize;
+    match tokens.filter(|_| n <= TOKEN_TICKS).and_then(|t| t.get(p)) {
+        Some(token) => format!("{p}: {token}"),
+        None => p.to_string(),
+    }
+}
+
+/// What hovering cell (query i, key j) of a map says.
+fn cell_text(weights: &[f32], tk: usize, tokens: Option<&[u32]>, i: usize, j: usize) -> String {
+    let token = |p: usize| tokens.and_then(|t| t.get(p)).copied().unwrap_or(0);
+    let tokens = if tokens.is_some() {
+        format!(", tokens {} -> {}", token(i), token(j))
+    } else {
+        String::new()
+    };
+    format!(
+        "query {i}, key {j}{tokens}: weight {:.4}",
+        weights[i * tk + j]
+    )
+}
+
+/// The (query, key) cells of an MQAR example's ground truth: each query's value positions.
+fn truth_cells(example: &crate::train::run_dir::AttentionExample) -> Vec<(usize, usize)> {
+    example
+        .queries
+        .iter()
+        .flat_map(|q| q.value_positions.iter().map(move |&v| (q.position, v)))
+        .collect()
+}
+
+/// An outline around cell (query i, key j), in plot coordinates.
+fn truth_box(i: usize, j: usize) -> Polygon<'static> {
+    let (x, y) = (j as f64, i as f64);
+    let corners = vec![[x, y], [x + 1.0, y], [x + 1.0, y + 1.0], [x, y + 1.0]];
+    Polygon::new("ground truth", PlotPoints::from(corners))
+        .fill_color(egui::Color32::TRANSPARENT)
+        .stroke(egui::Stroke::new(1.5, TRUTH))
+        .allow_hover(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_are_whole_positions_with_their_token_on_short_maps() {
+        let tokens = [7, 9, 11];
+        assert_eq!(position_tick(1.0, 3, Some(&tokens)), "1: 9");
+        assert_eq!(position_tick(1.0, 100, Some(&tokens)), "1");
+        assert_eq!(position_tick(1.0, 3, None), "1");
+        for off in [-1.0, 0.5, 3.0] {
+            assert_eq!(position_tick(off, 3, Some(&tokens)), "");
+        }
+    }
+
+    #[test]
+    fn a_cell_names_its_query_key_tokens_and_weight() {
+        let weights = [1.0, 0.0, 0.25, 0.75];
+        let text = cell_text(&weights, 2, Some(&[5, 6]), 1, 0);
+        assert_eq!(text, "query 1, key 0, tokens 6 -> 5: weight 0.2500");
+        assert_eq!(
+            cell_text(&weights, 2, None, 0, 1),
+            "query 0, key 1: weight 0.0000"
+        );
     }
 }

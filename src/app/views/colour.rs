@@ -80,27 +80,41 @@ impl ColourScale {
         egui::ColorImage::new([cols, rows], pixels)
     }
 
-    /// A horizontal colour bar with the values at its ends and middle.
+    /// A horizontal colour bar with the values at its ends.
     pub fn legend(&self, ui: &mut egui::Ui, label: &str) {
-        ui.horizontal(|ui| {
-            ui.label(egui::RichText::new(format!("{label}:")).small());
-            ui.label(egui::RichText::new(format_value(self.value_at(0.0))).small());
-            let (rect, _) = ui.allocate_exact_size(egui::vec2(160.0, 12.0), egui::Sense::hover());
-            const STEPS: usize = 64;
-            let width = rect.width() / STEPS as f32;
-            for i in 0..STEPS {
-                let [r, g, b] = viridis(i as f64 / (STEPS - 1) as f64);
-                let min = rect.min + egui::vec2(i as f32 * width, 0.0);
-                let cell = egui::Rect::from_min_size(min, egui::vec2(width + 0.5, rect.height()));
-                ui.painter()
-                    .rect_filled(cell, 0.0, egui::Color32::from_rgb(r, g, b));
-            }
-            ui.label(egui::RichText::new(format_value(self.value_at(1.0))).small());
-            if self.log {
-                ui.label(egui::RichText::new("(log scale)").small().weak());
-            }
-        });
+        let ends = [self.value_at(0.0), self.value_at(1.0)].map(format_value);
+        let scale = if self.log { "(log scale)" } else { "" };
+        colour_bar(ui, label, ends, scale);
     }
+}
+
+/// The colour bar of maps that each span their own range: what the colours mean without
+/// one set of numbers (each map's are on hover).
+pub fn own_range_legend(ui: &mut egui::Ui, label: &str) {
+    let ends = ["each map's lowest", "its highest"].map(str::to_string);
+    colour_bar(ui, label, ends, "(click a map for its numbers)");
+}
+
+/// A horizontal viridis bar between `ends`, `label` before it and `note` after.
+fn colour_bar(ui: &mut egui::Ui, label: &str, [low, high]: [String; 2], note: &str) {
+    ui.horizontal(|ui| {
+        ui.label(egui::RichText::new(format!("{label}:")).small());
+        ui.label(egui::RichText::new(low).small());
+        let (rect, _) = ui.allocate_exact_size(egui::vec2(160.0, 12.0), egui::Sense::hover());
+        const STEPS: usize = 64;
+        let width = rect.width() / STEPS as f32;
+        for i in 0..STEPS {
+            let [r, g, b] = viridis(i as f64 / (STEPS - 1) as f64);
+            let min = rect.min + egui::vec2(i as f32 * width, 0.0);
+            let cell = egui::Rect::from_min_size(min, egui::vec2(width + 0.5, rect.height()));
+            ui.painter()
+                .rect_filled(cell, 0.0, egui::Color32::from_rgb(r, g, b));
+        }
+        ui.label(egui::RichText::new(high).small());
+        if !note.is_empty() {
+            ui.label(egui::RichText::new(note).small().weak());
+        }
+    });
 }
 
 /// The axis titles of a matrix drawn as an image (an image has no axes of its own): which
