@@ -220,3 +220,68 @@ fn devices_lists_what_this_build_can_open() {
         assert_eq!(stdout.lines().count(), 1, "{stdout}");
     }
 }
+
+/// The run folder `attnlab train --out root` created, once its metrics have `lines` lines.
+fn run_folder_with_metrics(root: &std::path::Path, lines: usize) -> std::path::PathBuf {
+    let started = std::time::Instant::now();
+    loop {
+        let found = std::fs::read_dir(root)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|dir| {
+                std::fs::read_to_string(dir.join("metrics.jsonl"))
+                    .is_ok_and(|m| m.lines().count() >= lines)
+            });
+        if let Some(dir) = found {
+            return dir;
+        }
+        assert!(
+            started.elapsed().as_secs() < 120,
+            "no run with {lines} steps"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn ctrl_c_and_sigterm_stop_training_with_a_fresh_checkpoint_and_a_stopped_summary() {
+    for signal in ["-INT", "-TERM"] {
+        let root = tempfile::tempdir().unwrap();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_attnlab"))
+            .args(["train", "presets/mqar_softmax.toml", "--quiet", "--out"])
+            .arg(root.path())
+            .args([
+                "--set",
+                "train.eval_every=100000",
+                "--set",
+                "task.train_examples=2000",
+            ])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Several steps, and no evaluation yet: the checkpoint can only come from the stop.
+        let dir = run_folder_with_metrics(root.path(), 3);
+        let killed = std::process::Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{signal}: {}", common::stderr(&out));
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap())
+                .unwrap();
+        assert_eq!(summary["status"], "stopped", "{signal}: {summary}");
+        assert!(summary["last_accuracy"].is_number(), "{signal}: {summary}");
+        assert!(dir.join("model.safetensors").is_file(), "{signal}");
+        let leftovers: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().contains(".tmp"))
+            .collect();
+        assert!(leftovers.is_empty(), "{signal}: {leftovers:?}");
+    }
+}

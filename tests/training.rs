@@ -103,6 +103,9 @@ fn stopping_a_run_keeps_its_results() {
     assert_eq!(run_dir.read_summary().unwrap(), summary);
     assert!(run_dir.checkpoint_path().is_file());
     let index = run_dir.read_attention_index().unwrap();
+    // The stop evaluates and saves the weights of its own step, not those of the last
+    // scheduled evaluation.
+    assert_eq!(index.step, summary.steps);
     assert_eq!(index.layers.len(), 2);
     assert_eq!(
         run_dir.read_attention(&index.layers[1]).unwrap().dims(),

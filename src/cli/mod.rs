@@ -23,6 +23,7 @@ mod data;
 mod eval;
 mod extrapolate;
 mod recall;
+mod signals;
 mod sweep;
 mod train;
 

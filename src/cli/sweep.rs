@@ -1,7 +1,6 @@
 //! `attnlab sweep`: train a grid of runs, plan it for a scheduler, or collect finished runs.
 
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
@@ -153,8 +152,10 @@ fn train(file: &std::path::Path, args: &SweepArgs) -> anyhow::Result<()> {
     // One line per cell on stderr, through the bar: shown above it on a terminal, and plain
     // lines in a batch job's log, where the bar itself is hidden.
     let line = |text: String| bar.suspend(|| eprintln!("{text}"));
-    let stop = AtomicBool::new(false);
-    let summary = run_sweep(&sweep, &stop, &mut |event| match event {
+    // Ctrl-C or SIGTERM: no new groups start, the running cells stop after their step and
+    // are trained again on resume.
+    let stop = super::signals::install();
+    let summary = run_sweep(&sweep, stop, &mut |event| match event {
         SweepEvent::Planned { groups, split } => {
             let cells: usize = groups.iter().map(Vec::len).sum();
             line(format!(

@@ -1,11 +1,13 @@
 //! `attnlab train`: a progress bar over the worker's events.
 
 use std::path::Path;
+use std::sync::mpsc::RecvTimeoutError;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
 
+use super::signals;
 use crate::Preset;
 use crate::train::{Summary, TrainEvent, spawn};
 
@@ -13,6 +15,7 @@ pub fn train(path: &Path, overrides: &[String], out: &Path, quiet: bool) -> anyh
     let preset = Preset::load(path, overrides)?;
     let estimate = preset.check_fits_here()?;
     let handle = spawn(preset, out.to_path_buf(), || {});
+    signals::install();
     let bar = if quiet {
         ProgressBar::hidden()
     } else {
@@ -28,7 +31,20 @@ pub fn train(path: &Path, overrides: &[String], out: &Path, quiet: bool) -> anyh
     let mut last_accuracy = None;
     let mut last_loss = f32::NAN;
     let mut tokens_per_s = 0f64;
-    for event in handle.events.iter() {
+    let mut stopping = false;
+    loop {
+        let event = match handle.events.recv_timeout(Duration::from_millis(100)) {
+            Ok(event) => event,
+            Err(RecvTimeoutError::Timeout) => {
+                if signals::interrupted() && !stopping {
+                    stopping = true;
+                    bar.println("stopping after this step (Ctrl-C again ends at once)");
+                    handle.stop();
+                }
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
         match event {
             TrainEvent::Started {
                 run_dir,

@@ -181,8 +181,11 @@ fn train_members(
             return finish_active(trainer, members, clock, RunStatus::Completed, emit);
         }
         if stop.load(Ordering::Relaxed) {
-            if members.iter().any(|m| m.summary.last_accuracy.is_none()) {
-                // Stopped before the first evaluation: save what there is, so the runs can be analysed.
+            // Evaluate and save the weights as they are now (unless this step was just
+            // evaluated), so a stopped run loses no training and can be analysed even before
+            // its first evaluation.
+            let just_evaluated = trainer.step() > 0 && trainer.step().is_multiple_of(eval_interval);
+            if !just_evaluated || members.iter().any(|m| m.summary.last_accuracy.is_none()) {
                 evaluate_active(trainer, members, clock, emit)?;
             }
             return finish_active(trainer, members, clock, RunStatus::Stopped, emit);
