@@ -46,6 +46,10 @@ pub enum Error {
     Candle(#[from] candle_core::Error),
     #[error(transparent)]
     Json(#[from] serde_json::Error),
+    /// Work stopped because its cancel flag was set (the window's Cancel, Ctrl-C); what was
+    /// finished before is kept.
+    #[error("cancelled")]
+    Cancelled,
     /// Anything else, with a message that stands on its own.
     #[error("{0}")]
     Other(String),

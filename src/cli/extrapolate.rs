@@ -3,7 +3,6 @@
 
 use std::io::Write as _;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
 
 use clap::Args;
 
@@ -60,7 +59,8 @@ pub struct ExtrapolateArgs {
 }
 
 pub fn extrapolate(args: &ExtrapolateArgs) -> anyhow::Result<()> {
-    let cancel = AtomicBool::new(false);
+    // Ctrl-C or SIGTERM: a run in training stops (and is kept), nothing more starts.
+    let cancel = super::signals::install();
     let quiet = args.quiet;
     let mut last = -1i32;
     let mut progress = |label: &str, f: f32| {
@@ -79,7 +79,7 @@ pub fn extrapolate(args: &ExtrapolateArgs) -> anyhow::Result<()> {
             &presets,
             &args.runs,
             &mut |f| progress("training", f),
-            &cancel,
+            cancel,
         )?;
         runs.splice(0..0, trained);
     }
@@ -97,7 +97,7 @@ pub fn extrapolate(args: &ExtrapolateArgs) -> anyhow::Result<()> {
         &runs,
         &options,
         &mut |f| progress("evaluating", f),
-        &cancel,
+        cancel,
     )?;
     if let Some(path) = &args.out {
         crate::io::write_json(path, &sweep)?;

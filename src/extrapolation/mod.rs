@@ -245,7 +245,8 @@ pub fn extrapolate_runs(
 }
 
 /// Trains each preset into a new run folder under `runs_root`; `progress` gets the fraction
-/// of all planned steps done. Returns the run folders in preset order.
+/// of all planned steps done. Returns the run folders in preset order, or
+/// [`Error::Cancelled`] once `cancel` is set.
 pub fn train_presets(
     presets: &[Preset],
     runs_root: &Path,
@@ -263,6 +264,10 @@ pub fn train_presets(
             TrainEvent::Step(step) => progress((before + step.step) as f32 / total as f32),
             _ => {}
         })?;
+        if cancel.load(std::sync::atomic::Ordering::Relaxed) {
+            // The stopped run is kept; the presets after it are not started.
+            return Err(Error::Cancelled);
+        }
         before += steps(preset);
         let dir = run_dir
             .ok_or_else(|| Error::Other(format!("training {} made no run folder", preset.name)))?;

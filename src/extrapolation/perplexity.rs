@@ -132,7 +132,7 @@ pub fn score(
     let mut done = 0;
     for batch in windows.chunks(per_batch) {
         if cancel.load(Ordering::Relaxed) {
-            return Err(Error::Other("extrapolation cancelled".into()));
+            return Err(Error::Cancelled);
         }
         let part = score_batch(model, device, pass.tokens, batch, n, pass.chunk)?;
         total.nll += part.nll;

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use eframe::egui;
 use egui_plot::{Legend, Line, LineStyle, Plot, PlotPoints};
@@ -37,11 +36,10 @@ pub struct ExtrapolationView {
     pub error: Option<String>,
 }
 
-/// `Ok(None)` when `cancel` was set while `result` was computed (the library reports that as
-/// an error).
-fn unless_cancelled<T>(cancel: &AtomicBool, result: crate::Result<T>) -> crate::Result<Option<T>> {
+/// `Ok(None)` for a cancelled computation (the library reports it as [`crate::Error::Cancelled`]).
+fn unless_cancelled<T>(result: crate::Result<T>) -> crate::Result<Option<T>> {
     match result {
-        Err(_) if cancel.load(Ordering::Relaxed) => Ok(None),
+        Err(crate::Error::Cancelled) => Ok(None),
         other => other.map(Some),
     }
 }
@@ -182,7 +180,7 @@ impl ExtrapolationView {
                 .map(|(_, dir)| RunDir::open(dir))
                 .collect::<crate::Result<Vec<_>>>()?;
             let sweep = extrapolate_runs(&dirs, &options, progress, cancel);
-            Ok(unless_cancelled(cancel, sweep)?.map(|s| (s, Vec::new())))
+            Ok(unless_cancelled(sweep)?.map(|s| (s, Vec::new())))
         }));
     }
 
@@ -243,7 +241,7 @@ impl ExtrapolationView {
             cx.tasks
                 .spawn("train and evaluate", move |progress, cancel| {
                     let done = train_and_extrapolate(&presets, &root, &options, progress, cancel);
-                    Ok(unless_cancelled(cancel, done)?.map(|(dirs, sweep)| {
+                    Ok(unless_cancelled(done)?.map(|(dirs, sweep)| {
                         (sweep, dirs.iter().map(|d| d.path().to_path_buf()).collect())
                     }))
                 }),
