@@ -90,8 +90,7 @@ impl Default for Preset {
 impl Preset {
     /// Reads, overrides (`key=value` pairs, e.g. `train.lr=3e-3`) and validates a preset file.
     pub fn load(path: &Path, overrides: &[String]) -> Result<Self> {
-        let text =
-            std::fs::read_to_string(path).map_err(|e| Error::io("cannot read preset", path, e))?;
+        let text = crate::io::read_small_text(path, "preset")?;
         Self::parse(&text, overrides, path)
     }
 
@@ -220,9 +219,7 @@ impl Preset {
                 format!("this attnlab reads schema {SCHEMA}"),
             ));
         }
-        if self.name.trim().is_empty() {
-            return Err(Error::preset("name", "\"\"", "must not be empty"));
-        }
+        check_name(&self.name)?;
         self.model.validate()?;
         self.task.validate()?;
         self.attention.validate(self.task.seq_len())?;
@@ -279,6 +276,38 @@ impl Preset {
             .collect();
         slug.trim_matches('-').to_string()
     }
+}
+
+/// The longest preset name: run folders are named `<time>-<name>` (plus `-N` when the time
+/// repeats), and a folder name holds at most 255 bytes.
+pub const MAX_NAME_CHARS: usize = 200;
+
+/// A name must be something a run folder, a thread and a log line can carry: not empty, no
+/// control characters (a NUL cannot be in a thread name, a newline splits a plan's command),
+/// and at most [`MAX_NAME_CHARS`].
+pub fn check_name(name: &str) -> Result<()> {
+    let shown = || format!("{name:?}");
+    if name.trim().is_empty() {
+        return Err(Error::preset("name", shown(), "must not be empty"));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(Error::preset(
+            "name",
+            shown(),
+            "must not contain control characters (NUL, newline, tab, …)",
+        ));
+    }
+    let chars = name.chars().count();
+    if chars > MAX_NAME_CHARS {
+        return Err(Error::preset(
+            "name",
+            format!("{:?}…", name.chars().take(40).collect::<String>()),
+            format!(
+                "is {chars} characters long: at most {MAX_NAME_CHARS}, so the run folder's name fits"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Applies `a.b.c=value` to a TOML table. The value is parsed as TOML (`3e-3`, `true`,
@@ -439,6 +468,29 @@ mod tests {
             err.contains("encoding.kind = alibi") && err.contains("linformer"),
             "{err}"
         );
+    }
+
+    /// A NUL used to panic spawning the training thread; a long name passed `check` and then
+    /// failed creating the run folder.
+    #[test]
+    fn names_a_folder_cannot_hold_are_refused() {
+        let err = parse(MINIMAL, &["name=\"a\\u0000b\""])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("name = \"a\\0b\"") && err.contains("control characters"),
+            "{err}"
+        );
+        let err = parse(MINIMAL, &["name=\"a\\nb\""]).unwrap_err().to_string();
+        assert!(err.contains("control characters"), "{err}");
+        let long = format!("name=\"{}\"", "x".repeat(MAX_NAME_CHARS + 1));
+        let err = parse(MINIMAL, &[&long]).unwrap_err().to_string();
+        assert!(
+            err.contains("invalid preset: name = ") && err.contains("201"),
+            "{err}"
+        );
+        let longest = format!("name=\"{}\"", "é".repeat(MAX_NAME_CHARS));
+        assert!(parse(MINIMAL, &[&longest]).is_ok());
     }
 
     #[test]

@@ -220,3 +220,32 @@ fn devices_lists_what_this_build_can_open() {
         assert_eq!(stdout.lines().count(), 1, "{stdout}");
     }
 }
+
+/// Counts and lengths too large to hold used to panic ("capacity overflow") or abort on the
+/// allocation; every one is refused by clap with its range (exit 2), before any work.
+#[test]
+fn huge_numeric_options_are_refused_with_their_range() {
+    let huge = "18446744073709551615";
+    let cases: [(&[&str], &str); 8] = [
+        (&["trf", "--points", huge], "not in 2..=10000"),
+        (&["trf", "--length", "1000000000000"], "not in 1..=65536"),
+        (&["bias", "--length", huge], "not in 2..=65536"),
+        (&["bias", "--heads", huge], "not in 1..=256"),
+        (&["erf", "run", "--points", huge], "not in 2..=10000"),
+        (&["iou", "run", "--examples", huge], "not in 1..=100000"),
+        (
+            &["spectrum", "run", "--examples", huge],
+            "not in 1..=100000",
+        ),
+        (
+            &["data", "mqar", "presets/mqar_softmax.toml", "--n", huge],
+            "not in 1..=1000",
+        ),
+    ];
+    for (args, range) in cases {
+        let o = attnlab(args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(range), "{args:?}: {err}");
+    }
+}
