@@ -182,6 +182,27 @@ impl Params {
         })
     }
 
+    /// The first parameter (by name) holding a NaN or an infinity, of replica `replica` when
+    /// the parameters are stacked replicas, else of the whole model.
+    pub fn first_non_finite(&self, replica: Option<usize>) -> Result<Option<String>> {
+        for (name, var) in self.lock().vars.iter() {
+            let tensor = match replica {
+                Some(r) => var.as_tensor().get(r)?,
+                None => var.as_tensor().clone(),
+            };
+            // 0·x is 0 for finite x and NaN otherwise, so the sum is finite iff every x is.
+            let sum = tensor
+                .affine(0.0, 0.0)?
+                .sum_all()?
+                .to_dtype(DType::F32)?
+                .to_scalar::<f32>()?;
+            if !sum.is_finite() {
+                return Ok(Some(name.clone()));
+            }
+        }
+        Ok(None)
+    }
+
     /// All trainable variables, sorted by name.
     pub fn vars(&self) -> Vec<(String, Var)> {
         self.lock()
@@ -259,6 +280,24 @@ mod tests {
         );
         assert_eq!(a.count(), 6);
         assert_eq!(b.count(), 11);
+    }
+
+    /// A checkpoint is only written when this finds nothing, so it must see a single NaN or
+    /// infinity, in the right replica.
+    #[test]
+    fn non_finite_parameters_are_found_per_replica() {
+        let stacked = Params::replicated(&[0, 1], &Device::Cpu);
+        stacked.pp("a").get("w", 3, Init::Normal(1.0)).unwrap();
+        stacked.pp("b").get("w", 3, Init::Normal(1.0)).unwrap();
+        assert_eq!(stacked.first_non_finite(Some(1)).unwrap(), None);
+        let (name, var) = stacked.vars().pop().unwrap();
+        let poisoned = Tensor::new(&[[0f32, 0.0, 0.0], [0.0, f32::INFINITY, 0.0]], &Device::Cpu);
+        var.set(&poisoned.unwrap()).unwrap();
+        assert_eq!(stacked.first_non_finite(Some(0)).unwrap(), None);
+        assert_eq!(stacked.first_non_finite(Some(1)).unwrap(), Some(name));
+        let lone = Params::new(0, &Device::Cpu);
+        lone.get("w", 2, Init::Constant(f64::NAN)).unwrap();
+        assert_eq!(lone.first_non_finite(None).unwrap().as_deref(), Some("w"));
     }
 
     /// Replica r starts exactly where a lone model with seed r does, and saves like one.

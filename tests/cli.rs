@@ -249,3 +249,41 @@ fn huge_numeric_options_are_refused_with_their_range() {
         assert!(err.contains(range), "{args:?}: {err}");
     }
 }
+
+/// The CLI exits as soon as a run fails: the summary must be saved first (it used to stay
+/// "running", its temp file left beside it).
+#[test]
+fn a_diverged_run_is_failed_in_its_summary() {
+    let out = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "train",
+        "presets/mqar_softmax.toml",
+        "--quiet",
+        "--out",
+        out.path().to_str().unwrap(),
+        "--set",
+        "train.eps=5e-324",
+    ];
+    args.extend_from_slice(TINY);
+    args.extend_from_slice(&["--set", "train.eval_every=1"]);
+    let o = attnlab(&args);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("training diverged at step 1") && err.contains("no checkpoint was saved"),
+        "{err}"
+    );
+    let run = only_subfolder(out.path());
+    let files: Vec<String> = std::fs::read_dir(&run)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!files.iter().any(|f| f.ends_with(".tmp")), "{files:?}");
+    assert!(
+        !files.contains(&"model.safetensors".to_string()),
+        "{files:?}"
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["status"], "failed");
+}

@@ -5,7 +5,7 @@
 //! | `preset.toml` | at start: the fully resolved preset |
 //! | `metrics.jsonl` | one line per step and per evaluation, appended and flushed |
 //! | `summary.json` | at start, at every evaluation, at the end |
-//! | `model.safetensors` | at every evaluation and at the end (never after a NaN loss) |
+//! | `model.safetensors` | at every evaluation and at the end (never with a NaN or infinite parameter) |
 //! | `attention/layer<L>.npy` | attention of a fixed batch of test rows, (B, H, Tq, Tk) f32 |
 //! | `attention/index.json` | which layers, which rows (with MQAR ground truth), at which step |
 //!
