@@ -119,7 +119,10 @@ impl Preset {
         };
         let deserializer = toml::Deserializer::parse(text).map_err(|e| syntax(e.to_string()))?;
         let preset: Self = serde_path_to_error::deserialize(deserializer).map_err(|e| {
-            let path = e.path().to_string();
+            let mut path = e.path().to_string();
+            if let Some(key) = tagged_key(text, &path) {
+                path = format!("{path}.{key}");
+            }
             let message = e.into_inner().to_string();
             syntax(if path == "." {
                 message
@@ -278,6 +281,41 @@ impl Preset {
     }
 }
 
+/// The key of a `kind`-tagged section (`[task]`, `[attention]`, `[encoding]`) that an error
+/// reported at the section itself is about. serde reads such a section whole before it picks
+/// the variant, so serde_path_to_error's path stops at the section ("at key task" for a bad
+/// `task.seq_len`); each key is tried alone beside the `kind`, and the first one that fails on
+/// its own is named (`kind` itself when it is missing or fails alone).
+fn tagged_key(text: &str, section: &str) -> Option<String> {
+    if !matches!(section, "task" | "attention" | "encoding") {
+        return None;
+    }
+    let raw: toml::Table = toml::from_str(text).ok()?;
+    let given = raw.get(section)?.as_table()?;
+    let Some(kind) = given.get("kind") else {
+        return Some("kind".into());
+    };
+    let fails = |key: Option<(&String, &toml::Value)>| {
+        let mut probe = toml::Table::new();
+        probe.insert("kind".into(), kind.clone());
+        probe.extend(key.map(|(k, v)| (k.clone(), v.clone())));
+        let probe = toml::Value::Table(probe);
+        match section {
+            "task" => probe.try_into::<TaskSpec>().is_err(),
+            "attention" => probe.try_into::<MechanismSpec>().is_err(),
+            _ => probe.try_into::<EncodingSpec>().is_err(),
+        }
+    };
+    if fails(None) {
+        return Some("kind".into());
+    }
+    given
+        .iter()
+        .filter(|(key, _)| *key != "kind")
+        .find(|&entry| fails(Some(entry)))
+        .map(|(key, _)| key.clone())
+}
+
 /// The longest preset name: run folders are named `<time>-<name>` (plus `-N` when the time
 /// repeats), and a folder name holds at most 255 bytes.
 pub const MAX_NAME_CHARS: usize = 200;
@@ -432,6 +470,37 @@ mod tests {
             .to_string();
         assert!(err.contains("attention.feature_dim"), "{err}");
         assert!(parse(MINIMAL, &["encoding.kind=alibi", "encoding.k=1"]).is_ok());
+    }
+
+    /// serde's internally tagged enums lose the path: a bad value inside `[task]`,
+    /// `[attention]` or `[encoding]` used to be reported "at key task".
+    #[test]
+    fn errors_inside_kind_tagged_sections_name_the_key() {
+        let cases: [(&[&str], &str); 6] = [
+            (&["task=mqar", "task.seq_len=-1"], "at key task.seq_len: "),
+            (
+                &["task=mqar", "task.power_a=\"x\""],
+                "at key task.power_a: ",
+            ),
+            (&["task.seq_len=64"], "at key task.kind: "),
+            (
+                &["attention.kind=based", "attention.feature_dim=-2"],
+                "at key attention.feature_dim: ",
+            ),
+            (
+                &["encoding.kind=alibi", "encoding.k=\"x\""],
+                "at key encoding.k: ",
+            ),
+            (&["task.kind=mqr"], "at key task.kind: "),
+        ];
+        for (overrides, key) in cases {
+            let err = parse(MINIMAL, overrides).unwrap_err().to_string();
+            assert!(err.contains(key), "{overrides:?}: {err}");
+        }
+        let err = parse(MINIMAL, &["model.d_modle=3"])
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("model.kind"), "untagged sections: {err}");
     }
 
     #[test]
