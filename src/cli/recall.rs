@@ -13,9 +13,8 @@ use crate::analysis::iou::{Binarise, IouProtocol, IouTable, Target, example_iou,
 use crate::analysis::spectrum::{RunSpectrum, SpectrumProtocol, run_spectrum};
 use crate::figures::{self, recall};
 
-/// The most test rows an analysis scores: they are generated together, and ten times the
-/// paper's 10,000.
-const MAX_EXAMPLES: u64 = 100_000;
+/// The most test rows an analysis scores (`--examples`).
+const MAX_EXAMPLES: u64 = crate::analysis::trained::MAX_TEST_ROWS as u64;
 
 fn parse_binarise(text: &str) -> Result<Binarise, String> {
     text.parse().map_err(|e: crate::Error| e.to_string())
