@@ -21,9 +21,18 @@ pub enum Error {
     /// A device was requested that this build cannot provide.
     #[error("{0}")]
     Device(String),
-    /// The loss became NaN or infinite; training stopped and the last good checkpoint was kept.
-    #[error("training diverged at step {step}: loss is {loss} (the last good checkpoint is kept)")]
-    NonFiniteLoss { step: usize, loss: f32 },
+    /// The loss or a parameter became NaN or infinite and training stopped; no checkpoint with
+    /// a non-finite value is ever written. `kept` says which checkpoint the run folder still
+    /// holds (set by the run, which knows; `None` without a run folder).
+    #[error(
+        "training diverged at step {step}: {what}{}",
+        .kept.as_ref().map_or(String::new(), |k| format!("; {k}"))
+    )]
+    Diverged {
+        step: usize,
+        what: String,
+        kept: Option<String>,
+    },
     /// A run would need more memory than the machine has; says how much, and what to lower.
     #[error(
         "this run needs {needs}, more than the {available} of memory available here; lower {lower}"

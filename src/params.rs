@@ -182,6 +182,27 @@ impl Params {
         })
     }
 
+    /// The first parameter (by name) holding a NaN or an infinity, of replica `replica` when
+    /// the parameters are stacked replicas, else of the whole model.
+    pub fn first_non_finite(&self, replica: Option<usize>) -> Result<Option<String>> {
+        for (name, var) in self.lock().vars.iter() {
+            let tensor = match replica {
+                Some(r) => var.as_tensor().get(r)?,
+                None => var.as_tensor().clone(),
+            };
+            // 0·x is 0 for finite x and NaN otherwise, so the sum is finite iff every x is.
+            let sum = tensor
+                .affine(0.0, 0.0)?
+                .sum_all()?
+                .to_dtype(DType::F32)?
+                .to_scalar::<f32>()?;
+            if !sum.is_finite() {
+                return Ok(Some(name.clone()));
+            }
+        }
+        Ok(None)
+    }
+
     /// All trainable variables, sorted by name.
     pub fn vars(&self) -> Vec<(String, Var)> {
         self.lock()
@@ -210,21 +231,35 @@ impl Params {
         })
     }
 
-    /// Overwrites every parameter with the values stored in a safetensors file.
+    /// Overwrites every parameter with the values stored in a safetensors file. A parameter
+    /// missing, of another shape (a preset that does not match the checkpoint) or holding NaN
+    /// or infinity is an error naming it and the file.
     pub fn load(&self, path: &Path) -> Result<()> {
-        let loaded =
-            candle_core::safetensors::load(path, &self.device).map_err(|e| Error::RunDir {
-                message: format!("cannot read checkpoint ({e})"),
-                path: path.to_path_buf(),
-            })?;
+        let bad = |message: String| Error::RunDir {
+            message,
+            path: path.to_path_buf(),
+        };
+        let loaded = candle_core::safetensors::load(path, &self.device)
+            .map_err(|e| bad(format!("cannot read checkpoint ({e})")))?;
         for (name, var) in self.lock().vars.iter() {
-            let value = loaded.get(name).ok_or_else(|| Error::RunDir {
-                message: format!("checkpoint has no parameter {name}"),
-                path: path.to_path_buf(),
-            })?;
+            let value = loaded
+                .get(name)
+                .ok_or_else(|| bad(format!("checkpoint has no parameter {name}")))?;
+            if value.dims() != var.dims() {
+                return Err(bad(format!(
+                    "checkpoint parameter {name} has shape {:?}, the preset's model {:?}",
+                    value.dims(),
+                    var.dims()
+                )));
+            }
             var.set(&value.to_dtype(DType::F32)?)?;
         }
-        Ok(())
+        match self.first_non_finite(None)? {
+            Some(name) => Err(bad(format!(
+                "checkpoint parameter {name} holds NaN or infinity"
+            ))),
+            None => Ok(()),
+        }
     }
 }
 
@@ -259,6 +294,51 @@ mod tests {
         );
         assert_eq!(a.count(), 6);
         assert_eq!(b.count(), 11);
+    }
+
+    /// A checkpoint is only written when this finds nothing, so it must see a single NaN or
+    /// infinity, in the right replica.
+    #[test]
+    fn non_finite_parameters_are_found_per_replica() {
+        let stacked = Params::replicated(&[0, 1], &Device::Cpu);
+        stacked.pp("a").get("w", 3, Init::Normal(1.0)).unwrap();
+        stacked.pp("b").get("w", 3, Init::Normal(1.0)).unwrap();
+        assert_eq!(stacked.first_non_finite(Some(1)).unwrap(), None);
+        let (name, var) = stacked.vars().pop().unwrap();
+        let poisoned = Tensor::new(&[[0f32, 0.0, 0.0], [0.0, f32::INFINITY, 0.0]], &Device::Cpu);
+        var.set(&poisoned.unwrap()).unwrap();
+        assert_eq!(stacked.first_non_finite(Some(0)).unwrap(), None);
+        assert_eq!(stacked.first_non_finite(Some(1)).unwrap(), Some(name));
+        let lone = Params::new(0, &Device::Cpu);
+        lone.get("w", 2, Init::Constant(f64::NAN)).unwrap();
+        assert_eq!(lone.first_non_finite(None).unwrap().as_deref(), Some("w"));
+    }
+
+    /// A checkpoint that does not fit the model, or holds NaN, is refused naming the
+    /// parameter and the file (candle's shape error named neither; NaN was accepted).
+    #[test]
+    fn loading_names_the_parameter_that_does_not_fit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.safetensors");
+        let save = |values: &[f32]| {
+            let w = Tensor::new(values, &Device::Cpu).unwrap();
+            candle_core::safetensors::save(&std::collections::HashMap::from([("w", w)]), &path)
+                .unwrap();
+        };
+        let model = Params::new(0, &Device::Cpu);
+        model.get("w", 2, Init::Normal(1.0)).unwrap();
+        save(&[1.0, 2.0]);
+        model.load(&path).unwrap();
+        save(&[1.0, 2.0, 3.0]);
+        let err = model.load(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("parameter w has shape [3], the preset's model [2]")
+                && err.contains("m.safetensors"),
+            "{err}"
+        );
+        save(&[1.0, f32::NAN]);
+        let err = model.load(&path).unwrap_err().to_string();
+        assert!(err.contains("parameter w holds NaN or infinity"), "{err}");
     }
 
     /// Replica r starts exactly where a lone model with seed r does, and saves like one.

@@ -285,3 +285,70 @@ fn ctrl_c_and_sigterm_stop_training_with_a_fresh_checkpoint_and_a_stopped_summar
         assert!(leftovers.is_empty(), "{signal}: {leftovers:?}");
     }
 }
+
+/// Counts and lengths too large to hold used to panic ("capacity overflow") or abort on the
+/// allocation; every one is refused by clap with its range (exit 2), before any work.
+#[test]
+fn huge_numeric_options_are_refused_with_their_range() {
+    let huge = "18446744073709551615";
+    let cases: [(&[&str], &str); 8] = [
+        (&["trf", "--points", huge], "not in 2..=10000"),
+        (&["trf", "--length", "1000000000000"], "not in 1..=65536"),
+        (&["bias", "--length", huge], "not in 2..=65536"),
+        (&["bias", "--heads", huge], "not in 1..=256"),
+        (&["erf", "run", "--points", huge], "not in 2..=10000"),
+        (&["iou", "run", "--examples", huge], "not in 1..=100000"),
+        (
+            &["spectrum", "run", "--examples", huge],
+            "not in 1..=100000",
+        ),
+        (
+            &["data", "mqar", "presets/mqar_softmax.toml", "--n", huge],
+            "not in 1..=1000",
+        ),
+    ];
+    for (args, range) in cases {
+        let o = attnlab(args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(range), "{args:?}: {err}");
+    }
+}
+
+/// The CLI exits as soon as a run fails: the summary must be saved first (it used to stay
+/// "running", its temp file left beside it).
+#[test]
+fn a_diverged_run_is_failed_in_its_summary() {
+    let out = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "train",
+        "presets/mqar_softmax.toml",
+        "--quiet",
+        "--out",
+        out.path().to_str().unwrap(),
+        "--set",
+        "train.eps=5e-324",
+    ];
+    args.extend_from_slice(TINY);
+    args.extend_from_slice(&["--set", "train.eval_every=1"]);
+    let o = attnlab(&args);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("training diverged at step 1") && err.contains("no checkpoint was saved"),
+        "{err}"
+    );
+    let run = only_subfolder(out.path());
+    let files: Vec<String> = std::fs::read_dir(&run)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!files.iter().any(|f| f.ends_with(".tmp")), "{files:?}");
+    assert!(
+        !files.contains(&"model.safetensors".to_string()),
+        "{files:?}"
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["status"], "failed");
+}

@@ -78,6 +78,17 @@ fn iou_of_a_trained_run_uses_the_saved_attention_and_ground_truth() {
         err.to_string().contains("layer 0 has no attention"),
         "{err}"
     );
+    // Row r costs r generated rows: `--example 18446744073709551615` overflowed `row + 1`,
+    // and 1e11 ran until memory ran out.
+    for row in [usize::MAX, 100_000_000_000] {
+        let err = example_iou(&run, row, 1, 1, &protocol(1)).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains(&format!("test row {row} is past the last row")),
+            "{err}"
+        );
+    }
+    assert!(run.test_examples(100_001).is_err());
 }
 
 #[test]

@@ -72,6 +72,76 @@ fn non_finite_loss_is_an_error_naming_the_step() {
     assert!(err.contains("step 2") && err.contains("NaN"), "{err}");
 }
 
+/// Trains `preset` into a new folder under `root`; the run's error and its folder.
+fn failed_run(preset: &Preset, root: &Path) -> (String, std::path::PathBuf) {
+    let mut dir = None;
+    let result = attnlab::train::run::run(
+        preset,
+        root,
+        &std::sync::atomic::AtomicBool::new(false),
+        &mut |event| {
+            if let TrainEvent::Started { run_dir, .. } = event {
+                dir = Some(run_dir);
+            }
+        },
+    );
+    (result.unwrap_err().to_string(), dir.unwrap())
+}
+
+/// A diverging run never writes a checkpoint holding NaN or infinity (one used to be saved
+/// right after the update that diverged), and its message names the step and the checkpoint
+/// it keeps, or says there is none (it used to claim "the last good checkpoint is kept").
+#[test]
+fn divergence_names_the_step_and_the_finite_checkpoint_kept() {
+    let root = tempfile::tempdir().unwrap();
+    let mut preset = common::tiny(
+        attnlab::attention::MechanismSpec::Softmax,
+        EncodingSpec::Learned,
+    );
+    preset.train.eval_every = 1;
+    // ε = 5e-324 divides the first update by zero: parameters are NaN after step 1.
+    let mut first_update = preset.clone();
+    first_update.train.eps = 5e-324;
+    let (err, dir) = failed_run(&first_update, root.path());
+    assert!(
+        err.contains("diverged at step 1") && err.contains("no checkpoint was saved"),
+        "{err}"
+    );
+    assert!(!dir.join("model.safetensors").exists());
+    let summary = attnlab::train::RunDir::open(&dir)
+        .unwrap()
+        .read_summary()
+        .unwrap();
+    assert_eq!(summary.status, RunStatus::Failed);
+    let metrics = attnlab::train::RunDir::open(&dir)
+        .unwrap()
+        .read_metrics()
+        .unwrap();
+    assert!(
+        metrics
+            .iter()
+            .any(|m| matches!(m, attnlab::train::MetricRecord::Eval(e) if e.loss.is_nan())),
+        "the evaluation's NaN loss is kept in metrics.jsonl: {metrics:?}"
+    );
+    // Decay of lr·wd = 1e30 leaves finite parameters of ~1e28 after step 1 whose loss at step 2
+    // is not finite.
+    let mut later = preset;
+    later.train.weight_decay = 1e33;
+    let (err, dir) = failed_run(&later, root.path());
+    let checkpoint = dir.join("model.safetensors");
+    assert!(
+        err.contains("diverged at step 2")
+            && err.contains("the last finite checkpoint, from step 1, is kept")
+            && err.contains(checkpoint.to_str().unwrap()),
+        "{err}"
+    );
+    let saved = candle_core::safetensors::load(&checkpoint, &candle_core::Device::Cpu).unwrap();
+    for (name, tensor) in saved {
+        let values = tensor.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert!(values.iter().all(|v| v.is_finite()), "{name}");
+    }
+}
+
 #[test]
 fn stopping_a_run_keeps_its_results() {
     let dir = tempfile::tempdir().unwrap();

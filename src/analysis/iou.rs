@@ -451,6 +451,12 @@ pub fn example_iou(
             "head {head} does not exist: heads are 0..{heads}"
         )));
     }
+    let last = super::trained::MAX_TEST_ROWS - 1;
+    if row > last {
+        return Err(Error::Other(format!(
+            "test row {row} is past the last row an analysis generates, {last}"
+        )));
+    }
     let example = run
         .test_examples(row + 1)?
         .pop()

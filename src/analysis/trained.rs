@@ -18,6 +18,10 @@ use crate::{Error, Result};
 /// batch of (B, H, T, T) weights stays in the tens of megabytes at T = 128.
 const BATCH_ROWS: usize = 128;
 
+/// The most test rows an analysis generates, ten times the ReBased paper's 10,000: rows come
+/// one after another from the test seed and are held together, so row r costs r rows.
+pub const MAX_TEST_ROWS: usize = 100_000;
+
 /// What [`TrainedRun::for_each_batch`] calls with each batch's rows and per-layer attention.
 pub type BatchVisitor<'a> = dyn FnMut(&[Example], &[Option<AttentionWeights>]) -> Result<()> + 'a;
 
@@ -63,8 +67,14 @@ impl TrainedRun {
     }
 
     /// The first `n` rows of the run's test split (the generator continues past
-    /// `task.test_examples` with the same seed, so larger `n` adds unseen rows).
+    /// `task.test_examples` with the same seed, so larger `n` adds unseen rows), at most
+    /// [`MAX_TEST_ROWS`].
     pub fn test_examples(&self, n: usize) -> Result<Vec<Example>> {
+        if n > MAX_TEST_ROWS {
+            return Err(Error::Other(format!(
+                "{n} test rows asked for: an analysis generates at most {MAX_TEST_ROWS}"
+            )));
+        }
         Ok(self.mqar()?.examples(Split::Test, n))
     }
 

@@ -14,6 +14,15 @@ use crate::report::encodings::{BiasReport, ErfReport, TrfReport, TrfSettings, he
 use crate::report::{Format, render, save_figures, with_suffix};
 use crate::train::RunDir;
 
+/// The most heads `--heads` builds encodings for: model.n_heads's bound.
+const MAX_HEADS: u64 = 256;
+/// The widest `--head-dim`: model.d_model's bound.
+const MAX_HEAD_DIM: u64 = 8192;
+/// The longest `--length`: the longest rows a task trains on.
+const MAX_LENGTH: u64 = 65_536;
+/// The most ε values a receptive-field curve is sampled at.
+const MAX_POINTS: u64 = 10_000;
+
 /// Which encodings, with which settings, for how many heads.
 #[derive(Debug, Args)]
 pub struct EncodingChoice {
@@ -23,11 +32,12 @@ pub struct EncodingChoice {
     /// Change a setting, NAME.KEY=VALUE, e.g. --set sandwich.k=0.5 (repeatable).
     #[arg(long = "set", value_name = "NAME.KEY=VALUE")]
     settings: Vec<String>,
-    /// Heads of the model the encodings are built for (ALiBi's slopes depend on it).
-    #[arg(long, default_value_t = 8)]
+    /// Heads of the model the encodings are built for (ALiBi's slopes depend on it); at most
+    /// model.n_heads's 256.
+    #[arg(long, default_value_t = 8, value_parser = super::bounded(1, MAX_HEADS))]
     heads: usize,
-    /// Per-head query/key width (rotary frequencies depend on it).
-    #[arg(long, default_value_t = 64)]
+    /// Per-head query/key width (rotary frequencies depend on it); at most model.d_model's 8192.
+    #[arg(long, default_value_t = 64, value_parser = super::bounded(1, MAX_HEAD_DIM))]
     head_dim: usize,
     /// A run folder: add its encoding with the trained parameters.
     #[arg(long)]
@@ -197,8 +207,8 @@ fn describe(spec: &EncodingSpec) -> Value {
 pub struct BiasArgs {
     #[command(flatten)]
     choice: EncodingChoice,
-    /// Distances 0..LENGTH (and the heatmap's size).
-    #[arg(long, default_value_t = 64)]
+    /// Distances 0..LENGTH (and the heatmap's size), at most 65536.
+    #[arg(long, default_value_t = 64, value_parser = super::bounded(2, MAX_LENGTH))]
     length: usize,
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
@@ -212,7 +222,6 @@ pub struct BiasArgs {
 
 /// `attnlab bias`.
 pub fn bias(args: &BiasArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(args.length >= 2, "--length must be at least 2");
     anyhow::ensure!(
         args.heatmap.is_none() || args.length <= UNTRAINED_MAX_LEN,
         "--length {} is too long for --heatmap, which holds n x n values: at most {UNTRAINED_MAX_LEN}",
@@ -261,11 +270,12 @@ fn write_heatmap(
 pub struct TrfArgs {
     #[command(flatten)]
     choice: EncodingChoice,
-    /// The length m of draw(): the content-free attention row covers distances 0..m.
-    #[arg(long, default_value_t = 512)]
+    /// The length m of draw(): the content-free attention row covers distances 0..m (at most
+    /// 65536).
+    #[arg(long, default_value_t = 512, value_parser = super::bounded(1, MAX_LENGTH))]
     length: usize,
-    /// Number of ε values, from 1 down to 0.
-    #[arg(long, default_value_t = 50)]
+    /// Number of ε values, from 1 down to 0 (at most 10000).
+    #[arg(long, default_value_t = 50, value_parser = super::bounded(2, MAX_POINTS))]
     points: usize,
     /// ε values at which to report the absolute TRF n_the(ε) of Eq. 22 (infinite sum).
     #[arg(long, value_delimiter = ',', default_value = "0.5,0.1,0.01")]
@@ -279,8 +289,6 @@ pub struct TrfArgs {
 
 /// `attnlab trf`.
 pub fn trf(args: &TrfArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(args.length >= 1, "--length must be at least 1");
-    anyhow::ensure!(args.points >= 2, "--points must be at least 2");
     if let Some(bad) = args.eps.iter().find(|e| !(**e > 0.0 && **e < 1.0)) {
         anyhow::bail!("--eps {bad}: every ε must lie strictly between 0 and 1");
     }
@@ -317,7 +325,8 @@ pub struct ErfArgs {
     /// `last`, the row that sees the whole context (the paper's TRF).
     #[arg(long, default_value = "all", value_parser = parse_rows)]
     rows: Rows,
-    #[arg(long, default_value_t = 50)]
+    /// Number of ε values, from 1 down to 0 (at most 10000).
+    #[arg(long, default_value_t = 50, value_parser = super::bounded(2, MAX_POINTS))]
     points: usize,
     #[arg(long, value_enum, default_value_t = Format::Json)]
     format: Format,
@@ -328,7 +337,6 @@ pub struct ErfArgs {
 
 /// `attnlab erf`.
 pub fn erf(args: &ErfArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(args.points >= 2, "--points must be at least 2");
     let protocol = ErfProtocol {
         layer: args.layer.0,
         heads: args.head,

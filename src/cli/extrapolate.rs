@@ -73,16 +73,6 @@ pub fn extrapolate(args: &ExtrapolateArgs) -> anyhow::Result<()> {
             }
         }
     };
-    let (presets, mut runs) = split_targets(args)?;
-    if !presets.is_empty() {
-        let trained = extrapolation::train_presets(
-            &presets,
-            &args.runs,
-            &mut |f| progress("training", f),
-            cancel,
-        )?;
-        runs.splice(0..0, trained);
-    }
     let options = Options {
         lengths: args.lengths.clone(),
         protocol: args.protocol,
@@ -93,6 +83,18 @@ pub fn extrapolate(args: &ExtrapolateArgs) -> anyhow::Result<()> {
         rotary_variants: !args.no_variants,
         ..Options::default()
     };
+    // Before training any preset target: a bad option would only show after it.
+    options.validate()?;
+    let (presets, mut runs) = split_targets(args)?;
+    if !presets.is_empty() {
+        let trained = extrapolation::train_presets(
+            &presets,
+            &args.runs,
+            &mut |f| progress("training", f),
+            cancel,
+        )?;
+        runs.splice(0..0, trained);
+    }
     let sweep = extrapolation::extrapolate_runs(
         &runs,
         &options,

@@ -105,6 +105,16 @@ pub enum Command {
     Extrapolate(extrapolate::ExtrapolateArgs),
 }
 
+/// A `usize` option accepting `lo..=hi`. An unbounded count reached an allocation: a huge
+/// one panicked with "capacity overflow", a large one aborted asking for terabytes; clap now
+/// refuses it with the range.
+fn bounded(lo: u64, hi: u64) -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::new().range(lo..=hi)
+}
+
+/// The most rows `attnlab data` prints.
+const MAX_DATA_ROWS: u64 = 1000;
+
 #[derive(Debug, Subcommand)]
 pub enum DataCommand {
     /// MQAR rows with labels and ground-truth positions.
@@ -112,8 +122,8 @@ pub enum DataCommand {
         preset: PathBuf,
         #[arg(long = "set", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
-        /// Number of rows.
-        #[arg(long, default_value_t = 4)]
+        /// Number of rows (at most 1000).
+        #[arg(long, default_value_t = 4, value_parser = bounded(1, MAX_DATA_ROWS))]
         n: usize,
         #[arg(long, value_enum, default_value_t = SplitArg::Train)]
         split: SplitArg,

@@ -14,6 +14,9 @@ use crate::figures;
 use crate::report::recall::{IouReport, SpectrumReport};
 use crate::report::{Format, render, save_figures, with_suffix};
 
+/// The most test rows an analysis scores (`--examples`).
+const MAX_EXAMPLES: u64 = crate::analysis::trained::MAX_TEST_ROWS as u64;
+
 fn parse_binarise(text: &str) -> Result<Binarise, String> {
     text.parse().map_err(|e: crate::Error| e.to_string())
 }
@@ -57,9 +60,9 @@ fn run_label(dir: &std::path::Path) -> String {
 pub struct IouArgs {
     /// A run folder of an MQAR run (runs/<time>-<name>).
     run: PathBuf,
-    /// Test rows to average over (the paper uses 10,000); rows past the run's test set come
-    /// from the same test generator.
-    #[arg(long, default_value_t = 10_000)]
+    /// Test rows to average over (the paper uses 10,000; at most 100,000); rows past the run's
+    /// test set come from the same test generator.
+    #[arg(long, default_value_t = 10_000, value_parser = super::bounded(1, MAX_EXAMPLES))]
     examples: usize,
     /// How a cropped attention row becomes positions: threshold:T (default τ = 0.1), argmax
     /// (saturates near 100% accuracy) or topk:K. Soft IoU is always reported beside it.
@@ -149,8 +152,8 @@ pub struct SpectrumArgs {
     /// different k beside a softmax run).
     #[arg(required = true)]
     runs: Vec<PathBuf>,
-    /// Test rows whose attention matrices are averaged over.
-    #[arg(long, default_value_t = 1000)]
+    /// Test rows whose attention matrices are averaged over (at most 100,000).
+    #[arg(long, default_value_t = 1000, value_parser = super::bounded(1, MAX_EXAMPLES))]
     examples: usize,
     /// Normalise σ² (the energy kept by the best rank-i approximation) instead of σ.
     #[arg(long)]

@@ -75,6 +75,28 @@ impl Default for Options {
     }
 }
 
+impl Options {
+    /// Settings no evaluation can use, refused before any run is read: a length of 0 divided
+    /// the validation stream by zero, a chunk of 0 never advances.
+    pub fn validate(&self) -> Result<()> {
+        if let Some(&n) = self.lengths.iter().find(|&&n| n == 0) {
+            return Err(Error::Other(format!(
+                "evaluation length {n} (--lengths): every length must be at least 1 token"
+            )));
+        }
+        let positive = [
+            ("stride (--stride)", self.stride.unwrap_or(1)),
+            ("chunk (--chunk)", self.chunk),
+            ("batch_tokens", self.batch_tokens),
+            ("max_tokens (--max-tokens)", self.max_tokens),
+        ];
+        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(Error::Other(format!("{name} 0: must be at least 1")));
+        }
+        Ok(())
+    }
+}
+
 /// L, 2L, 4L, …, 64L.
 pub fn default_lengths(train_length: usize) -> Vec<usize> {
     (0..7).map(|k| train_length << k).collect()
@@ -187,6 +209,7 @@ pub fn extrapolate_runs(
     progress: &mut dyn FnMut(f32),
     cancel: &AtomicBool,
 ) -> Result<Extrapolation> {
+    options.validate()?;
     let presets = runs
         .iter()
         .map(|r| r.read_preset())
@@ -462,6 +485,27 @@ mod tests {
         let ppl = [Some(12.0), Some(10.0), Some(15.0), None];
         let d = relative_change(&ppl, &[32, 64, 128, 256], 64);
         assert_eq!(d, vec![Some(0.2), Some(0.0), Some(0.5), None]);
+    }
+
+    /// `--lengths 0` used to divide by zero; it is refused before any run is read.
+    #[test]
+    fn zero_lengths_and_chunks_are_refused() {
+        let cancel = AtomicBool::new(false);
+        let zero_length = Options {
+            lengths: vec![64, 0],
+            ..Options::default()
+        };
+        let err = extrapolate_runs(&[], &zero_length, &mut |_| {}, &cancel)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("evaluation length 0 (--lengths)"), "{err}");
+        let zero_chunk = Options {
+            chunk: 0,
+            ..Options::default()
+        };
+        let err = zero_chunk.validate().unwrap_err().to_string();
+        assert!(err.contains("--chunk"), "{err}");
+        assert!(Options::default().validate().is_ok());
     }
 
     #[test]

@@ -96,8 +96,7 @@ impl Default for Preset {
 impl Preset {
     /// Reads, overrides (`key=value` pairs, e.g. `train.lr=3e-3`) and validates a preset file.
     pub fn load(path: &Path, overrides: &[String]) -> Result<Self> {
-        let text =
-            std::fs::read_to_string(path).map_err(|e| Error::io("cannot read preset", path, e))?;
+        let text = crate::io::read_small_text(path, "preset")?;
         Self::parse(&text, overrides, path)
     }
 
@@ -126,7 +125,10 @@ impl Preset {
         };
         let deserializer = toml::Deserializer::parse(text).map_err(|e| syntax(e.to_string()))?;
         let preset: Self = serde_path_to_error::deserialize(deserializer).map_err(|e| {
-            let path = e.path().to_string();
+            let mut path = e.path().to_string();
+            if let Some(key) = tagged_key(text, &path) {
+                path = format!("{path}.{key}");
+            }
             let message = e.into_inner().to_string();
             syntax(if path == "." {
                 message
@@ -226,9 +228,7 @@ impl Preset {
                 format!("this attnlab reads schema {SCHEMA}"),
             ));
         }
-        if self.name.trim().is_empty() {
-            return Err(Error::preset("name", "\"\"", "must not be empty"));
-        }
+        check_name(&self.name)?;
         self.model.validate()?;
         self.task.validate()?;
         self.attention.validate(self.task.seq_len())?;
@@ -285,6 +285,73 @@ impl Preset {
             .collect();
         slug.trim_matches('-').to_string()
     }
+}
+
+/// The key of a `kind`-tagged section (`[task]`, `[attention]`, `[encoding]`) that an error
+/// reported at the section itself is about. serde reads such a section whole before it picks
+/// the variant, so serde_path_to_error's path stops at the section ("at key task" for a bad
+/// `task.seq_len`); each key is tried alone beside the `kind`, and the first one that fails on
+/// its own is named (`kind` itself when it is missing or fails alone).
+fn tagged_key(text: &str, section: &str) -> Option<String> {
+    if !matches!(section, "task" | "attention" | "encoding") {
+        return None;
+    }
+    let raw: toml::Table = toml::from_str(text).ok()?;
+    let given = raw.get(section)?.as_table()?;
+    let Some(kind) = given.get("kind") else {
+        return Some("kind".into());
+    };
+    let fails = |key: Option<(&String, &toml::Value)>| {
+        let mut probe = toml::Table::new();
+        probe.insert("kind".into(), kind.clone());
+        probe.extend(key.map(|(k, v)| (k.clone(), v.clone())));
+        let probe = toml::Value::Table(probe);
+        match section {
+            "task" => probe.try_into::<TaskSpec>().is_err(),
+            "attention" => probe.try_into::<MechanismSpec>().is_err(),
+            _ => probe.try_into::<EncodingSpec>().is_err(),
+        }
+    };
+    if fails(None) {
+        return Some("kind".into());
+    }
+    given
+        .iter()
+        .filter(|(key, _)| *key != "kind")
+        .find(|&entry| fails(Some(entry)))
+        .map(|(key, _)| key.clone())
+}
+
+/// The longest preset name: run folders are named `<time>-<name>` (plus `-N` when the time
+/// repeats), and a folder name holds at most 255 bytes.
+pub const MAX_NAME_CHARS: usize = 200;
+
+/// A name must be something a run folder, a thread and a log line can carry: not empty, no
+/// control characters (a NUL cannot be in a thread name, a newline splits a plan's command),
+/// and at most [`MAX_NAME_CHARS`].
+pub fn check_name(name: &str) -> Result<()> {
+    let shown = || format!("{name:?}");
+    if name.trim().is_empty() {
+        return Err(Error::preset("name", shown(), "must not be empty"));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(Error::preset(
+            "name",
+            shown(),
+            "must not contain control characters (NUL, newline, tab, …)",
+        ));
+    }
+    let chars = name.chars().count();
+    if chars > MAX_NAME_CHARS {
+        return Err(Error::preset(
+            "name",
+            format!("{:?}…", name.chars().take(40).collect::<String>()),
+            format!(
+                "is {chars} characters long: at most {MAX_NAME_CHARS}, so the run folder's name fits"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Applies `a.b.c=value` to a TOML table. The value is parsed as TOML (`3e-3`, `true`,
@@ -411,6 +478,37 @@ mod tests {
         assert!(parse(MINIMAL, &["encoding.kind=alibi", "encoding.k=1"]).is_ok());
     }
 
+    /// serde's internally tagged enums lose the path: a bad value inside `[task]`,
+    /// `[attention]` or `[encoding]` used to be reported "at key task".
+    #[test]
+    fn errors_inside_kind_tagged_sections_name_the_key() {
+        let cases: [(&[&str], &str); 6] = [
+            (&["task=mqar", "task.seq_len=-1"], "at key task.seq_len: "),
+            (
+                &["task=mqar", "task.power_a=\"x\""],
+                "at key task.power_a: ",
+            ),
+            (&["task.seq_len=64"], "at key task.kind: "),
+            (
+                &["attention.kind=based", "attention.feature_dim=-2"],
+                "at key attention.feature_dim: ",
+            ),
+            (
+                &["encoding.kind=alibi", "encoding.k=\"x\""],
+                "at key encoding.k: ",
+            ),
+            (&["task.kind=mqr"], "at key task.kind: "),
+        ];
+        for (overrides, key) in cases {
+            let err = parse(MINIMAL, overrides).unwrap_err().to_string();
+            assert!(err.contains(key), "{overrides:?}: {err}");
+        }
+        let err = parse(MINIMAL, &["model.d_modle=3"])
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("model.kind"), "untagged sections: {err}");
+    }
+
     #[test]
     fn unknown_variant_lists_the_allowed_ones() {
         let err = parse(MINIMAL, &["attention.kind=flash"])
@@ -445,6 +543,29 @@ mod tests {
             err.contains("encoding.kind = alibi") && err.contains("linformer"),
             "{err}"
         );
+    }
+
+    /// A NUL used to panic spawning the training thread; a long name passed `check` and then
+    /// failed creating the run folder.
+    #[test]
+    fn names_a_folder_cannot_hold_are_refused() {
+        let err = parse(MINIMAL, &["name=\"a\\u0000b\""])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("name = \"a\\0b\"") && err.contains("control characters"),
+            "{err}"
+        );
+        let err = parse(MINIMAL, &["name=\"a\\nb\""]).unwrap_err().to_string();
+        assert!(err.contains("control characters"), "{err}");
+        let long = format!("name=\"{}\"", "x".repeat(MAX_NAME_CHARS + 1));
+        let err = parse(MINIMAL, &[&long]).unwrap_err().to_string();
+        assert!(
+            err.contains("invalid preset: name = ") && err.contains("201"),
+            "{err}"
+        );
+        let longest = format!("name=\"{}\"", "é".repeat(MAX_NAME_CHARS));
+        assert!(parse(MINIMAL, &[&longest]).is_ok());
     }
 
     #[test]

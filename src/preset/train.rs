@@ -84,9 +84,13 @@ impl TrainConfig {
         (train_examples / self.batch_size.max(1)).max(1)
     }
 
+    /// Saturating: [`Self::validate`] refuses a product that overflows, so only an unvalidated
+    /// preset sees `usize::MAX`.
     pub fn total_steps(&self, train_examples: usize) -> usize {
-        self.max_steps
-            .unwrap_or(self.epochs * self.steps_per_epoch(train_examples))
+        self.max_steps.unwrap_or(
+            self.epochs
+                .saturating_mul(self.steps_per_epoch(train_examples)),
+        )
     }
 
     /// Steps between evaluations.
@@ -138,6 +142,17 @@ impl TrainConfig {
                 "must be ≥ 1 (leave it out to train for `epochs`)",
             );
         }
+        let per_epoch = self.steps_per_epoch(train_examples);
+        if self.max_steps.is_none() && self.epochs.checked_mul(per_epoch).is_none() {
+            return bad(
+                "epochs",
+                &self.epochs,
+                &format!(
+                    "times {per_epoch} steps per epoch overflows: at most {}",
+                    usize::MAX / per_epoch
+                ),
+            );
+        }
         let total = self.total_steps(train_examples);
         if self.warmup_steps >= total {
             return bad(
@@ -170,5 +185,31 @@ impl TrainConfig {
         self.device
             .check()
             .map_err(|e| Error::preset("train.device", self.device, e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `epochs × steps per epoch` used to wrap around in release builds (4 steps, then
+    /// "completed") and panic in debug ones.
+    #[test]
+    fn an_overflowing_number_of_steps_is_refused() {
+        let task = TaskSpec::default();
+        let config = TrainConfig {
+            epochs: 4_611_686_018_427_387_905,
+            ..TrainConfig::default()
+        };
+        let err = config.validate(&task).unwrap_err().to_string();
+        assert!(
+            err.contains("train.epochs = 4611686018427387905") && err.contains("overflows"),
+            "{err}"
+        );
+        let capped = TrainConfig {
+            max_steps: Some(10),
+            ..config
+        };
+        assert!(capped.validate(&task).is_ok(), "max_steps bounds the run");
     }
 }

@@ -112,8 +112,7 @@ struct AxisValue {
 impl Sweep {
     /// Reads `path` and checks every cell's preset before any work starts.
     pub fn load(path: &Path) -> Result<Self> {
-        let text =
-            std::fs::read_to_string(path).map_err(|e| Error::io("cannot read sweep", path, e))?;
+        let text = crate::io::read_small_text(path, "sweep")?;
         let file: SweepFile = toml::from_str(&text).map_err(|e| Error::PresetSyntax {
             path: path.to_path_buf(),
             message: e.to_string(),
@@ -128,8 +127,12 @@ impl Sweep {
                 "must be at least 1 (1 trains cell by cell)".into(),
             ));
         }
+        check_folder_name(&file.name).map_err(|why| bad("name", why))?;
         let base = path.parent().unwrap_or(Path::new("")).join(&file.base);
         let axes = file.axes.values().map_err(|(key, why)| bad(key, why))?;
+        check_grid_size(&axes).map_err(|why| bad("axes", why))?;
+        let cells = grid(&axes, &file.set);
+        check_cell_ids(&cells).map_err(|why| bad("axes", why))?;
         let sweep = Self {
             out: file
                 .out
@@ -139,7 +142,7 @@ impl Sweep {
             base,
             workers: file.workers,
             replicas: file.replicas,
-            cells: grid(&axes, &file.set),
+            cells,
         };
         for cell in &sweep.cells {
             sweep
@@ -159,6 +162,7 @@ impl Sweep {
     pub fn preset(&self, cell: &Cell) -> Result<Preset> {
         let mut preset = Preset::load(&self.base, &cell.overrides)?;
         preset.name = format!("{}-{}", self.name, cell.id);
+        crate::preset::check_name(&preset.name)?;
         Ok(preset)
     }
 
@@ -357,6 +361,64 @@ fn grid(axes: &[Vec<AxisValue>], set: &[String]) -> Vec<Cell> {
         cell.id = "base".into();
     }
     cells
+}
+
+/// The most cells a sweep may have: a grid of 1e10 cells took 6 GB before training anything.
+pub const MAX_CELLS: usize = 10_000;
+
+/// The longest sweep name: its cells' run names are `<name>-<cell id>`, within a preset's
+/// [`crate::preset::MAX_NAME_CHARS`].
+const MAX_SWEEP_NAME: usize = 100;
+
+/// Whether `name` can be one folder's name on every system: letters, digits, `-`, `_` and
+/// `.`, not starting with `.`. A sweep's name is its default output folder and a cell's id its
+/// folder, so `../..` would leave `runs/` and a newline would split a plan's command.
+fn check_folder_name(name: &str) -> std::result::Result<(), String> {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "-_.".contains(c);
+    if name.is_empty() || name.starts_with('.') || !name.chars().all(safe) {
+        return Err(format!(
+            "{name:?} must be letters, digits, '-', '_' or '.', not starting with '.'"
+        ));
+    }
+    if name.len() > MAX_SWEEP_NAME {
+        return Err(format!(
+            "{name:?} is {} characters long: at most {MAX_SWEEP_NAME}",
+            name.len()
+        ));
+    }
+    Ok(())
+}
+
+/// The product of the axes' lengths, overflow-checked, against [`MAX_CELLS`], before the grid
+/// is built.
+fn check_grid_size(axes: &[Vec<AxisValue>]) -> std::result::Result<(), String> {
+    let lengths: Vec<usize> = axes.iter().map(Vec::len).filter(|&n| n > 0).collect();
+    match lengths
+        .iter()
+        .try_fold(1usize, |n, &len| n.checked_mul(len))
+    {
+        Some(cells) if cells <= MAX_CELLS => Ok(()),
+        cells => Err(format!(
+            "the grid has {} cells (axes of {lengths:?} values): at most {MAX_CELLS}",
+            cells.map_or("more than 2^64".to_string(), |n| n.to_string())
+        )),
+    }
+}
+
+/// Every cell has its own folder: a repeated axis value would make two cells share one, and a
+/// setting's text could make a folder name leave the sweep's `out`.
+fn check_cell_ids(cells: &[Cell]) -> std::result::Result<(), String> {
+    let mut seen = std::collections::HashSet::new();
+    for cell in cells {
+        check_folder_name(&cell.id).map_err(|why| format!("cell {why}"))?;
+        if !seen.insert(&cell.id) {
+            return Err(format!(
+                "cell {} appears twice: an axis repeats a value, so two cells would share a folder",
+                cell.id
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `text` as one shell word.
@@ -663,6 +725,35 @@ mod tests {
             .err()
             .unwrap();
         assert_eq!(err.0, "axes.mechanism");
+    }
+
+    /// Names that leave `runs/` or break a plan's command line, repeated cells and huge grids
+    /// are refused before any preset is read.
+    #[test]
+    fn unsafe_names_duplicate_cells_and_huge_grids_are_refused() {
+        for name in ["../../../../tmp/x", "a\nb", "", ".hidden", "a/b"] {
+            assert!(check_folder_name(name).is_err(), "{name:?}");
+        }
+        assert!(check_folder_name(&"x".repeat(MAX_SWEEP_NAME + 1)).is_err());
+        assert!(check_folder_name("fig1-small_2.b").is_ok());
+        let err = check_cell_ids(&grid(&axes("seed = [0, 1, 0]"), &[])).unwrap_err();
+        assert!(err.contains("cell s0 appears twice"), "{err}");
+        let err = check_cell_ids(&grid(&axes("lr = [1e-3, 0.001]"), &[])).unwrap_err();
+        assert!(err.contains("appears twice"), "{err}");
+        let err = check_cell_ids(&grid(
+            &axes("mechanism = [{ kind = \"based\", x = \"../../up\" }]"),
+            &[],
+        ))
+        .unwrap_err();
+        assert!(err.contains("cell \"based_x-../../up\""), "{err}");
+        let seeds: Vec<String> = (0..1000).map(|s| s.to_string()).collect();
+        let big = axes(&format!(
+            "seed = [{0}]\nseq_len = [{0}]\nd_model = [{0}]",
+            seeds.join(", ")
+        ));
+        let err = check_grid_size(&big).unwrap_err();
+        assert!(err.contains("1000000000 cells"), "{err}");
+        assert!(check_grid_size(&axes("seed = [0, 1]")).is_ok());
     }
 
     #[test]

@@ -11,8 +11,8 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::Dataset;
 use super::corpus::{CorpusSource, Part};
+use super::{Dataset, check_split_size};
 use crate::rng::{self, Rng};
 use crate::{Error, Result};
 
@@ -26,6 +26,9 @@ pub enum Tokens {
     /// Characters, the most frequent `vocab_size − 1` of the training text; id 0 = other.
     Chars,
 }
+
+/// The most text one split reads: the text is held in memory whole, as its tokens are.
+pub const MAX_TEXT_BYTES: usize = 1 << 30;
 
 /// Language-modelling settings (the `[task]` section with `kind = "lm"`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -103,6 +106,20 @@ impl LmConfig {
         }
         if self.test_examples == 0 {
             return err("test_examples", &0, "must be ≥ 1".into());
+        }
+        check_split_size("train_examples", self.train_examples, self.seq_len)?;
+        check_split_size("test_examples", self.test_examples, self.seq_len)?;
+        for (key, bytes) in [
+            ("train_bytes", self.train_bytes),
+            ("valid_bytes", self.valid_bytes),
+        ] {
+            if bytes > MAX_TEXT_BYTES {
+                return err(
+                    key,
+                    &bytes,
+                    format!("must be at most {MAX_TEXT_BYTES} (1 GiB)"),
+                );
+            }
         }
         let min_valid = (self.test_examples * self.seq_len + 1).max(self.seq_len + 1);
         if self.valid_bytes < min_valid {
@@ -295,5 +312,37 @@ mod tests {
         };
         let err = c.validate().unwrap_err().to_string();
         assert!(err.contains("task.vocab_size = 100"), "{err}");
+    }
+
+    /// `test_examples × seq_len` used to overflow (a panic in debug builds, a wrapped and
+    /// passing check in release ones).
+    #[test]
+    fn overflowing_sizes_are_refused_naming_the_key() {
+        for (config, key) in [
+            (
+                LmConfig {
+                    test_examples: 1 << 62,
+                    ..LmConfig::default()
+                },
+                "task.test_examples = 4611686018427387904",
+            ),
+            (
+                LmConfig {
+                    train_examples: 1_000_000_000_000,
+                    ..LmConfig::default()
+                },
+                "task.train_examples",
+            ),
+            (
+                LmConfig {
+                    train_bytes: usize::MAX,
+                    ..LmConfig::default()
+                },
+                "task.train_bytes",
+            ),
+        ] {
+            let err = config.validate().unwrap_err().to_string();
+            assert!(err.contains(key), "{err}");
+        }
     }
 }

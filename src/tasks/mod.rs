@@ -16,6 +16,28 @@ use crate::Result;
 /// Label value of positions that are not scored (zoology's and PyTorch's `-100`).
 pub const IGNORE: i32 = -100;
 
+/// The most tokens one split may hold: 2^28 tokens are 2 GiB of inputs and labels, 400 times
+/// the reference MQAR training split, while a typo (`train_examples = 1e12`) would ask for
+/// terabytes.
+pub const MAX_SPLIT_TOKENS: usize = 1 << 28;
+
+/// Checks that `examples` rows of `seq_len` tokens fit in [`MAX_SPLIT_TOKENS`], with the
+/// product overflow-checked; the error names `task.{key}`.
+pub fn check_split_size(key: &str, examples: usize, seq_len: usize) -> Result<()> {
+    match examples.checked_mul(seq_len) {
+        Some(tokens) if tokens <= MAX_SPLIT_TOKENS => Ok(()),
+        _ => Err(crate::Error::preset(
+            format!("task.{key}"),
+            examples,
+            format!(
+                "is too many rows of task.seq_len = {seq_len} tokens: at most {} \
+                 ({MAX_SPLIT_TOKENS} tokens per split)",
+                MAX_SPLIT_TOKENS / seq_len.max(1)
+            ),
+        )),
+    }
+}
+
 /// The task section of a preset.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]

@@ -22,9 +22,17 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Dataset, IGNORE};
+use super::{Dataset, IGNORE, check_split_size};
 use crate::rng::{self, AttnRng, Rng};
 use crate::{Error, Result};
+
+/// The longest MQAR row: as language modelling's, far past what attention over every pair of
+/// positions trains on in memory.
+pub const MAX_SEQ_LEN: usize = 65_536;
+
+/// The largest MQAR vocabulary: tokens are `u32`s, every row draws from a pool of half the
+/// vocabulary, and the embedding grows with it (zoology's largest is 8,192).
+pub const MAX_VOCAB: usize = 65_536;
 
 /// MQAR settings (the `[task]` section with `kind = "mqar"`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -92,8 +100,12 @@ pub struct Example {
 }
 
 impl MqarConfig {
+    /// Saturating, so a preset with absurd counts reaches [`Self::validate`]'s message
+    /// instead of an overflow.
     fn context_len(&self) -> usize {
-        2 * self.num_kv_pairs * self.num_passes
+        self.num_kv_pairs
+            .saturating_mul(self.num_passes)
+            .saturating_mul(2)
     }
 
     /// Number of even slots in the query region (zoology's `space`).
@@ -106,14 +118,21 @@ impl MqarConfig {
         let err = |key: &str, value: &dyn ToString, why: &str| {
             Err(Error::preset(format!("task.{key}"), value.to_string(), why))
         };
-        if self.seq_len < 4 || !self.seq_len.is_multiple_of(2) {
-            return err("seq_len", &self.seq_len, "must be an even number ≥ 4");
+        if !(4..=MAX_SEQ_LEN).contains(&self.seq_len) || !self.seq_len.is_multiple_of(2) {
+            return err(
+                "seq_len",
+                &self.seq_len,
+                &format!("must be an even number in 4..={MAX_SEQ_LEN}"),
+            );
         }
-        if self.vocab_size <= self.seq_len {
+        if self.vocab_size <= self.seq_len || self.vocab_size > MAX_VOCAB {
             return err(
                 "vocab_size",
                 &self.vocab_size,
-                &format!("must be larger than task.seq_len = {}", self.seq_len),
+                &format!(
+                    "must be larger than task.seq_len = {} and at most {MAX_VOCAB}",
+                    self.seq_len
+                ),
             );
         }
         if self.num_kv_pairs == 0 || self.num_kv_pairs >= self.vocab_size / 2 {
@@ -129,10 +148,14 @@ impl MqarConfig {
         if self.num_passes == 0 {
             return err("num_passes", &self.num_passes, "must be ≥ 1");
         }
-        if self.context_len() + 2 * self.num_kv_pairs > self.seq_len {
+        if self.context_len().saturating_add(2 * self.num_kv_pairs) > self.seq_len {
+            let (key, value) = match self.num_passes {
+                1 => ("num_kv_pairs", self.num_kv_pairs),
+                passes => ("num_passes", passes),
+            };
             return err(
-                "num_kv_pairs",
-                &self.num_kv_pairs,
+                key,
+                &value,
                 &format!(
                     "too many for seq_len = {}: need 2·pairs·passes + 2·pairs ≤ seq_len",
                     self.seq_len
@@ -152,14 +175,15 @@ impl MqarConfig {
         if self.test_examples == 0 {
             return err("test_examples", &self.test_examples, "must be ≥ 1");
         }
-        Ok(())
+        check_split_size("train_examples", self.train_examples, self.seq_len)?;
+        check_split_size("test_examples", self.test_examples, self.seq_len)
     }
 
     /// The seed of `split`.
     pub fn split_seed(&self, split: Split) -> u64 {
         match split {
             Split::Train => self.seed,
-            Split::Test => self.test_seed.unwrap_or(self.seed + 10),
+            Split::Test => self.test_seed.unwrap_or(self.seed.wrapping_add(10)),
         }
     }
 
@@ -405,5 +429,63 @@ mod tests {
         let msg = bad.validate().unwrap_err().to_string();
         assert!(msg.contains("task.num_kv_pairs = 20"), "{msg}");
         assert!(cfg().validate().is_ok());
+    }
+
+    /// Sizes whose products overflow or ask for terabytes are refused by validation, naming
+    /// the key, before any row is generated (they used to panic or abort in `generate`).
+    #[test]
+    fn absurd_sizes_are_refused_naming_the_key() {
+        let cases = [
+            (
+                MqarConfig {
+                    num_passes: 1 << 61,
+                    ..cfg()
+                },
+                "task.num_passes = 2305843009213693952",
+            ),
+            (
+                MqarConfig {
+                    train_examples: 1_000_000_000_000,
+                    ..cfg()
+                },
+                "task.train_examples = 1000000000000",
+            ),
+            (
+                MqarConfig {
+                    test_examples: usize::MAX,
+                    ..cfg()
+                },
+                "task.test_examples",
+            ),
+            (
+                MqarConfig {
+                    vocab_size: (1 << 32) + 2,
+                    ..cfg()
+                },
+                "task.vocab_size = 4294967298",
+            ),
+            (
+                MqarConfig {
+                    seq_len: 1_000_000,
+                    vocab_size: 2_000_000,
+                    ..cfg()
+                },
+                "task.seq_len = 1000000",
+            ),
+        ];
+        for (config, key) in cases {
+            let msg = config.validate().unwrap_err().to_string();
+            assert!(msg.contains(key), "{msg}");
+        }
+    }
+
+    /// The largest seed still has a test split (`seed + 10` wraps instead of overflowing).
+    #[test]
+    fn the_largest_seed_has_a_test_seed() {
+        let c = MqarConfig {
+            seed: u64::MAX,
+            ..cfg()
+        };
+        assert_eq!(c.split_seed(Split::Test), 9);
     }
 }

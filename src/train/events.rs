@@ -12,8 +12,10 @@ pub struct StepRecord {
     pub step: usize,
     /// Fractional epochs done.
     pub epoch: f64,
+    #[serde(with = "float_or_text")]
     pub loss: f32,
     pub lr: f64,
+    #[serde(with = "float_or_text")]
     pub grad_norm: f64,
     pub tokens_per_s: f64,
     pub elapsed_secs: f64,
@@ -26,8 +28,66 @@ pub struct EvalRecord {
     pub epoch: f64,
     /// Fraction of scored positions predicted exactly.
     pub accuracy: f64,
+    #[serde(with = "float_or_text")]
     pub loss: f64,
     pub elapsed_secs: f64,
+}
+
+/// Losses and norms that may be NaN or infinite (a diverging run), written as the strings
+/// "NaN", "inf" and "-inf": JSON has no such numbers and serde_json writes `null`, which did
+/// not read back, so the line was dropped. `null` (older files) reads as NaN.
+mod float_or_text {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub trait Float: Copy + Serialize + for<'de> Deserialize<'de> {
+        fn is_finite(self) -> bool;
+        fn from_f64(x: f64) -> Self;
+    }
+
+    impl Float for f32 {
+        fn is_finite(self) -> bool {
+            f32::is_finite(self)
+        }
+        fn from_f64(x: f64) -> Self {
+            x as f32
+        }
+    }
+
+    impl Float for f64 {
+        fn is_finite(self) -> bool {
+            f64::is_finite(self)
+        }
+        fn from_f64(x: f64) -> Self {
+            x
+        }
+    }
+
+    pub fn serialize<T: Float + std::fmt::Display, S: Serializer>(
+        x: &T,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match x.is_finite() {
+            true => x.serialize(s),
+            false => s.serialize_str(&x.to_string()),
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Repr<T> {
+        Number(Option<T>),
+        Text(String),
+    }
+
+    pub fn deserialize<'de, T: Float, D: Deserializer<'de>>(d: D) -> Result<T, D::Error> {
+        match Repr::<T>::deserialize(d)? {
+            Repr::Number(x) => Ok(x.unwrap_or(T::from_f64(f64::NAN))),
+            // Rust reads "NaN", "inf", "-inf" (what Display writes) and "infinity".
+            Repr::Text(text) => text.parse().map(T::from_f64).map_err(|_| {
+                serde::de::Error::custom(format!("{text:?} is not a number, NaN, inf or -inf"))
+            }),
+        }
+    }
 }
 
 /// A line of `metrics.jsonl`.
@@ -139,6 +199,50 @@ pub enum TrainEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A diverging run's NaN and infinite losses used to be written as `null`, and the reader
+    /// dropped those lines; they now round-trip.
+    #[test]
+    fn non_finite_metrics_round_trip() {
+        let step = MetricRecord::Step(StepRecord {
+            step: 3,
+            epoch: 0.5,
+            loss: f32::NAN,
+            lr: 1e-3,
+            grad_norm: f64::INFINITY,
+            tokens_per_s: 10.0,
+            elapsed_secs: 1.0,
+        });
+        let line = serde_json::to_string(&step).unwrap();
+        assert!(
+            line.contains(r#""loss":"NaN""#) && line.contains(r#""grad_norm":"inf""#),
+            "{line}"
+        );
+        let MetricRecord::Step(back) = serde_json::from_str(&line).unwrap() else {
+            panic!("not a step: {line}");
+        };
+        assert!(back.loss.is_nan() && back.grad_norm == f64::INFINITY);
+        let eval = MetricRecord::Eval(EvalRecord {
+            step: 3,
+            epoch: 0.5,
+            accuracy: 0.25,
+            loss: f64::NEG_INFINITY,
+            elapsed_secs: 1.0,
+        });
+        let line = serde_json::to_string(&eval).unwrap();
+        assert_eq!(serde_json::from_str::<MetricRecord>(&line).unwrap(), eval);
+        let finite =
+            r#"{"kind":"eval","step":1,"epoch":1.0,"accuracy":0.5,"loss":0.1,"elapsed_secs":2.0}"#;
+        let MetricRecord::Eval(read) = serde_json::from_str(finite).unwrap() else {
+            panic!("not an eval");
+        };
+        assert_eq!(read.loss, 0.1);
+        let old = finite.replace("0.1", "null");
+        let MetricRecord::Eval(read) = serde_json::from_str(&old).unwrap() else {
+            panic!("not an eval");
+        };
+        assert!(read.loss.is_nan(), "older files' null reads as NaN");
+    }
 
     /// Runs saved before `device_notice` existed still open.
     #[test]

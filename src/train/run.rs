@@ -67,6 +67,8 @@ pub fn run_group(
 struct Member {
     dir: RunDir,
     summary: Summary,
+    /// The step of its last checkpoint (every one written is finite), if it has one.
+    checkpoint_step: Option<usize>,
     /// Its result once it has ended (finished, stopped or failed).
     result: Option<Result<Summary>>,
 }
@@ -148,6 +150,7 @@ fn start_member(trainer: &Trainer, r: usize, root: &Path) -> Result<Member> {
     Ok(Member {
         dir,
         summary,
+        checkpoint_step: None,
         result: None,
     })
 }
@@ -236,9 +239,18 @@ fn evaluate_active(
         if member.result.is_some() {
             continue;
         }
-        record_eval(trainer, r, member, clock, eval, &rows, weights, &mut |e| {
+        let recorded = record_eval(trainer, r, member, clock, eval, &rows, weights, &mut |e| {
             emit(r, e)
-        })?;
+        });
+        match recorded {
+            Ok(()) => {}
+            Err(error @ Error::Diverged { .. }) => {
+                trainer.freeze(r);
+                fail(member, r, clock, error, emit);
+                continue;
+            }
+            Err(error) => return Err(error),
+        }
         let target = trainer.replica_preset(r).train.target_accuracy;
         if target > 0.0 && eval.accuracy >= target {
             trainer.freeze(r);
@@ -358,6 +370,7 @@ fn record_eval(
     let dir = &member.dir;
     dir.append_metric(&MetricRecord::Eval(record.clone()))?;
     trainer.save_checkpoint(r, &dir.checkpoint_path())?;
+    member.checkpoint_step = Some(record.step);
     save_attention(dir, trainer, rows, attention)?;
     let summary = &mut member.summary;
     summary.last_accuracy = Some(eval.accuracy);
@@ -412,20 +425,36 @@ fn save_attention(
 }
 
 /// Marks replica `r`'s run failed in its summary (the last checkpoint, from the last
-/// evaluation, stays) and emits `Failed`.
+/// evaluation, stays), then emits `Failed`; a divergence says which checkpoint that is.
 fn fail(
     member: &mut Member,
     r: usize,
     clock: &Clock,
-    error: Error,
+    mut error: Error,
     emit: &mut dyn FnMut(usize, TrainEvent),
 ) {
+    if let Error::Diverged { kept, .. } = &mut error {
+        *kept = Some(kept_checkpoint(member));
+    }
     member.summary.status = RunStatus::Failed;
     member.summary.error = Some(error.to_string());
     member.summary.elapsed_secs = clock.started.elapsed().as_secs_f64();
-    emit(r, failed_event(&error, Some(&member.dir)));
+    // Saved before `Failed` goes out: the CLI exits on it, which left the summary "running"
+    // and its temp file behind.
     let saved = member.dir.write_summary(&member.summary);
+    emit(r, failed_event(&error, Some(&member.dir)));
     member.result = Some(Err(saved.err().unwrap_or(error)));
+}
+
+/// Which checkpoint a diverged run keeps, in words.
+fn kept_checkpoint(member: &Member) -> String {
+    match member.checkpoint_step {
+        Some(step) => format!(
+            "the last finite checkpoint, from step {step}, is kept: {}",
+            member.dir.checkpoint_path().display()
+        ),
+        None => "no checkpoint was saved (it diverged before its first evaluation)".into(),
+    }
 }
 
 fn failed_event(error: &Error, dir: Option<&RunDir>) -> TrainEvent {

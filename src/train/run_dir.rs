@@ -5,7 +5,7 @@
 //! | `preset.toml` | at start: the fully resolved preset |
 //! | `metrics.jsonl` | one line per step and per evaluation, appended and flushed |
 //! | `summary.json` | at start, at every evaluation, at the end |
-//! | `model.safetensors` | at every evaluation and at the end (never after a NaN loss) |
+//! | `model.safetensors` | at every evaluation and at the end (never with a NaN or infinite parameter) |
 //! | `attention/layer<L>.npy` | attention of a fixed batch of test rows, (B, H, Tq, Tk) f32 |
 //! | `attention/index.json` | which layers, which rows (with MQAR ground truth), at which step |
 //!
@@ -199,12 +199,163 @@ impl RunDir {
         crate::attention::AttentionWeights::from_tensor(entry.layer, &self.read_attention(entry)?)
     }
 
-    /// The saved attention of one layer, (B, H, Tq, Tk), on the CPU.
+    /// The saved attention of one layer, (B, H, Tq, Tk), on the CPU. The header is checked
+    /// against the file's size first: candle allocates the shape a header claims before reading.
     pub fn read_attention(&self, entry: &AttentionLayerFile) -> Result<Tensor> {
         let path = self.path.join("attention").join(&entry.file);
-        Tensor::read_npy(&path).map_err(|e| Error::RunDir {
-            message: format!("cannot read attention matrix ({e})"),
-            path,
-        })
+        let bad = |message: String| Error::RunDir {
+            message,
+            path: path.clone(),
+        };
+        // The index names a file in the `attention` folder, never a path out of it.
+        if Path::new(&entry.file).file_name() != Some(std::ffi::OsStr::new(&entry.file)) {
+            return Err(bad(format!(
+                "the attention index names {:?}, not a file of the attention folder",
+                entry.file
+            )));
+        }
+        check_npy_size(&path)
+            .map_err(|why| bad(format!("cannot read attention matrix ({why})")))?;
+        Tensor::read_npy(&path).map_err(|e| bad(format!("cannot read attention matrix ({e})")))
+    }
+}
+
+/// The longest `.npy` header read (numpy writes a few hundred bytes).
+const MAX_NPY_HEADER: usize = 1 << 16;
+
+/// Refuses an `.npy` file that is not a regular file (a FIFO would block the read) or whose
+/// header claims more or fewer bytes of data than the file holds.
+fn check_npy_size(path: &Path) -> std::result::Result<(), String> {
+    use std::io::Read as _;
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    let mut head = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_NPY_HEADER as u64).read_to_end(&mut head))
+        .map_err(|e| e.to_string())?;
+    let claimed = npy_claimed_len(&head)?;
+    if claimed != Some(meta.len()) {
+        return Err(format!(
+            "its header describes {} bytes but the file holds {}",
+            claimed.map_or("more than 2^64".into(), |n| n.to_string()),
+            meta.len()
+        ));
+    }
+    Ok(())
+}
+
+/// The file size an `.npy` header describes (header plus shape × item size); `None` when that
+/// overflows. `head` is the file's start, header included.
+fn npy_claimed_len(head: &[u8]) -> std::result::Result<Option<u64>, String> {
+    let malformed = || "malformed .npy header".to_string();
+    if !head.starts_with(b"\x93NUMPY") || head.len() < 10 {
+        return Err("not an .npy file".into());
+    }
+    let (len, start) = match head[6] {
+        1 => (u16::from_le_bytes([head[8], head[9]]) as usize, 10),
+        2 | 3 if head.len() >= 12 => {
+            let len = u32::from_le_bytes([head[8], head[9], head[10], head[11]]);
+            (len as usize, 12)
+        }
+        v => return Err(format!(".npy version {v} is not supported")),
+    };
+    let header = head.get(start..start + len).ok_or_else(malformed)?;
+    let header = std::str::from_utf8(header).map_err(|_| malformed())?;
+    let after = |key: &str| header.split_once(key).map(|(_, rest)| rest);
+    let descr = after("'descr':")
+        .and_then(|rest| rest.split('\'').nth(1))
+        .ok_or_else(malformed)?;
+    let item: u64 = descr
+        .trim_start_matches(|c: char| !c.is_ascii_digit())
+        .parse()
+        .map_err(|_| malformed())?;
+    let dims = after("'shape':")
+        .and_then(|rest| rest.split_once('('))
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .ok_or_else(malformed)?
+        .0;
+    let mut bytes = Some(item);
+    for dim in dims.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let dim: u64 = dim.parse().map_err(|_| malformed())?;
+        bytes = bytes.and_then(|b| b.checked_mul(dim));
+    }
+    Ok(bytes.and_then(|b| b.checked_add((start + len) as u64)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A version 1 `.npy` file of f32s claiming `shape`, followed by `values` zeros.
+    fn npy(shape: &str, values: usize) -> Vec<u8> {
+        let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
+        while (10 + header.len() + 1) % 64 != 0 {
+            header.push(' ');
+        }
+        header.push('\n');
+        let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+        bytes.extend((header.len() as u16).to_le_bytes());
+        bytes.extend(header.as_bytes());
+        bytes.extend(vec![0u8; 4 * values]);
+        bytes
+    }
+
+    fn entry(file: &str) -> AttentionLayerFile {
+        AttentionLayerFile {
+            layer: 0,
+            file: file.into(),
+            shape: vec![6],
+        }
+    }
+
+    /// Headers claiming absurd shapes used to panic ("capacity overflow") or abort on the
+    /// allocation; they are refused by comparing with the file's size.
+    #[test]
+    fn npy_headers_that_do_not_match_the_file_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("attention")).unwrap();
+        let run = RunDir {
+            path: dir.path().to_path_buf(),
+        };
+        let file = |name: &str, bytes: &[u8]| {
+            std::fs::write(dir.path().join("attention").join(name), bytes).unwrap();
+            run.read_attention(&entry(name))
+        };
+        let ok = file("ok.npy", &npy("(2, 3)", 6)).unwrap();
+        assert_eq!(ok.dims(), &[2, 3]);
+        let written = Tensor::new(&[1f32, 2.0, 3.0], &candle_core::Device::Cpu).unwrap();
+        written
+            .write_npy(dir.path().join("attention").join("candle.npy"))
+            .unwrap();
+        assert_eq!(
+            run.read_attention(&entry("candle.npy")).unwrap().dims(),
+            &[3]
+        );
+        for shape in ["(4611686018427387904,)", "(99999999999,)", "(4, 3)"] {
+            let err = file("bad.npy", &npy(shape, 6)).unwrap_err().to_string();
+            assert!(
+                err.contains("header describes") && err.contains("bad.npy"),
+                "{shape}: {err}"
+            );
+        }
+        let err = file("short.npy", b"\x93NUM").unwrap_err().to_string();
+        assert!(err.contains("not an .npy file"), "{err}");
+    }
+
+    /// `index.json` entries like `/etc/passwd` or `../..` used to be opened.
+    #[test]
+    fn attention_files_outside_the_attention_folder_are_refused() {
+        let run = RunDir {
+            path: PathBuf::from("run"),
+        };
+        for file in ["/etc/passwd", "../preset.toml", "..", "a/b.npy", ""] {
+            let err = run.read_attention(&entry(file)).unwrap_err().to_string();
+            assert!(
+                err.contains("not a file of the attention folder"),
+                "{file}: {err}"
+            );
+        }
     }
 }

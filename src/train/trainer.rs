@@ -233,14 +233,24 @@ impl Trainer {
     }
 
     /// Writes replica `r`'s parameters (the model's, when alone) as a lone model's checkpoint.
+    /// A parameter that is NaN or infinite (an update can diverge while the loss before it was
+    /// finite) is [`Error::Diverged`] and writes nothing, so the last checkpoint stays usable.
     pub fn save_checkpoint(&self, r: usize, path: &std::path::Path) -> Result<()> {
         let Some(slot) = self.computed.iter().position(|&c| c == r) else {
             return Err(Error::Other(format!(
                 "replica {r} is frozen and no longer held"
             )));
         };
-        match self.params.replicas() {
-            Some(_) => self.params.save_replica(slot, path),
+        let replica = self.params.replicas().map(|_| slot);
+        if let Some(name) = self.params.first_non_finite(replica)? {
+            return Err(Error::Diverged {
+                step: self.step,
+                what: format!("parameter {name} is not finite"),
+                kept: None,
+            });
+        }
+        match replica {
+            Some(slot) => self.params.save_replica(slot, path),
             None => self.params.save(path),
         }
     }
@@ -361,7 +371,11 @@ impl Trainer {
             } else {
                 self.replicas[r].active = false;
                 let step = self.step + 1;
-                outcomes[r] = ReplicaStep::Diverged(Error::NonFiniteLoss { step, loss });
+                outcomes[r] = ReplicaStep::Diverged(Error::Diverged {
+                    step,
+                    what: format!("the loss is {loss}"),
+                    kept: None,
+                });
             }
         }
         if !training.is_empty() {

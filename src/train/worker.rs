@@ -70,7 +70,8 @@ pub fn spawn_with(
     let stop = Arc::new(AtomicBool::new(false));
     let stop_flag = stop.clone();
     let thread = std::thread::Builder::new()
-        .name(format!("train {}", preset.name))
+        // The slug: a NUL in a thread name panics here, before `run` validates the preset.
+        .name(format!("train {}", preset.slug()))
         .spawn(move || {
             if priority == Priority::Background {
                 lower_thread_priority();
@@ -100,11 +101,35 @@ pub fn lower_thread_priority() {
     }
 }
 
-#[cfg(all(test, target_os = "linux"))]
+#[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The GUI hands presets to `spawn` unvalidated: a NUL in the name used to panic starting
+    /// the thread instead of failing validation on it.
     #[test]
+    fn a_name_with_a_nul_fails_validation_on_the_thread() {
+        let preset = Preset {
+            name: "a\0b".into(),
+            ..Preset::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let handle = spawn(preset, dir.path().to_path_buf(), || {});
+        let messages: Vec<String> = handle
+            .events
+            .iter()
+            .map(|event| match event {
+                TrainEvent::Failed { message, .. } => message,
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(messages.len(), 1, "{messages:?}");
+        assert!(messages[0].contains("control characters"), "{messages:?}");
+        assert!(handle.join().is_err());
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
     #[allow(unsafe_code)]
     fn lowering_priority_affects_only_the_calling_thread() {
         // SAFETY: getpriority only reads its arguments.
