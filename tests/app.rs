@@ -134,12 +134,15 @@ fn start_shows_the_memory_a_run_needs_and_is_disabled_when_it_cannot_fit() {
     let mut harness = harness(app(root.path()));
     harness.run();
     harness.get_by_label_contains("≈ ");
-    let attnlab::tasks::TaskSpec::Mqar(t) = &mut harness.state_mut().editor.preset.task else {
+    // Within every control's range: 64 heads of length-8192 attention matrices (≈ 1.6 TB).
+    let preset = &mut harness.state_mut().editor.preset;
+    (preset.model.d_model, preset.model.n_heads) = (64, 64);
+    let attnlab::tasks::TaskSpec::Mqar(t) = &mut preset.task else {
         unreachable!("the default task is MQAR")
     };
-    t.vocab_size = 1 << 40;
+    (t.seq_len, t.vocab_size) = (8192, 16384);
     harness.run();
-    harness.get_by_label_contains("of memory available here; lower ");
+    harness.get_by_label_contains("this run needs ≈ ");
     harness.get_by_label("Start").click();
     harness.run();
     assert!(
