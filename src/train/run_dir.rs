@@ -188,7 +188,18 @@ impl RunDir {
         }
         check_npy_size(&path)
             .map_err(|why| bad(format!("cannot read attention matrix ({why})")))?;
-        Tensor::read_npy(&path).map_err(|e| bad(format!("cannot read attention matrix ({e})")))
+        let weights = Tensor::read_npy(&path)
+            .map_err(|e| bad(format!("cannot read attention matrix ({e})")))?;
+        // 0·w is NaN exactly where w is not finite; the analyses would average it silently.
+        let poisoned = weights
+            .affine(0.0, 0.0)?
+            .sum_all()?
+            .to_dtype(candle_core::DType::F32)?
+            .to_scalar::<f32>()?;
+        if !poisoned.is_finite() {
+            return Err(bad("the attention matrix holds NaN or infinity".into()));
+        }
+        Ok(weights)
     }
 }
 
@@ -314,6 +325,10 @@ mod tests {
         }
         let err = file("short.npy", b"\x93NUM").unwrap_err().to_string();
         assert!(err.contains("not an .npy file"), "{err}");
+        let mut nan = npy("(2,)", 1);
+        nan.extend(f32::NAN.to_le_bytes());
+        let err = file("nan.npy", &nan).unwrap_err().to_string();
+        assert!(err.contains("holds NaN or infinity"), "{err}");
     }
 
     /// `index.json` entries like `/etc/passwd` or `../..` used to be opened.
