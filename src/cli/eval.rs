@@ -12,8 +12,7 @@ use crate::train::{RunDir, Trainer};
 pub fn eval(run: &Path, overrides: &[String], json_output: bool) -> anyhow::Result<()> {
     let run = RunDir::open(run)?;
     let origin = run.path().join("preset.toml");
-    let text = std::fs::read_to_string(&origin)
-        .map_err(|e| crate::Error::io("cannot read preset", &origin, e))?;
+    let text = crate::io::read_text(&origin, "preset", crate::io::MAX_TEXT_FILE)?;
     let trained = Preset::parse(&text, &[], &origin)?;
     let mut preset = Preset::parse(&text, overrides, &origin)?;
     // Settings that default to the training length (ReRoPE's log-n L, DIET-REL's table) keep

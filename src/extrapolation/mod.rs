@@ -411,8 +411,7 @@ fn evaluate_curve(
 /// The run's preset with `overrides` applied (validated like any preset).
 fn with_overrides(run: &RunDir, overrides: &[String]) -> Result<Preset> {
     let origin = run.path().join("preset.toml");
-    let text = std::fs::read_to_string(&origin)
-        .map_err(|e| Error::io("cannot read preset", &origin, e))?;
+    let text = crate::io::read_text(&origin, "preset", crate::io::MAX_TEXT_FILE)?;
     Preset::parse(&text, overrides, &origin)
 }
 

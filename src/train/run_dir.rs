@@ -127,10 +127,12 @@ impl RunDir {
     /// Every complete line of `metrics.jsonl`; a torn last line (a crash mid-write) is skipped.
     pub fn read_metrics(&self) -> Result<Vec<MetricRecord>> {
         let path = self.path.join("metrics.jsonl");
-        let text = match std::fs::read_to_string(&path) {
+        let text = match io::read_text(&path, "metrics", u64::MAX) {
             Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(Error::io("cannot read metrics", path, e)),
+            Err(Error::Io { cause, .. }) if cause.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(e),
         };
         Ok(text
             .lines()
@@ -144,8 +146,7 @@ impl RunDir {
 
     pub fn read_summary(&self) -> Result<Summary> {
         let path = self.path.join("summary.json");
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| Error::io("cannot read summary", &path, e))?;
+        let text = io::read_text(&path, "summary", io::MAX_TEXT_FILE)?;
         serde_json::from_str(&text).map_err(|e| Error::RunDir {
             message: format!("malformed summary ({e})"),
             path,
@@ -163,8 +164,7 @@ impl RunDir {
 
     pub fn read_attention_index(&self) -> Result<AttentionIndex> {
         let path = self.path.join("attention").join("index.json");
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| Error::io("cannot read attention index", &path, e))?;
+        let text = io::read_text(&path, "attention index", MAX_INDEX_BYTES)?;
         serde_json::from_str(&text).map_err(|e| Error::RunDir {
             message: format!("malformed attention index ({e})"),
             path,
@@ -202,6 +202,10 @@ impl RunDir {
         Ok(weights)
     }
 }
+
+/// The largest `attention/index.json`: at most 256 rows of 65,536 tokens with labels and
+/// ground truth, written as JSON.
+const MAX_INDEX_BYTES: u64 = 1 << 30;
 
 /// The longest `.npy` header read (numpy writes a few hundred bytes).
 const MAX_NPY_HEADER: usize = 1 << 16;
@@ -329,6 +333,39 @@ mod tests {
         nan.extend(f32::NAN.to_le_bytes());
         let err = file("nan.npy", &nan).unwrap_err().to_string();
         assert!(err.contains("holds NaN or infinity"), "{err}");
+    }
+
+    /// A FIFO in a run folder used to block every analysis reading it.
+    #[cfg(unix)]
+    #[test]
+    fn fifos_in_a_run_folder_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("attention")).unwrap();
+        let run = RunDir {
+            path: dir.path().to_path_buf(),
+        };
+        assert!(run.read_metrics().unwrap().is_empty(), "no metrics yet");
+        for file in [
+            "summary.json",
+            "metrics.jsonl",
+            "attention/index.json",
+            "attention/a.npy",
+        ] {
+            let status = std::process::Command::new("mkfifo")
+                .arg(dir.path().join(file))
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
+        let errors = [
+            run.read_summary().unwrap_err(),
+            run.read_metrics().unwrap_err(),
+            run.read_attention_index().unwrap_err(),
+            run.read_attention(&entry("a.npy")).unwrap_err(),
+        ];
+        for err in errors {
+            assert!(err.to_string().contains("not a regular file"), "{err}");
+        }
     }
 
     /// `index.json` entries like `/etc/passwd` or `../..` used to be opened.
