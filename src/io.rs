@@ -38,32 +38,30 @@ pub fn write_bytes(path: &Path, bytes: &[u8]) -> Result<()> {
     })
 }
 
-/// The most bytes a preset or sweep file may have (the largest preset is about 1 KiB).
+/// The most bytes a preset, sweep or summary file may have (the largest preset is about 1 KiB).
 pub const MAX_TEXT_FILE: u64 = 1 << 20;
 
-/// Reads a small text file (`what`, e.g. "preset"): a FIFO or a device is refused before it is
-/// opened (it would block, or `/dev/zero` would be read for gigabytes), and so is a file over
-/// [`MAX_TEXT_FILE`].
-pub fn read_small_text(path: &Path, what: &str) -> Result<String> {
+/// Reads a text file (`what`, e.g. "preset") of at most `max` bytes: a FIFO or a device is
+/// refused before it is opened (it would block, or `/dev/zero` would be read for gigabytes),
+/// and so is a larger file.
+pub fn read_text(path: &Path, what: &str, max: u64) -> Result<String> {
     use std::io::Read as _;
     let context = format!("cannot read {what}");
     let meta = std::fs::metadata(path).map_err(|e| Error::io(&context, path, e))?;
+    let refuse = |why: String| Error::RunDir {
+        message: format!("{context}: {why}"),
+        path: path.to_path_buf(),
+    };
     if !meta.is_file() {
-        return Err(Error::RunDir {
-            message: format!("{context}: not a regular file"),
-            path: path.to_path_buf(),
-        });
+        return Err(refuse("not a regular file".into()));
+    }
+    if meta.len() > max {
+        return Err(refuse(format!("larger than {max} bytes")));
     }
     let mut text = String::new();
     std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_TEXT_FILE + 1).read_to_string(&mut text))
+        .and_then(|f| f.take(max).read_to_string(&mut text))
         .map_err(|e| Error::io(&context, path, e))?;
-    if text.len() as u64 > MAX_TEXT_FILE {
-        return Err(Error::RunDir {
-            message: format!("{context}: larger than {MAX_TEXT_FILE} bytes"),
-            path: path.to_path_buf(),
-        });
-    }
     Ok(text)
 }
 
@@ -92,18 +90,23 @@ mod tests {
 
     /// `check /dev/zero` read 4 GB before failing; a FIFO would block for ever.
     #[test]
-    fn small_text_reads_refuse_devices_and_large_files() {
-        let err = read_small_text(Path::new("/dev/zero"), "preset")
+    fn text_reads_refuse_devices_and_large_files() {
+        let err = read_text(Path::new("/dev/zero"), "preset", MAX_TEXT_FILE)
             .unwrap_err()
             .to_string();
         assert_eq!(err, "cannot read preset: not a regular file: /dev/zero");
         let dir = tempfile::tempdir().unwrap();
         let big = dir.path().join("big.toml");
         std::fs::write(&big, vec![b'#'; MAX_TEXT_FILE as usize + 1]).unwrap();
-        let err = read_small_text(&big, "preset").unwrap_err().to_string();
+        let err = read_text(&big, "preset", MAX_TEXT_FILE)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("larger than 1048576 bytes"), "{err}");
         std::fs::write(&big, "schema = 1\n").unwrap();
-        assert_eq!(read_small_text(&big, "preset").unwrap(), "schema = 1\n");
+        assert_eq!(
+            read_text(&big, "preset", MAX_TEXT_FILE).unwrap(),
+            "schema = 1\n"
+        );
     }
 
     #[test]

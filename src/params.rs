@@ -177,9 +177,7 @@ impl Params {
             .iter()
             .map(|(name, var)| Ok((name.clone(), var.as_tensor().get(replica)?)))
             .collect::<Result<std::collections::HashMap<String, Tensor>>>()?;
-        crate::io::write_atomically(path, |tmp| {
-            candle_core::safetensors::save(&tensors, tmp).map_err(Error::from)
-        })
+        save_tensors(&tensors, path)
     }
 
     /// The first parameter (by name) holding a NaN or an infinity, of replica `replica` when
@@ -226,9 +224,7 @@ impl Params {
             .iter()
             .map(|(name, var)| (name.clone(), var.as_tensor().clone()))
             .collect();
-        crate::io::write_atomically(path, |tmp| {
-            candle_core::safetensors::save(&tensors, tmp).map_err(Error::from)
-        })
+        save_tensors(&tensors, path)
     }
 
     /// Overwrites every parameter with the values stored in a safetensors file. A parameter
@@ -261,6 +257,22 @@ impl Params {
             None => Ok(()),
         }
     }
+}
+
+/// Writes `tensors` to a safetensors file atomically, readable by everyone like the run
+/// folder's other files: the safetensors crate creates its files 0600, so a checkpoint in a
+/// shared run folder was unreadable to colleagues.
+fn save_tensors(tensors: &std::collections::HashMap<String, Tensor>, path: &Path) -> Result<()> {
+    crate::io::write_atomically(path, |tmp| {
+        candle_core::safetensors::save(tensors, tmp)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(tmp, std::fs::Permissions::from_mode(0o644))
+                .map_err(|e| Error::io("cannot make the checkpoint readable", tmp, e))?;
+        }
+        Ok(())
+    })
 }
 
 /// The first `n` values of `init` for parameter `name` of a model seeded `seed`.
@@ -339,6 +351,20 @@ mod tests {
         save(&[1.0, f32::NAN]);
         let err = model.load(&path).unwrap_err().to_string();
         assert!(err.contains("parameter w holds NaN or infinity"), "{err}");
+    }
+
+    /// Checkpoints were written 0600 (the safetensors crate's mode), unlike the other files.
+    #[cfg(unix)]
+    #[test]
+    fn checkpoints_are_readable_by_the_group() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.safetensors");
+        let model = Params::new(0, &Device::Cpu);
+        model.get("w", 2, Init::Normal(1.0)).unwrap();
+        model.save(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o644);
     }
 
     /// Replica r starts exactly where a lone model with seed r does, and saves like one.

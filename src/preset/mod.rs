@@ -96,7 +96,7 @@ impl Default for Preset {
 impl Preset {
     /// Reads, overrides (`key=value` pairs, e.g. `train.lr=3e-3`) and validates a preset file.
     pub fn load(path: &Path, overrides: &[String]) -> Result<Self> {
-        let text = crate::io::read_small_text(path, "preset")?;
+        let text = crate::io::read_text(path, "preset", crate::io::MAX_TEXT_FILE)?;
         Self::parse(&text, overrides, path)
     }
 

@@ -112,7 +112,7 @@ struct AxisValue {
 impl Sweep {
     /// Reads `path` and checks every cell's preset before any work starts.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = crate::io::read_small_text(path, "sweep")?;
+        let text = crate::io::read_text(path, "sweep", crate::io::MAX_TEXT_FILE)?;
         let file: SweepFile = toml::from_str(&text).map_err(|e| Error::PresetSyntax {
             path: path.to_path_buf(),
             message: e.to_string(),

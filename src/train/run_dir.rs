@@ -123,8 +123,7 @@ impl RunDir {
     /// overrides set.
     pub fn preset_with(&self, overrides: &[String]) -> Result<Preset> {
         let origin = self.path.join("preset.toml");
-        let text = std::fs::read_to_string(&origin)
-            .map_err(|e| Error::io("cannot read preset", &origin, e))?;
+        let text = io::read_text(&origin, "preset", io::MAX_TEXT_FILE)?;
         let trained = Preset::parse(&text, &[], &origin)?;
         let mut preset = Preset::parse(&text, overrides, &origin)?;
         preset.encoding = preset.encoding.at_training_length(trained.task.seq_len());
@@ -147,10 +146,12 @@ impl RunDir {
     /// Every complete line of `metrics.jsonl`; a torn last line (a crash mid-write) is skipped.
     pub fn read_metrics(&self) -> Result<Vec<MetricRecord>> {
         let path = self.path.join("metrics.jsonl");
-        let text = match std::fs::read_to_string(&path) {
+        let text = match io::read_text(&path, "metrics", u64::MAX) {
             Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(Error::io("cannot read metrics", path, e)),
+            Err(Error::Io { cause, .. }) if cause.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(e),
         };
         Ok(text
             .lines()
@@ -164,8 +165,7 @@ impl RunDir {
 
     pub fn read_summary(&self) -> Result<Summary> {
         let path = self.path.join("summary.json");
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| Error::io("cannot read summary", &path, e))?;
+        let text = io::read_text(&path, "summary", io::MAX_TEXT_FILE)?;
         serde_json::from_str(&text).map_err(|e| Error::RunDir {
             message: format!("malformed summary ({e})"),
             path,
@@ -183,8 +183,7 @@ impl RunDir {
 
     pub fn read_attention_index(&self) -> Result<AttentionIndex> {
         let path = self.path.join("attention").join("index.json");
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| Error::io("cannot read attention index", &path, e))?;
+        let text = io::read_text(&path, "attention index", MAX_INDEX_BYTES)?;
         serde_json::from_str(&text).map_err(|e| Error::RunDir {
             message: format!("malformed attention index ({e})"),
             path,
@@ -216,9 +215,24 @@ impl RunDir {
         }
         check_npy_size(&path)
             .map_err(|why| bad(format!("cannot read attention matrix ({why})")))?;
-        Tensor::read_npy(&path).map_err(|e| bad(format!("cannot read attention matrix ({e})")))
+        let weights = Tensor::read_npy(&path)
+            .map_err(|e| bad(format!("cannot read attention matrix ({e})")))?;
+        // 0·w is NaN exactly where w is not finite; the analyses would average it silently.
+        let poisoned = weights
+            .affine(0.0, 0.0)?
+            .sum_all()?
+            .to_dtype(candle_core::DType::F32)?
+            .to_scalar::<f32>()?;
+        if !poisoned.is_finite() {
+            return Err(bad("the attention matrix holds NaN or infinity".into()));
+        }
+        Ok(weights)
     }
 }
+
+/// The largest `attention/index.json`: at most 256 rows of 65,536 tokens with labels and
+/// ground truth, written as JSON.
+const MAX_INDEX_BYTES: u64 = 1 << 30;
 
 /// The longest `.npy` header read (numpy writes a few hundred bytes).
 const MAX_NPY_HEADER: usize = 1 << 16;
@@ -342,6 +356,43 @@ mod tests {
         }
         let err = file("short.npy", b"\x93NUM").unwrap_err().to_string();
         assert!(err.contains("not an .npy file"), "{err}");
+        let mut nan = npy("(2,)", 1);
+        nan.extend(f32::NAN.to_le_bytes());
+        let err = file("nan.npy", &nan).unwrap_err().to_string();
+        assert!(err.contains("holds NaN or infinity"), "{err}");
+    }
+
+    /// A FIFO in a run folder used to block every analysis reading it.
+    #[cfg(unix)]
+    #[test]
+    fn fifos_in_a_run_folder_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("attention")).unwrap();
+        let run = RunDir {
+            path: dir.path().to_path_buf(),
+        };
+        assert!(run.read_metrics().unwrap().is_empty(), "no metrics yet");
+        for file in [
+            "summary.json",
+            "metrics.jsonl",
+            "attention/index.json",
+            "attention/a.npy",
+        ] {
+            let status = std::process::Command::new("mkfifo")
+                .arg(dir.path().join(file))
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
+        let errors = [
+            run.read_summary().unwrap_err(),
+            run.read_metrics().unwrap_err(),
+            run.read_attention_index().unwrap_err(),
+            run.read_attention(&entry("a.npy")).unwrap_err(),
+        ];
+        for err in errors {
+            assert!(err.to_string().contains("not a regular file"), "{err}");
+        }
     }
 
     /// `index.json` entries like `/etc/passwd` or `../..` used to be opened.
