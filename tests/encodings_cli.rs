@@ -266,7 +266,7 @@ fn bad_encoding_names_and_settings_are_clear_errors() {
             &["bias", "--length", "5000", "--heatmap", "x.png"][..],
             "too long for --heatmap",
         ),
-        (&["trf", "--heads", "0"][..], "--heads must be at least 1"),
+        (&["trf", "--heads", "0"][..], "0 is not in 1..=256"),
     ] {
         let o = attnlab(args);
         assert!(!o.status.success(), "{args:?}");

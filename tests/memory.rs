@@ -88,9 +88,9 @@ fn check_shows_the_estimate_and_refuses_what_cannot_fit() {
         "check",
         "presets/mqar_softmax.toml",
         "--set",
-        "task.vocab_size=100000000",
+        "model.d_model=8192",
         "--set",
-        "model.d_model=4096",
+        "model.n_layers=64",
     ]);
     let stderr = common::stderr(&o);
     assert!(!o.status.success());

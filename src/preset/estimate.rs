@@ -52,6 +52,21 @@ enum Part {
 }
 
 impl MemoryEstimate {
+    /// A group of `replicas` models of one shape trained as one (a sweep's replicas): every
+    /// per-model part times `replicas`, the data once.
+    pub fn replicated(self, replicas: usize) -> Self {
+        let r = replicas as f64;
+        Self {
+            parameters: self.parameters * r,
+            weights: self.weights * r,
+            optimiser: self.optimiser * r,
+            activations: self.activations * r,
+            logits: self.logits * r,
+            kept_attention: self.kept_attention * r,
+            data: self.data,
+        }
+    }
+
     /// Every part, and the process's own baseline.
     pub fn total(&self) -> f64 {
         self.weights
@@ -149,24 +164,34 @@ impl Preset {
     /// [`Preset::check_fits`] against this machine's free memory when the run is on the CPU
     /// (a GPU run's activations live on the GPU, which this estimate does not query).
     pub fn check_fits_here(&self) -> Result<MemoryEstimate> {
+        self.check_group_fits_here(1)
+    }
+
+    /// [`Preset::check_fits_here`] for a sweep's group of `replicas` models of this preset.
+    pub fn check_group_fits_here(&self, replicas: usize) -> Result<MemoryEstimate> {
+        let estimate = self.memory_estimate().replicated(replicas);
         match self.train.device {
-            crate::device::DeviceName::Cpu => self.check_fits(available_memory()),
-            _ => Ok(self.memory_estimate()),
+            crate::device::DeviceName::Cpu => fits(estimate, available_memory()),
+            _ => Ok(estimate),
         }
     }
 
     /// The estimate, or an error that gives it and the settings to lower when it exceeds
     /// `available` bytes (the machine's free memory; `None` where that is unknown).
     pub fn check_fits(&self, available: Option<f64>) -> Result<MemoryEstimate> {
-        let estimate = self.memory_estimate();
-        match available {
-            Some(available) if estimate.total() > available => Err(Error::TooLarge {
-                needs: estimate.to_string(),
-                available: bytes(available),
-                lower: estimate.what_to_lower(),
-            }),
-            _ => Ok(estimate),
-        }
+        fits(self.memory_estimate(), available)
+    }
+}
+
+/// `estimate`, or the error that says it exceeds `available`.
+fn fits(estimate: MemoryEstimate, available: Option<f64>) -> Result<MemoryEstimate> {
+    match available {
+        Some(available) if estimate.total() > available => Err(Error::TooLarge {
+            needs: estimate.to_string(),
+            available: bytes(available),
+            lower: estimate.what_to_lower(),
+        }),
+        _ => Ok(estimate),
     }
 }
 
@@ -384,6 +409,15 @@ mod tests {
         assert!(err.contains("lower model.d_model"), "{err}");
         assert!(tiny().check_fits(eight_gb).is_ok());
         assert!(tiny().check_fits(None).is_ok());
+    }
+
+    #[test]
+    fn a_group_of_replicas_needs_each_model_once_and_the_data_once() {
+        let one = tiny().memory_estimate();
+        let six = one.replicated(6);
+        assert_eq!(six.weights, 6.0 * one.weights);
+        assert_eq!(six.activations, 6.0 * one.activations);
+        assert_eq!(six.data, one.data);
     }
 
     #[test]

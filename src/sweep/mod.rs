@@ -145,15 +145,12 @@ impl Sweep {
             cells,
         };
         for cell in &sweep.cells {
-            sweep
-                .preset(cell)
-                .and_then(|p| p.check_fits_here())
-                .map_err(|e| {
-                    bad(
-                        &format!("cell {}", cell.id),
-                        format!("{e} (overrides {})", cell.overrides.join(" ")),
-                    )
-                })?;
+            sweep.preset(cell).map_err(|e| {
+                bad(
+                    &format!("cell {}", cell.id),
+                    format!("{e} (overrides {})", cell.overrides.join(" ")),
+                )
+            })?;
         }
         Ok(sweep)
     }
@@ -646,6 +643,12 @@ pub fn write_summary(summary: &SweepSummary, dir: &Path) -> Result<Vec<PathBuf>>
 }
 
 /// Trains the cells `group` as replicas of one model; returns what failed, a line per cell.
+/// `preset`, unless a group of `replicas` of it cannot fit in this machine's memory.
+fn fits(preset: Preset, replicas: usize) -> Result<Preset> {
+    preset.check_group_fits_here(replicas)?;
+    Ok(preset)
+}
+
 fn train_group(
     sweep: &Sweep,
     group: &[usize],
@@ -656,7 +659,12 @@ fn train_group(
         |cell: usize, e: &dyn std::fmt::Display| format!("cell {}: {e}", sweep.cells[cell].id);
     let mut members = Vec::new();
     for &cell in group {
-        match sweep.preset(&sweep.cells[cell]) {
+        // Memory is checked here, on the machine that trains the cell (a sweep file may be
+        // written for a larger one, like the paper's grid).
+        match sweep
+            .preset(&sweep.cells[cell])
+            .and_then(|p| fits(p, group.len()))
+        {
             Ok(preset) => members.push((preset, sweep.cell_dir(&sweep.cells[cell]))),
             Err(e) => return group.iter().map(|&c| failed(c, &e)).collect(),
         }
