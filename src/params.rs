@@ -264,7 +264,14 @@ impl Params {
 /// shared run folder was unreadable to colleagues.
 fn save_tensors(tensors: &std::collections::HashMap<String, Tensor>, path: &Path) -> Result<()> {
     crate::io::write_atomically(path, |tmp| {
-        candle_core::safetensors::save(tensors, tmp)?;
+        // candle's error would not say which file (a full disk read "No space left on device").
+        candle_core::safetensors::save(tensors, tmp).map_err(|e| {
+            Error::io(
+                "cannot write checkpoint",
+                path,
+                std::io::Error::other(e.to_string()),
+            )
+        })?;
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt as _;
@@ -306,6 +313,23 @@ mod tests {
         );
         assert_eq!(a.count(), 6);
         assert_eq!(b.count(), 11);
+    }
+
+    /// A write that fails (a full disk, a missing folder) names the checkpoint, which candle's
+    /// own error does not.
+    #[test]
+    fn a_checkpoint_that_cannot_be_written_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let blocker = dir.path().join("not-a-folder");
+        std::fs::write(&blocker, b"x").unwrap();
+        let params = Params::new(0, &Device::Cpu);
+        params.get("w", 4, Init::Constant(1.0)).unwrap();
+        let path = blocker.join("model.safetensors");
+        let err = params.save(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("cannot write checkpoint") && err.contains("model.safetensors"),
+            "{err}"
+        );
     }
 
     /// A checkpoint is only written when this finds nothing, so it must see a single NaN or
