@@ -5,7 +5,8 @@
 //! | `preset.toml` | at start: the fully resolved preset |
 //! | `metrics.jsonl` | one line per step and per evaluation, appended and flushed |
 //! | `summary.json` | at start, at every evaluation, at the end |
-//! | `model.safetensors` | at every evaluation and at the end (never with a NaN or infinite parameter) |
+//! | `model.safetensors` | at every evaluation, after each minute of training without one, and at the end (never with a NaN or infinite parameter) |
+//! | `optimizer.safetensors` | with every checkpoint: AdamW's moments and the step, to resume the run |
 //! | `attention/layer<L>.npy` | attention of a fixed batch of test rows, (B, H, Tq, Tk) f32 |
 //! | `attention/index.json` | which layers, which rows (with MQAR ground truth), at which step |
 //!
@@ -109,6 +110,38 @@ impl RunDir {
         self.path.join("model.safetensors")
     }
 
+    /// AdamW's state at the checkpoint, for resuming (see `Trainer::save_optimizer`).
+    pub fn optimizer_path(&self) -> PathBuf {
+        self.path.join("optimizer.safetensors")
+    }
+
+    /// Refuses a checkpoint that cannot continue the run exactly: one without optimiser state
+    /// (killed before its first checkpoint, or saved by an attnlab that could not resume), or
+    /// weights newer than it (killed between the two writes: the optimiser state goes second).
+    pub fn check_resumable_checkpoint(&self) -> Result<()> {
+        let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
+        let refuse = |why: &str| {
+            Err(Error::RunDir {
+                message: format!("cannot resume: {why}"),
+                path: self.path.clone(),
+            })
+        };
+        match (
+            modified(&self.checkpoint_path()),
+            modified(&self.optimizer_path()),
+        ) {
+            (Some(weights), Some(state)) if weights <= state => Ok(()),
+            (Some(_), Some(_)) => refuse(
+                "model.safetensors is newer than optimizer.safetensors (the run was killed \
+                 between writing them)",
+            ),
+            _ => refuse(
+                "no checkpoint with optimizer state (model.safetensors and \
+                 optimizer.safetensors); the run ended before its first one",
+            ),
+        }
+    }
+
     pub fn write_preset(&self, preset: &Preset) -> Result<()> {
         preset.save(&self.path.join("preset.toml"))
     }
@@ -156,6 +189,25 @@ impl RunDir {
             .lines()
             .filter_map(|line| serde_json::from_str(line).ok())
             .collect())
+    }
+
+    /// Drops the lines of `metrics.jsonl` logged after step `step` (and a torn last line):
+    /// a run resumed from a checkpoint at `step` logs those steps again.
+    pub fn truncate_metrics(&self, step: usize) -> Result<()> {
+        let path = self.path.join("metrics.jsonl");
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Error::io("cannot read metrics", path, e)),
+        };
+        let kept: String = text
+            .lines()
+            .filter(|line| {
+                serde_json::from_str::<MetricRecord>(line).is_ok_and(|r| r.step() <= step)
+            })
+            .map(|line| format!("{line}\n"))
+            .collect();
+        io::write_bytes(&path, kept.as_bytes())
     }
 
     pub fn write_summary(&self, summary: &Summary) -> Result<()> {
