@@ -48,11 +48,11 @@ pub fn run_every(
     results.swap_remove(0)
 }
 
-/// Continues the stopped or crashed run in folder `run_dir` from its last checkpoint, exactly
-/// as it would have gone on (weights, optimiser state, learning rate, data order, dropout),
-/// in the same folder: the lines of `metrics.jsonl` after the checkpoint are dropped, as they
-/// are trained again. A run that ended (completed, target reached) is refused. Events and
-/// result as for [`run`].
+/// Continues the stopped, crashed or failed run in folder `run_dir` from its last checkpoint,
+/// exactly as it would have gone on (weights, optimiser state, learning rate, data order,
+/// dropout), in the same folder: the lines of `metrics.jsonl` after the checkpoint are
+/// dropped, as they are trained again. A run that ended (completed, target reached) is
+/// refused. Events and result as for [`run`].
 pub fn resume(
     run_dir: &Path,
     stop: &AtomicBool,
@@ -111,7 +111,8 @@ fn reopen(path: &Path) -> Result<(Trainer, Member)> {
     dir.truncate_metrics(step)?;
     summary.status = RunStatus::Running;
     summary.error = None;
-    // A replica of a group goes on alone: it trains exactly as it did in the group.
+    // A replica of a group goes on alone: a replica trains as it would alone (up to the
+    // rounding in which a group and a lone run differ).
     summary.replicas = None;
     summary.steps = step;
     summary.epoch = trainer.epoch();
@@ -615,7 +616,8 @@ fn save_attention(
     dir.write_attention(&index, &tensors)
 }
 
-/// Marks replica `r`'s run failed in its summary (the last checkpoint stays), then emits `Failed`; a divergence says which checkpoint that is.
+/// Marks replica `r`'s run failed in its summary (the last checkpoint stays), then emits
+/// `Failed`; a divergence says which checkpoint that is.
 fn fail(
     member: &mut Member,
     r: usize,
