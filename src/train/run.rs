@@ -58,16 +58,6 @@ pub fn resume(
     stop: &AtomicBool,
     emit: &mut dyn FnMut(TrainEvent),
 ) -> Result<Summary> {
-    resume_every(run_dir, CHECKPOINT_EVERY, stop, emit)
-}
-
-/// [`resume`] with checkpoints every `checkpoint_every` of training, see [`run_every`].
-pub fn resume_every(
-    run_dir: &Path,
-    checkpoint_every: Duration,
-    stop: &AtomicBool,
-    emit: &mut dyn FnMut(TrainEvent),
-) -> Result<Summary> {
     let (mut trainer, member) = match reopen(run_dir) {
         Ok(reopened) => reopened,
         Err(error) => {
@@ -77,9 +67,8 @@ pub fn resume_every(
     };
     let preset = trainer.preset().clone();
     emit(started_event(&trainer, &preset, &member.dir));
-    let mut clock = Clock::new(member.summary.elapsed_secs, checkpoint_every);
-    let mut members = vec![member];
-    drive(&mut trainer, &mut members, &mut clock, stop, &mut |_, e| {
+    let mut clock = Clock::new(member.summary.elapsed_secs, CHECKPOINT_EVERY);
+    drive(&mut trainer, vec![member], &mut clock, stop, &mut |_, e| {
         emit(e)
     })
     .swap_remove(0)
@@ -249,19 +238,19 @@ fn train_group(
             }
         }
     }
-    drive(&mut trainer, &mut members, &mut clock, stop, emit)
+    drive(&mut trainer, members, &mut clock, stop, emit)
 }
 
 /// Trains started `members` to their ends ([`train_members`]); an error there fails those
 /// still training. Returns each one's result.
 fn drive(
     trainer: &mut Trainer,
-    members: &mut Vec<Member>,
+    mut members: Vec<Member>,
     clock: &mut Clock,
     stop: &AtomicBool,
     emit: &mut dyn FnMut(usize, TrainEvent),
 ) -> Vec<Result<Summary>> {
-    if let Err(error) = train_members(trainer, members, clock, stop, emit) {
+    if let Err(error) = train_members(trainer, &mut members, clock, stop, emit) {
         // The first replica still training gets the error itself, the others its message.
         let message = error.to_string();
         let mut error = Some(error);
@@ -275,7 +264,7 @@ fn drive(
         }
     }
     members
-        .drain(..)
+        .into_iter()
         .map(|m| {
             m.result
                 .unwrap_or_else(|| Err(Error::Other("the run did not end".into())))

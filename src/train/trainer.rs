@@ -299,23 +299,37 @@ impl Trainer {
             ));
         }
         self.params.load(weights)?;
+        let (moments, step) = self.read_optimizer(optimizer)?;
+        self.optimizer.restore(moments, step)?;
+        self.step = step;
+        let epochs_started = step.div_ceil(self.steps_per_epoch);
+        for _ in 0..epochs_started {
+            self.reshuffle(0);
+        }
+        Ok(())
+    }
+
+    /// The moments (in the order of the parameters) and the step of an optimiser state file,
+    /// checked against this model: every parameter present with its size, the step within
+    /// the run.
+    fn read_optimizer(&self, path: &Path) -> Result<(Vec<Tensor>, usize)> {
         let bad = |message: String| Error::RunDir {
             message,
-            path: optimizer.to_path_buf(),
+            path: path.to_path_buf(),
         };
-        let saved = candle_core::safetensors::load(optimizer, &self.device)
+        let saved = candle_core::safetensors::load(path, &self.device)
             .map_err(|e| bad(format!("cannot read optimizer state ({e})")))?;
         let step = saved
             .get(STEP_KEY)
             .and_then(|t| t.to_vec1::<i64>().ok())
             .and_then(|v| usize::try_from(*v.first()?).ok())
-            .filter(|&step| step <= self.total_steps)
-            .ok_or_else(|| {
-                bad(format!(
-                    "no valid {STEP_KEY} of at most {}",
-                    self.total_steps
-                ))
-            })?;
+            .ok_or_else(|| bad(format!("optimizer state has no step ({STEP_KEY})")))?;
+        if step > self.total_steps {
+            return Err(bad(format!(
+                "the checkpoint is at step {step}, past the preset's {} steps",
+                self.total_steps
+            )));
+        }
         let moments = self
             .params
             .vars()
@@ -330,13 +344,7 @@ impl Trainer {
                 None => Err(bad(format!("optimizer state has no parameter {name}"))),
             })
             .collect::<Result<Vec<_>>>()?;
-        self.optimizer.restore(moments, step)?;
-        self.step = step;
-        let epochs_started = step.div_ceil(self.steps_per_epoch);
-        for _ in 0..epochs_started {
-            self.reshuffle(0);
-        }
-        Ok(())
+        Ok((moments, step))
     }
 
     /// Draws replica `r`'s data order for a new epoch from its shuffle stream.
