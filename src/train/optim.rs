@@ -123,15 +123,14 @@ impl AdamW {
         Ok(())
     }
 
-    /// Replica `r`'s moments (one [m; v] buffer per variable, in the order of the variables
-    /// given to [`Self::new`]) and its update count: with the weights, all a resumed run needs.
-    pub fn replica_state(&self, r: usize) -> (Vec<Tensor>, usize) {
-        let moments = self.slots.iter().map(|s| s.moments[r].clone()).collect();
-        (moments, self.replicas[r].step)
+    /// Replica `r`'s moments: one [m; v] buffer per variable, in the order of the variables
+    /// given to [`Self::new`]. With the weights and the step, all a resumed run needs.
+    pub fn replica_moments(&self, r: usize) -> Vec<Tensor> {
+        self.slots.iter().map(|s| s.moments[r].clone()).collect()
     }
 
-    /// Replaces a lone model's moments and update count by saved ones
-    /// ([`Self::replica_state`]), so that its next update is the one the saved run would make.
+    /// Replaces a lone model's moments ([`Self::replica_moments`]) and update count by saved
+    /// ones, so that its next update is the one the saved run would make.
     pub fn restore(&mut self, moments: Vec<Tensor>, step: usize) -> Result<()> {
         if self.stacked || moments.len() != self.slots.len() {
             return Err(crate::Error::Other(

@@ -1,6 +1,7 @@
-//! A whole training run: drives a [`Trainer`], writes the run folder, emits events. A group of
-//! replicas ([`run_group`]) is driven the same way, each replica into its own run folder with
-//! its own events, as if it trained alone.
+//! A whole training run: drives a [`Trainer`], writes the run folder, emits events; or goes on
+//! with a stopped or crashed one from its checkpoint ([`resume`]). A group of replicas
+//! ([`run_group`]) is driven the same way, each replica into its own run folder with its own
+//! events, as if it trained alone.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -273,7 +273,7 @@ impl Trainer {
     /// the step as [`STEP_KEY`]) to a safetensors file, atomically: with its checkpoint, what
     /// [`Self::restore`] needs to continue the run exactly.
     pub fn save_optimizer(&self, r: usize, path: &Path) -> Result<()> {
-        let (moments, _) = self.optimizer.replica_state(self.slot_of(r)?);
+        let moments = self.optimizer.replica_moments(self.slot_of(r)?);
         let mut tensors: HashMap<String, Tensor> = self
             .params
             .vars()
