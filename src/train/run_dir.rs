@@ -410,4 +410,61 @@ mod tests {
             );
         }
     }
+
+    /// Resuming from step 2 drops the later lines and a torn last one, keeps the rest as written.
+    #[test]
+    fn truncating_metrics_keeps_the_steps_up_to_the_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = RunDir {
+            path: dir.path().to_path_buf(),
+        };
+        let line = |kind: &str, step: usize| match kind {
+            "step" => format!(
+                r#"{{"kind":"step","step":{step},"epoch":0.1,"loss":1.5,"lr":0.001,"grad_norm":1.0,"tokens_per_s":10.0,"elapsed_secs":1.0}}"#
+            ),
+            _ => format!(
+                r#"{{"kind":"eval","step":{step},"epoch":0.1,"accuracy":0.5,"loss":1.0,"elapsed_secs":1.0}}"#
+            ),
+        };
+        let kept = [line("step", 1), line("step", 2), line("eval", 2)];
+        let text = format!(
+            "{}\n{}\n{}\n{{\"kind\":\"st",
+            kept.join("\n"),
+            line("step", 3),
+            line("eval", 3)
+        );
+        std::fs::write(dir.path().join("metrics.jsonl"), text).unwrap();
+        run.truncate_metrics(2).unwrap();
+        let after = std::fs::read_to_string(dir.path().join("metrics.jsonl")).unwrap();
+        assert_eq!(after, format!("{}\n", kept.join("\n")));
+        assert_eq!(run.read_metrics().unwrap().len(), 3);
+    }
+
+    /// The optimiser state is written after the weights: weights newer than it mean a kill
+    /// between the two writes, and no exact resume.
+    #[test]
+    fn a_checkpoint_is_resumable_only_with_older_weights_than_optimizer_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = RunDir {
+            path: dir.path().to_path_buf(),
+        };
+        let refused = |run: &RunDir| run.check_resumable_checkpoint().unwrap_err().to_string();
+        assert!(refused(&run).contains("no checkpoint with optimizer state"));
+        std::fs::write(run.checkpoint_path(), b"w").unwrap();
+        std::fs::write(run.optimizer_path(), b"o").unwrap();
+        let set_time = |path: PathBuf, secs: u64| {
+            let time = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+            std::fs::File::options()
+                .write(true)
+                .open(path)
+                .unwrap()
+                .set_modified(time)
+                .unwrap();
+        };
+        set_time(run.checkpoint_path(), 1000);
+        set_time(run.optimizer_path(), 1001);
+        run.check_resumable_checkpoint().unwrap();
+        set_time(run.checkpoint_path(), 1002);
+        assert!(refused(&run).contains("killed between writing them"));
+    }
 }
