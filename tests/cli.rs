@@ -352,3 +352,52 @@ fn a_diverged_run_is_failed_in_its_summary() {
         serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["status"], "failed");
 }
+
+/// `train --resume` refuses a run that has ended, saying so, and one whose preset no longer
+/// fits its checkpoint; a stopped one goes on to its end in the same folder (here at its last
+/// step already: it only completes).
+#[test]
+fn resume_refuses_an_ended_run_and_finishes_a_stopped_one() {
+    let out = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "train",
+        "presets/mqar_softmax.toml",
+        "--quiet",
+        "--out",
+        out.path().to_str().unwrap(),
+    ];
+    args.extend_from_slice(TINY);
+    let o = attnlab(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let run = only_subfolder(out.path());
+    let resume = ["train", "--quiet", "--resume", run.to_str().unwrap()];
+    let o = attnlab(&resume);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("cannot resume: the run has already ended (completed)"),
+        "{err}"
+    );
+    assert!(err.contains(run.to_str().unwrap()), "{err}");
+    let summary = run.join("summary.json");
+    let text = std::fs::read_to_string(&summary).unwrap();
+    std::fs::write(&summary, text.replace("\"completed\"", "\"stopped\"")).unwrap();
+    // A preset edited since: its model no longer fits the checkpoint, which is named.
+    let preset = run.join("preset.toml");
+    let text = std::fs::read_to_string(&preset).unwrap();
+    assert!(text.contains("d_model = 16"), "{text}");
+    std::fs::write(&preset, text.replace("d_model = 16", "d_model = 32")).unwrap();
+    let o = attnlab(&resume);
+    let err = stderr(&o);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("checkpoint parameter") && err.contains("shape"),
+        "{err}"
+    );
+    std::fs::write(&preset, text).unwrap();
+    let o = attnlab(&resume);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("completed after 6 steps"), "{stdout}");
+    assert_eq!(only_subfolder(out.path()), run);
+}

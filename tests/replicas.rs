@@ -9,7 +9,7 @@
 mod common;
 
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use attnlab::Preset;
 use attnlab::model::{Layout, MixerKind};
@@ -199,6 +199,15 @@ fn run_group(
     (results, events)
 }
 
+/// A run folder's checkpoint, by parameter name.
+fn checkpoint(dir: &RunDir) -> Vec<(String, Tensor)> {
+    let loaded =
+        candle_core::safetensors::load(dir.checkpoint_path(), &candle_core::Device::Cpu).unwrap();
+    let mut tensors: Vec<_> = loaded.into_iter().collect();
+    tensors.sort_by(|a, b| a.0.cmp(&b.0));
+    tensors
+}
+
 fn run_dir_of(events: &[TrainEvent]) -> RunDir {
     let Some(TrainEvent::Started { run_dir, .. }) = events.first() else {
         panic!("no Started event: {events:?}")
@@ -291,14 +300,6 @@ fn a_group_run_finishes_each_replica_as_a_lone_run_would() {
                 );
             }
         }
-        let checkpoint = |dir: &RunDir| {
-            let loaded =
-                candle_core::safetensors::load(dir.checkpoint_path(), &candle_core::Device::Cpu)
-                    .unwrap();
-            let mut names: Vec<_> = loaded.into_iter().collect();
-            names.sort_by(|a, b| a.0.cmp(&b.0));
-            names
-        };
         for ((name, a), (_, b)) in checkpoint(&grouped).iter().zip(checkpoint(&alone)) {
             assert_eq!(a.dims(), b.dims(), "{name}");
             assert!(common::max_abs_diff(a, &b) < 1e-4, "{}: {name}", cell.name);
@@ -320,5 +321,51 @@ fn a_group_run_finishes_each_replica_as_a_lone_run_would() {
                 cell.name
             );
         }
+    }
+}
+
+/// A replica of a stopped group resumes alone ([`attnlab::train::run::resume`]) and ends where
+/// the lone run of its preset ends, up to the rounding in which replicas and lone runs differ.
+#[test]
+fn a_replica_of_a_stopped_group_resumes_as_a_lone_run() {
+    let mut base = common::tiny(
+        attnlab::attention::MechanismSpec::Softmax,
+        attnlab::encodings::EncodingSpec::Rope(Default::default()),
+    );
+    base.train.max_steps = Some(12);
+    base.train.eval_every = 4;
+    base.train.target_accuracy = 0.0;
+    let cells = cells(&base);
+    let root = tempfile::tempdir().unwrap();
+    let members: Vec<(Preset, PathBuf)> = cells
+        .iter()
+        .map(|c| (c.clone(), root.path().join(&c.name)))
+        .collect();
+    let stop = AtomicBool::new(false);
+    let mut started = Vec::new();
+    let stopped = attnlab::train::run::run_group(&members, &stop, &mut |_, e| match e {
+        TrainEvent::Started { run_dir, .. } => started.push(run_dir),
+        TrainEvent::Step(s) if s.step == 7 => stop.store(true, Ordering::Relaxed),
+        _ => {}
+    });
+    assert_eq!(stopped[1].as_ref().unwrap().status, RunStatus::Stopped);
+    let never = AtomicBool::new(false);
+    let resumed = attnlab::train::run::resume(&started[1], &never, &mut |_| {}).unwrap();
+    assert_eq!((resumed.status, resumed.steps), (RunStatus::Completed, 12));
+    assert_eq!(resumed.replicas, None);
+    let mut events = Vec::new();
+    let alone = attnlab::train::run::run(&cells[1], &root.path().join("alone"), &never, &mut |e| {
+        events.push(e)
+    })
+    .unwrap();
+    assert_close(
+        "accuracy",
+        resumed.last_accuracy.unwrap(),
+        alone.last_accuracy.unwrap(),
+        1e-9,
+    );
+    let (a, b) = (RunDir::open(&started[1]).unwrap(), run_dir_of(&events));
+    for ((name, x), (_, y)) in checkpoint(&a).iter().zip(checkpoint(&b)) {
+        assert!(common::max_abs_diff(x, &y) < 1e-4, "{name}");
     }
 }

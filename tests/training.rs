@@ -201,3 +201,165 @@ fn checkpoint_restores_the_model() {
     let after = fresh.evaluate().unwrap();
     assert_eq!(before.loss, after.loss);
 }
+
+/// The losses by step, the final summary and the run folder of a training.
+struct Trained {
+    losses: Vec<(usize, f32)>,
+    summary: attnlab::train::Summary,
+    dir: std::path::PathBuf,
+}
+
+/// Runs `train`, recording its events; `on_step` sees each step's number and the run folder.
+fn trained(
+    train: impl FnOnce(&mut dyn FnMut(TrainEvent)) -> attnlab::Result<attnlab::train::Summary>,
+    mut on_step: impl FnMut(usize, &Path),
+) -> Trained {
+    let (mut losses, mut dir) = (Vec::new(), None);
+    let summary = train(&mut |event| match event {
+        TrainEvent::Started { run_dir, .. } => dir = Some(run_dir),
+        TrainEvent::Step(s) => {
+            losses.push((s.step, s.loss));
+            on_step(s.step, dir.as_deref().unwrap());
+        }
+        TrainEvent::Failed { message, .. } => panic!("{message}"),
+        _ => {}
+    })
+    .unwrap();
+    let dir = dir.unwrap();
+    Trained {
+        losses,
+        summary,
+        dir,
+    }
+}
+
+/// 20 steps over 2.5 epochs with warm-up, cosine decay and dropout: everything a resumed run
+/// must continue exactly.
+fn resumable_preset() -> Preset {
+    let mut preset = common::tiny(
+        attnlab::attention::MechanismSpec::Softmax,
+        EncodingSpec::Rope(Default::default()),
+    );
+    preset.train.max_steps = Some(20);
+    preset.train.warmup_steps = 3;
+    preset.train.eval_every = 6;
+    preset.model.embed_dropout = Some(0.1);
+    preset.model.attention_dropout = Some(0.1);
+    preset
+}
+
+/// Every parameter of a run folder's checkpoint, by name.
+fn checkpoint(dir: &Path) -> Vec<(String, Vec<f32>)> {
+    let mut tensors: Vec<_> =
+        candle_core::safetensors::load(dir.join("model.safetensors"), &candle_core::Device::Cpu)
+            .unwrap()
+            .into_iter()
+            .map(|(name, t)| (name, t.flatten_all().unwrap().to_vec1::<f32>().unwrap()))
+            .collect();
+    tensors.sort_by(|a, b| a.0.cmp(&b.0));
+    tensors
+}
+
+/// A resumed run goes on as the uninterrupted one: the same losses from its checkpoint on,
+/// the same final weights (bit for bit) and accuracy, and each step once in its metrics.
+fn assert_continues(reference: &Trained, resumed: &Trained, from_step: usize) {
+    let after: Vec<_> = reference.losses[from_step..].to_vec();
+    assert_eq!(resumed.losses, after);
+    assert_eq!(resumed.summary.status, RunStatus::Completed);
+    assert_eq!(resumed.summary.steps, 20);
+    assert_eq!(
+        resumed.summary.last_accuracy,
+        reference.summary.last_accuracy
+    );
+    assert_eq!(checkpoint(&resumed.dir), checkpoint(&reference.dir));
+    let metrics = attnlab::train::RunDir::open(&resumed.dir)
+        .unwrap()
+        .read_metrics()
+        .unwrap();
+    let steps: Vec<usize> = metrics
+        .iter()
+        .filter_map(|m| match m {
+            attnlab::train::MetricRecord::Step(s) => Some(s.step),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(steps, (1..=20).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_stopped_run_resumes_as_if_never_stopped() {
+    let preset = resumable_preset();
+    let never_stop = std::sync::atomic::AtomicBool::new(false);
+    let root = tempfile::tempdir().unwrap();
+    let reference = trained(
+        |emit| attnlab::train::run::run(&preset, root.path(), &never_stop, emit),
+        |_, _| {},
+    );
+    // Stopped after step 9: mid-epoch, not an evaluation step; the stop saves a checkpoint.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let stopped = trained(
+        |emit| attnlab::train::run::run(&preset, root.path(), &stop, emit),
+        |step, _| {
+            if step == 9 {
+                stop.store(true, std::sync::atomic::Ordering::Relaxed)
+            }
+        },
+    );
+    assert_eq!(stopped.summary.status, RunStatus::Stopped);
+    assert_eq!(stopped.summary.steps, 9);
+    let resumed = trained(
+        |emit| attnlab::train::run::resume(&stopped.dir, &never_stop, emit),
+        |_, _| {},
+    );
+    assert_eq!(resumed.dir, stopped.dir);
+    assert_continues(&reference, &resumed, 9);
+}
+
+/// A kill -9 leaves the run folder as it is between two steps: with checkpoints every 0 s,
+/// the one after step 10 while step 11 is logged. Resuming drops step 11's line and trains
+/// it again.
+#[test]
+fn a_crashed_run_resumes_from_its_time_based_checkpoint() {
+    let preset = resumable_preset();
+    let never_stop = std::sync::atomic::AtomicBool::new(false);
+    let root = tempfile::tempdir().unwrap();
+    let reference = trained(
+        |emit| attnlab::train::run::run(&preset, root.path(), &never_stop, emit),
+        |_, _| {},
+    );
+    let crashed = tempfile::tempdir().unwrap();
+    let every_step = trained(
+        |emit| {
+            let zero = std::time::Duration::ZERO;
+            attnlab::train::run::run_every(&preset, root.path(), zero, &never_stop, emit)
+        },
+        |step, dir| {
+            if step == 11 {
+                std::fs::create_dir(crashed.path().join("attention")).unwrap();
+                // In the order they are written, so their times say the pair is complete.
+                for file in [
+                    "preset.toml",
+                    "metrics.jsonl",
+                    "summary.json",
+                    "model.safetensors",
+                    "optimizer.safetensors",
+                ] {
+                    std::fs::copy(dir.join(file), crashed.path().join(file)).unwrap();
+                }
+            }
+        },
+    );
+    // Saving at every step changes nothing about the training.
+    assert_eq!(every_step.losses, reference.losses);
+    assert_eq!(checkpoint(&every_step.dir), checkpoint(&reference.dir));
+    let summary = attnlab::train::RunDir::open(crashed.path())
+        .unwrap()
+        .read_summary()
+        .unwrap();
+    assert_eq!(summary.status, RunStatus::Running);
+    let resumed = trained(
+        |emit| attnlab::train::run::resume(crashed.path(), &never_stop, emit),
+        |_, _| {},
+    );
+    assert_continues(&reference, &resumed, 10);
+}

@@ -47,7 +47,12 @@ pub enum Command {
     /// Train a preset; writes a run folder and shows live progress.
     Train {
         /// Preset file (TOML), e.g. presets/mqar_softmax.toml.
-        preset: PathBuf,
+        #[arg(required_unless_present = "resume")]
+        preset: Option<PathBuf>,
+        /// Continue the stopped or crashed run in this run folder from its last checkpoint,
+        /// exactly as it would have gone on (instead of training a preset).
+        #[arg(long, value_name = "RUN", conflicts_with_all = ["preset", "overrides", "out"])]
+        resume: Option<PathBuf>,
         /// Override one preset key, e.g. --set train.lr=3e-3 (repeatable).
         #[arg(long = "set", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
@@ -189,11 +194,18 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         None | Some(Command::Gui) => gui(),
         Some(Command::Train {
-            preset,
+            resume: Some(run_dir),
+            quiet,
+            ..
+        }) => train::resume(&run_dir, quiet),
+        Some(Command::Train {
+            preset: Some(preset),
             overrides,
             out,
             quiet,
+            ..
         }) => train::train(&preset, &overrides, &out, quiet),
+        Some(Command::Train { .. }) => anyhow::bail!("train needs a PRESET or --resume RUN"),
         Some(Command::Check { preset, overrides }) => {
             let preset = crate::Preset::load(&preset, &overrides)?;
             outln!("{}", preset.to_toml()?.trim_end());

@@ -9,12 +9,23 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::signals;
 use crate::Preset;
-use crate::train::{Summary, TrainEvent, spawn};
+use crate::preset::MemoryEstimate;
+use crate::train::{RunDir, Summary, TrainEvent, TrainHandle, spawn, spawn_resume};
 
 pub fn train(path: &Path, overrides: &[String], out: &Path, quiet: bool) -> anyhow::Result<()> {
     let preset = Preset::load(path, overrides)?;
     let estimate = preset.check_fits_here()?;
-    let handle = spawn(preset, out.to_path_buf(), || {});
+    follow(spawn(preset, out.to_path_buf(), || {}), &estimate, quiet)
+}
+
+/// `attnlab train --resume RUN`: the stopped or crashed run goes on in its folder.
+pub fn resume(run_dir: &Path, quiet: bool) -> anyhow::Result<()> {
+    let estimate = RunDir::open(run_dir)?.read_preset()?.check_fits_here()?;
+    follow(spawn_resume(run_dir.to_path_buf(), || {}), &estimate, quiet)
+}
+
+/// Shows a training's progress until it ends; Ctrl-C or SIGTERM stops it after its step.
+fn follow(handle: TrainHandle, estimate: &MemoryEstimate, quiet: bool) -> anyhow::Result<()> {
     signals::install();
     let bar = if quiet {
         ProgressBar::hidden()

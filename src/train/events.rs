@@ -98,6 +98,16 @@ pub enum MetricRecord {
     Eval(EvalRecord),
 }
 
+impl MetricRecord {
+    /// The step the record was logged at.
+    pub fn step(&self) -> usize {
+        match self {
+            Self::Step(record) => record.step,
+            Self::Eval(record) => record.step,
+        }
+    }
+}
+
 /// How a run stands or ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

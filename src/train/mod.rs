@@ -19,4 +19,4 @@ pub use events::{EvalRecord, MetricRecord, RunStatus, StepRecord, Summary, Train
 pub use optim::AdamW;
 pub use run_dir::RunDir;
 pub use trainer::{ReplicaStep, Trainer};
-pub use worker::{Priority, TrainHandle, lower_thread_priority, spawn, spawn_with};
+pub use worker::{Priority, TrainHandle, lower_thread_priority, spawn, spawn_resume, spawn_with};

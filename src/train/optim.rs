@@ -123,6 +123,29 @@ impl AdamW {
         Ok(())
     }
 
+    /// Replica `r`'s moments: one [m; v] buffer per variable, in the order of the variables
+    /// given to [`Self::new`]. With the weights and the step, all a resumed run needs.
+    pub fn replica_moments(&self, r: usize) -> Vec<Tensor> {
+        self.slots.iter().map(|s| s.moments[r].clone()).collect()
+    }
+
+    /// Replaces a lone model's moments ([`Self::replica_moments`]) and update count by saved
+    /// ones, so that its next update is the one the saved run would make.
+    pub fn restore(&mut self, moments: Vec<Tensor>, step: usize) -> Result<()> {
+        if self.stacked || moments.len() != self.slots.len() {
+            return Err(crate::Error::Other(
+                "optimizer state is restored for a lone model, one buffer per variable".into(),
+            ));
+        }
+        for (slot, saved) in self.slots.iter_mut().zip(moments) {
+            let current = &slot.moments[0];
+            // A copy in the moments' own dtype: the fused update writes into this buffer.
+            slot.moments[0] = saved.to_dtype(current.dtype())?.copy()?;
+        }
+        self.replicas[0].step = step;
+        Ok(())
+    }
+
     /// Global L2 norm of the gradients of all variables. The squared norms are summed on the
     /// device and read once: one copy to the host per step, not one per parameter.
     pub fn grad_norm(&self, grads: &GradStore) -> Result<f64> {

@@ -1,10 +1,11 @@
-//! A whole training run: drives a [`Trainer`], writes the run folder, emits events. A group of
-//! replicas ([`run_group`]) is driven the same way, each replica into its own run folder with
-//! its own events, as if it trained alone.
+//! A whole training run: drives a [`Trainer`], writes the run folder, emits events; or goes on
+//! with a stopped or crashed one from its checkpoint ([`resume`]). A group of replicas
+//! ([`run_group`]) is driven the same way, each replica into its own run folder with its own
+//! events, as if it trained alone.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use candle_core::Tensor;
 
@@ -16,6 +17,11 @@ use super::{
 use crate::preset::Preset;
 use crate::{Error, Result};
 
+/// Training time after which a checkpoint is saved even without an evaluation (evaluations
+/// can be an epoch apart): a killed run loses at most this much training and resumes from
+/// there ([`resume`]). Saving a small model takes milliseconds, so a minute costs nothing.
+pub const CHECKPOINT_EVERY: Duration = Duration::from_secs(60);
+
 /// Trains `preset` into a new folder under `runs_root`, calling `emit` for every event, until
 /// the planned steps are done, the target accuracy is reached, or `stop` is set (checked every
 /// step). Returns the final summary; on error, `Failed` has been emitted and what was saved stays.
@@ -25,9 +31,89 @@ pub fn run(
     stop: &AtomicBool,
     emit: &mut dyn FnMut(TrainEvent),
 ) -> Result<Summary> {
+    run_every(preset, runs_root, CHECKPOINT_EVERY, stop, emit)
+}
+
+/// [`run`] with a checkpoint after every `checkpoint_every` of training (instead of
+/// [`CHECKPOINT_EVERY`]): a test saves one at every step.
+pub fn run_every(
+    preset: &Preset,
+    runs_root: &Path,
+    checkpoint_every: Duration,
+    stop: &AtomicBool,
+    emit: &mut dyn FnMut(TrainEvent),
+) -> Result<Summary> {
     let member = (preset.clone(), runs_root.to_path_buf());
-    let mut results = run_group(std::slice::from_ref(&member), stop, &mut |_, e| emit(e));
+    let members = std::slice::from_ref(&member);
+    let mut results = run_group_every(members, checkpoint_every, stop, &mut |_, e| emit(e));
     results.swap_remove(0)
+}
+
+/// Continues the stopped, crashed or failed run in folder `run_dir` from its last checkpoint,
+/// exactly as it would have gone on (weights, optimiser state, learning rate, data order,
+/// dropout), in the same folder: the lines of `metrics.jsonl` after the checkpoint are
+/// dropped, as they are trained again. A run that ended (completed, target reached) is
+/// refused. Events and result as for [`run`].
+pub fn resume(
+    run_dir: &Path,
+    stop: &AtomicBool,
+    emit: &mut dyn FnMut(TrainEvent),
+) -> Result<Summary> {
+    let (mut trainer, member) = match reopen(run_dir) {
+        Ok(reopened) => reopened,
+        Err(error) => {
+            emit(failed_event(&error, None));
+            return Err(error);
+        }
+    };
+    let preset = trainer.preset().clone();
+    emit(started_event(&trainer, &preset, &member.dir));
+    let mut clock = Clock::new(member.summary.elapsed_secs, CHECKPOINT_EVERY);
+    drive(&mut trainer, vec![member], &mut clock, stop, &mut |_, e| {
+        emit(e)
+    })
+    .swap_remove(0)
+}
+
+/// Opens run folder `path` to go on training: a trainer restored from its checkpoint, its
+/// metrics after the checkpoint dropped and its summary "running" again.
+fn reopen(path: &Path) -> Result<(Trainer, Member)> {
+    let dir = RunDir::open(path)?;
+    let mut summary = dir.read_summary()?;
+    if matches!(
+        summary.status,
+        RunStatus::Completed | RunStatus::TargetReached
+    ) {
+        return Err(Error::RunDir {
+            message: format!(
+                "cannot resume: the run has already ended ({}); train its preset again for a new run",
+                summary.status.describe()
+            ),
+            path: path.to_path_buf(),
+        });
+    }
+    dir.check_resumable_checkpoint()?;
+    let preset = dir.read_preset()?;
+    preset.validate()?;
+    let mut trainer = Trainer::new(&preset)?;
+    trainer.restore(&dir.checkpoint_path(), &dir.optimizer_path())?;
+    let step = trainer.step();
+    dir.truncate_metrics(step)?;
+    summary.status = RunStatus::Running;
+    summary.error = None;
+    // A replica of a group goes on alone: a replica trains as it would alone (up to the
+    // rounding in which a group and a lone run differ).
+    summary.replicas = None;
+    summary.steps = step;
+    summary.epoch = trainer.epoch();
+    dir.write_summary(&summary)?;
+    let member = Member {
+        dir,
+        summary,
+        checkpoint_step: Some(step),
+        result: None,
+    };
+    Ok((trainer, member))
 }
 
 /// Trains `members` (presets of one shape, see [`super::replicas`], each with the folder its
@@ -36,6 +122,16 @@ pub fn run(
 /// reaches its target or diverges is frozen and finished while the others train on.
 pub fn run_group(
     members: &[(Preset, PathBuf)],
+    stop: &AtomicBool,
+    emit: &mut dyn FnMut(usize, TrainEvent),
+) -> Vec<Result<Summary>> {
+    run_group_every(members, CHECKPOINT_EVERY, stop, emit)
+}
+
+/// [`run_group`] with checkpoints every `checkpoint_every` of training.
+fn run_group_every(
+    members: &[(Preset, PathBuf)],
+    checkpoint_every: Duration,
     stop: &AtomicBool,
     emit: &mut dyn FnMut(usize, TrainEvent),
 ) -> Vec<Result<Summary>> {
@@ -52,7 +148,9 @@ pub fn run_group(
     }
     if !valid.is_empty() {
         let group: Vec<(Preset, PathBuf)> = valid.iter().map(|&i| members[i].clone()).collect();
-        let trained = train_group(&group, stop, &mut |r, event| emit(valid[r], event));
+        let trained = train_group(&group, checkpoint_every, stop, &mut |r, event| {
+            emit(valid[r], event)
+        });
         for (result, &i) in trained.into_iter().zip(&valid) {
             results[i] = Some(result);
         }
@@ -73,16 +171,43 @@ struct Member {
     result: Option<Result<Summary>>,
 }
 
-/// The group's clock and throughput, shared by its replicas.
+/// The group's clock and throughput, shared by its replicas, and when they were last saved.
 struct Clock {
     started: Instant,
     tokens: usize,
     training_secs: f64,
+    /// Training seconds between time-based checkpoints ([`CHECKPOINT_EVERY`]).
+    checkpoint_every: f64,
+    /// `training_secs` at the last checkpoint.
+    checkpointed_secs: f64,
+}
+
+impl Clock {
+    /// A clock that has run `elapsed` seconds already (a resumed run's).
+    fn new(elapsed: f64, checkpoint_every: Duration) -> Self {
+        let now = Instant::now();
+        let started = Duration::try_from_secs_f64(elapsed)
+            .ok()
+            .and_then(|d| now.checked_sub(d));
+        Self {
+            started: started.unwrap_or(now),
+            tokens: 0,
+            training_secs: 0.0,
+            checkpoint_every: checkpoint_every.as_secs_f64(),
+            checkpointed_secs: 0.0,
+        }
+    }
+
+    /// Whether enough training has passed since the last checkpoint to save one.
+    fn checkpoint_due(&self) -> bool {
+        self.training_secs - self.checkpointed_secs >= self.checkpoint_every
+    }
 }
 
 /// [`run_group`] for validated presets.
 fn train_group(
     group: &[(Preset, PathBuf)],
+    checkpoint_every: Duration,
     stop: &AtomicBool,
     emit: &mut dyn FnMut(usize, TrainEvent),
 ) -> Vec<Result<Summary>> {
@@ -91,11 +216,7 @@ fn train_group(
         Ok(trainer) => trainer,
         Err(error) => return fail_all(group.len(), error, emit),
     };
-    let mut clock = Clock {
-        started: Instant::now(),
-        tokens: 0,
-        training_secs: 0.0,
-    };
+    let mut clock = Clock::new(0.0, checkpoint_every);
     let mut members = Vec::new();
     for (r, (preset, root)) in group.iter().enumerate() {
         match start_member(&trainer, r, root) {
@@ -118,7 +239,19 @@ fn train_group(
             }
         }
     }
-    if let Err(error) = train_members(&mut trainer, &mut members, &mut clock, stop, emit) {
+    drive(&mut trainer, members, &mut clock, stop, emit)
+}
+
+/// Trains started `members` to their ends ([`train_members`]); an error there fails those
+/// still training. Returns each one's result.
+fn drive(
+    trainer: &mut Trainer,
+    mut members: Vec<Member>,
+    clock: &mut Clock,
+    stop: &AtomicBool,
+    emit: &mut dyn FnMut(usize, TrainEvent),
+) -> Vec<Result<Summary>> {
+    if let Err(error) = train_members(trainer, &mut members, clock, stop, emit) {
         // The first replica still training gets the error itself, the others its message.
         let message = error.to_string();
         let mut error = Some(error);
@@ -127,7 +260,7 @@ fn train_group(
                 let error = error
                     .take()
                     .unwrap_or_else(|| Error::Other(message.clone()));
-                fail(member, r, &clock, error, emit);
+                fail(member, r, clock, error, emit);
             }
         }
     }
@@ -213,9 +346,62 @@ fn train_members(
         }
         if trainer.step().is_multiple_of(eval_interval) || trainer.step() == trainer.total_steps() {
             evaluate_active(trainer, members, clock, emit)?;
+        } else if clock.checkpoint_due() {
+            checkpoint_active(trainer, members, clock, emit)?;
         }
     }
     Ok(())
+}
+
+/// Saves a checkpoint and the summary of every replica still training: the time-based
+/// checkpoint between evaluations.
+fn checkpoint_active(
+    trainer: &mut Trainer,
+    members: &mut [Member],
+    clock: &mut Clock,
+    emit: &mut dyn FnMut(usize, TrainEvent),
+) -> Result<()> {
+    clock.checkpointed_secs = clock.training_secs;
+    for (r, member) in members.iter_mut().enumerate() {
+        if member.result.is_some() {
+            continue;
+        }
+        let saved = save_state(trainer, r, member);
+        if unless_diverged(trainer, r, member, clock, saved, emit)? {
+            member.dir.write_summary(&member.summary)?;
+        }
+    }
+    Ok(())
+}
+
+/// Saves replica `r`'s checkpoint: the weights, then the optimiser state, whose step marks
+/// the pair complete (resuming checks they were written in this order).
+fn save_state(trainer: &Trainer, r: usize, member: &mut Member) -> Result<()> {
+    trainer.save_checkpoint(r, &member.dir.checkpoint_path())?;
+    trainer.save_optimizer(r, &member.dir.optimizer_path())?;
+    member.checkpoint_step = Some(trainer.step());
+    Ok(())
+}
+
+/// Whether replica `r` trains on after `result`: a divergence freezes and fails it (false),
+/// another error is the group's.
+fn unless_diverged(
+    trainer: &mut Trainer,
+    r: usize,
+    member: &mut Member,
+    clock: &Clock,
+    result: Result<()>,
+    emit: &mut dyn FnMut(usize, TrainEvent),
+) -> Result<bool> {
+    match result {
+        Ok(()) => Ok(true),
+        Err(error @ Error::Diverged { .. }) => {
+            trainer.freeze(r);
+            fail(member, r, clock, error, emit);
+            Ok(false)
+        }
+        Err(error) => Err(error),
+    }
 }
 
 /// Evaluates every replica still training, saves its evaluation, and finishes (and freezes)
@@ -223,9 +409,10 @@ fn train_members(
 fn evaluate_active(
     trainer: &mut Trainer,
     members: &mut [Member],
-    clock: &Clock,
+    clock: &mut Clock,
     emit: &mut dyn FnMut(usize, TrainEvent),
 ) -> Result<()> {
+    clock.checkpointed_secs = clock.training_secs;
     let evals = trainer.evaluate_replicas()?;
     let rows: Vec<usize> = (0..trainer
         .preset()
@@ -242,14 +429,8 @@ fn evaluate_active(
         let recorded = record_eval(trainer, r, member, clock, eval, &rows, weights, &mut |e| {
             emit(r, e)
         });
-        match recorded {
-            Ok(()) => {}
-            Err(error @ Error::Diverged { .. }) => {
-                trainer.freeze(r);
-                fail(member, r, clock, error, emit);
-                continue;
-            }
-            Err(error) => return Err(error),
+        if !unless_diverged(trainer, r, member, clock, recorded, emit)? {
+            continue;
         }
         let target = trainer.replica_preset(r).train.target_accuracy;
         if target > 0.0 && eval.accuracy >= target {
@@ -367,10 +548,11 @@ fn record_eval(
         loss: eval.loss,
         elapsed_secs: clock.started.elapsed().as_secs_f64(),
     };
+    member
+        .dir
+        .append_metric(&MetricRecord::Eval(record.clone()))?;
+    save_state(trainer, r, member)?;
     let dir = &member.dir;
-    dir.append_metric(&MetricRecord::Eval(record.clone()))?;
-    trainer.save_checkpoint(r, &dir.checkpoint_path())?;
-    member.checkpoint_step = Some(record.step);
     save_attention(dir, trainer, rows, attention)?;
     let summary = &mut member.summary;
     summary.last_accuracy = Some(eval.accuracy);
@@ -424,8 +606,8 @@ fn save_attention(
     dir.write_attention(&index, &tensors)
 }
 
-/// Marks replica `r`'s run failed in its summary (the last checkpoint, from the last
-/// evaluation, stays), then emits `Failed`; a divergence says which checkpoint that is.
+/// Marks replica `r`'s run failed in its summary (the last checkpoint stays), then emits
+/// `Failed`; a divergence says which checkpoint that is.
 fn fail(
     member: &mut Member,
     r: usize,
@@ -453,7 +635,7 @@ fn kept_checkpoint(member: &Member) -> String {
             "the last finite checkpoint, from step {step}, is kept: {}",
             member.dir.checkpoint_path().display()
         ),
-        None => "no checkpoint was saved (it diverged before its first evaluation)".into(),
+        None => "no checkpoint was saved (it diverged before its first one)".into(),
     }
 }
 

@@ -5,7 +5,8 @@
 //! | `preset.toml` | at start: the fully resolved preset |
 //! | `metrics.jsonl` | one line per step and per evaluation, appended and flushed |
 //! | `summary.json` | at start, at every evaluation, at the end |
-//! | `model.safetensors` | at every evaluation and at the end (never with a NaN or infinite parameter) |
+//! | `model.safetensors` | at every evaluation, after each minute of training without one, and at the end (never with a NaN or infinite parameter) |
+//! | `optimizer.safetensors` | with every checkpoint: AdamW's moments and the step, to resume the run |
 //! | `attention/layer<L>.npy` | attention of a fixed batch of test rows, (B, H, Tq, Tk) f32 |
 //! | `attention/index.json` | which layers, which rows (with MQAR ground truth), at which step |
 //!
@@ -109,6 +110,38 @@ impl RunDir {
         self.path.join("model.safetensors")
     }
 
+    /// AdamW's state at the checkpoint, for resuming (see `Trainer::save_optimizer`).
+    pub fn optimizer_path(&self) -> PathBuf {
+        self.path.join("optimizer.safetensors")
+    }
+
+    /// Refuses a checkpoint that cannot continue the run exactly: one without optimiser state
+    /// (killed before its first checkpoint, or saved by an attnlab that could not resume), or
+    /// weights newer than it (killed between the two writes: the optimiser state goes second).
+    pub fn check_resumable_checkpoint(&self) -> Result<()> {
+        let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
+        let refuse = |why: &str| {
+            Err(Error::RunDir {
+                message: format!("cannot resume: {why}"),
+                path: self.path.clone(),
+            })
+        };
+        match (
+            modified(&self.checkpoint_path()),
+            modified(&self.optimizer_path()),
+        ) {
+            (Some(weights), Some(state)) if weights <= state => Ok(()),
+            (Some(_), Some(_)) => refuse(
+                "model.safetensors is newer than optimizer.safetensors (the run was killed \
+                 between writing them)",
+            ),
+            _ => refuse(
+                "no checkpoint with optimizer state (model.safetensors and \
+                 optimizer.safetensors); the run ended before its first one",
+            ),
+        }
+    }
+
     pub fn write_preset(&self, preset: &Preset) -> Result<()> {
         preset.save(&self.path.join("preset.toml"))
     }
@@ -157,6 +190,25 @@ impl RunDir {
             .lines()
             .filter_map(|line| serde_json::from_str(line).ok())
             .collect())
+    }
+
+    /// Drops the lines of `metrics.jsonl` logged after step `step` (and a torn last line):
+    /// a run resumed from a checkpoint at `step` logs those steps again.
+    pub fn truncate_metrics(&self, step: usize) -> Result<()> {
+        let path = self.path.join("metrics.jsonl");
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Error::io("cannot read metrics", path, e)),
+        };
+        let kept: String = text
+            .lines()
+            .filter(|line| {
+                serde_json::from_str::<MetricRecord>(line).is_ok_and(|r| r.step() <= step)
+            })
+            .map(|line| format!("{line}\n"))
+            .collect();
+        io::write_bytes(&path, kept.as_bytes())
     }
 
     pub fn write_summary(&self, summary: &Summary) -> Result<()> {
@@ -408,5 +460,62 @@ mod tests {
                 "{file}: {err}"
             );
         }
+    }
+
+    /// Resuming from step 2 drops the later lines and a torn last one, keeps the rest as written.
+    #[test]
+    fn truncating_metrics_keeps_the_steps_up_to_the_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = RunDir {
+            path: dir.path().to_path_buf(),
+        };
+        let line = |kind: &str, step: usize| match kind {
+            "step" => format!(
+                r#"{{"kind":"step","step":{step},"epoch":0.1,"loss":1.5,"lr":0.001,"grad_norm":1.0,"tokens_per_s":10.0,"elapsed_secs":1.0}}"#
+            ),
+            _ => format!(
+                r#"{{"kind":"eval","step":{step},"epoch":0.1,"accuracy":0.5,"loss":1.0,"elapsed_secs":1.0}}"#
+            ),
+        };
+        let kept = [line("step", 1), line("step", 2), line("eval", 2)];
+        let text = format!(
+            "{}\n{}\n{}\n{{\"kind\":\"st",
+            kept.join("\n"),
+            line("step", 3),
+            line("eval", 3)
+        );
+        std::fs::write(dir.path().join("metrics.jsonl"), text).unwrap();
+        run.truncate_metrics(2).unwrap();
+        let after = std::fs::read_to_string(dir.path().join("metrics.jsonl")).unwrap();
+        assert_eq!(after, format!("{}\n", kept.join("\n")));
+        assert_eq!(run.read_metrics().unwrap().len(), 3);
+    }
+
+    /// The optimiser state is written after the weights: weights newer than it mean a kill
+    /// between the two writes, and no exact resume.
+    #[test]
+    fn a_checkpoint_is_resumable_only_with_older_weights_than_optimizer_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = RunDir {
+            path: dir.path().to_path_buf(),
+        };
+        let refused = |run: &RunDir| run.check_resumable_checkpoint().unwrap_err().to_string();
+        assert!(refused(&run).contains("no checkpoint with optimizer state"));
+        std::fs::write(run.checkpoint_path(), b"w").unwrap();
+        std::fs::write(run.optimizer_path(), b"o").unwrap();
+        let set_time = |path: PathBuf, secs: u64| {
+            let time = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+            std::fs::File::options()
+                .write(true)
+                .open(path)
+                .unwrap()
+                .set_modified(time)
+                .unwrap();
+        };
+        set_time(run.checkpoint_path(), 1000);
+        set_time(run.optimizer_path(), 1001);
+        run.check_resumable_checkpoint().unwrap();
+        set_time(run.checkpoint_path(), 1002);
+        assert!(refused(&run).contains("killed between writing them"));
     }
 }

@@ -1,5 +1,8 @@
 //! The training loop itself: no threads, no files. `run` and the benchmark drive it.
 
+use std::collections::HashMap;
+use std::path::Path;
+
 use candle_core::{D, DType, Device, Tensor, Var};
 
 use super::optim::{AdamW, Update, learning_rate};
@@ -15,6 +18,10 @@ use crate::{Error, Result};
 /// (1,000 MQAR rows of 64 tokens: 0.62 s in passes of 256 rows, 0.35 s in passes of 64):
 /// their activations outgrow the caches.
 const EVAL_TOKENS: usize = 4096;
+
+/// The key of the step in an optimiser state file ([`Trainer::save_optimizer`]): no
+/// parameter name has a leading underscore.
+pub const STEP_KEY: &str = "__step__";
 
 /// Result of one optimiser step.
 #[derive(Clone, Copy, Debug)]
@@ -235,13 +242,12 @@ impl Trainer {
     /// Writes replica `r`'s parameters (the model's, when alone) as a lone model's checkpoint.
     /// A parameter that is NaN or infinite (an update can diverge while the loss before it was
     /// finite) is [`Error::Diverged`] and writes nothing, so the last checkpoint stays usable.
-    pub fn save_checkpoint(&self, r: usize, path: &std::path::Path) -> Result<()> {
-        let Some(slot) = self.computed.iter().position(|&c| c == r) else {
-            return Err(Error::Other(format!(
-                "replica {r} is frozen and no longer held"
-            )));
-        };
-        let replica = self.params.replicas().map(|_| slot);
+    pub fn save_checkpoint(&self, r: usize, path: &Path) -> Result<()> {
+        let replica = self
+            .params
+            .replicas()
+            .map(|_| self.slot_of(r))
+            .transpose()?;
         if let Some(name) = self.params.first_non_finite(replica)? {
             return Err(Error::Diverged {
                 step: self.step,
@@ -255,18 +261,109 @@ impl Trainer {
         }
     }
 
+    /// Replica `r`'s position in the stacked model and optimiser.
+    fn slot_of(&self, r: usize) -> Result<usize> {
+        self.computed
+            .iter()
+            .position(|&c| c == r)
+            .ok_or_else(|| Error::Other(format!("replica {r} is frozen and no longer held")))
+    }
+
+    /// Writes replica `r`'s optimiser state (AdamW's moments under its parameters' names, and
+    /// the step as [`STEP_KEY`]) to a safetensors file, atomically: with its checkpoint, what
+    /// [`Self::restore`] needs to continue the run exactly.
+    pub fn save_optimizer(&self, r: usize, path: &Path) -> Result<()> {
+        let moments = self.optimizer.replica_moments(self.slot_of(r)?);
+        let mut tensors: HashMap<String, Tensor> = self
+            .params
+            .vars()
+            .into_iter()
+            .map(|(name, _)| name)
+            .zip(moments)
+            .collect();
+        let step = Tensor::new(&[self.step as i64], &Device::Cpu)?;
+        tensors.insert(STEP_KEY.into(), step);
+        crate::io::write_atomically(path, |tmp| {
+            candle_core::safetensors::save(&tensors, tmp).map_err(Error::from)
+        })
+    }
+
+    /// Continues a lone model from a checkpoint (`weights`) and its optimiser state
+    /// (`optimizer`, see [`Self::save_optimizer`]): parameters, moments and step; the data
+    /// order is replayed from the shuffle stream, the dropout masks and the learning rate
+    /// follow from the step. A replica group cannot be restored.
+    pub fn restore(&mut self, weights: &Path, optimizer: &Path) -> Result<()> {
+        if self.replicas() > 1 {
+            return Err(Error::Other(
+                "only a lone run can be resumed, not a replica group".into(),
+            ));
+        }
+        self.params.load(weights)?;
+        let (moments, step) = self.read_optimizer(optimizer)?;
+        self.optimizer.restore(moments, step)?;
+        self.step = step;
+        let epochs_started = step.div_ceil(self.steps_per_epoch);
+        for _ in 0..epochs_started {
+            self.reshuffle(0);
+        }
+        Ok(())
+    }
+
+    /// The moments (in the order of the parameters) and the step of an optimiser state file,
+    /// checked against this model: every parameter present with its size, the step within
+    /// the run.
+    fn read_optimizer(&self, path: &Path) -> Result<(Vec<Tensor>, usize)> {
+        let bad = |message: String| Error::RunDir {
+            message,
+            path: path.to_path_buf(),
+        };
+        let saved = candle_core::safetensors::load(path, &self.device)
+            .map_err(|e| bad(format!("cannot read optimizer state ({e})")))?;
+        let step = saved
+            .get(STEP_KEY)
+            .and_then(|t| t.to_vec1::<i64>().ok())
+            .and_then(|v| usize::try_from(*v.first()?).ok())
+            .ok_or_else(|| bad(format!("optimizer state has no step ({STEP_KEY})")))?;
+        if step > self.total_steps {
+            return Err(bad(format!(
+                "the checkpoint is at step {step}, past the preset's {} steps",
+                self.total_steps
+            )));
+        }
+        let moments = self
+            .params
+            .vars()
+            .iter()
+            .map(|(name, var)| match saved.get(name) {
+                Some(m) if m.elem_count() == 2 * var.elem_count() => Ok(m.clone()),
+                Some(m) => Err(bad(format!(
+                    "optimizer state of {name} has {} values, the preset's model needs {}",
+                    m.elem_count(),
+                    2 * var.elem_count()
+                ))),
+                None => Err(bad(format!("optimizer state has no parameter {name}"))),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((moments, step))
+    }
+
+    /// Draws replica `r`'s data order for a new epoch from its shuffle stream.
+    fn reshuffle(&mut self, r: usize) {
+        let replica = &mut self.replicas[r];
+        replica.order = (0..self.train.len()).collect();
+        replica.order.shuffle(&mut replica.shuffle);
+    }
+
     /// Rows of every computed replica's next training batch, replica after replica; each
     /// replica's order is reshuffled at each epoch from its own stream.
     fn next_rows(&mut self) -> Vec<usize> {
         let within = (self.step % self.steps_per_epoch) * self.preset().train.batch_size;
-        let n = self.train.len();
         let mut rows = Vec::new();
-        for &r in &self.computed {
-            let replica = &mut self.replicas[r];
+        for r in self.computed.clone() {
             if within == 0 {
-                replica.order = (0..n).collect();
-                replica.order.shuffle(&mut replica.shuffle);
+                self.reshuffle(r);
             }
+            let replica = &self.replicas[r];
             let batch = replica.preset.train.batch_size;
             rows.extend_from_slice(&replica.order[within..within + batch]);
         }

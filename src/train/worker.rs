@@ -66,17 +66,40 @@ pub fn spawn_with(
     waker: impl Fn() + Send + 'static,
     priority: Priority,
 ) -> TrainHandle {
+    // The slug: a NUL in a thread name panics there, before `run` validates the preset.
+    let name = format!("train {}", preset.slug());
+    spawn_job(name, waker, priority, move |stop, emit| {
+        run::run(&preset, &runs_root, stop, emit)
+    })
+}
+
+/// Continues the stopped or crashed run in `run_dir` ([`run::resume`]) on a new thread.
+pub fn spawn_resume(run_dir: PathBuf, waker: impl Fn() + Send + 'static) -> TrainHandle {
+    spawn_job(
+        "train (resumed)".into(),
+        waker,
+        Priority::Normal,
+        move |stop, emit| run::resume(&run_dir, stop, emit),
+    )
+}
+
+/// Runs `job` on a thread named `name` at `priority`, its events sent over the channel.
+fn spawn_job(
+    name: String,
+    waker: impl Fn() + Send + 'static,
+    priority: Priority,
+    job: impl FnOnce(&AtomicBool, &mut dyn FnMut(TrainEvent)) -> Result<Summary> + Send + 'static,
+) -> TrainHandle {
     let (sender, events) = mpsc::channel();
     let stop = Arc::new(AtomicBool::new(false));
     let stop_flag = stop.clone();
     let thread = std::thread::Builder::new()
-        // The slug: a NUL in a thread name panics here, before `run` validates the preset.
-        .name(format!("train {}", preset.slug()))
+        .name(name)
         .spawn(move || {
             if priority == Priority::Background {
                 lower_thread_priority();
             }
-            run::run(&preset, &runs_root, &stop_flag, &mut |event| {
+            job(&stop_flag, &mut |event| {
                 // A dropped receiver only means nobody listens any more; the run still saves.
                 let _ = sender.send(event);
                 waker();
