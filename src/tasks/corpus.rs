@@ -145,7 +145,9 @@ fn file_part(root: &Path, file: &Path, seed: u64, val_percent: u32) -> Part {
     }
 }
 
-/// Every file under `dir` with one of `extensions`, recursively, without reading them.
+/// Every file under `dir` with one of `extensions`, recursively, without reading them. The
+/// corpus folder itself must be readable; a subfolder that is not is skipped, as files that
+/// are not text are, rather than failing the whole corpus.
 fn list_files(dir: &Path, extensions: &[&str], out: &mut Vec<PathBuf>) -> Result<()> {
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io("cannot list corpus", dir, e))?;
     for entry in entries.flatten() {
@@ -154,7 +156,7 @@ fn list_files(dir: &Path, extensions: &[&str], out: &mut Vec<PathBuf>) -> Result
             continue;
         };
         if kind.is_dir() {
-            list_files(&path, extensions, out)?;
+            let _unreadable_subfolder_skipped = list_files(&path, extensions, out);
         } else if kind.is_file() && has_extension(&path, extensions) {
             out.push(path);
         }
@@ -231,9 +233,14 @@ fn single_file_part(path: &Path, part: Part, budget: usize, val_percent: u32) ->
         .read_to_end(&mut bytes)
         .map_err(|e| Error::io("cannot read corpus", path, e))?;
     // Cutting at a byte offset may split a character at either end: drop the partial ones.
-    Ok(String::from_utf8_lossy(&bytes)
-        .trim_matches('\u{FFFD}')
-        .to_string())
+    let text = String::from_utf8_lossy(&bytes);
+    let text = text.trim_matches('\u{FFFD}');
+    if bytes.contains(&0) || text.contains('\u{FFFD}') {
+        let why = "not UTF-8 text (NUL bytes or invalid UTF-8)";
+        let cause = std::io::Error::new(std::io::ErrorKind::InvalidData, why);
+        return Err(Error::io("cannot read corpus", path, cause));
+    }
+    Ok(text.to_string())
 }
 
 /// Seeded synthetic prose: sentences of words from a Zipf-distributed lexicon, where each
@@ -349,6 +356,20 @@ mod tests {
         assert_eq!(a, generated_text(Part::Train, 5000, 3));
         assert_ne!(a, generated_text(Part::Validation, 5000, 3));
         assert_eq!(a.len(), 5000);
+    }
+
+    #[test]
+    fn a_binary_file_is_not_a_corpus() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.bin");
+        std::fs::write(&path, [0u8, 159, 146, 150, 0, 1, 2, 255, 254].repeat(100)).unwrap();
+        let err = single_file_part(&path, Part::Train, 1 << 20, 10)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("not UTF-8 text") && err.contains("model.bin"),
+            "{err}"
+        );
     }
 
     #[test]
