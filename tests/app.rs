@@ -586,6 +586,35 @@ fn an_experiment_on_the_welcome_page_loads_its_preset_trains_and_shows_its_view(
 }
 
 #[test]
+fn an_experiment_leaves_unsaved_edits_in_the_editor_and_asks_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    let mut app = AttnlabApp::new(Persisted::default());
+    app.runs_root = root.path().to_path_buf();
+    let mut harness = harness(app);
+    harness.run();
+    harness.state_mut().editor.preset.name = "unsaved".into();
+    harness
+        .get_by_label("Run: Linformer's attention spectrum")
+        .click();
+    step_while_working(&mut harness);
+    step_while_working(&mut harness);
+    let state = harness.state();
+    assert_eq!(state.editor.preset.name, "unsaved");
+    assert_eq!(state.runs.runs.len(), 1, "the experiment's run starts");
+    assert!(
+        state.status.contains("keeps your unsaved preset"),
+        "{}",
+        state.status
+    );
+    assert!(
+        harness.query_by_label("Unsaved changes").is_none(),
+        "no dialog"
+    );
+    harness.get_by_label("Stop").click();
+    step_while_working(&mut harness);
+}
+
+#[test]
 /// The menu's presets are compiled in (`experiments::PRESETS`), so they open whatever the
 /// working folder; the editor keeps no path, so Save asks where to write.
 fn a_shipped_preset_opens_from_the_menu() {

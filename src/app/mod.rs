@@ -164,8 +164,12 @@ impl AttnlabApp {
                 return;
             }
         };
-        if let Some(first) = presets.first() {
-            self.replace_preset(first.clone(), None);
+        // The editor shows the experiment's first preset, unless it holds unsaved changes: the
+        // experiment trains its own presets either way, so nothing needs asking.
+        self.editor.refresh();
+        let keep_edits = self.editor.is_dirty();
+        if let Some(first) = presets.first().filter(|_| !keep_edits) {
+            self.editor = Editor::new(first.clone(), None);
         }
         let runs = presets
             .into_iter()
@@ -181,7 +185,13 @@ impl AttnlabApp {
                 analysis: experiment.analysis,
                 runs,
             });
-        self.status = format!("started {}", experiment.title);
+        self.status = match keep_edits {
+            true => format!(
+                "started {} (the editor keeps your unsaved preset)",
+                experiment.title
+            ),
+            false => format!("started {}", experiment.title),
+        };
     }
 
     /// Starts the awaited analysis once all of its runs have ended, on those that have a run
