@@ -6,7 +6,7 @@
 //! `presets/` path only works from a checkout). The catalogue is data, here rather than in the
 //! window, so the CLI and tests can read it without egui.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::{Error, Preset, Result};
 
@@ -62,6 +62,45 @@ pub const PRESETS: &[Shipped] = shipped![
     "mqar_softmax_kerple_log",
     "mqar_softmax_rope",
 ];
+
+/// Every file of `sweeps/`: their `base` presets are read relative to the sweep file, so
+/// [`shipped_sweeps`] writes them out beside the presets.
+pub const SWEEPS: &[Shipped] = &[
+    Shipped {
+        name: "mqar_fig1_paper",
+        file: "sweeps/mqar_fig1_paper.toml",
+        text: include_str!("../sweeps/mqar_fig1_paper.toml"),
+    },
+    Shipped {
+        name: "mqar_fig1_small",
+        file: "sweeps/mqar_fig1_small.toml",
+        text: include_str!("../sweeps/mqar_fig1_small.toml"),
+    },
+];
+
+/// The shipped sweep files, readable from any working folder: those of `sweeps/` when the
+/// program runs from a checkout, else the compiled-in ones written with the presets they
+/// name into `dir` (`dir/sweeps/…`, `dir/presets/…`).
+pub fn shipped_sweeps(dir: &Path) -> Result<Vec<PathBuf>> {
+    sweeps_from(Path::new(""), dir)
+}
+
+/// [`shipped_sweeps`] with the working folder `checkout`.
+fn sweeps_from(checkout: &Path, dir: &Path) -> Result<Vec<PathBuf>> {
+    let here: Vec<PathBuf> = SWEEPS.iter().map(|s| checkout.join(s.file)).collect();
+    if here.iter().all(|p| p.is_file()) {
+        return Ok(here);
+    }
+    for file in SWEEPS.iter().chain(PRESETS) {
+        let path = dir.join(file.file);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| Error::io("cannot create folder", parent, e))?;
+        }
+        crate::io::write_bytes(&path, file.text.as_bytes())?;
+    }
+    Ok(SWEEPS.iter().map(|s| dir.join(s.file)).collect())
+}
 
 /// The shipped preset file named `name` (its stem).
 pub fn shipped(name: &str) -> Result<&'static Shipped> {
@@ -250,6 +289,32 @@ pub const EXPERIMENTS: &[Experiment] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shipped_sweeps_load_from_a_folder_without_a_checkout() {
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files: Vec<String> = std::fs::read_dir(manifest.join("sweeps"))
+            .unwrap()
+            .filter_map(|e| e.ok()?.path().file_stem()?.to_str().map(str::to_string))
+            .collect();
+        files.sort();
+        let names: Vec<&str> = SWEEPS.iter().map(|s| s.name).collect();
+        assert_eq!(files, names, "every file of sweeps/ is compiled in");
+        let (elsewhere, written) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let paths = sweeps_from(elsewhere.path(), written.path()).unwrap();
+        assert!(
+            paths.iter().all(|p| p.starts_with(written.path())),
+            "{paths:?}"
+        );
+        for path in &paths {
+            crate::sweep::Sweep::load(path).unwrap();
+        }
+        let in_checkout = sweeps_from(manifest, written.path()).unwrap();
+        assert!(
+            in_checkout.iter().all(|p| p.starts_with(manifest)),
+            "{in_checkout:?}"
+        );
+    }
 
     #[test]
     fn every_shipped_file_is_compiled_in_and_valid() {

@@ -80,19 +80,6 @@ struct Awaiting {
     runs: Vec<u64>,
 }
 
-/// The TOML files shipped in `dir` (`sweeps/`), if the app runs from a checkout.
-fn shipped_files(dir: &str) -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|dir| {
-            dir.filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|e| e == "toml"))
-                .collect()
-        })
-        .unwrap_or_default();
-    found.sort();
-    found
-}
-
 impl AttnlabApp {
     /// A window restored from `persisted` (the defaults on first start).
     pub fn new(persisted: Persisted) -> Self {

@@ -272,6 +272,13 @@ pub struct SweepView {
 
 impl Default for SweepView {
     fn default() -> Self {
+        let (shipped, error) = match shipped_sweeps() {
+            Ok(shipped) => (shipped, None),
+            Err(e) => (
+                Vec::new(),
+                Some(format!("the shipped sweeps are unavailable: {e}")),
+            ),
+        };
         Self {
             path: String::new(),
             loaded: None,
@@ -279,12 +286,19 @@ impl Default for SweepView {
             groups: Groups::default(),
             summary: None,
             panels: Vec::new(),
-            error: None,
+            error,
             job: None,
             dialog: None,
-            shipped: super::super::shipped_files("sweeps"),
+            shipped,
         }
     }
+}
+
+/// The shipped sweep files: from `sweeps/` in a checkout, else written out (with their
+/// presets) into the system's temporary folder, so the buttons work from any folder.
+fn shipped_sweeps() -> crate::Result<Vec<PathBuf>> {
+    let dir = std::env::temp_dir().join(format!("attnlab-{}-shipped", env!("CARGO_PKG_VERSION")));
+    crate::experiments::shipped_sweeps(&dir)
 }
 
 /// What a sweep event changes in the view (`totals` remembers each cell's planned steps);
