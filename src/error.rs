@@ -42,6 +42,12 @@ pub enum Error {
         available: String,
         lower: &'static str,
     },
+    /// The device ran out of memory during a run; says what the run needs.
+    #[error(
+        "the device ran out of memory ({cause}); this run needs {needs}: lower train.batch_size, \
+         task.seq_len or model.d_model (attnlab check shows the estimate)"
+    )]
+    OutOfMemory { cause: String, needs: String },
     /// A run folder or one of its files is missing or malformed.
     #[error("{message}: {path}")]
     RunDir { message: String, path: PathBuf },

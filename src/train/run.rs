@@ -618,6 +618,7 @@ fn fail(
     if let Error::Diverged { kept, .. } = &mut error {
         *kept = Some(kept_checkpoint(member));
     }
+    let error = with_memory_estimate(error, &member.dir);
     member.summary.status = RunStatus::Failed;
     member.summary.error = Some(error.to_string());
     member.summary.elapsed_secs = clock.started.elapsed().as_secs_f64();
@@ -626,6 +627,21 @@ fn fail(
     let saved = member.dir.write_summary(&member.summary);
     emit(r, failed_event(&error, Some(&member.dir)));
     member.result = Some(Err(saved.err().unwrap_or(error)));
+}
+
+/// A device's out-of-memory error, with the run's memory estimate: candle reports CUDA's as
+/// `CUDA_ERROR_OUT_OF_MEMORY` and Metal's in words, neither saying what the run needed.
+fn with_memory_estimate(error: Error, dir: &RunDir) -> Error {
+    let cause = error.to_string();
+    let out_of_memory =
+        cause.contains("OUT_OF_MEMORY") || cause.to_lowercase().contains("out of memory");
+    match dir.read_preset() {
+        Ok(preset) if out_of_memory => Error::OutOfMemory {
+            cause,
+            needs: preset.memory_estimate().to_string(),
+        },
+        _ => error,
+    }
 }
 
 /// Which checkpoint a diverged run keeps, in words.
@@ -666,4 +682,28 @@ fn fail_all(
         );
     }
     results
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_out_of_memory_error_says_what_the_run_needs() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = RunDir::create(root.path(), &Preset::default()).unwrap();
+        dir.write_preset(&Preset::default()).unwrap();
+        let cuda = Error::Candle(candle_core::Error::Msg(
+            "DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")".into(),
+        ));
+        let message = with_memory_estimate(cuda, &dir).to_string();
+        assert!(
+            message.starts_with("the device ran out of memory")
+                && message.contains("this run needs ≈ ")
+                && message.contains("CUDA_ERROR_OUT_OF_MEMORY"),
+            "{message}"
+        );
+        let other = with_memory_estimate(Error::Other("disk on fire".into()), &dir);
+        assert_eq!(other.to_string(), "disk on fire");
+    }
 }
