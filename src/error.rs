@@ -65,6 +65,13 @@ pub enum Error {
     /// finished before is kept.
     #[error("cancelled")]
     Cancelled,
+    /// A figure could not be drawn, rasterised or encoded.
+    #[error("{0}")]
+    Figure(String),
+    /// A state that the code should make impossible (a frozen model asked to train, a
+    /// worker thread that panicked): a bug to report, never a user's mistake.
+    #[error("{0} (an internal error: please report it)")]
+    Internal(String),
     /// Anything else, with a message that stands on its own.
     #[error("{0}")]
     Other(String),

@@ -19,10 +19,10 @@ const FONT_FAMILY: &str = "DejaVu Sans";
 pub fn render_png(fig: &Figure) -> Result<Vec<u8>> {
     let svg = render_svg(fig)?;
     let tree = usvg::Tree::from_str(&svg, &svg_options())
-        .map_err(|e| Error::Other(format!("cannot rasterise figure \"{}\": {e}", fig.title)))?;
+        .map_err(|e| Error::Figure(format!("cannot rasterise figure \"{}\": {e}", fig.title)))?;
     let size = tree.size().to_int_size();
     let mut pixmap = tiny_skia::Pixmap::new(size.width(), size.height()).ok_or_else(|| {
-        Error::Other(format!(
+        Error::Figure(format!(
             "cannot rasterise figure \"{}\": bad size {}×{}",
             fig.title,
             size.width(),
@@ -36,7 +36,7 @@ pub fn render_png(fig: &Figure) -> Result<Vec<u8>> {
         &mut pixmap.as_mut(),
     );
     pixmap.encode_png().map_err(|e| {
-        Error::Other(format!(
+        Error::Figure(format!(
             "cannot encode figure \"{}\" as PNG: {e}",
             fig.title
         ))

@@ -131,7 +131,7 @@ fn shortened(mut lines: Vec<String>, max_lines: usize) -> Vec<String> {
 
 /// A plotters error as ours.
 pub(super) fn draw_error(e: impl std::fmt::Display) -> Error {
-    Error::Other(format!("cannot draw figure: {e}"))
+    Error::Figure(format!("cannot draw figure: {e}"))
 }
 
 #[cfg(test)]

@@ -270,7 +270,7 @@ impl Transformer {
             x = dropout(&x, self.embed_dropout, &seeds)?;
         }
         let Some((last, earlier)) = self.blocks.split_last() else {
-            return Err(crate::Error::Other("model has no blocks".into()));
+            return Err(crate::Error::Internal("model has no blocks".into()));
         };
         for (layer, block) in earlier.iter().enumerate() {
             let seeds = site(1 + layer);

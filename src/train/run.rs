@@ -157,7 +157,7 @@ fn run_group_every(
     }
     results
         .into_iter()
-        .map(|r| r.unwrap_or_else(|| Err(Error::Other("the run did not start".into()))))
+        .map(|r| r.unwrap_or_else(|| Err(Error::Internal("the run did not start".into()))))
         .collect()
 }
 

@@ -266,7 +266,7 @@ impl Trainer {
         self.computed
             .iter()
             .position(|&c| c == r)
-            .ok_or_else(|| Error::Other(format!("replica {r} is frozen and no longer held")))
+            .ok_or_else(|| Error::Internal(format!("replica {r} is frozen and no longer held")))
     }
 
     /// Writes replica `r`'s optimiser state (AdamW's moments under its parameters' names, and
@@ -426,7 +426,7 @@ impl Trainer {
         match self.train_step_replicas()?.swap_remove(0) {
             ReplicaStep::Trained(stats) => Ok(stats),
             ReplicaStep::Diverged(error) => Err(error),
-            ReplicaStep::Frozen => Err(Error::Other(
+            ReplicaStep::Frozen => Err(Error::Internal(
                 "the model is frozen: it diverged or reached its target".into(),
             )),
         }
@@ -513,7 +513,7 @@ impl Trainer {
     pub fn evaluate(&self) -> Result<EvalStats> {
         match self.evaluate_replicas()?.first() {
             Some(&(_, stats)) => Ok(stats),
-            None => Err(Error::Other("the model is frozen".into())),
+            None => Err(Error::Internal("the model is frozen".into())),
         }
     }
 
@@ -580,7 +580,7 @@ impl Trainer {
     pub fn attention_of(&self, rows: &[usize]) -> Result<Vec<Option<Tensor>>> {
         match self.replica_attention(rows)?.into_iter().next() {
             Some((_, layers)) => Ok(layers),
-            None => Err(Error::Other("the model is frozen".into())),
+            None => Err(Error::Internal("the model is frozen".into())),
         }
     }
 

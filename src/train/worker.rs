@@ -30,7 +30,9 @@ impl TrainHandle {
     pub fn join(mut self) -> Result<Summary> {
         match self.thread.take().map(JoinHandle::join) {
             Some(Ok(result)) => result,
-            Some(Err(_)) => Err(crate::Error::Other("the training thread panicked".into())),
+            Some(Err(_)) => Err(crate::Error::Internal(
+                "the training thread panicked".into(),
+            )),
             None => Err(crate::Error::Other(
                 "the training thread could not be started".into(),
             )),
