@@ -214,7 +214,11 @@ fn train_group(
     let presets: Vec<Preset> = group.iter().map(|(p, _)| p.clone()).collect();
     let mut trainer = match Trainer::group(&presets) {
         Ok(trainer) => trainer,
-        Err(error) => return fail_all(group.len(), error, emit),
+        // Most often the parameters not fitting on the device: say what the group needs.
+        Err(error) => {
+            let error = with_memory_estimate(error, presets.first(), presets.len());
+            return fail_all(group.len(), error, emit);
+        }
     };
     let mut clock = Clock::new(0.0, checkpoint_every);
     let mut members = Vec::new();
@@ -618,7 +622,8 @@ fn fail(
     if let Error::Diverged { kept, .. } = &mut error {
         *kept = Some(kept_checkpoint(member));
     }
-    let error = with_memory_estimate(error, &member.dir);
+    let preset = member.dir.read_preset().ok();
+    let error = with_memory_estimate(error, preset.as_ref(), 1);
     member.summary.status = RunStatus::Failed;
     member.summary.error = Some(error.to_string());
     member.summary.elapsed_secs = clock.started.elapsed().as_secs_f64();
@@ -629,16 +634,17 @@ fn fail(
     member.result = Some(Err(saved.err().unwrap_or(error)));
 }
 
-/// A device's out-of-memory error, with the run's memory estimate: candle reports CUDA's as
-/// `CUDA_ERROR_OUT_OF_MEMORY` and Metal's in words, neither saying what the run needed.
-fn with_memory_estimate(error: Error, dir: &RunDir) -> Error {
+/// A device's out-of-memory error, with the memory estimate of `replicas` models of `preset`:
+/// candle reports CUDA's as `CUDA_ERROR_OUT_OF_MEMORY` and Metal's in words, neither saying
+/// what the run needed.
+fn with_memory_estimate(error: Error, preset: Option<&Preset>, replicas: usize) -> Error {
     let cause = error.to_string();
     let out_of_memory =
         cause.contains("OUT_OF_MEMORY") || cause.to_lowercase().contains("out of memory");
-    match dir.read_preset() {
-        Ok(preset) if out_of_memory => Error::OutOfMemory {
+    match preset {
+        Some(preset) if out_of_memory => Error::OutOfMemory {
             cause,
-            needs: preset.memory_estimate().to_string(),
+            needs: preset.memory_estimate().replicated(replicas).to_string(),
         },
         _ => error,
     }
@@ -690,20 +696,18 @@ mod tests {
 
     #[test]
     fn an_out_of_memory_error_says_what_the_run_needs() {
-        let root = tempfile::tempdir().unwrap();
-        let dir = RunDir::create(root.path(), &Preset::default()).unwrap();
-        dir.write_preset(&Preset::default()).unwrap();
+        let preset = Preset::default();
         let cuda = Error::Candle(candle_core::Error::Msg(
             "DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")".into(),
         ));
-        let message = with_memory_estimate(cuda, &dir).to_string();
+        let message = with_memory_estimate(cuda, Some(&preset), 1).to_string();
         assert!(
             message.starts_with("the device ran out of memory")
                 && message.contains("this run needs ≈ ")
                 && message.contains("CUDA_ERROR_OUT_OF_MEMORY"),
             "{message}"
         );
-        let other = with_memory_estimate(Error::Other("disk on fire".into()), &dir);
+        let other = with_memory_estimate(Error::Other("disk on fire".into()), Some(&preset), 1);
         assert_eq!(other.to_string(), "disk on fire");
     }
 }
