@@ -321,11 +321,14 @@ fn train_members(
             return finish_active(trainer, members, clock, RunStatus::Completed, emit);
         }
         if stop.load(Ordering::Relaxed) {
-            // Evaluate and save the weights as they are now (unless this step was just
-            // evaluated), so a stopped run loses no training and can be analysed even before
-            // its first evaluation.
-            let just_evaluated = trainer.step() > 0 && trainer.step().is_multiple_of(eval_interval);
-            if !just_evaluated || members.iter().any(|m| m.summary.last_accuracy.is_none()) {
+            // Evaluate and save the weights as they are now (unless this step's were just
+            // saved), so a stopped run loses no training and can be analysed even before its
+            // first evaluation.
+            let saved_now = members
+                .iter()
+                .filter(|m| m.result.is_none())
+                .all(|m| m.checkpoint_step == Some(trainer.step()));
+            if !saved_now || members.iter().any(|m| m.summary.last_accuracy.is_none()) {
                 evaluate_active(trainer, members, clock, emit)?;
             }
             return finish_active(trainer, members, clock, RunStatus::Stopped, emit);
