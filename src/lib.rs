@@ -33,6 +33,7 @@ pub mod experiments;
 pub mod extrapolation;
 pub mod figures;
 pub mod io;
+pub mod memory;
 pub mod model;
 pub mod ops;
 pub mod params;

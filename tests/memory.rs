@@ -18,7 +18,7 @@ fn parse_size(text: &str) -> f64 {
     number.parse::<f64>().unwrap() * 1024f64.powi(power as i32)
 }
 
-/// (measured peak, estimate) of two training steps of the softmax MQAR preset with `sets`.
+/// (measured peak, estimate) of three training steps of the softmax MQAR preset with `sets`.
 fn peak_and_estimate(sets: &[&str]) -> (f64, f64) {
     let out = tempfile::tempdir().unwrap();
     let mut args = vec![

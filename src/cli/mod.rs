@@ -209,8 +209,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Check { preset, overrides }) => {
             let preset = crate::Preset::load(&preset, &overrides)?;
             outln!("{}", preset.to_toml()?.trim_end());
-            let available =
-                crate::preset::available_memory().map_or("unknown".into(), crate::preset::bytes);
+            let available = crate::memory::available_bytes()
+                .map_or("unknown".into(), |b| crate::preset::bytes(b as f64));
             // A TOML comment, so the output stays a preset.
             outln!(
                 "# memory: {}; available here: {available}",

@@ -118,7 +118,7 @@ fn follow(handle: TrainHandle, estimate: &MemoryEstimate, quiet: bool) -> anyhow
         }
     }
     handle.join()?;
-    if let Some(peak) = crate::extrapolation::memory::peak_bytes() {
+    if let Some(peak) = crate::memory::peak_bytes() {
         eprintln!(
             "peak memory {} (estimated {})",
             crate::preset::bytes(peak as f64),

@@ -16,7 +16,6 @@
 //!   Sinusoidal positions are computed for any length, so they are evaluated everywhere.
 
 pub mod figures;
-pub mod memory;
 pub mod perplexity;
 pub mod variants;
 
@@ -466,11 +465,11 @@ fn evaluate_length(
         &params,
     )?;
     run.load_checkpoint(&params)?;
-    let reset = memory::reset_peak();
+    let reset = crate::memory::reset_peak();
     let started = Instant::now();
     let scored = perplexity::score(&model, device, pass, n, tick, cancel)?;
     point.secs = started.elapsed().as_secs_f64();
-    point.peak_bytes = memory::peak_bytes().filter(|_| reset);
+    point.peak_bytes = crate::memory::peak_bytes().filter(|_| reset);
     point.ppl = Some(scored.perplexity());
     point.tokens = scored.tokens;
     Ok(point)

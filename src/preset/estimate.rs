@@ -137,14 +137,6 @@ pub fn bytes(n: f64) -> String {
     }
 }
 
-/// The machine's memory available to a new run (Linux: `MemAvailable`), if it can be read.
-pub fn available_memory() -> Option<f64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024.0)
-}
-
 impl Preset {
     /// What a run of this preset needs in memory.
     pub fn memory_estimate(&self) -> MemoryEstimate {
@@ -171,7 +163,9 @@ impl Preset {
     pub fn check_group_fits_here(&self, replicas: usize) -> Result<MemoryEstimate> {
         let estimate = self.memory_estimate().replicated(replicas);
         match self.train.device {
-            crate::device::DeviceName::Cpu => fits(estimate, available_memory()),
+            crate::device::DeviceName::Cpu => {
+                fits(estimate, crate::memory::available_bytes().map(|b| b as f64))
+            }
             _ => Ok(estimate),
         }
     }

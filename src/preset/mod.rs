@@ -31,7 +31,7 @@ use crate::model::ModelConfig;
 use crate::tasks::TaskSpec;
 use crate::{Error, Result};
 pub use command::train_command;
-pub use estimate::{MemoryEstimate, available_memory, bytes};
+pub use estimate::{MemoryEstimate, bytes};
 pub use train::{Schedule, TrainConfig};
 
 /// The preset schema this build reads and writes.
