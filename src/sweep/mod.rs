@@ -643,12 +643,6 @@ pub fn write_summary(summary: &SweepSummary, dir: &Path) -> Result<Vec<PathBuf>>
 }
 
 /// Trains the cells `group` as replicas of one model; returns what failed, a line per cell.
-/// `preset`, unless a group of `replicas` of it cannot fit in this machine's memory.
-fn fits(preset: Preset, replicas: usize) -> Result<Preset> {
-    preset.check_group_fits_here(replicas)?;
-    Ok(preset)
-}
-
 fn train_group(
     sweep: &Sweep,
     group: &[usize],
@@ -663,7 +657,7 @@ fn train_group(
         // written for a larger one, like the paper's grid).
         match sweep
             .preset(&sweep.cells[cell])
-            .and_then(|p| fits(p, group.len()))
+            .and_then(|p| p.check_group_fits_here(group.len()).map(|_| p))
         {
             Ok(preset) => members.push((preset, sweep.cell_dir(&sweep.cells[cell]))),
             Err(e) => return group.iter().map(|&c| failed(c, &e)).collect(),
