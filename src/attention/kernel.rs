@@ -21,7 +21,9 @@ use super::{Attention, Mechanism, MechanismShape};
 use crate::Result;
 use crate::encodings::{Encoding, LengthCache, QueryBlock};
 use crate::ops::{
-    Combine, Precision, affine_replicas, causal_mask, dot_scores, standardise, with_bias,
+    Combine, Precision, RowFunction, RowKernel, WeightDropout, add_bias_replicas, affine_replicas,
+    causal_mask, cpu_attention, cpu_attention_available, dot_scores, kernel_rows, standardise,
+    with_bias,
 };
 use crate::params::{Init, Params};
 
@@ -103,22 +105,28 @@ impl FeatureNorm {
         if self.normalise {
             y = standardise(&y, 1e-5)?;
         }
+        // Replicas hold (R, H·f) parameters, one row per replica's block of positions; a lone
+        // model's (H·f) are one replica's. Both take the fused per-replica op: candle's
+        // broadcast reduced γ's gradient with a strided loop that was a third of a lone step.
+        let per_replica = |p: &Tensor| match p.rank() {
+            1 => p.unsqueeze(0),
+            _ => Ok(p.clone()),
+        };
         match (&self.gamma, &self.beta) {
-            // Replicas: (R, H·f) parameters, one row per replica's block of positions.
-            (Some(gamma), beta) if gamma.rank() == 2 => {
-                y = affine_replicas(&y, gamma, beta.as_ref())?;
+            (Some(gamma), beta) => {
+                let beta = beta.as_ref().map(per_replica).transpose()?;
+                y = affine_replicas(&y, &per_replica(gamma)?, beta.as_ref())?;
             }
-            (gamma, beta) => {
-                if let Some(gamma) = gamma {
-                    y = y.broadcast_mul(gamma)?;
-                }
-                if let Some(beta) = beta {
-                    y = y.broadcast_add(beta)?;
-                }
-            }
+            (None, Some(beta)) => y = add_bias_replicas(&y, &per_replica(beta)?)?,
+            (None, None) => {}
         }
         Ok(y.reshape((b, t, h, f))?.transpose(1, 2)?.contiguous()?) // (B, H, T, f)
     }
+}
+
+/// Linear attention's feature map φ(x) = elu(x) + 1.
+fn elu_plus_one(x: &Tensor) -> Result<Tensor> {
+    Ok((x.elu(1.0)? + 1.0)?)
 }
 
 pub struct KernelAttention {
@@ -128,8 +136,6 @@ pub struct KernelAttention {
     norms: Option<(FeatureNorm, FeatureNorm)>,
     /// The additive causal mask per length.
     masks: LengthCache,
-    /// exp(mask) per length, the gate when the encoding has no bias.
-    causal_gates: LengthCache,
 }
 
 impl KernelAttention {
@@ -148,48 +154,59 @@ impl KernelAttention {
             precision: shape.precision,
             norms,
             masks: LengthCache::default(),
-            causal_gates: LengthCache::default(),
         })
     }
 
-    /// κ(q_i, k_j) for all pairs, (B, H, T, T), before masking.
-    fn kernel(&self, q: &Tensor, k: &Tensor) -> Result<Tensor> {
-        let scores = |q: &Tensor, k: &Tensor| {
-            self.precision
-                .product(q, k, |q, k| dot_scores(q, k, self.scale))
-        };
-        Ok(match self.kind {
+    /// The scores κ is applied to, (B, H, T, T) before masking: φ(q)·φ(k) for linear
+    /// attention, q·k/√d_f for Based and ReBased.
+    fn scores(&self, q: &Tensor, k: &Tensor) -> Result<Tensor> {
+        match self.kind {
             KernelKind::Linear => {
-                let phi_q = (q.elu(1.0)? + 1.0)?;
-                let phi_k = (k.elu(1.0)? + 1.0)?;
+                let (phi_q, phi_k) = (elu_plus_one(q)?, elu_plus_one(k)?);
                 self.precision
-                    .product(&phi_q, &phi_k, |q, k| dot_scores(q, k, 1.0))?
+                    .product(&phi_q, &phi_k, |q, k| dot_scores(q, k, 1.0))
             }
-            KernelKind::Based => {
-                let s = scores(q, k)?;
-                ((s.sqr()? * 0.5)? + (s + 1.0)?)?
-            }
-            KernelKind::Rebased(_) => scores(q, k)?.sqr()?,
+            KernelKind::Based | KernelKind::Rebased(_) => self
+                .precision
+                .product(q, k, |q, k| dot_scores(q, k, self.scale)),
+        }
+    }
+
+    /// q and k through ReBased's feature norms (unchanged for the other kernels).
+    fn normalised(&self, q: &Tensor, k: &Tensor) -> Result<(Tensor, Tensor)> {
+        Ok(match &self.norms {
+            Some((q_norm, k_norm)) => (q_norm.apply(q)?, k_norm.apply(k)?),
+            None => (q.clone(), k.clone()),
         })
     }
 
-    /// g = exp(mask + bias): the causal 0/1 gate, times exp(b) when the encoding has a bias.
-    /// The gates of whole sequences are cached per length.
-    fn gate(&self, scores: &Tensor, bias: Option<Tensor>, block: QueryBlock) -> Result<Tensor> {
-        let whole = block == QueryBlock::whole(block.total);
-        let mask = if whole {
+    /// κ as a function of the score.
+    fn row_kernel(&self) -> RowKernel {
+        match self.kind {
+            KernelKind::Linear => RowKernel::Identity,
+            KernelKind::Based => RowKernel::Taylor,
+            KernelKind::Rebased(_) => RowKernel::Square,
+        }
+    }
+
+    /// Row-normalised κ·exp(mask + bias) for the block's queries, as tensor ops: with a bias,
+    /// the gate is exp(b) on the visible keys. The masks of whole sequences are cached.
+    fn biased_weights(&self, scores: &Tensor, bias: &Tensor, block: QueryBlock) -> Result<Tensor> {
+        let mask = if block == QueryBlock::whole(block.total) {
             self.masks.get_or(block.total, || causal_mask(scores))?
         } else {
             causal_mask(scores)?
         };
-        match bias {
-            Some(bias) => Ok(bias.broadcast_add(&mask)?.exp()?),
-            None if whole => self.causal_gates.get_or(block.total, || Ok(mask.exp()?)),
-            None => Ok(mask.exp()?),
-        }
+        let gate = bias.broadcast_add(&mask)?.exp()?;
+        let weighted = with_bias(&self.row_kernel().apply(scores)?, &gate, Combine::Mul)?;
+        // ε as in the reference kernels (o / (z + 1e-12)): only matters for an all-zero ReBased row.
+        let norm = (weighted.sum_keepdim(D::Minus1)? + 1e-12)?;
+        Ok(weighted.broadcast_div(&norm)?)
     }
 
-    /// Row-normalised κ·g for the block's queries.
+    /// Row-normalised κ·g for the block's queries. κ is applied after the encoding has
+    /// combined the scores: it commutes with ReRoPE's choice of one of two scores per entry,
+    /// the only combination an encoding makes.
     fn attention(
         &self,
         q: &Tensor,
@@ -199,17 +216,14 @@ impl KernelAttention {
         block: QueryBlock,
         bias: Option<Tensor>,
     ) -> Result<Attention> {
-        let (q, k) = match &self.norms {
-            Some((q_norm, k_norm)) => (q_norm.apply(q)?, k_norm.apply(k)?),
-            None => (q.clone(), k.clone()),
+        let (q, k) = self.normalised(q, k)?;
+        let scores = pos.block_scores(&q, &k, block, &|q, k| self.scores(q, k))?;
+        let weights = match bias {
+            Some(bias) => self.biased_weights(&scores, &bias, block)?,
+            None => kernel_rows(&scores, self.row_kernel())?,
         };
-        let kernel = pos.block_scores(&q, &k, block, &|q, k| self.kernel(q, k))?;
-        let gate = self.gate(&kernel, bias, block)?;
-        let weighted = with_bias(&kernel, &gate, Combine::Mul)?;
-        // ε as in the reference kernels (o / (z + 1e-12)): only matters for an all-zero ReBased row.
-        let norm = (weighted.sum_keepdim(D::Minus1)? + 1e-12)?;
         Ok(Attention {
-            weights: weighted.broadcast_div(&norm)?,
+            weights,
             values: v.clone(),
         })
     }
@@ -226,7 +240,7 @@ impl KernelAttention {
                 .reshape((b, h, t, f * f))?)
         };
         Ok(match self.kind {
-            KernelKind::Linear => (x.elu(1.0)? + 1.0)?,
+            KernelKind::Linear => elu_plus_one(x)?,
             KernelKind::Based => {
                 let ones = x.narrow(3, 0, 1)?.ones_like()?;
                 let linear = (x * self.scale.sqrt())?;
@@ -258,10 +272,7 @@ impl KernelAttention {
         if pos.block_bias(first_row)?.is_some() {
             return Ok(None);
         }
-        let (q, k) = match &self.norms {
-            Some((q_norm, k_norm)) => (q_norm.apply(q)?, k_norm.apply(k)?),
-            None => (q.clone(), k.clone()),
-        };
+        let (q, k) = self.normalised(q, k)?;
         let Some((q, k)) = pos.positioned(&q, &k)? else {
             return Ok(None);
         };
@@ -289,6 +300,34 @@ impl Mechanism for KernelAttention {
     fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, pos: &dyn Encoding) -> Result<Attention> {
         let t = q.dim(2)?;
         self.attention(q, k, v, pos, QueryBlock::whole(t), pos.logit_bias(t)?)
+    }
+
+    /// On the CPU, without a bias and in f32: [`cpu_attention`] on the normalised, positioned
+    /// q and k (φ applied first for linear attention).
+    fn fused_output(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        pos: &dyn Encoding,
+        dropout: Option<WeightDropout>,
+    ) -> Result<Option<Tensor>> {
+        if !cpu_attention_available(q, v)
+            || self.precision == Precision::Bf16
+            || pos.logit_bias(q.dim(2)?)?.is_some()
+        {
+            return Ok(None);
+        }
+        let (q, k) = self.normalised(q, k)?;
+        let Some((q, k)) = pos.positioned(&q, &k)? else {
+            return Ok(None);
+        };
+        let (q, k, scale) = match self.kind {
+            KernelKind::Linear => (elu_plus_one(&q)?, elu_plus_one(&k)?, 1.0),
+            KernelKind::Based | KernelKind::Rebased(_) => (q, k, self.scale),
+        };
+        let row = RowFunction::Kernel(self.row_kernel());
+        Ok(Some(cpu_attention(&q, &k, v, row, scale, dropout)?))
     }
 
     fn attend_block(
@@ -341,7 +380,8 @@ mod tests {
         let q = Tensor::new(&[[[[-1f32], [2.0]]]], &Device::Cpu).unwrap();
         let k = Tensor::new(&[[[[1f32], [1.0]]]], &Device::Cpu).unwrap();
         let kern = att
-            .kernel(&q, &k)
+            .row_kernel()
+            .apply(&att.scores(&q, &k).unwrap())
             .unwrap()
             .flatten_all()
             .unwrap()

@@ -31,6 +31,7 @@ pub use softmax::SoftmaxAttention;
 pub use weights::AttentionWeights;
 
 use crate::encodings::{Encoding, QueryBlock};
+use crate::ops::WeightDropout;
 use crate::params::Params;
 use crate::{Error, Result};
 
@@ -94,14 +95,16 @@ pub trait Mechanism: Send + Sync {
 
     /// The layer's output with the heads side by side, (B, T, H·Dh), for training, where the
     /// mechanism has a kernel that never builds the weights for these inputs (softmax on a CUDA
-    /// GPU: flash attention); `None` otherwise, and the caller uses [`Mechanism::attend`]. Equal
-    /// to `attend`'s weights · values; the views and analyses always call `attend`.
+    /// GPU: flash attention; softmax and the kernels on the CPU: [`crate::ops::cpu_attention`]);
+    /// `None` otherwise, and the caller uses [`Mechanism::attend`]. Equal to `attend`'s weights,
+    /// with `dropout` applied, · values; the views and analyses always call `attend`.
     fn fused_output(
         &self,
         _q: &Tensor,
         _k: &Tensor,
         _v: &Tensor,
         _pos: &dyn Encoding,
+        _dropout: Option<WeightDropout>,
     ) -> Result<Option<Tensor>> {
         Ok(None)
     }

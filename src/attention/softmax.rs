@@ -6,7 +6,8 @@ use super::{Attention, Mechanism, MechanismShape};
 use crate::Result;
 use crate::encodings::{Encoding, QueryBlock};
 use crate::ops::{
-    Precision, dot_scores, flash_attention, flash_available, softmax_rows, softmax_rows_biased,
+    Precision, RowFunction, WeightDropout, cpu_attention, cpu_attention_available, dot_scores,
+    flash_attention, flash_available, softmax_rows, softmax_rows_biased,
 };
 
 pub struct SoftmaxAttention {
@@ -47,28 +48,36 @@ impl Mechanism for SoftmaxAttention {
         Self::attention(scores, pos.logit_bias(q.dim(2)?)?, v)
     }
 
-    /// Flash attention where it runs: the rotary encodings rotate q and k first (ReRoPE's two
-    /// score matrices need the explicit path), a constant bias goes into the kernel. It computes
-    /// in f32 whatever `train.precision` says.
+    /// The output without the weights where a kernel runs it: flash attention on a CUDA GPU (a
+    /// constant bias goes into the kernel; no dropout; f32 whatever `train.precision` says),
+    /// [`cpu_attention`] on the CPU (dropout, no bias; bf16 products take the explicit path).
+    /// The rotary encodings rotate q and k first; ReRoPE's two score matrices need the explicit
+    /// path.
     fn fused_output(
         &self,
         q: &Tensor,
         k: &Tensor,
         v: &Tensor,
         pos: &dyn Encoding,
+        dropout: Option<WeightDropout>,
     ) -> Result<Option<Tensor>> {
-        if !flash_available(q, v, None) {
+        let gpu = dropout.is_none() && flash_available(q, v, None);
+        let cpu = cpu_attention_available(q, v) && self.precision != Precision::Bf16;
+        if !gpu && !cpu {
             return Ok(None);
         }
         let bias = pos.logit_bias(q.dim(2)?)?;
-        if !flash_available(q, v, bias.as_ref()) {
-            return Ok(None);
-        }
-        let Some((q, k)) = pos.positioned(q, k)? else {
+        let runs = match gpu {
+            true => flash_available(q, v, bias.as_ref()),
+            false => bias.is_none(),
+        };
+        let Some((q, k)) = pos.positioned(q, k)?.filter(|_| runs) else {
             return Ok(None);
         };
-        let output = flash_attention(&q, &k, v, bias.as_ref(), self.scale, true)?;
-        Ok(Some(output))
+        Ok(Some(match gpu {
+            true => flash_attention(&q, &k, v, bias.as_ref(), self.scale, true)?,
+            false => cpu_attention(&q, &k, v, RowFunction::Softmax, self.scale, dropout)?,
+        }))
     }
 
     fn attend_block(

@@ -9,7 +9,7 @@ use super::{Build, Linear};
 use crate::Result;
 use crate::attention::{Attention, Mechanism};
 use crate::encodings::Encoding;
-use crate::ops::{Precision, dropout, matmul_merge_heads};
+use crate::ops::{self, Precision, WeightDropout, matmul_merge_heads};
 use crate::params::Params;
 
 pub struct MultiHeadAttention {
@@ -102,15 +102,18 @@ impl MultiHeadAttention {
     fn mixed(&self, x: &Tensor, dropout_seeds: Option<&[u64]>) -> Result<Tensor> {
         let (q, k, v) = self.project(x)?;
         let encoding = self.encoding.as_ref();
-        let dropout_seeds = dropout_seeds.filter(|_| self.attention_dropout > 0.0);
-        if dropout_seeds.is_none()
-            && let Some(y) = self.mechanism.fused_output(&q, &k, &v, encoding)?
-        {
+        let dropout = dropout_seeds
+            .filter(|_| self.attention_dropout > 0.0)
+            .map(|seeds| WeightDropout {
+                p: self.attention_dropout,
+                seeds,
+            });
+        if let Some(y) = self.mechanism.fused_output(&q, &k, &v, encoding, dropout)? {
             return Ok(y);
         }
         let attention = self.mechanism.attend(&q, &k, &v, encoding)?;
-        let weights = match dropout_seeds {
-            Some(seeds) => dropout(&attention.weights, self.attention_dropout, seeds)?,
+        let weights = match dropout {
+            Some(d) => ops::dropout(&attention.weights, d.p, d.seeds)?,
             None => attention.weights,
         };
         self.precision

@@ -195,11 +195,89 @@ impl RowSoftmax {
     /// Number of visible keys in row `row` of a tensor whose last two dims are (tq, tk).
     fn visible(&self, row: usize, tq: usize, tk: usize) -> usize {
         if self.causal {
-            (row % tq + 1 + tk.saturating_sub(tq)).min(tk)
+            causal_visible(row, tq, tk)
         } else {
             tk
         }
     }
+}
+
+/// A row of scores replaced by its softmax, in vector instructions ([`exp`], [`fold_lanes`]):
+/// scalar, the maximum and `expf` were a fifth of a softmax training step.
+pub(super) fn softmax_in_place(row: &mut [f32]) {
+    super::vectorised(
+        #[inline(always)]
+        || softmax_loops(row),
+    );
+}
+
+/// [`softmax_in_place`]'s loops, inlined into each of [`super::vectorised`]'s instruction sets.
+/// The exponentials and the sum are separate loops: a running float sum is one dependency
+/// chain that keeps the loop it is in scalar.
+#[inline(always)]
+fn softmax_loops(row: &mut [f32]) {
+    let max = fold_lanes(row, f32::NEG_INFINITY, |m, x| if x > m { x } else { m });
+    row.iter_mut().for_each(|x| *x = exp(*x - max));
+    let inv = 1.0 / fold_lanes(row, 0.0, |a, b| a + b);
+    row.iter_mut().for_each(|x| *x *= inv);
+}
+
+/// `row` folded with `f`, kept in 16 partial results (lanes) so that the loop vectorises, then
+/// folded together: a max, or a sum in a different order than one left to right.
+#[inline(always)]
+pub(super) fn fold_lanes(row: &[f32], init: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
+    const LANES: usize = 16;
+    let mut lanes = [init; LANES];
+    let chunks = row.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for chunk in chunks {
+        for (m, x) in lanes.iter_mut().zip(chunk) {
+            *m = f(*m, *x);
+        }
+    }
+    lanes.iter().chain(rest).fold(init, |a, b| f(a, *b))
+}
+
+/// eˣ within 2 ulp for x ≤ 88 (0 below −87.3, where f32 underflows), as Cephes' `expf`:
+/// x = n·ln 2 + r with n rounded by adding 1.5·2²³ (whose low bits then hold n, so 2ⁿ is a shift
+/// away), eʳ by its degree-6 minimax polynomial. libm's `expf` is a call the compiler cannot vectorise;
+/// this is a few vector instructions per lane, with no float-to-int conversion.
+#[inline(always)]
+pub(super) fn exp(x: f32) -> f32 {
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    const ROUND: f32 = 12_582_912.0; // 1.5·2²³
+    let clamped = x.min(88.0);
+    let t = clamped * std::f32::consts::LOG2_E + ROUND;
+    let n = t - ROUND;
+    let r = clamped - n * LN2_HI - n * LN2_LO;
+    let p = [
+        1.987_569_1e-4,
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        0.166_666_65,
+        0.5,
+    ]
+    .iter()
+    .fold(0.0, |p, c| p * r + c);
+    let y = p * r * r + r + 1.0;
+    let two_to_n = f32::from_bits(t.to_bits().wrapping_sub(ROUND.to_bits() - 127) << 23);
+    if x < -87.3 { 0.0 } else { y * two_to_n }
+}
+
+/// A row of softmax weights w replaced by the scores' gradient w ⊙ (dw − Σ dw·w).
+pub(super) fn softmax_grad_in_place(w: &mut [f32], dw: &[f32]) {
+    let dot: f32 = dw.iter().zip(w.iter()).map(|(a, b)| a * b).sum();
+    for (w, dw) in w.iter_mut().zip(dw) {
+        *w *= dw - dot;
+    }
+}
+
+/// Number of keys that row `row` of a causal (…, tq, tk) tensor sees: its queries are the last
+/// tq positions of tk.
+pub(super) fn causal_visible(row: usize, tq: usize, tk: usize) -> usize {
+    (row % tq + 1 + tk.saturating_sub(tq)).min(tk)
 }
 
 impl CustomOp1 for RowSoftmax {
@@ -226,14 +304,8 @@ impl CustomOp1 for RowSoftmax {
             .enumerate()
             .for_each(|(r, (o, row))| {
                 let n = self.visible(r, tq, tk);
-                let max = row[..n].iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let mut sum = 0f32;
-                for (o, x) in o[..n].iter_mut().zip(&row[..n]) {
-                    *o = (x - max).exp();
-                    sum += *o;
-                }
-                let inv = 1.0 / sum;
-                o[..n].iter_mut().for_each(|o| *o *= inv);
+                o[..n].copy_from_slice(&row[..n]);
+                softmax_in_place(&mut o[..n]);
             });
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
@@ -293,14 +365,7 @@ impl CustomOp2 for BiasedRowSoftmax {
                 for ((o, x), b) in o[..n].iter_mut().zip(&row[..n]).zip(b) {
                     *o = x + b;
                 }
-                let max = o[..n].iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let mut sum = 0f32;
-                for o in &mut o[..n] {
-                    *o = (*o - max).exp();
-                    sum += *o;
-                }
-                let inv = 1.0 / sum;
-                o[..n].iter_mut().for_each(|o| *o *= inv);
+                softmax_in_place(&mut o[..n]);
             });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
@@ -359,10 +424,8 @@ impl ChunkGrad {
         kernel: "attnlab_row_softmax_grad",
         chunk: None,
         f: |o, dw, w| {
-            let dot: f32 = dw.iter().zip(w).map(|(a, b)| a * b).sum();
-            for ((o, dw), w) in o.iter_mut().zip(dw).zip(w) {
-                *o = w * (dw - dot);
-            }
+            o.copy_from_slice(w);
+            softmax_grad_in_place(o, dw);
         },
     };
 
@@ -683,5 +746,33 @@ impl CustomOp3 for LayerNorm {
         let d_gamma = column_sums(&(&grad * &y_hat)?)?;
         let d_beta = column_sums(&grad)?;
         Ok((Some(dx), Some(d_gamma), Some(d_beta)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_vectorised_exp_is_within_two_ulp_of_libms() {
+        let mut worst = 0f32;
+        for i in 0..=200_000 {
+            let x = -87.0 + 175.0 * i as f32 / 200_000.0;
+            let (got, want) = (exp(x), x.exp());
+            worst = worst.max((got - want).abs() / want);
+        }
+        assert!(worst <= 2.0 * f32::EPSILON, "relative error {worst}");
+        assert_eq!(exp(-100.0), 0.0);
+        assert_eq!(exp(0.0), 1.0);
+    }
+
+    #[test]
+    fn the_lane_wise_maximum_is_the_maximum() {
+        let row: Vec<f32> = (0..37).map(|i| ((i * 17) % 23) as f32 - 11.0).collect();
+        for n in [0, 1, 15, 16, 17, 37] {
+            let want = row[..n].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let max = fold_lanes(&row[..n], f32::NEG_INFINITY, f32::max);
+            assert_eq!(max, want, "{n} elements");
+        }
     }
 }

@@ -10,6 +10,7 @@
 
 mod adamw;
 mod conv;
+mod cpu_attention;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod dropout;
@@ -17,6 +18,7 @@ mod embedding;
 mod flash;
 mod fused;
 mod gemm;
+mod kernel_rows;
 mod linear;
 mod loss;
 mod mask;
@@ -28,9 +30,13 @@ use candle_core::{D, DType, Device, Tensor};
 
 pub use adamw::{AdamStep, adamw_in_place, adamw_step_composed, sum_squares};
 pub use conv::{causal_conv, causal_conv_composed};
+pub use cpu_attention::{
+    RowFunction, WeightDropout, cpu_attention, cpu_attention_available, cpu_attention_composed,
+};
 pub use dropout::{dropout, mix as mix_seed};
 pub use embedding::{embedding, embedding_composed};
 pub use flash::{flash_attention, flash_attention_composed, flash_available};
+pub use kernel_rows::{RowKernel, kernel_rows, kernel_rows_composed};
 pub use loss::{cross_entropy, cross_entropy_composed};
 pub use mask::causal_mask;
 pub use precision::Precision;
@@ -39,6 +45,16 @@ pub use replicas::{
 };
 
 use crate::Result;
+
+/// `f` compiled for the widest vector instructions this CPU has (AVX-512, else AVX2), chosen
+/// at run time. The release build targets any x86-64 (SSE2), so without this the fused ops'
+/// loops use 4 lanes and no 64-bit multiply: dropout's hash was 15 % of a softmax step.
+/// `f` should be an `#[inline(always)]` closure calling an `#[inline(always)]` function that
+/// holds the loops: what is not inlined into the dispatched copies is compiled for SSE2 alone.
+#[inline(always)]
+pub(crate) fn vectorised<R>(f: impl FnOnce() -> R) -> R {
+    pulp::Arch::new().dispatch(f)
+}
 
 /// Whether attnlab's fused kernels run `x`: f32 on the CPU, or on a CUDA GPU unless
 /// `ATTNLAB_CUDA_KERNELS=0`.
