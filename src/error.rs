@@ -65,16 +65,48 @@ pub enum Error {
     /// finished before is kept.
     #[error("cancelled")]
     Cancelled,
-    /// A figure could not be drawn, rasterised or encoded.
+    /// A figure or a screenshot could not be drawn, rasterised or encoded, or was asked for
+    /// in a format it cannot be saved in.
     #[error("{0}")]
     Figure(String),
     /// A state that the code should make impossible (a frozen model asked to train, a
     /// worker thread that panicked): a bug to report, never a user's mistake.
     #[error("{0} (an internal error: please report it)")]
     Internal(String),
-    /// Anything else, with a message that stands on its own.
+    /// An argument of a library call is out of range (a layer or head past the model, a
+    /// length of 0, a test row past the last one generated). Reads as a sentence about the
+    /// value, "{name} {value} {reason}": "head 9 does not exist: heads are 0..8"; `name`
+    /// says which argument (with its command-line flag where it has one), so a front end
+    /// can point at the field to fix.
+    #[error("{name} {value} {reason}")]
+    Argument {
+        name: String,
+        value: String,
+        reason: String,
+    },
+    /// A name that is not among the known ones (an encoding, a shipped preset); lists them.
+    #[error("unknown {what} '{name}', expected one of: {expected}")]
+    Unknown {
+        what: &'static str,
+        name: String,
+        expected: String,
+    },
+    /// A combination the code does not handle, each part valid alone (Linformer evaluated
+    /// in blocks of queries, a classification run extrapolated, a replica group resumed).
+    #[error("{what} is not supported: {reason}")]
+    Unsupported { what: String, reason: String },
+    /// The data a task or an evaluation reads is too small or unreadable (a corpus split
+    /// without text, a validation stream shorter than the lengths asked); says what to raise.
     #[error("{0}")]
-    Other(String),
+    Data(String),
+    /// The system would not start a thread (the window's background task, a training run).
+    #[error("cannot start a thread for {name}: {cause}")]
+    Thread { name: String, cause: std::io::Error },
+    /// Runs failed whose errors were reported where they happened and come here as text,
+    /// since an `Error` cannot be cloned: the replicas of a group after the first (the first
+    /// holds the error itself), a sweep's failed cells.
+    #[error("{0}")]
+    Failed(String),
 }
 
 /// The library's result type.
@@ -86,6 +118,28 @@ impl Error {
         Self::Preset {
             key: key.into(),
             value: value.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    /// An argument error: `name` `value` `reason` reads as a sentence, e.g.
+    /// `Error::argument("layer", 0, "has no attention")`.
+    pub fn argument(
+        name: impl Into<String>,
+        value: impl ToString,
+        reason: impl Into<String>,
+    ) -> Self {
+        Self::Argument {
+            name: name.into(),
+            value: value.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    /// A combination that is not supported: `what` was asked, `reason` says why it cannot be.
+    pub fn unsupported(what: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self::Unsupported {
+            what: what.into(),
             reason: reason.into(),
         }
     }

@@ -107,7 +107,15 @@ pub fn shipped(name: &str) -> Result<&'static Shipped> {
     PRESETS
         .iter()
         .find(|s| s.name == name)
-        .ok_or_else(|| Error::Other(format!("no shipped preset named {name}")))
+        .ok_or_else(|| Error::Unknown {
+            what: "shipped preset",
+            name: name.into(),
+            expected: PRESETS
+                .iter()
+                .map(|s| s.name)
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
 }
 
 /// The view of the window an experiment's result is read in.
@@ -289,6 +297,21 @@ pub const EXPERIMENTS: &[Experiment] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The error names what was asked and lists what there is.
+    #[test]
+    fn an_unknown_preset_name_lists_the_shipped_ones() {
+        let Err(Error::Unknown {
+            what,
+            name,
+            expected,
+        }) = shipped("nonesuch")
+        else {
+            panic!("an unknown name must be Error::Unknown");
+        };
+        assert_eq!((what, name.as_str()), ("shipped preset", "nonesuch"));
+        assert!(expected.contains("mqar_softmax"), "{expected}");
+    }
 
     #[test]
     fn shipped_sweeps_load_from_a_folder_without_a_checkout() {

@@ -116,7 +116,7 @@ mod tests {
         write_bytes(&path, b"old").unwrap();
         let err = write_atomically(&path, |tmp| {
             std::fs::write(tmp, b"half").unwrap();
-            Err(Error::Other("boom".into()))
+            Err(Error::Cancelled)
         });
         assert!(err.is_err());
         assert_eq!(std::fs::read(&path).unwrap(), b"old");

@@ -123,7 +123,7 @@ impl Params {
         let full = self.full_name(name);
         if let Some(var) = self.lock().vars.get(&full) {
             if var.shape() != &shape {
-                return Err(Error::Other(format!(
+                return Err(Error::Internal(format!(
                     "parameter {full} requested with shape {shape:?} but exists with {:?}",
                     var.shape()
                 )));

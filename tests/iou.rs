@@ -78,6 +78,10 @@ fn iou_of_a_trained_run_uses_the_saved_attention_and_ground_truth() {
         err.to_string().contains("layer 0 has no attention"),
         "{err}"
     );
+    assert!(
+        matches!(&err, attnlab::Error::Argument { name, .. } if name == "layer"),
+        "{err:?}"
+    );
     // Row r costs r generated rows: `--example 18446744073709551615` overflowed `row + 1`,
     // and 1e11 ran until memory ran out.
     for row in [usize::MAX, 100_000_000_000] {

@@ -131,8 +131,15 @@ fn presets_of_other_shapes_do_not_group() {
     );
     let mut wider = base.clone();
     wider.model.d_model = 32;
-    let err = Trainer::group(&[base, wider]).err().unwrap().to_string();
-    assert!(err.contains("cannot train as replicas"), "{err}");
+    let err = Trainer::group(&[base, wider]).err().unwrap();
+    assert!(
+        matches!(&err, attnlab::Error::Unsupported { .. }),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("cannot train as replicas"),
+        "{err}"
+    );
 }
 
 /// A replica whose parameters went NaN diverges and is frozen, and dropped from the model; the

@@ -114,12 +114,17 @@ impl StudiedEncoding {
         match heads {
             Heads::Mean => Ok(Some(all)),
             Heads::One(h) if h < all.len() => Ok(Some(vec![all[h].clone()])),
-            Heads::One(h) => Err(Error::Other(format!(
-                "head {h} does not exist: {} has heads 0..{}",
-                self.label,
-                all.len()
-            ))),
+            Heads::One(h) => Err(self.missing_head(h, all.len())),
         }
+    }
+
+    /// The error for head `h` of this encoding's `count` heads.
+    fn missing_head(&self, h: usize, count: usize) -> Error {
+        Error::argument(
+            "head",
+            h,
+            format!("does not exist: {} has heads 0..{count}", self.label),
+        )
     }
 
     /// p_h(t) for t < n, one row per head.
@@ -245,13 +250,11 @@ impl StudiedEncoding {
         let rows: Vec<&Vec<Vec<f64>>> = match heads {
             Heads::Mean => per_head.iter().collect(),
             Heads::One(_) if per_head.len() == 1 => vec![&per_head[0]],
-            Heads::One(h) => vec![per_head.get(h).ok_or_else(|| {
-                Error::Other(format!(
-                    "head {h} does not exist: {} has heads 0..{}",
-                    self.label,
-                    per_head.len()
-                ))
-            })?],
+            Heads::One(h) => vec![
+                per_head
+                    .get(h)
+                    .ok_or_else(|| self.missing_head(h, per_head.len()))?,
+            ],
         };
         Ok(Some(lower_triangle_mean(&rows, n)))
     }

@@ -52,9 +52,11 @@ pub fn mass_by_distance(
         Heads::Mean => 0..n_heads,
         Heads::One(h) if h < n_heads => h..h + 1,
         Heads::One(h) => {
-            return Err(Error::Other(format!(
-                "attention head {h} does not exist: the weights have {n_heads} heads (0..{n_heads})"
-            )));
+            return Err(Error::argument(
+                "attention head",
+                h,
+                format!("does not exist: the weights have {n_heads} heads (0..{n_heads})"),
+            ));
         }
     };
     let row_range = match rows {
@@ -87,19 +89,25 @@ fn check_shape(len: usize, shape: [usize; 4]) -> Result<()> {
     let [batch, heads, tq, tk] = shape;
     let expected = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
     if expected != Some(len) {
-        return Err(Error::Other(format!(
-            "attention weights: {len} values do not form the shape (B, H, Tq, Tk) = {shape:?}"
-        )));
+        return Err(Error::argument(
+            "attention weights",
+            format!("of {len} values"),
+            format!("do not form the shape (B, H, Tq, Tk) = {shape:?}"),
+        ));
     }
     if tq > tk {
-        return Err(Error::Other(format!(
-            "attention weights: {tq} query rows but only {tk} keys; a causal row needs Tq <= Tk"
-        )));
+        return Err(Error::argument(
+            "attention weights",
+            format!("of shape (B, H, Tq, Tk) = {shape:?}"),
+            format!("have {tq} query rows but only {tk} keys; a causal row needs Tq <= Tk"),
+        ));
     }
     if batch == 0 || heads == 0 || tq == 0 {
-        return Err(Error::Other(format!(
-            "attention weights of shape (B, H, Tq, Tk) = {shape:?} have no rows to average"
-        )));
+        return Err(Error::argument(
+            "attention weights",
+            format!("of shape (B, H, Tq, Tk) = {shape:?}"),
+            "have no rows to average",
+        ));
     }
     Ok(())
 }

@@ -50,12 +50,16 @@ impl Binarise {
     /// Checks the parameter; errors say what is allowed.
     pub fn validate(self) -> Result<Self> {
         match self {
-            Self::TopK(0) => Err(Error::Other(
-                "binarisation topk:K needs K ≥ 1 (topk:1 is argmax)".into(),
+            Self::TopK(0) => Err(Error::argument(
+                "binarisation",
+                self,
+                "needs K ≥ 1 in topk:K (topk:1 is argmax)",
             )),
-            Self::Threshold(t) if !(0.0..1.0).contains(&t) => Err(Error::Other(format!(
-                "binarisation threshold:{t} needs 0 ≤ τ < 1 (attention weights lie in [0, 1])"
-            ))),
+            Self::Threshold(t) if !(0.0..1.0).contains(&t) => Err(Error::argument(
+                "binarisation",
+                self,
+                "needs 0 ≤ τ < 1 (attention weights lie in [0, 1])",
+            )),
             other => Ok(other),
         }
     }
@@ -97,9 +101,11 @@ impl FromStr for Binarise {
     /// `argmax`, `topk:K` or `threshold:T`.
     fn from_str(text: &str) -> Result<Self> {
         let bad = || {
-            Error::Other(format!(
-                "binarisation '{text}' is not argmax, topk:K (K ≥ 1) or threshold:T (0 ≤ T < 1)"
-            ))
+            Error::argument(
+                "binarisation",
+                format!("'{text}'"),
+                "is not argmax, topk:K (K ≥ 1) or threshold:T (0 ≤ T < 1)",
+            )
         };
         let parsed = match text.split_once(':') {
             None if text == "argmax" => Self::Argmax,
@@ -349,7 +355,11 @@ pub fn run_iou(
 ) -> Result<Option<IouTable>> {
     protocol.binarise.validate()?;
     if protocol.examples == 0 {
-        return Err(Error::Other("IoU needs at least 1 example".into()));
+        return Err(Error::argument(
+            "examples (--examples)",
+            0,
+            "are too few: IoU needs at least 1 example",
+        ));
     }
     let context = context_len(run)?;
     let layers = run.attention_layers();
@@ -441,30 +451,36 @@ pub fn example_iou(
     protocol.binarise.validate()?;
     let layers = run.attention_layers();
     if !layers.contains(&layer) {
-        return Err(Error::Other(format!(
-            "layer {layer} has no attention; attention layers: {layers:?}"
-        )));
+        return Err(Error::argument(
+            "layer",
+            layer,
+            format!("has no attention; attention layers: {layers:?}"),
+        ));
     }
     let heads = run.preset.model.n_heads;
     if head >= heads {
-        return Err(Error::Other(format!(
-            "head {head} does not exist: heads are 0..{heads}"
-        )));
+        return Err(Error::argument(
+            "head",
+            head,
+            format!("does not exist: heads are 0..{heads}"),
+        ));
     }
     let last = super::trained::MAX_TEST_ROWS - 1;
     if row > last {
-        return Err(Error::Other(format!(
-            "test row {row} is past the last row an analysis generates, {last}"
-        )));
+        return Err(Error::argument(
+            "test row",
+            row,
+            format!("is past the last row an analysis generates, {last}"),
+        ));
     }
     let example = run
         .test_examples(row + 1)?
         .pop()
-        .ok_or_else(|| Error::Other("no test rows".into()))?;
+        .ok_or_else(|| Error::Internal(format!("{} test rows generated no row", row + 1)))?;
     let attention = run.attention(&[&example.inputs])?;
     let weights = attention[layer]
         .as_ref()
-        .ok_or_else(|| Error::Other(format!("layer {layer} returned no attention")))?;
+        .ok_or_else(|| Error::Internal(format!("attention layer {layer} returned no weights")))?;
     check_token_columns(run, weights)?;
     let crop = Crop::new(&example.queries, context_len(run)?, protocol.target);
     let a = crop.of(weights.matrix(0, head), weights.shape[3]);

@@ -28,10 +28,11 @@ const MAX_QL_ITERATIONS: usize = 64;
 /// The singular values of the row-major `rows × cols` matrix `a`, largest first.
 pub fn singular_values(a: &[f64], rows: usize, cols: usize) -> Result<Vec<f64>> {
     if a.len() != rows * cols {
-        return Err(Error::Other(format!(
-            "singular values: {} values do not form a {rows}×{cols} matrix",
-            a.len()
-        )));
+        return Err(Error::argument(
+            "matrix",
+            format!("of {} values", a.len()),
+            format!("does not form the {rows}×{cols} matrix whose singular values are asked"),
+        ));
     }
     let n = rows.min(cols);
     // Gram matrix of the smaller side: G = AᵀA (cols ≤ rows) or AAᵀ.
@@ -132,9 +133,13 @@ fn tridiagonal_ql(d: &mut [f64], e: &mut [f64]) -> Result<()> {
             }
             iterations += 1;
             if iterations > MAX_QL_ITERATIONS {
-                return Err(Error::Other(
-                    "eigenvalues did not converge (the matrix holds NaN or infinite values?)"
-                        .into(),
+                return Err(Error::argument(
+                    "matrix",
+                    format!("of order {n}"),
+                    format!(
+                        "has eigenvalues that did not converge in {MAX_QL_ITERATIONS} QL \
+                         iterations (does it hold NaN or infinite values?)"
+                    ),
                 ));
             }
             let mut g = (d[l + 1] - d[l]) / (2.0 * e[l]);
@@ -267,7 +272,11 @@ pub fn run_spectrum(
     cancel: &AtomicBool,
 ) -> Result<Option<RunSpectrum>> {
     if protocol.examples == 0 {
-        return Err(Error::Other("a spectrum needs at least 1 example".into()));
+        return Err(Error::argument(
+            "examples (--examples)",
+            0,
+            "are too few: a spectrum needs at least 1 example",
+        ));
     }
     let layers = run.attention_layers();
     let heads = run.preset.model.n_heads;
@@ -320,9 +329,11 @@ pub fn run_spectrum(
     let n = shape.0.min(shape.1);
     let at = protocol.at.unwrap_or((shape.1 / 4).max(1));
     if at == 0 || at > n {
-        return Err(Error::Other(format!(
-            "spectrum index {at} is out of range: the matrices have {n} singular values"
-        )));
+        return Err(Error::argument(
+            "spectrum index",
+            at,
+            format!("is out of range: the matrices have {n} singular values"),
+        ));
     }
     let cumulative: Vec<Vec<Vec<f64>>> = sums.iter().map(|s| mean(&s.cumulative)).collect();
     Ok(Some(RunSpectrum {
@@ -352,6 +363,18 @@ fn add(sum: &mut [f64], values: &[f64]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// NaN never converges: the error names the matrix, not a bug in the solver.
+    #[test]
+    fn a_matrix_with_nan_is_an_argument_error() {
+        let err = singular_values(&[1.0, f64::NAN, 0.5, 2.0], 2, 2).unwrap_err();
+        assert!(
+            matches!(&err, Error::Argument { name, .. } if name == "matrix"),
+            "{err}"
+        );
+        let err = singular_values(&[1.0; 5], 2, 2).unwrap_err();
+        assert!(err.to_string().contains("of 5 values"), "{err}");
+    }
 
     /// Column j of the orthonormal DCT-II basis of size n.
     fn dct(n: usize, j: usize) -> Vec<f64> {

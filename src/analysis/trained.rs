@@ -71,9 +71,11 @@ impl TrainedRun {
     /// [`MAX_TEST_ROWS`].
     pub fn test_examples(&self, n: usize) -> Result<Vec<Example>> {
         if n > MAX_TEST_ROWS {
-            return Err(Error::Other(format!(
-                "{n} test rows asked for: an analysis generates at most {MAX_TEST_ROWS}"
-            )));
+            return Err(Error::argument(
+                "number of test rows",
+                n,
+                format!("is too many: an analysis generates at most {MAX_TEST_ROWS}"),
+            ));
         }
         Ok(self.mqar()?.examples(Split::Test, n))
     }

@@ -60,12 +60,12 @@ fn save_png(image: &egui::ColorImage, path: &std::path::Path) -> crate::Result<(
     let [w, h] = image.size;
     let data: Vec<u8> = image.pixels.iter().flat_map(|c| c.to_array()).collect();
     let size = resvg::tiny_skia::IntSize::from_wh(w as u32, h as u32)
-        .ok_or_else(|| crate::Error::Other("empty screenshot".into()))?;
+        .ok_or_else(|| crate::Error::Figure("empty screenshot".into()))?;
     let pixmap = resvg::tiny_skia::Pixmap::from_vec(data, size)
-        .ok_or_else(|| crate::Error::Other("screenshot has the wrong size".into()))?;
+        .ok_or_else(|| crate::Error::Figure("screenshot has the wrong size".into()))?;
     let png = pixmap
         .encode_png()
-        .map_err(|e| crate::Error::Other(format!("cannot encode screenshot: {e}")))?;
+        .map_err(|e| crate::Error::Figure(format!("cannot encode screenshot: {e}")))?;
     crate::io::write_bytes(path, &png)
 }
 

@@ -92,10 +92,10 @@ impl Tasks {
         if let Err(e) = spawned {
             state.ended.store(true, Ordering::Relaxed);
             let (sender, failed) = std::sync::mpsc::channel();
-            let _ = sender.send(Err(crate::Error::Other(format!(
-                "cannot start a thread for {}: {e}",
-                state.name
-            ))));
+            let _ = sender.send(Err(crate::Error::Thread {
+                name: state.name.clone(),
+                cause: e,
+            }));
             return Task {
                 receiver: failed,
                 state,
@@ -139,7 +139,7 @@ impl<T> Task<T> {
         match self.receiver.try_recv() {
             Ok(outcome) => Some(outcome),
             Err(TryRecvError::Empty) => None,
-            Err(TryRecvError::Disconnected) => Some(Err(crate::Error::Other(format!(
+            Err(TryRecvError::Disconnected) => Some(Err(crate::Error::Internal(format!(
                 "{} stopped without a result (its thread panicked)",
                 self.state.name
             )))),
@@ -221,7 +221,10 @@ mod tests {
     fn a_panicking_task_reports_an_error_naming_it() {
         let tasks = Tasks::default();
         let mut task = Some(tasks.run("doomed", || -> u8 { panic!("on purpose") }));
-        let error = wait(&mut task).unwrap_err().to_string();
-        assert!(error.contains("doomed"), "{error}");
+        let error = wait(&mut task).unwrap_err();
+        assert!(
+            matches!(&error, crate::Error::Internal(m) if m.contains("doomed")),
+            "{error}"
+        );
     }
 }

@@ -114,9 +114,11 @@ fn project(proj: &Tensor, x: &Tensor) -> Result<Tensor> {
     let last = proj.rank() - 1;
     let (k, n) = (proj.dim(last - 1)?, proj.dim(last)?);
     if t > n {
-        return Err(Error::Other(format!(
-            "Linformer was built for sequences of {n} tokens and cannot attend over {t}"
-        )));
+        return Err(Error::argument(
+            "sequence length",
+            t,
+            format!("is longer than the {n} tokens Linformer was built for"),
+        ));
     }
     let proj = proj.narrow(last, 0, t)?;
     let proj = match proj.rank() {
@@ -158,10 +160,9 @@ impl Mechanism for Linformer {
         if block == QueryBlock::whole(block.total) {
             return self.attend(q, k, v, pos);
         }
-        Err(crate::Error::Other(
-            "linformer cannot be evaluated in blocks of queries: it is not causal, its keys are \
-             projected along the whole sequence"
-                .into(),
+        Err(Error::unsupported(
+            "evaluating linformer in blocks of queries",
+            "it is not causal, its keys are projected along the whole sequence",
         ))
     }
 }

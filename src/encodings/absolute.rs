@@ -33,9 +33,11 @@ fn add_table(x: &Tensor, table: &Tensor, what: &str) -> Result<Tensor> {
     let positions = table.rank() - 2;
     let max_len = table.dim(positions)?;
     if t > max_len {
-        return Err(Error::Other(format!(
-            "sequence of length {t} is longer than the {what} table ({max_len} positions)"
-        )));
+        return Err(Error::argument(
+            "sequence length",
+            t,
+            format!("is longer than the {what} table ({max_len} positions)"),
+        ));
     }
     let rows = table.narrow(positions, 0, t)?;
     if positions == 1 {

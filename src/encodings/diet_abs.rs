@@ -67,9 +67,11 @@ impl Encoding for DietAbs {
         let max_len = self.p_q.dim(positions)?;
         let t = block.keys();
         if t > max_len {
-            return Err(Error::Other(format!(
-                "DIET-ABS has position embeddings for {max_len} positions and cannot cover {t}"
-            )));
+            return Err(Error::argument(
+                "sequence length",
+                t,
+                format!("is longer than the {max_len} positions DIET-ABS has embeddings for"),
+            ));
         }
         let p_q = self.p_q.narrow(positions, block.start, block.len)?;
         let p_k = self.p_k.narrow(positions, 0, t)?;

@@ -64,7 +64,7 @@ pub(super) const fn int(
 impl EncodingSpec {
     fn as_table(&self) -> Result<toml::Table> {
         toml::Table::try_from(self)
-            .map_err(|e| Error::Other(format!("cannot serialise encoding {}: {e}", self.name())))
+            .map_err(|e| Error::Internal(format!("cannot serialise encoding {}: {e}", self.name())))
     }
 
     /// The current value of setting `key`, `None` when it is unset (e.g. DIET-ABS's rank,

@@ -253,10 +253,11 @@ impl EncodingSpec {
             .find(|spec| spec.name() == name)
             .ok_or_else(|| {
                 let names: Vec<&str> = Self::all_defaults().iter().map(|s| s.name()).collect();
-                Error::Other(format!(
-                    "unknown encoding '{name}', expected one of: {}",
-                    names.join(", ")
-                ))
+                Error::Unknown {
+                    what: "encoding",
+                    name: name.into(),
+                    expected: names.join(", "),
+                }
             })
     }
 

@@ -79,9 +79,11 @@ impl Options {
     /// the validation stream by zero, a chunk of 0 never advances.
     pub fn validate(&self) -> Result<()> {
         if let Some(&n) = self.lengths.iter().find(|&&n| n == 0) {
-            return Err(Error::Other(format!(
-                "evaluation length {n} (--lengths): every length must be at least 1 token"
-            )));
+            return Err(Error::argument(
+                "evaluation length (--lengths)",
+                n,
+                "is too short: every length must be at least 1 token",
+            ));
         }
         let positive = [
             ("stride (--stride)", self.stride.unwrap_or(1)),
@@ -90,7 +92,11 @@ impl Options {
             ("max_tokens (--max-tokens)", self.max_tokens),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
-            return Err(Error::Other(format!("{name} 0: must be at least 1")));
+            return Err(Error::argument(
+                *name,
+                0,
+                "is too small: it must be at least 1",
+            ));
         }
         Ok(())
     }
@@ -214,15 +220,21 @@ pub fn extrapolate_runs(
         .map(|r| r.read_preset())
         .collect::<Result<Vec<_>>>()?;
     let Some(first) = presets.first() else {
-        return Err(Error::Other("no run to evaluate".into()));
+        return Err(Error::argument(
+            "number of runs",
+            0,
+            "is too few: there is no run to evaluate",
+        ));
     };
     let train_length = first.task.seq_len();
     if let Some(other) = presets.iter().find(|p| p.task.seq_len() != train_length) {
-        return Err(Error::Other(format!(
-            "runs trained at different lengths ({train_length} and {}) cannot share one table; \
-             evaluate them separately",
-            other.task.seq_len()
-        )));
+        return Err(Error::unsupported(
+            format!(
+                "one table for runs trained at different lengths ({train_length} and {})",
+                other.task.seq_len()
+            ),
+            "evaluate them separately",
+        ));
     }
     let lengths = match options.lengths.is_empty() {
         true => default_lengths(train_length),
@@ -291,8 +303,9 @@ pub fn train_presets(
             return Err(Error::Cancelled);
         }
         before += steps(preset);
-        let dir = run_dir
-            .ok_or_else(|| Error::Other(format!("training {} made no run folder", preset.name)))?;
+        let dir = run_dir.ok_or_else(|| {
+            Error::Internal(format!("training {} made no run folder", preset.name))
+        })?;
         runs.push(RunDir::open(&dir)?);
     }
     Ok(runs)
@@ -324,11 +337,14 @@ fn curve_variants(preset: &Preset, options: &Options) -> Vec<Variant> {
 fn validation_tokens(preset: &Preset) -> Result<Vec<u32>> {
     match preset.task.lm() {
         Some(lm) => lm.validation_tokens(),
-        None => Err(Error::Other(format!(
-            "extrapolation needs a language-modelling run (task.kind = \"lm\"); {} is a {} run",
-            preset.name,
-            preset.task.name()
-        ))),
+        None => Err(Error::unsupported(
+            format!(
+                "extrapolating {}, a {} run,",
+                preset.name,
+                preset.task.name()
+            ),
+            "extrapolation needs a language-modelling run (task.kind = \"lm\")",
+        )),
     }
 }
 
@@ -357,7 +373,7 @@ fn evaluate_curve(
     let available = tokens.len().saturating_sub(1).min(options.max_tokens);
     let span = available / longest * longest;
     if span == 0 {
-        return Err(Error::Other(format!(
+        return Err(Error::Data(format!(
             "{}: the validation stream has {} tokens, fewer than the longest length {longest} + 1; \
              raise task.valid_bytes or --max-tokens",
             preset.name,
@@ -494,10 +510,12 @@ mod tests {
             lengths: vec![64, 0],
             ..Options::default()
         };
-        let err = extrapolate_runs(&[], &zero_length, &mut |_| {}, &cancel)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("evaluation length 0 (--lengths)"), "{err}");
+        let err = extrapolate_runs(&[], &zero_length, &mut |_| {}, &cancel).unwrap_err();
+        assert!(
+            matches!(&err, Error::Argument { name, value, .. }
+                if name == "evaluation length (--lengths)" && value == "0"),
+            "{err}"
+        );
         let zero_chunk = Options {
             chunk: 0,
             ..Options::default()
@@ -505,6 +523,18 @@ mod tests {
         let err = zero_chunk.validate().unwrap_err().to_string();
         assert!(err.contains("--chunk"), "{err}");
         assert!(Options::default().validate().is_ok());
+    }
+
+    /// The default preset is an MQAR run: extrapolating it names both the run and the task.
+    #[test]
+    fn a_classification_run_is_not_extrapolated() {
+        let preset = Preset::default();
+        let err = validation_tokens(&preset).unwrap_err();
+        assert!(
+            matches!(&err, Error::Unsupported { what, .. } if what.contains(&preset.name)),
+            "{err}"
+        );
+        assert!(err.to_string().contains("task.kind = \"lm\""), "{err}");
     }
 
     #[test]

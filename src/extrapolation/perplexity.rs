@@ -120,7 +120,7 @@ pub fn score(
     cancel: &AtomicBool,
 ) -> Result<Scored> {
     if pass.span + 1 > pass.tokens.len() {
-        return Err(Error::Other(format!(
+        return Err(Error::Data(format!(
             "the validation stream has {} tokens, fewer than the {} needed",
             pass.tokens.len(),
             pass.span + 1

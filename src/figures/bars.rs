@@ -28,7 +28,7 @@ pub(super) fn validate(plot: &BarPlot) -> Result<()> {
     let groups = plot.groups.len();
     for series in &plot.series {
         let bad = |what: String| {
-            Error::Other(format!(
+            Error::Figure(format!(
                 "cannot draw bar series \"{}\": {what}",
                 series.name
             ))

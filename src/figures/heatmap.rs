@@ -48,7 +48,7 @@ impl Grid {
         let source = (plot.rows, plot.cols);
         let cells = plot.rows.checked_mul(plot.cols);
         if plot.rows == 0 || plot.cols == 0 || cells != Some(plot.values.len()) {
-            return Err(Error::Other(format!(
+            return Err(Error::Figure(format!(
                 "cannot draw heatmap: {} values do not form a non-empty {}×{} matrix",
                 plot.values.len(),
                 plot.rows,

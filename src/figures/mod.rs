@@ -137,7 +137,7 @@ impl Format {
             Some("svg") => Ok(Self::Svg),
             Some("png") => Ok(Self::Png),
             Some("csv") => Ok(Self::Csv),
-            _ => Err(Error::Other(format!(
+            _ => Err(Error::Figure(format!(
                 "cannot save a figure in this format: the file name must end in .svg, .png or .csv: {}",
                 path.display()
             ))),

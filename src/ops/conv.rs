@@ -67,13 +67,13 @@ impl Geometry {
             &[k, _] => (1, k),
             &[r, k, _] => (r, k),
             dims => {
-                return Err(crate::Error::Other(format!(
+                return Err(crate::Error::Internal(format!(
                     "a convolution kernel is (k, D) or (R, k, D), not {dims:?}"
                 )));
             }
         };
         if k == 0 || replicas == 0 || rows % replicas != 0 {
-            return Err(crate::Error::Other(format!(
+            return Err(crate::Error::Internal(format!(
                 "convolution of {rows} rows with {replicas} replicas of kernel size {k}"
             )));
         }

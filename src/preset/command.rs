@@ -22,7 +22,7 @@ pub fn train_command(preset: &Preset, base_file: &str, base: &Preset) -> Result<
 
 fn table(preset: &Preset) -> Result<toml::Table> {
     toml::Table::try_from(preset)
-        .map_err(|e| Error::Other(format!("cannot write preset as TOML: {e}")))
+        .map_err(|e| Error::Internal(format!("cannot write preset as TOML: {e}")))
 }
 
 /// Appends a `key=value` for every leaf of `want` that `have` lacks or holds differently.

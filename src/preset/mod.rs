@@ -160,7 +160,7 @@ impl Preset {
         ];
         for (section, known, kind) in sections {
             let known =
-                known.map_err(|e| Error::Other(format!("cannot serialise [{section}]: {e}")))?;
+                known.map_err(|e| Error::Internal(format!("cannot serialise [{section}]: {e}")))?;
             let Some(toml::Value::Table(given)) = raw.get(section) else {
                 continue;
             };
@@ -187,7 +187,8 @@ impl Preset {
 
     /// The preset as TOML text (what "Save" writes and the run folder keeps).
     pub fn to_toml(&self) -> Result<String> {
-        toml::to_string(self).map_err(|e| Error::Other(format!("cannot write preset as TOML: {e}")))
+        toml::to_string(self)
+            .map_err(|e| Error::Internal(format!("cannot write preset as TOML: {e}")))
     }
 
     /// Writes the preset atomically.

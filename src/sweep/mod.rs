@@ -197,11 +197,15 @@ impl Sweep {
     pub fn only_group(mut self, n: usize) -> Result<Self> {
         let groups = self.all_groups()?;
         let Some(group) = n.checked_sub(1).and_then(|i| groups.get(i)) else {
-            return Err(Error::Other(format!(
-                "sweep {} has groups 1 to {}, not {n}",
-                self.name,
-                groups.len()
-            )));
+            return Err(Error::argument(
+                "group (--group)",
+                n,
+                format!(
+                    "does not exist: sweep {} has groups 1 to {}, not {n}",
+                    self.name,
+                    groups.len()
+                ),
+            ));
         };
         self.cells = group.iter().map(|&i| self.cells[i].clone()).collect();
         Ok(self)
@@ -617,7 +621,7 @@ pub fn run_sweep(
             .collect::<Vec<_>>()
     });
     if !failures.is_empty() {
-        return Err(Error::Other(format!(
+        return Err(Error::Failed(format!(
             "{} of the sweep's cells failed (finished cells are kept): {}",
             failures.len(),
             failures.join("; ")

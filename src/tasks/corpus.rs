@@ -121,7 +121,7 @@ impl CorpusSource {
                 files.shuffle(&mut rng::stream(seed, "corpus-order"));
                 let text = read_files(&files, budget);
                 if text.is_empty() {
-                    return Err(Error::Other(format!(
+                    return Err(Error::Data(format!(
                         "the corpus has no readable UTF-8 text for the {part:?} split \
                          (task.val_percent = {val_percent}): {}",
                         path.display()

@@ -188,7 +188,7 @@ impl LmConfig {
         let valid = tokenizer.encode(&self.text(Part::Validation)?);
         let t = self.seq_len;
         if train.len() < t + 1 {
-            return Err(Error::Other(format!(
+            return Err(Error::Data(format!(
                 "the training text of corpus '{}' has {} tokens, fewer than task.seq_len + 1 = {}",
                 self.corpus,
                 train.len(),
@@ -201,7 +201,7 @@ impl LmConfig {
             .collect();
         let rows = valid.len().saturating_sub(1) / t;
         if rows < self.test_examples {
-            return Err(Error::Other(format!(
+            return Err(Error::Data(format!(
                 "the validation text of corpus '{}' has {} tokens: only {rows} windows of \
                  {t}, fewer than task.test_examples = {}; lower it or raise task.valid_bytes",
                 self.corpus,
@@ -302,6 +302,24 @@ mod tests {
         assert_eq!((train.len(), test.len()), (10, 4));
         assert_eq!(c.validation_tokens().unwrap().len(), 200);
         assert_eq!(test.row(1), &c.validation_tokens().unwrap()[8..16]);
+    }
+
+    /// 40 validation bytes hold 4 windows of 8, not the 16 test rows asked.
+    #[test]
+    fn a_validation_text_too_short_is_a_data_error() {
+        let c = LmConfig {
+            corpus: "generated".into(),
+            seq_len: 8,
+            train_bytes: 1000,
+            valid_bytes: 40,
+            test_examples: 16,
+            ..LmConfig::default()
+        };
+        match c.datasets() {
+            Err(Error::Data(m)) => assert!(m.contains("task.test_examples = 16"), "{m}"),
+            Err(e) => panic!("not a data error: {e}"),
+            Ok(_) => panic!("16 rows from 40 bytes"),
+        }
     }
 
     #[test]

@@ -111,7 +111,7 @@ impl AdamW {
     /// counts and moments carry over.
     pub fn select_replicas(&mut self, keep: &[usize], vars: Vec<Var>) -> Result<()> {
         if vars.len() != self.slots.len() || !self.stacked {
-            return Err(crate::Error::Other(
+            return Err(crate::Error::Internal(
                 "replicas are selected from a group's optimiser, for the same variables".into(),
             ));
         }
@@ -133,7 +133,7 @@ impl AdamW {
     /// ones, so that its next update is the one the saved run would make.
     pub fn restore(&mut self, moments: Vec<Tensor>, step: usize) -> Result<()> {
         if self.stacked || moments.len() != self.slots.len() {
-            return Err(crate::Error::Other(
+            return Err(crate::Error::Internal(
                 "optimizer state is restored for a lone model, one buffer per variable".into(),
             ));
         }
@@ -194,7 +194,7 @@ impl AdamW {
         fused: bool,
     ) -> Result<()> {
         if updates.len() != self.replicas.len() {
-            return Err(crate::Error::Other(format!(
+            return Err(crate::Error::Internal(format!(
                 "{} updates for {} replicas",
                 updates.len(),
                 self.replicas.len()

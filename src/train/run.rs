@@ -234,7 +234,13 @@ fn train_group(
                 let message = error.to_string();
                 let mut results: Vec<Result<Summary>> = Vec::new();
                 for (started, member) in members.iter_mut().enumerate() {
-                    fail(member, started, &clock, Error::Other(message.clone()), emit);
+                    fail(
+                        member,
+                        started,
+                        &clock,
+                        Error::Failed(message.clone()),
+                        emit,
+                    );
                     results.extend(member.result.take());
                 }
                 let rest = fail_all(group.len() - r, error, &mut |i, e| emit(r + i, e));
@@ -263,7 +269,7 @@ fn drive(
             if member.result.is_none() {
                 let error = error
                     .take()
-                    .unwrap_or_else(|| Error::Other(message.clone()));
+                    .unwrap_or_else(|| Error::Failed(message.clone()));
                 fail(member, r, clock, error, emit);
             }
         }
@@ -272,7 +278,7 @@ fn drive(
         .into_iter()
         .map(|m| {
             m.result
-                .unwrap_or_else(|| Err(Error::Other("the run did not end".into())))
+                .unwrap_or_else(|| Err(Error::Internal("the run did not end".into())))
         })
         .collect()
 }
@@ -680,7 +686,7 @@ fn fail_all(
 ) -> Vec<Result<Summary>> {
     let message = error.to_string();
     let mut results = vec![Err(error)];
-    results.extend((1..n).map(|_| Err(Error::Other(message.clone()))));
+    results.extend((1..n).map(|_| Err(Error::Failed(message.clone()))));
     for r in 0..n {
         emit(
             r,
@@ -697,6 +703,18 @@ fn fail_all(
 mod tests {
     use super::*;
 
+    /// The first replica keeps the error itself, the others a copy of its message.
+    #[test]
+    fn a_group_failing_together_copies_the_error_as_text() {
+        let mut events = 0;
+        let results = fail_all(3, Error::Cancelled, &mut |_, _| events += 1);
+        assert_eq!(events, 3);
+        assert!(matches!(results[0], Err(Error::Cancelled)));
+        for result in &results[1..] {
+            assert!(matches!(result, Err(Error::Failed(m)) if m == "cancelled"));
+        }
+    }
+
     #[test]
     fn an_out_of_memory_error_says_what_the_run_needs() {
         let preset = Preset::default();
@@ -710,7 +728,7 @@ mod tests {
                 && message.contains("CUDA_ERROR_OUT_OF_MEMORY"),
             "{message}"
         );
-        let other = with_memory_estimate(Error::Other("disk on fire".into()), Some(&preset), 1);
+        let other = with_memory_estimate(Error::Data("disk on fire".into()), Some(&preset), 1);
         assert_eq!(other.to_string(), "disk on fire");
     }
 }

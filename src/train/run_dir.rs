@@ -83,10 +83,10 @@ impl RunDir {
                 Err(e) => return Err(Error::io("cannot create run folder", path, e)),
             }
         }
-        Err(Error::Other(format!(
-            "too many runs named {base} in {}",
-            root.display()
-        )))
+        Err(Error::RunDir {
+            message: format!("too many runs named {base}"),
+            path: root.to_path_buf(),
+        })
     }
 
     /// An existing run folder (it must hold a `preset.toml`).

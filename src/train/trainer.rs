@@ -91,20 +91,24 @@ impl Trainer {
     /// one preset gives a lone model, without the replica dimension.
     pub fn group(presets: &[Preset]) -> Result<Self> {
         let Some(first) = presets.first() else {
-            return Err(Error::Other(
-                "a replica group needs at least one preset".into(),
+            return Err(Error::argument(
+                "number of presets",
+                0,
+                "is too few: a replica group needs at least one",
             ));
         };
         if let Some(other) = presets
             .iter()
             .find(|p| !super::replicas::same_shape(first, p))
         {
-            return Err(Error::Other(format!(
-                "{} and {} differ in more than the per-run settings ({}): they cannot train as replicas",
-                first.name,
-                other.name,
-                super::replicas::PER_RUN.join(", ")
-            )));
+            return Err(Error::unsupported(
+                format!("grouping {} and {}", first.name, other.name),
+                format!(
+                    "they differ in more than the per-run settings ({}) and cannot train as \
+                     replicas",
+                    super::replicas::PER_RUN.join(", ")
+                ),
+            ));
         }
         let opened = first.train.device.open_or_fallback()?;
         let device = opened.device;
@@ -294,8 +298,9 @@ impl Trainer {
     /// follow from the step. A replica group cannot be restored.
     pub fn restore(&mut self, weights: &Path, optimizer: &Path) -> Result<()> {
         if self.replicas() > 1 {
-            return Err(Error::Other(
-                "only a lone run can be resumed, not a replica group".into(),
+            return Err(Error::unsupported(
+                "resuming a replica group",
+                "only a lone run can be resumed",
             ));
         }
         self.params.load(weights)?;

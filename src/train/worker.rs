@@ -10,14 +10,16 @@ use std::sync::mpsc::{self, Receiver};
 use std::thread::JoinHandle;
 
 use super::{Summary, TrainEvent, run};
-use crate::Result;
 use crate::preset::Preset;
+use crate::{Error, Result};
 
 /// A running training.
 pub struct TrainHandle {
     pub events: Receiver<TrainEvent>,
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<Result<Summary>>>,
+    /// The thread, or why it could not be started (reported by `join`); an `Option` so that
+    /// `join` can take it from a handle that implements `Drop`.
+    thread: Option<Result<JoinHandle<Result<Summary>>>>,
 }
 
 impl TrainHandle {
@@ -28,13 +30,13 @@ impl TrainHandle {
 
     /// Waits for the thread and returns the run's result.
     pub fn join(mut self) -> Result<Summary> {
-        match self.thread.take().map(JoinHandle::join) {
-            Some(Ok(result)) => result,
-            Some(Err(_)) => Err(crate::Error::Internal(
-                "the training thread panicked".into(),
-            )),
-            None => Err(crate::Error::Other(
-                "the training thread could not be started".into(),
+        match self.thread.take() {
+            Some(Ok(thread)) => thread
+                .join()
+                .unwrap_or_else(|_| Err(Error::Internal("the training thread panicked".into()))),
+            Some(Err(error)) => Err(error),
+            None => Err(Error::Internal(
+                "the training thread was joined twice".into(),
             )),
         }
     }
@@ -96,7 +98,7 @@ fn spawn_job(
     let stop = Arc::new(AtomicBool::new(false));
     let stop_flag = stop.clone();
     let thread = std::thread::Builder::new()
-        .name(name)
+        .name(name.clone())
         .spawn(move || {
             if priority == Priority::Background {
                 lower_thread_priority();
@@ -107,11 +109,11 @@ fn spawn_job(
                 waker();
             })
         })
-        .ok();
+        .map_err(|cause| Error::Thread { name, cause });
     TrainHandle {
         events,
         stop,
-        thread,
+        thread: Some(thread),
     }
 }
 
