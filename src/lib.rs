@@ -2,6 +2,7 @@
 //! and see what they learned.
 //!
 //! Modules, in layering order (a module uses only those above it):
+//! - [`settings`]: the settings of a preset section as data, read and written by key;
 //! - [`encodings`], [`attention`]: where position enters, and how scores become weights;
 //! - [`model`]: the transformer that composes them;
 //! - [`tasks`]: what the model learns (MQAR, language modelling on a text corpus);
@@ -40,6 +41,7 @@ pub mod params;
 pub mod preset;
 pub mod report;
 pub mod rng;
+pub mod settings;
 pub mod sweep;
 pub mod tasks;
 pub mod train;

@@ -77,6 +77,34 @@ fn picking_mechanism_and_encoding_changes_the_preset() {
     assert_eq!(harness.state().editor.preset.encoding.name(), "alibi");
 }
 
+/// The settings that are not numbers come from the catalogues: a choice of the mechanism and
+/// a checkbox of the encoding, each written back to the preset by key.
+#[test]
+fn switches_drawn_from_the_catalogues_change_the_preset() {
+    use attnlab::attention::{MechanismSpec, RebasedConfig, RebasedVariant};
+    use attnlab::settings::Section as _;
+    let root = tempfile::tempdir().unwrap();
+    let mut harness = harness(app(root.path()));
+    let preset = &mut harness.state_mut().editor.preset;
+    preset.attention = MechanismSpec::Rebased(RebasedConfig::default());
+    preset.encoding = attnlab::encodings::EncodingSpec::from_name("sandwich").unwrap();
+    harness.run();
+    harness.get_by_label("variant").click();
+    harness.run();
+    harness.get_by_label("x2").click();
+    harness.run();
+    harness
+        .get_by_label("per-head scale k*H/(8h) (fairseq-evo)")
+        .click();
+    harness.run();
+    let preset = &harness.state().editor.preset;
+    let MechanismSpec::Rebased(c) = &preset.attention else {
+        panic!("{:?}", preset.attention)
+    };
+    assert_eq!(c.variant, RebasedVariant::X2);
+    assert_eq!(preset.encoding.word("per_head").as_deref(), Some("false"));
+}
+
 #[test]
 fn a_run_reports_curves_and_attention_and_stops() {
     let root = tempfile::tempdir().unwrap();

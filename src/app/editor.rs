@@ -6,10 +6,11 @@ use std::path::PathBuf;
 use eframe::egui;
 
 use crate::Preset;
-use crate::attention::{LinformerSharing, MechanismSpec, RebasedVariant};
-use crate::encodings::{DietSharing, EncodingSpec};
+use crate::attention::MechanismSpec;
+use crate::encodings::EncodingSpec;
 use crate::model::{Layout, MixerKind, ModelConfig};
 use crate::ops::Precision;
+use crate::settings::{Choices, Hyperparameter, Section, Switch};
 use crate::tasks::TaskSpec;
 use crate::tasks::lm::{LmConfig, Tokens};
 use crate::tasks::mqar::MqarConfig;
@@ -622,13 +623,27 @@ fn choice<T: Copy + PartialEq + std::fmt::Debug>(
     value: &mut T,
     options: &[T],
 ) {
+    named_choice(ui, label, key, value, options, |option| {
+        format!("{option:?}")
+    });
+}
+
+/// A labelled combo box over `options`, shown by `name`.
+fn named_choice<T: Copy + PartialEq>(
+    ui: &mut egui::Ui,
+    label: &str,
+    key: &str,
+    value: &mut T,
+    options: &[T],
+    name: impl Fn(&T) -> String,
+) {
     ui.horizontal(|ui| {
         let label_id = ui.label(label).id;
-        egui::ComboBox::from_id_salt(label)
-            .selected_text(format!("{value:?}"))
+        egui::ComboBox::from_id_salt((label, key))
+            .selected_text(name(value))
             .show_ui(ui, |ui| {
                 for option in options {
-                    ui.selectable_value(value, *option, format!("{option:?}"));
+                    ui.selectable_value(value, *option, name(option));
                 }
             })
             .response
@@ -670,55 +685,7 @@ fn mechanism_ui(ui: &mut egui::Ui, spec: &mut MechanismSpec) {
         spec.summary(),
         key_hint("attention")
     ));
-    match spec {
-        MechanismSpec::Based(c) => number(
-            ui,
-            "feature dim",
-            "attention.feature_dim",
-            &mut c.feature_dim,
-            1..=256,
-        ),
-        MechanismSpec::Rebased(c) => {
-            number(
-                ui,
-                "feature dim",
-                "attention.feature_dim",
-                &mut c.feature_dim,
-                1..=256,
-            );
-            let variants = [
-                RebasedVariant::Rebased,
-                RebasedVariant::X2,
-                RebasedVariant::Norm,
-                RebasedVariant::Gamma,
-                RebasedVariant::GammaBeta,
-            ];
-            choice(
-                ui,
-                "variant",
-                "attention.variant",
-                &mut c.variant,
-                &variants,
-            );
-        }
-        MechanismSpec::Linformer(c) => {
-            number(
-                ui,
-                "projected length k",
-                "attention.proj_dim",
-                &mut c.proj_dim,
-                1..=4096,
-            );
-            let modes = [
-                LinformerSharing::None,
-                LinformerSharing::Headwise,
-                LinformerSharing::Kv,
-                LinformerSharing::Layerwise,
-            ];
-            choice(ui, "sharing", "attention.sharing", &mut c.sharing, &modes);
-        }
-        MechanismSpec::Softmax | MechanismSpec::Linear => {}
-    }
+    settings_ui(ui, spec);
 }
 
 /// The encoding picker (formula on hover) and a slider per setting, with its valid range.
@@ -753,69 +720,76 @@ pub fn encoding_ui(ui: &mut egui::Ui, spec: &mut EncodingSpec) {
     });
     ui.label(egui::RichText::new(spec.formula()).small().weak())
         .on_hover_text(format!("{}\n{}", spec.summary(), key_hint("encoding")));
+    settings_ui(ui, spec);
+}
+
+/// A widget per setting of a mechanism or encoding, as its catalogue entry lists them: a
+/// slider over each number's valid range, a checkbox or a choice for each switch.
+fn settings_ui<S: Section>(ui: &mut egui::Ui, spec: &mut S) {
     for hyper in spec.hyperparameters() {
-        ui.horizontal(|ui| {
-            let key = format!("encoding.{}", hyper.key);
-            let help = format!("{}\n{}", hyper.help, key_hint(&key));
-            ui.label(hyper.key).on_hover_text(&help);
-            match spec.value(hyper.key) {
-                Some(mut value) => {
-                    let slider = egui::Slider::new(&mut value, hyper.min..=hyper.max)
-                        .logarithmic(hyper.log_scale)
-                        .integer_if(hyper.integer);
-                    if ui.add(slider).on_hover_text(&help).changed()
-                        && let Ok(changed) = spec.with_value(hyper.key, value)
-                    {
-                        *spec = changed;
-                    }
-                }
-                None => {
-                    ui.label("auto");
-                    if ui.button("set").on_hover_text(&help).clicked()
-                        && let Ok(changed) = spec.with_value(hyper.key, hyper.min.max(1.0))
-                    {
-                        *spec = changed;
-                    }
-                }
-            }
-        });
+        hyperparameter_ui(ui, spec, hyper);
     }
-    const SERIES_PER_HEAD: &str = "per-head n = k_h t + offset, ALiBi slopes (fairseq-evo)";
-    const LOG_N: &str = "log-n: queries scaled by max(1, ln(i+1)/ln L) (the post's patches)";
-    match spec {
-        EncodingSpec::Sandwich(c) => {
-            ui.checkbox(&mut c.per_head, "per-head scale k*H/(8h) (fairseq-evo)")
-                .on_hover_text(key_hint("encoding.per_head"));
-        }
-        EncodingSpec::Type1(c) | EncodingSpec::Type2(c) | EncodingSpec::InvN(c) => {
-            ui.checkbox(&mut c.per_head, SERIES_PER_HEAD)
-                .on_hover_text(key_hint("encoding.per_head"));
-        }
-        EncodingSpec::InvNLogN(c) => {
-            ui.checkbox(&mut c.per_head, SERIES_PER_HEAD)
-                .on_hover_text(key_hint("encoding.per_head"));
-        }
-        EncodingSpec::Rerope(c) => {
-            ui.checkbox(&mut c.log_n, LOG_N)
-                .on_hover_text(key_hint("encoding.log_n"));
-        }
-        EncodingSpec::LeakyRerope(c) => {
-            ui.checkbox(&mut c.log_n, LOG_N)
-                .on_hover_text(key_hint("encoding.log_n"));
-        }
-        EncodingSpec::DietRel(c) => sharing_ui(ui, &mut c.sharing),
-        EncodingSpec::DietAbs(c) => sharing_ui(ui, &mut c.sharing),
-        _ => {}
+    for switch in spec.switches() {
+        switch_ui(ui, spec, switch);
     }
 }
 
-fn sharing_ui(ui: &mut egui::Ui, sharing: &mut DietSharing) {
+/// The slider of one numeric setting, or "auto" and a button to set it while it is unset.
+fn hyperparameter_ui<S: Section>(ui: &mut egui::Ui, spec: &mut S, hyper: &Hyperparameter) {
     ui.horizontal(|ui| {
-        ui.label("sharing")
-            .on_hover_text(key_hint("encoding.sharing"));
-        ui.selectable_value(sharing, DietSharing::None, "none");
-        ui.selectable_value(sharing, DietSharing::Layerwise, "layer-wise");
+        let key = format!("{}.{}", S::SECTION, hyper.key);
+        let help = format!("{}\n{}", hyper.help, key_hint(&key));
+        ui.label(hyper.key).on_hover_text(&help);
+        match spec.value(hyper.key) {
+            Some(mut value) => {
+                let slider = egui::Slider::new(&mut value, hyper.min..=hyper.max)
+                    .logarithmic(hyper.log_scale)
+                    .integer_if(hyper.integer);
+                if ui.add(slider).on_hover_text(&help).changed()
+                    && let Ok(changed) = spec.with_value(hyper.key, value)
+                {
+                    *spec = changed;
+                }
+            }
+            None => {
+                ui.label("auto");
+                if ui.button("set").on_hover_text(&help).clicked()
+                    && let Ok(changed) = spec.with_value(hyper.key, hyper.min.max(1.0))
+                {
+                    *spec = changed;
+                }
+            }
+        }
     });
+}
+
+/// The checkbox or choice of one switch; the value picked is written back by key.
+fn switch_ui<S: Section>(ui: &mut egui::Ui, spec: &mut S, switch: &Switch) {
+    let key = format!("{}.{}", S::SECTION, switch.key);
+    let current = spec.word(switch.key).unwrap_or_default();
+    let picked = match switch.choices {
+        Choices::Toggle => {
+            let mut on = current == "true";
+            ui.checkbox(&mut on, switch.label)
+                .on_hover_text(key_hint(&key))
+                .changed()
+                .then(|| on.to_string())
+        }
+        Choices::Words(words) => {
+            let mut word = words
+                .iter()
+                .copied()
+                .find(|w| *w == current)
+                .unwrap_or_default();
+            named_choice(ui, switch.label, &key, &mut word, words, |w| w.to_string());
+            (word != current).then(|| word.to_string())
+        }
+    };
+    if let Some(word) = picked
+        && let Ok(changed) = spec.with_setting(switch.key, &word)
+    {
+        *spec = changed;
+    }
 }
 
 /// `Slider::integer` only when asked.

@@ -15,6 +15,7 @@
 //! attnlab's choice for kernel mechanisms with a relative-bias encoding: the bias multiplies
 //! the kernel as exp(b_ij), the same "bias = log-weight" meaning it has inside softmax.
 
+mod catalogue;
 mod kernel;
 mod linformer;
 mod softmax;
@@ -25,15 +26,17 @@ use std::sync::Arc;
 use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
+pub use catalogue::{CATALOGUE, Facts};
 pub use kernel::{KernelAttention, KernelKind, RebasedConfig, RebasedVariant};
 pub use linformer::{Linformer, LinformerConfig, LinformerSharing};
 pub use softmax::SoftmaxAttention;
 pub use weights::AttentionWeights;
 
+use crate::Result;
 use crate::encodings::{Encoding, QueryBlock};
 use crate::ops::WeightDropout;
 use crate::params::Params;
-use crate::{Error, Result};
+use crate::settings::Section;
 
 /// The `[attention]` section of a preset.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -154,46 +157,22 @@ pub fn blockwise_output<M: Mechanism + ?Sized>(
 impl MechanismSpec {
     /// Every mechanism with its default settings, for pickers and tests that loop over all.
     pub fn all_defaults() -> Vec<Self> {
-        vec![
-            Self::Softmax,
-            Self::Linear,
-            Self::Based(BasedConfig::default()),
-            Self::Rebased(RebasedConfig::default()),
-            Self::Linformer(LinformerConfig::default()),
-        ]
+        CATALOGUE.iter().map(|facts| (facts.default)()).collect()
     }
 
     /// The name used in presets, the CLI, the GUI and file names.
     pub fn name(&self) -> &'static str {
-        match self {
-            Self::Softmax => "softmax",
-            Self::Linear => "linear",
-            Self::Based(_) => "based",
-            Self::Rebased(_) => "rebased",
-            Self::Linformer(_) => "linformer",
-        }
+        self.facts().name
     }
 
     /// One-line formula for help and tooltips.
     pub fn formula(&self) -> &'static str {
-        match self {
-            Self::Softmax => "A = softmax(q k^T / sqrt(d) + bias), causal",
-            Self::Linear => "A_ij = phi(q_i).phi(k_j) / sum_n phi(q_i).phi(k_n), phi = elu + 1",
-            Self::Based(_) => "A_ij ~ 1 + s + s^2/2, s = q_i.k_j / sqrt(d_f)",
-            Self::Rebased(_) => "A_ij ~ (q'_i.k'_j / sqrt(d_f))^2, q' = gamma*norm(q) + beta",
-            Self::Linformer(_) => "A = softmax(q (E k)^T / sqrt(d)), n x k, non-causal",
-        }
+        self.facts().formula
     }
 
     /// Where the mechanism comes from and what it trades, for tooltips and help.
     pub fn summary(&self) -> &'static str {
-        match self {
-            Self::Softmax => "Vaswani et al. 2017: exact attention, O(n^2) time and memory.",
-            Self::Linear => "Katharopoulos et al. 2020: a kernel feature map, O(n) recurrent form.",
-            Self::Based(_) => "Arora et al. 2024: Taylor kernel; better recall than linear.",
-            Self::Rebased(_) => "Aksenov et al. 2024: learnable kernel; better recall than Based.",
-            Self::Linformer(_) => "Wang et al. 2020: keys and values projected to k rows, O(nk).",
-        }
+        self.facts().summary
     }
 
     /// Per-head width of queries and keys; Based/ReBased use their feature dimension.
@@ -207,27 +186,15 @@ impl MechanismSpec {
 
     /// Whether every position sees only itself and earlier positions.
     pub fn is_causal(&self) -> bool {
-        !matches!(self, Self::Linformer(_))
+        self.facts().causal
     }
 
     /// Checks the mechanism's own settings; errors name `attention.…`.
     pub fn validate(&self, seq_len: usize) -> Result<()> {
-        let feature_dim = |f: usize| {
-            if (1..=256).contains(&f) {
-                Ok(())
-            } else {
-                Err(Error::preset(
-                    "attention.feature_dim",
-                    f,
-                    "must be in 1..=256",
-                ))
-            }
-        };
+        self.validate_ranges()?;
         match self {
-            Self::Softmax | Self::Linear => Ok(()),
-            Self::Based(c) => feature_dim(c.feature_dim),
-            Self::Rebased(c) => feature_dim(c.feature_dim),
             Self::Linformer(c) => c.validate(seq_len),
+            _ => Ok(()),
         }
     }
 

@@ -12,6 +12,7 @@ use crate::encodings::{EncodingSpec, Family};
 use crate::figures;
 use crate::report::encodings::{BiasReport, ErfReport, TrfReport, TrfSettings, heads_label};
 use crate::report::{Format, render, save_figures, with_suffix};
+use crate::settings::Section;
 use crate::train::RunDir;
 
 /// The most heads `--heads` builds encodings for: model.n_heads's bound.

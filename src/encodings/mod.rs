@@ -14,7 +14,6 @@ mod alibi;
 mod catalogue;
 mod decay;
 mod diet_abs;
-mod hyper;
 mod kerple;
 mod profile;
 mod relative;
@@ -32,7 +31,6 @@ pub use alibi::{AlibiConfig, alibi_heads, alibi_slopes};
 pub use catalogue::{CATALOGUE, Facts};
 pub use decay::{NLogNConfig, SeriesConfig, WindowConfig};
 pub use diet_abs::DietAbsConfig;
-pub use hyper::{Hyperparameter, parse_value};
 pub use kerple::{KerpleLogConfig, KerplePowerConfig};
 pub use profile::{DistanceBias, Known, Verdict, known};
 pub use rope::{
@@ -42,6 +40,7 @@ pub use sandwich::SandwichConfig;
 pub use table::{DietRelConfig, DietSharing, T5Config, t5_bucket};
 
 use crate::params::Params;
+use crate::settings::Section;
 use crate::{Error, Result};
 
 /// Where an encoding acts; decides where the model builds it and what it may combine with.
@@ -278,11 +277,6 @@ impl EncodingSpec {
 
     pub fn family(&self) -> Family {
         self.facts().family
-    }
-
-    /// The numeric settings of this encoding.
-    pub fn hyperparameters(&self) -> &'static [Hyperparameter] {
-        self.facts().settings
     }
 
     /// Whether training changes the encoding.

@@ -431,6 +431,7 @@ pub fn rectified(
 mod tests {
     use super::*;
     use crate::ops::dot_scores;
+    use crate::settings::Section;
 
     /// A query and a key vector that differ, so a rotation applied to the wrong side (or with
     /// the wrong sign) changes the score.

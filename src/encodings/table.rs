@@ -160,6 +160,7 @@ impl LearnedDistance for TableBias {
 mod tests {
     use super::*;
     use crate::encodings::EncodingSpec;
+    use crate::settings::Section;
     use candle_core::Device;
 
     /// HF's `_relative_position_bucket(-t, bidirectional=False, 32, 128)`, ported to Python

@@ -246,26 +246,33 @@ impl Preset {
         self.validate_combination()
     }
 
-    /// Mechanism × encoding × task combinations that cannot work.
+    /// Mechanism × encoding × task combinations that cannot work, as the mechanisms'
+    /// catalogue says.
     fn validate_combination(&self) -> Result<()> {
-        if !self.attention.is_causal() && self.task.requires_causal() {
+        let mechanism = self.attention.facts();
+        if !mechanism.causal && self.task.requires_causal() {
             return Err(Error::preset(
                 "attention.kind",
-                self.attention.name(),
+                mechanism.name,
                 format!(
                     "is not causal (it mixes future tokens into every key), so it cannot be used \
-                     for the {} task; choose softmax, linear, based or rebased",
-                    self.task.name()
+                     for the {} task; choose {}",
+                    self.task.name(),
+                    causal_mechanisms()
                 ),
             ));
         }
         let relative = matches!(self.encoding.family(), Family::Bias | Family::Rotary);
-        if matches!(self.attention, MechanismSpec::Linformer(_)) && relative {
+        if !mechanism.keys_have_positions && relative {
             return Err(Error::preset(
                 "encoding.kind",
                 self.encoding.name(),
-                "cannot be combined with linformer: its keys are projected along the sequence, \
-                 so there is no key position i − j to bias or rotate; use none, learned or sinusoidal",
+                format!(
+                    "cannot be combined with {}: its keys are projected along the sequence, \
+                     so there is no key position i − j to bias or rotate; use none, learned or \
+                     sinusoidal",
+                    mechanism.name
+                ),
             ));
         }
         Ok(())
@@ -285,6 +292,20 @@ impl Preset {
             })
             .collect();
         slug.trim_matches('-').to_string()
+    }
+}
+
+/// The causal mechanisms' names as a sentence lists them ("softmax, linear, based or rebased").
+fn causal_mechanisms() -> String {
+    let names: Vec<&str> = crate::attention::CATALOGUE
+        .iter()
+        .filter(|m| m.causal)
+        .map(|m| m.name)
+        .collect();
+    match names.split_last() {
+        Some((last, [])) => last.to_string(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
     }
 }
 
@@ -366,7 +387,7 @@ fn apply_override(table: &mut toml::Table, item: &str) -> Result<()> {
         ));
     };
     let key = key.trim();
-    let mut value = crate::encodings::parse_value(raw);
+    let mut value = crate::settings::parse_value(raw);
     // `attention=based` (a kind-tagged section given a bare name) is the whole section
     // `{ kind = "based" }`: the other settings start from the kind's defaults. Unlike the
     // inline table it needs no quotes, so a command line survives xargs and schedulers.

@@ -7,6 +7,7 @@ use attnlab::attention::MechanismSpec;
 use attnlab::encodings::EncodingSpec;
 use attnlab::model::{MixerKind, Transformer};
 use attnlab::params::Params;
+use attnlab::settings::Section;
 use attnlab::tasks::TaskSpec;
 use attnlab::tasks::mqar::MqarConfig;
 use candle_core::Device;
