@@ -362,10 +362,10 @@ fn iou_of_a_run_fills_the_table_shows_an_example_and_exports() {
     harness.get_by_label("Compute for the selected run").click();
     step_while_working(&mut harness);
     run_until(&mut harness, "the IoU table", |app| {
-        !app.views.iou.tables.is_empty()
+        !app.views.iou.reports.is_empty()
     });
     harness.run();
-    let table = &harness.state().views.iou.tables[0].value;
+    let table = &harness.state().views.iou.reports[0].value.table;
     assert_eq!(table.examples, 100);
     assert_eq!((table.hard.len(), table.hard[0].len()), (2, 2));
     // One cell per layer and head, each with hard and soft IoU.
@@ -394,10 +394,10 @@ fn spectra_of_a_run_are_plotted_and_exported() {
     harness.get_by_label("Compute for the selected run").click();
     step_while_working(&mut harness);
     run_until(&mut harness, "the spectrum", |app| {
-        !app.views.spectra.spectra.is_empty()
+        !app.views.spectra.report.runs.is_empty()
     });
     harness.run();
-    let spectrum = &harness.state().views.spectra.spectra[0].value;
+    let spectrum = &harness.state().views.spectra.report.runs[0].spectrum;
     assert_eq!(spectrum.at_value.len(), 2);
     let curve = spectrum.layer_curve(0);
     assert!(
@@ -456,13 +456,13 @@ fn a_sweep_fills_its_grid_and_shows_its_summary() {
     harness.get_by_label("Run sweep").click();
     step_while_working(&mut harness);
     run_until(&mut harness, "the sweep's summary", |app| {
-        app.views.sweep.summary.is_some()
+        app.views.sweep.report.is_some()
     });
     harness.run();
     let view = &harness.state().views.sweep;
     assert_eq!(view.error, None);
     assert!(view.cells.iter().all(|c| c.is_done()), "{:?}", view.cells);
-    let summary = view.summary.as_ref().unwrap();
+    let summary = &view.report.as_ref().unwrap().summary;
     assert_eq!(summary.runs.len(), 4);
     assert_eq!(summary.points.len(), 2, "softmax and based, two seeds each");
     assert_eq!(harness.get_all_by_label_contains("done ").count(), 4);
@@ -506,11 +506,18 @@ fn extrapolation_of_a_language_model_fills_the_table_and_exports() {
     harness.get_by_label("Compute for the selected run").click();
     step_while_working(&mut harness);
     run_until(&mut harness, "the perplexity table", |app| {
-        app.views.extrapolation.result.is_some() || app.views.extrapolation.error.is_some()
+        app.views.extrapolation.report.is_some() || app.views.extrapolation.error.is_some()
     });
     assert_eq!(harness.state().views.extrapolation.error, None);
     harness.run();
-    let result = harness.state().views.extrapolation.result.as_ref().unwrap();
+    let result = &harness
+        .state()
+        .views
+        .extrapolation
+        .report
+        .as_ref()
+        .unwrap()
+        .sweep;
     assert_eq!(result.lengths, [8, 16, 32]);
     assert!(result.curves[0].points.iter().all(|p| p.ppl.is_some()));
     harness.get_by_label("Def. 0.1 (δ = 0.1)");
@@ -537,7 +544,7 @@ fn a_hidden_views_finished_task_is_taken_in_without_showing_it() {
     // The task shows in the status bar while it runs, and its result lands while the
     // Spectra view stays hidden.
     run_until(&mut harness, "the spectrum, with its view hidden", |app| {
-        !app.views.spectra.spectra.is_empty()
+        !app.views.spectra.report.runs.is_empty()
     });
     assert_eq!(harness.state().tab, Tab::Welcome);
     assert!(harness.state().views.spectra.error.is_none());
@@ -608,7 +615,7 @@ fn an_experiment_on_the_welcome_page_loads_its_preset_trains_and_shows_its_view(
     harness.get_by_label("Stop").click();
     step_while_working(&mut harness);
     run_until(&mut harness, "the spectrum of the stopped run", |app| {
-        !app.views.spectra.spectra.is_empty() || app.views.spectra.error.is_some()
+        !app.views.spectra.report.runs.is_empty() || app.views.spectra.error.is_some()
     });
     assert_eq!(harness.state().views.spectra.error, None);
 }

@@ -246,6 +246,26 @@ pub struct RunSpectrum {
     pub at_value: Vec<Vec<f64>>,
 }
 
+#[cfg(test)]
+impl RunSpectrum {
+    /// One head of one layer's 2 × 2 matrices: the spectrum the figures' and reports' tests
+    /// draw and print.
+    pub fn fixture(mechanism: &str, proj_dim: Option<usize>) -> Self {
+        Self {
+            protocol: SpectrumProtocol::default(),
+            mechanism: mechanism.into(),
+            proj_dim,
+            examples: 1,
+            layers: vec![0],
+            shape: (2, 2),
+            at: 1,
+            singular_values: vec![vec![vec![1.0, 0.5]]],
+            cumulative: vec![vec![vec![0.7, 1.0]]],
+            at_value: vec![vec![0.7]],
+        }
+    }
+}
+
 impl RunSpectrum {
     /// The cumulative curve of layer entry `l`, averaged over heads.
     pub fn layer_curve(&self, l: usize) -> Vec<f64> {

@@ -230,8 +230,8 @@ impl AttnlabApp {
                 }
                 true
             }
-            Tab::Iou => !views.iou.tables.is_empty(),
-            Tab::Spectra => !views.spectra.spectra.is_empty(),
+            Tab::Iou => !views.iou.reports.is_empty(),
+            Tab::Spectra => !views.spectra.report.runs.is_empty(),
             _ => return true,
         };
         if computed {

@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::sweep::{Sweep, SweepEvent, SweepSummary, collect, run_sweep, write_summary};
+use crate::report::sweep::SweepReport;
+use crate::report::{Format, render};
+use crate::sweep::{Sweep, SweepEvent, SweepSummary, collect, run_sweep};
 use crate::train::TrainEvent;
 
 /// `attnlab sweep` options.
@@ -74,7 +76,7 @@ pub fn sweep(args: &SweepArgs) -> anyhow::Result<()> {
         ) => plan(file, out.as_ref(), *pending, groups.then_some(*replicas)),
         (Some(SweepAction::Collect { dirs, out }), _) => {
             let summary = collect(dirs)?;
-            report(&summary, out.as_ref().unwrap_or(&dirs[0]))
+            report(summary, out.as_ref().unwrap_or(&dirs[0]))
         }
         (None, Some(file)) => train(file, args),
         (None, None) => anyhow::bail!("give a sweep file, or `plan FILE` / `collect DIR…`"),
@@ -209,7 +211,7 @@ fn train(file: &std::path::Path, args: &SweepArgs) -> anyhow::Result<()> {
         },
     })?;
     bar.finish_and_clear();
-    report(&summary, &sweep.out)
+    report(summary, &sweep.out)
 }
 
 /// Cells done so far, for the running count and the ETA of the per-cell lines.
@@ -278,29 +280,17 @@ fn cell_line(id: &str, s: &crate::train::Summary) -> String {
     )
 }
 
-/// Writes the summary files and prints the best-lr table.
-fn report(summary: &SweepSummary, dir: &std::path::Path) -> anyhow::Result<()> {
-    for path in write_summary(summary, dir)? {
+/// Writes the summary files beside the runs and prints the best-lr table.
+fn report(summary: SweepSummary, dir: &std::path::Path) -> anyhow::Result<()> {
+    let report = SweepReport { summary };
+    for path in report.write(dir)? {
         eprintln!("wrote {}", path.display());
     }
-    outln!("mechanism,seq_len,num_kv_pairs,d_model,best_lr,mean,std,seeds");
-    for p in &summary.points {
-        outln!(
-            "{},{},{},{},{},{},{},{}",
-            p.mechanism,
-            p.seq_len,
-            p.num_kv_pairs,
-            p.d_model,
-            p.best_lr,
-            p.mean,
-            p.std,
-            p.seeds
-        );
-    }
-    if summary.duplicates > 0 {
+    out!("{}", render(&report, Format::Text)?);
+    if report.summary.duplicates > 0 {
         eprintln!(
             "{} runs repeated the settings of a later run and were left out",
-            summary.duplicates
+            report.summary.duplicates
         );
     }
     Ok(())

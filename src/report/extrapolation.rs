@@ -18,16 +18,20 @@ pub struct ExtrapolationReport {
     pub log_ppl: bool,
 }
 
+impl ExtrapolationReport {
+    /// Perplexity against length, one line per curve (dashed: encoding changed at inference).
+    pub fn figure(&self) -> Figure {
+        perplexity_vs_length(&self.sweep, self.log_ppl)
+    }
+}
+
 impl Report for ExtrapolationReport {
     fn text(&self) -> Vec<String> {
         table(&self.sweep).lines().map(str::to_string).collect()
     }
 
     fn figures(&self) -> Vec<(String, Figure)> {
-        vec![(
-            String::new(),
-            perplexity_vs_length(&self.sweep, self.log_ppl),
-        )]
+        vec![(String::new(), self.figure())]
     }
 
     fn csv(&self) -> String {

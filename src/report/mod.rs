@@ -6,6 +6,8 @@
 pub mod encodings;
 pub mod extrapolation;
 pub mod recall;
+pub mod sweep;
+pub mod training;
 
 use std::path::{Path, PathBuf};
 

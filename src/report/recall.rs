@@ -113,13 +113,21 @@ impl Report for IouReport {
 #[derive(Clone, Debug, Serialize)]
 pub struct SpectrumEntry {
     pub run: PathBuf,
-    /// Its name in figures and tables: the mechanism, with k for Linformer.
+    /// Its name in figures and tables: the mechanism, with k for Linformer (the window names
+    /// it by the run instead).
     pub label: String,
     pub spectrum: RunSpectrum,
 }
 
-/// `attnlab spectrum`: the spectra of one or more runs, overlaid.
-#[derive(Clone, Debug, Serialize)]
+impl SpectrumEntry {
+    /// The layers × heads heatmap of the cumulative value at the protocol's index.
+    pub fn heatmap(&self) -> Figure {
+        recall::spectrum_heatmap(&self.label, &self.spectrum)
+    }
+}
+
+/// `attnlab spectrum` and the Spectra view: the spectra of one or more runs, overlaid.
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct SpectrumReport {
     pub runs: Vec<SpectrumEntry>,
 }
@@ -139,6 +147,25 @@ impl SpectrumReport {
             })
             .collect();
         Self { runs }
+    }
+
+    /// Adds `entries`, each replacing an older entry of the same run folder (the window
+    /// recomputing a run).
+    pub fn merge(&mut self, entries: Vec<SpectrumEntry>) {
+        for entry in entries {
+            self.runs.retain(|e| e.run != entry.run);
+            self.runs.push(entry);
+        }
+    }
+
+    /// The normalised cumulative curves of every run and layer, overlaid.
+    pub fn curves(&self) -> Figure {
+        let labelled: Vec<(String, &RunSpectrum)> = self
+            .runs
+            .iter()
+            .map(|e| (e.label.clone(), &e.spectrum))
+            .collect();
+        recall::spectrum_curves(&labelled)
     }
 }
 
@@ -171,18 +198,13 @@ impl Report for SpectrumReport {
     /// The cumulative curves of every run, then each run's layers × heads heatmap as
     /// `NAME-heatmap` (`NAME-heatmap-<run number>` with several runs).
     fn figures(&self) -> Vec<(String, Figure)> {
-        let labelled: Vec<(String, &RunSpectrum)> = self
-            .runs
-            .iter()
-            .map(|e| (e.label.clone(), &e.spectrum))
-            .collect();
-        let mut figures = vec![(String::new(), recall::spectrum_curves(&labelled))];
+        let mut figures = vec![(String::new(), self.curves())];
         for (i, e) in self.runs.iter().enumerate() {
             let suffix = match self.runs.len() {
                 1 => "heatmap".to_string(),
                 _ => format!("heatmap-{}", i + 1),
             };
-            figures.push((suffix, recall::spectrum_heatmap(&e.label, &e.spectrum)));
+            figures.push((suffix, e.heatmap()));
         }
         figures
     }
@@ -203,5 +225,34 @@ impl Report for SpectrumReport {
             }
         }
         csv
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spectra_are_labelled_by_mechanism_and_a_recomputed_run_replaces_its_entry() {
+        let mut report = SpectrumReport::new(vec![
+            ("a".into(), RunSpectrum::fixture("softmax", None)),
+            ("b".into(), RunSpectrum::fixture("linformer", Some(8))),
+        ]);
+        let labels: Vec<&str> = report.runs.iter().map(|e| e.label.as_str()).collect();
+        assert_eq!(labels, ["softmax", "linformer k=8"]);
+        assert_eq!(report.text()[1], "  layer 0: c(1) per head 0.7000");
+        let suffixes: Vec<String> = report.figures().into_iter().map(|(s, _)| s).collect();
+        assert_eq!(suffixes, ["", "heatmap-1", "heatmap-2"]);
+        // A header and 2 values of one head in one layer, per run.
+        assert_eq!(report.csv().lines().count(), 5);
+        let again = SpectrumEntry {
+            run: "a".into(),
+            label: "again".into(),
+            spectrum: RunSpectrum::fixture("softmax", None),
+        };
+        report.merge(vec![again]);
+        let labels: Vec<&str> = report.runs.iter().map(|e| e.label.as_str()).collect();
+        assert_eq!(labels, ["linformer k=8", "again"]);
+        assert_eq!(report.figures()[2].1.title, report.runs[1].heatmap().title);
     }
 }

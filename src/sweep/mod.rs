@@ -630,22 +630,6 @@ pub fn run_sweep(
     collect(std::slice::from_ref(&sweep.out))
 }
 
-/// Writes `summary.json` and one accuracy figure per sequence length
-/// (`accuracy-L<len>-N<pairs>.svg` and `.csv`) into `dir`; returns the files written.
-pub fn write_summary(summary: &SweepSummary, dir: &Path) -> Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir).map_err(|e| Error::io("cannot create folder", dir, e))?;
-    let mut written = vec![dir.join("summary.json")];
-    crate::io::write_json(&written[0], summary)?;
-    for ((seq_len, pairs), figure) in figures::accuracy_panels(summary) {
-        for ext in ["svg", "csv"] {
-            let path = dir.join(format!("accuracy-L{seq_len}-N{pairs}.{ext}"));
-            crate::figures::save(&figure, &path)?;
-            written.push(path);
-        }
-    }
-    Ok(written)
-}
-
 /// Trains the cells `group` as replicas of one model; returns what failed, a line per cell.
 fn train_group(
     sweep: &Sweep,

@@ -1,6 +1,8 @@
 //! The training curves as figures: loss, test accuracy and learning rate against the step, one
 //! series per run, so the window's plots and their exports say the same thing.
 
+use serde::Serialize;
+
 use super::{EvalRecord, StepRecord};
 use crate::figures::{Figure, LinePlot, Plot, Series};
 
@@ -16,7 +18,7 @@ pub enum Curve {
 }
 
 /// One run's metrics, as a curve's series reads them.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, Serialize)]
 pub struct RunCurves<'a> {
     pub name: &'a str,
     pub steps: &'a [StepRecord],

@@ -305,18 +305,7 @@ mod tests {
 
     #[test]
     fn spectrum_and_table_figures_name_their_axes() {
-        let spectrum = RunSpectrum {
-            protocol: crate::analysis::spectrum::SpectrumProtocol::default(),
-            mechanism: "softmax".into(),
-            proj_dim: None,
-            examples: 1,
-            layers: vec![0],
-            shape: (2, 2),
-            at: 1,
-            singular_values: vec![vec![vec![1.0, 0.5]]],
-            cumulative: vec![vec![vec![0.7, 1.0]]],
-            at_value: vec![vec![0.7]],
-        };
+        let spectrum = RunSpectrum::fixture("softmax", None);
         assert_eq!(
             spectrum_curves(&[("a".into(), &spectrum)]).axes(),
             SPECTRUM_AXES

@@ -1,6 +1,7 @@
 //! Length extrapolation (issue 5): perplexity against evaluation length for language-modelling
 //! runs, in either protocol, with the Definition 0.1 and Theorem 0.4 verdicts side by side; and a
-//! button that trains a chosen set of encodings and evaluates them in one go.
+//! button that trains a chosen set of encodings and evaluates them in one go. The plot and its
+//! export are the figure of the [`ExtrapolationReport`] that `attnlab extrapolate` prints.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -14,10 +15,12 @@ use super::super::tasks::{Task, Tasks, take_finished};
 use super::{View, ViewContext, run_buttons};
 use crate::Preset;
 use crate::experiments::{PRESETS, shipped};
-use crate::extrapolation::figures::{PERPLEXITY_AXES, perplexity_vs_length};
+use crate::extrapolation::figures::PERPLEXITY_AXES;
 use crate::extrapolation::{
     Extrapolation, Options, Protocol, extrapolate_runs, train_and_extrapolate,
 };
+use crate::figures::Plot as FigPlot;
+use crate::report::extrapolation::ExtrapolationReport;
 use crate::train::RunDir;
 
 /// What a job of this view hands back: the sweep, and run folders that are new to the list.
@@ -32,7 +35,7 @@ pub struct ExtrapolationView {
     /// Shipped language-modelling presets (names) ticked for "train and evaluate".
     pub ticked: BTreeSet<&'static str>,
     job: Option<Task<Done>>,
-    pub result: Option<Extrapolation>,
+    pub report: Option<ExtrapolationReport>,
     pub error: Option<String>,
 }
 
@@ -51,7 +54,10 @@ impl View for ExtrapolationView {
                 for dir in new_runs {
                     cx.commands.push(Command::OpenRun(dir));
                 }
-                self.result = Some(sweep);
+                self.report = Some(ExtrapolationReport {
+                    sweep,
+                    log_ppl: self.log_ppl,
+                });
                 self.error = None;
             }
             Some(Ok(None)) => self.error = Some("extrapolation cancelled".into()),
@@ -64,6 +70,9 @@ impl View for ExtrapolationView {
     fn ui(&mut self, ui: &mut egui::Ui, cx: &ViewContext) {
         let exporter = cx.exporter;
         self.options_ui(ui);
+        if let Some(report) = &mut self.report {
+            report.log_ppl = self.log_ppl;
+        }
         match &self.job {
             Some(job) => job.ui(ui),
             None => self.start_ui(ui, cx),
@@ -72,7 +81,7 @@ impl View for ExtrapolationView {
             ui.colored_label(ui.visuals().error_fg_color, error);
         }
         ui.separator();
-        let Some(sweep) = &self.result else {
+        let Some(report) = &self.report else {
             ui.label(
                 "No results yet: evaluate language-modelling runs, or tick encodings and press \
                  Train and evaluate.",
@@ -80,9 +89,9 @@ impl View for ExtrapolationView {
             return;
         };
         egui::ScrollArea::vertical().show(ui, |ui| {
-            curves_ui(ui, sweep, self.log_ppl, exporter);
+            curves_ui(ui, report, exporter);
             ui.separator();
-            table_ui(ui, sweep);
+            table_ui(ui, &report.sweep);
         });
     }
 }
@@ -250,23 +259,26 @@ impl ExtrapolationView {
 }
 
 /// Perplexity against length, one line per curve (dashed: encoding changed at inference), on a
-/// log2 length axis.
-fn curves_ui(ui: &mut egui::Ui, sweep: &Extrapolation, log_ppl: bool, exporter: &Exporter) {
+/// log2 length axis: the report's figure, a missing perplexity left out.
+fn curves_ui(ui: &mut egui::Ui, report: &ExtrapolationReport, exporter: &Exporter) {
+    let (sweep, log_ppl) = (&report.sweep, report.log_ppl);
+    let figure = report.figure();
     ui.horizontal(|ui| {
         ui.strong(format!(
             "validation perplexity vs length ({} protocol, trained at L = {})",
             sweep.protocol.name(),
             sweep.train_length
         ));
-        exporter.buttons(ui, "perplexity-vs-length", || {
-            perplexity_vs_length(sweep, log_ppl)
-        });
+        exporter.buttons(ui, "perplexity-vs-length", || figure.clone());
     });
     ui.label(
         egui::RichText::new(&sweep.protocol_description)
             .small()
             .weak(),
     );
+    let FigPlot::Lines(lines) = &figure.plot else {
+        return;
+    };
     let axis = |v: f64| if log_ppl { v.log10() } else { v };
     let [x, y] = PERPLEXITY_AXES;
     Plot::new("perplexity")
@@ -280,14 +292,15 @@ fn curves_ui(ui: &mut egui::Ui, sweep: &Extrapolation, log_ppl: bool, exporter: 
         })
         .x_axis_formatter(|mark, _| format!("{:.0}", 2f64.powf(mark.value)))
         .show(ui, |plot| {
-            for curve in &sweep.curves {
-                let points: PlotPoints = curve
+            for series in &lines.series {
+                let points: PlotPoints = series
                     .points
                     .iter()
-                    .filter_map(|p| Some([(p.length as f64).log2(), axis(p.ppl?)]))
+                    .filter(|(_, ppl)| !ppl.is_nan())
+                    .map(|&(length, ppl)| [length.log2(), axis(ppl)])
                     .collect();
-                let mut line = Line::new(curve.name.clone(), points);
-                if curve.inference.is_some() {
+                let mut line = Line::new(series.name.as_str(), points);
+                if series.dashed {
                     line = line.style(LineStyle::dashed_loose());
                 }
                 plot.line(line);

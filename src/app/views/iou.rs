@@ -1,6 +1,6 @@
 //! IoU of attention against the MQAR ground truth (issue 6): the protocol, the layers × heads
-//! table of the selected run, a bar chart across every run computed so far, and one example's
-//! cropped attention beside its ground truth.
+//! table of the selected run (its [`IouReport`], as `attnlab iou` prints it), a bar chart across
+//! every run computed so far, and one example's cropped attention beside its ground truth.
 
 use eframe::egui;
 use egui_plot::{Bar, BarChart, Legend};
@@ -15,6 +15,8 @@ use crate::analysis::figures::recall;
 use crate::analysis::iou::{
     Binarise, ExampleIou, IouProtocol, IouTable, Target, example_iou, run_iou,
 };
+use crate::report::Report;
+use crate::report::recall::IouReport;
 
 /// One example's crops as textures, with the numbers behind them.
 struct ShownExample {
@@ -26,9 +28,9 @@ struct ShownExample {
 
 pub struct IouView {
     pub protocol: IouProtocol,
-    /// Tables computed so far, one per run folder (a recomputation replaces it).
-    pub tables: Vec<PerRun<IouTable>>,
-    job: Option<Task<Vec<PerRun<IouTable>>>>,
+    /// Reports computed so far, one per run folder (a recomputation replaces it).
+    pub reports: Vec<PerRun<IouReport>>,
+    job: Option<Task<Vec<PerRun<IouReport>>>>,
     row: usize,
     layer: usize,
     head: usize,
@@ -41,7 +43,7 @@ impl Default for IouView {
     fn default() -> Self {
         Self {
             protocol: IouProtocol::default(),
-            tables: Vec::new(),
+            reports: Vec::new(),
             job: None,
             row: 0,
             layer: 1,
@@ -81,7 +83,7 @@ impl View for IouView {
         egui::ScrollArea::vertical().show(ui, |ui| {
             let selected = runs.selected().and_then(|r| r.dir.clone());
             match self
-                .tables
+                .reports
                 .iter()
                 .find(|t| Some(&t.dir) == selected.as_ref())
             {
@@ -90,9 +92,9 @@ impl View for IouView {
                     ui.label("The selected run has no IoU table yet: press Compute.");
                 }
             }
-            if !self.tables.is_empty() {
+            if !self.reports.is_empty() {
                 ui.separator();
-                bars_ui(ui, &self.tables, exporter);
+                bars_ui(ui, &self.reports, exporter);
             }
             ui.separator();
             self.example_ui(ui, cx);
@@ -104,8 +106,8 @@ impl IouView {
     /// Takes in whatever the workers finished.
     fn collect(&mut self, ctx: &egui::Context) {
         match take_finished(&mut self.job) {
-            Some(Ok(Some(tables))) => {
-                merge(&mut self.tables, tables);
+            Some(Ok(Some(reports))) => {
+                merge(&mut self.reports, reports);
                 self.error = None;
             }
             Some(Ok(None)) => self.error = Some("IoU cancelled".into()),
@@ -189,12 +191,14 @@ impl IouView {
         }
     }
 
-    /// Computes the IoU tables of `runs` (name, folder) as a task.
+    /// Computes the IoU reports of `runs` (name, folder) as a task.
     pub fn start(&mut self, tasks: &Tasks, runs: Vec<(String, std::path::PathBuf)>) {
         let protocol = self.protocol;
         self.job = Some(tasks.spawn("IoU", move |progress, cancel| {
             analyse_runs(&runs, progress, cancel, |run, progress, cancel| {
-                run_iou(run, &protocol, progress, cancel)
+                let table = run_iou(run, &protocol, progress, cancel)?;
+                let path = run.run.path().to_path_buf();
+                Ok(table.map(|table| IouReport::new(path, table, None)))
             })
         }));
     }
@@ -281,18 +285,20 @@ fn show_example(ctx: &egui::Context, example: ExampleIou, mechanism: String) -> 
     }
 }
 
-/// The layers × heads table of one run, hard and soft, with their spread over examples.
-fn table_ui(ui: &mut egui::Ui, run: &PerRun<IouTable>, exporter: &Exporter) {
-    let table = &run.value;
+/// The layers × heads table of one run, hard and soft, with their spread over examples; its
+/// two heatmaps export as the report's figures.
+fn table_ui(ui: &mut egui::Ui, run: &PerRun<IouReport>, exporter: &Exporter) {
+    let table = &run.value.table;
     ui.horizontal(|ui| {
         ui.strong(format!(
             "{}: IoU over {} examples",
             run.name, table.examples
         ));
-        ui.label("hard:");
-        exporter.buttons(ui, "iou-hard", || recall::iou_table(table, false));
-        ui.label("soft:");
-        exporter.buttons(ui, "iou-soft", || recall::iou_table(table, true));
+        let names = [("hard:", "iou-hard"), ("soft:", "iou-soft")];
+        for ((label, name), (_, figure)) in names.into_iter().zip(run.value.figures()) {
+            ui.label(label);
+            exporter.buttons(ui, name, || figure);
+        }
     });
     egui::Grid::new("iou-table").striped(true).show(ui, |ui| {
         ui.strong("layer");
@@ -314,23 +320,23 @@ fn table_ui(ui: &mut egui::Ui, run: &PerRun<IouTable>, exporter: &Exporter) {
 }
 
 /// Hard and soft IoU of every computed run, layer and head, side by side.
-fn bars_ui(ui: &mut egui::Ui, tables: &[PerRun<IouTable>], exporter: &Exporter) {
+fn bars_ui(ui: &mut egui::Ui, reports: &[PerRun<IouReport>], exporter: &Exporter) {
+    let tables: Vec<(String, &IouTable)> = reports
+        .iter()
+        .map(|r| (r.name.clone(), &r.value.table))
+        .collect();
     ui.horizontal(|ui| {
         ui.strong("Across runs (mean over examples; the export draws ± std whiskers)");
-        exporter.buttons(ui, "iou-runs", || {
-            let runs: Vec<(String, &IouTable)> =
-                tables.iter().map(|t| (t.name.clone(), &t.value)).collect();
-            recall::iou_bars(&runs)
-        });
+        exporter.buttons(ui, "iou-runs", || recall::iou_bars(&tables));
     });
     let mut groups = Vec::new();
-    for run in tables {
-        for cell in run.value.cells() {
-            let single = run.value.layers.len() == 1 && run.value.hard[0].len() == 1;
+    for (name, table) in &tables {
+        for cell in table.cells() {
+            let single = table.layers.len() == 1 && table.hard[0].len() == 1;
             let name = if single {
-                run.name.clone()
+                name.clone()
             } else {
-                format!("{} L{} H{}", run.name, cell.layer, cell.head)
+                format!("{name} L{} H{}", cell.layer, cell.head)
             };
             groups.push((name, cell.hard, cell.soft));
         }

@@ -1,29 +1,33 @@
 //! Attention spectra (issue 6, Linformer's Figure 1): the normalised cumulative singular values of
 //! the attention matrices of every computed run and layer, and the layers × heads heatmap of the
-//! cumulative value at one index for the selected run.
+//! cumulative value at one index for the selected run; drawn and exported from one
+//! [`SpectrumReport`], the report `attnlab spectrum` prints.
 
 use eframe::egui;
 use egui_plot::{Legend, Line, PlotPoints};
 
 use super::super::export::Exporter;
 use super::super::tasks::{Task, Tasks, take_finished};
-use super::{PerRun, View, ViewContext, analyse_runs, merge, run_buttons, titled_plot};
+use super::{PerRun, View, ViewContext, analyse_runs, run_buttons, titled_plot};
 use crate::analysis::figures::recall;
 use crate::analysis::spectrum::{RunSpectrum, SpectrumProtocol, run_spectrum};
+use crate::figures::Plot;
+use crate::report::recall::{SpectrumEntry, SpectrumReport};
 
 #[derive(Default)]
 pub struct SpectraView {
     pub protocol: SpectrumProtocol,
-    pub spectra: Vec<PerRun<RunSpectrum>>,
-    job: Option<Task<Vec<PerRun<RunSpectrum>>>>,
+    /// Every run computed so far, one entry per run folder (a recomputation replaces it).
+    pub report: SpectrumReport,
+    job: Option<Task<Vec<SpectrumEntry>>>,
     pub error: Option<String>,
 }
 
 impl View for SpectraView {
     fn logic(&mut self, _cx: &ViewContext) {
         match take_finished(&mut self.job) {
-            Some(Ok(Some(spectra))) => {
-                merge(&mut self.spectra, spectra);
+            Some(Ok(Some(entries))) => {
+                self.report.merge(entries);
                 self.error = None;
             }
             Some(Ok(None)) => self.error = Some("spectrum cancelled".into()),
@@ -47,16 +51,17 @@ impl View for SpectraView {
             ui.colored_label(ui.visuals().error_fg_color, error);
         }
         ui.separator();
-        if self.spectra.is_empty() {
+        if self.report.runs.is_empty() {
             ui.label("No spectra yet: press Compute.");
             return;
         }
         self.curves_ui(ui, exporter);
         let selected = runs.selected().and_then(|r| r.dir.clone());
         if let Some(run) = self
-            .spectra
+            .report
+            .runs
             .iter()
-            .find(|s| Some(&s.dir) == selected.as_ref())
+            .find(|e| Some(&e.run) == selected.as_ref())
         {
             ui.separator();
             heatmap_ui(ui, run, exporter);
@@ -74,9 +79,10 @@ impl SpectraView {
     pub fn start(&mut self, tasks: &Tasks, runs: Vec<(String, std::path::PathBuf)>) {
         let protocol = self.protocol;
         self.job = Some(tasks.spawn("spectrum", move |progress, cancel| {
-            analyse_runs(&runs, progress, cancel, |run, progress, cancel| {
+            let spectra = analyse_runs(&runs, progress, cancel, |run, progress, cancel| {
                 run_spectrum(run, &protocol, progress, cancel)
-            })
+            })?;
+            Ok(spectra.map(|spectra| spectra.into_iter().map(entry).collect()))
         }));
     }
 
@@ -101,60 +107,61 @@ impl SpectraView {
         });
     }
 
+    /// The curves as the report's main figure draws them, the window's plot from its series.
     fn curves_ui(&self, ui: &mut egui::Ui, exporter: &Exporter) {
-        let runs: Vec<(String, &RunSpectrum)> =
-            self.spectra.iter().map(|s| (label(s), &s.value)).collect();
+        let figure = self.report.curves();
         ui.horizontal(|ui| {
             ui.strong("normalised cumulative singular values (mean over heads)");
-            exporter.buttons(ui, "spectrum", || recall::spectrum_curves(&runs));
+            exporter.buttons(ui, "spectrum", || figure.clone());
         });
-        if let Some((_, first)) = runs.first() {
+        if let Some(first) = self.report.runs.first() {
+            let spectrum = &first.spectrum;
             ui.label(
-                egui::RichText::new(first.protocol.describe(first.at))
+                egui::RichText::new(spectrum.protocol.describe(spectrum.at))
                     .small()
                     .weak(),
             );
         }
+        let Plot::Lines(lines) = &figure.plot else {
+            return;
+        };
         titled_plot("spectrum-curves", recall::SPECTRUM_AXES)
             .height(260.0)
             .legend(Legend::default())
             .include_y(0.0)
             .include_y(1.0)
             .show(ui, |plot| {
-                for (name, spectrum) in &runs {
-                    for (l, layer) in spectrum.layers.iter().enumerate() {
-                        let points: PlotPoints = spectrum
-                            .layer_curve(l)
-                            .iter()
-                            .enumerate()
-                            .map(|(i, &c)| [(i + 1) as f64, c])
-                            .collect();
-                        plot.line(Line::new(format!("{name}, layer {layer}"), points));
-                    }
+                for series in &lines.series {
+                    let points: PlotPoints = series.points.iter().map(|&(x, y)| [x, y]).collect();
+                    plot.line(Line::new(series.name.as_str(), points));
                 }
             });
     }
 }
 
-/// A run's name, with Linformer's k (the rank bound of its matrices) when it has one.
-fn label(run: &PerRun<RunSpectrum>) -> String {
-    match run.value.proj_dim {
+/// A computed run as the report holds it, named by its run (with Linformer's k, the rank bound
+/// of its matrices, when it has one).
+fn entry(run: PerRun<RunSpectrum>) -> SpectrumEntry {
+    let label = match run.value.proj_dim {
         Some(k) => format!("{} (k={k})", run.name),
-        None => run.name.clone(),
+        None => run.name,
+    };
+    SpectrumEntry {
+        run: run.dir,
+        label,
+        spectrum: run.value,
     }
 }
 
 /// The layers × heads values c(at) of one run, as a coloured table.
-fn heatmap_ui(ui: &mut egui::Ui, run: &PerRun<RunSpectrum>, exporter: &Exporter) {
-    let spectrum = &run.value;
+fn heatmap_ui(ui: &mut egui::Ui, run: &SpectrumEntry, exporter: &Exporter) {
+    let spectrum = &run.spectrum;
     ui.horizontal(|ui| {
         ui.strong(format!(
             "{}: cumulative value at index {} of {}×{} matrices",
-            run.name, spectrum.at, spectrum.shape.0, spectrum.shape.1
+            run.label, spectrum.at, spectrum.shape.0, spectrum.shape.1
         ));
-        exporter.buttons(ui, "spectrum-heatmap", || {
-            recall::spectrum_heatmap(&label(run), spectrum)
-        });
+        exporter.buttons(ui, "spectrum-heatmap", || run.heatmap());
     });
     egui::Grid::new("spectrum-heatmap").show(ui, |ui| {
         ui.strong("layer");

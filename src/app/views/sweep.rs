@@ -1,6 +1,6 @@
 //! Sweeps: open a sweep file, train its grid as a task and watch the cells fill in, or
 //! collect a finished sweep's folder; then the best-lr summary and the accuracy-vs-d_model panels
-//! (the ReBased paper's Figure 1), exported by the same figure builders as `attnlab sweep`.
+//! (the ReBased paper's Figure 1), drawn and exported from the report `attnlab sweep` prints.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -13,8 +13,9 @@ use super::super::export::Exporter;
 use super::super::tasks::{Task, Tasks, take_finished};
 use super::{View, ViewContext, titled_plot};
 use crate::figures::{Figure, Plot as FigPlot};
-use crate::sweep::figures::accuracy_panels;
-use crate::sweep::{Split, Sweep, SweepEvent, SweepSummary, collect, mechanism_label, run_sweep};
+use crate::report::Report;
+use crate::report::sweep::SweepReport;
+use crate::sweep::{Split, Sweep, SweepEvent, collect, mechanism_label, run_sweep};
 use crate::train::{RunDir, RunStatus, TrainEvent};
 
 /// How one cell of the grid stands.
@@ -195,9 +196,9 @@ enum Message {
     Planned(Vec<Vec<usize>>, Split),
     /// A group (indices into the planned groups' cells) started training.
     GroupStarted(Vec<usize>),
-    /// A sweep or a collection ended: the summary of the finished runs, and what went wrong.
+    /// A sweep or a collection ended: the report of the finished runs, and what went wrong.
     Ended {
-        summary: Option<SweepSummary>,
+        report: Option<SweepReport>,
         error: Option<String>,
     },
 }
@@ -261,9 +262,9 @@ pub struct SweepView {
     pub loaded: Option<Loaded>,
     pub cells: Vec<CellState>,
     pub groups: Groups,
-    pub summary: Option<SweepSummary>,
-    /// The figure panels of `summary`, built once per summary.
-    panels: Vec<((usize, usize), Figure)>,
+    pub report: Option<SweepReport>,
+    /// The figure panels of `report` with their file-name suffixes, built once per report.
+    panels: Vec<(String, Figure)>,
     pub error: Option<String>,
     job: Option<Job>,
     dialog: Option<Task<Option<Picked>>>,
@@ -284,7 +285,7 @@ impl Default for SweepView {
             loaded: None,
             cells: Vec::new(),
             groups: Groups::default(),
-            summary: None,
+            report: None,
             panels: Vec::new(),
             error,
             job: None,
@@ -354,7 +355,7 @@ fn cell_state(event: SweepEvent, totals: &mut [usize]) -> Option<(usize, CellSta
 }
 
 /// Trains `sweep` (on the calling thread, at background priority), reporting to `sender`; at the
-/// end writes the summary files into the sweep's folder, as `attnlab sweep` does.
+/// end writes the report's files into the sweep's folder, as `attnlab sweep` does.
 fn train(sweep: &Sweep, stop: &AtomicBool, sender: &Sender<Message>, tasks: &Tasks) {
     crate::train::lower_thread_priority();
     let mut totals = vec![0; sweep.cells.len()];
@@ -364,16 +365,16 @@ fn train(sweep: &Sweep, stop: &AtomicBool, sender: &Sender<Message>, tasks: &Tas
             tasks.wake();
         }
     });
-    let ended = match result {
-        Ok(summary) => Message::Ended {
-            error: crate::sweep::write_summary(&summary, &sweep.out)
-                .err()
-                .map(|e| e.to_string()),
-            summary: Some(summary),
+    let ended = match result.map(|summary| SweepReport { summary }) {
+        Ok(report) => Message::Ended {
+            error: report.write(&sweep.out).err().map(|e| e.to_string()),
+            report: Some(report),
         },
         // Failed cells: the finished ones still make a summary.
         Err(e) => Message::Ended {
-            summary: collect(std::slice::from_ref(&sweep.out)).ok(),
+            report: collect(std::slice::from_ref(&sweep.out))
+                .ok()
+                .map(|summary| SweepReport { summary }),
             error: Some(e.to_string()),
         },
     };
@@ -398,16 +399,16 @@ impl SweepView {
             Ok(loaded) => {
                 self.cells = vec![CellState::Pending; loaded.sweep.cells.len()];
                 self.loaded = Some(loaded);
-                self.set_summary(None);
+                self.set_report(None);
                 self.error = None;
             }
             Err(e) => self.error = Some(e.to_string()),
         }
     }
 
-    fn set_summary(&mut self, summary: Option<SweepSummary>) {
-        self.panels = summary.as_ref().map(accuracy_panels).unwrap_or_default();
-        self.summary = summary;
+    fn set_report(&mut self, report: Option<SweepReport>) {
+        self.panels = report.as_ref().map(Report::figures).unwrap_or_default();
+        self.report = report;
     }
 
     /// Trains the loaded sweep's unfinished cells as a task.
@@ -425,7 +426,7 @@ impl SweepView {
         });
         self.cells = vec![CellState::Pending; self.cells.len()];
         self.groups = Groups::default();
-        self.set_summary(None);
+        self.set_report(None);
         self.error = None;
         self.job = Some(Job {
             messages,
@@ -448,11 +449,11 @@ impl SweepView {
         }
         let (sender, messages) = std::sync::mpsc::channel();
         let task = tasks.run(format!("collect {}", dir.display()), move || {
-            let (summary, error) = match collect(&[dir]) {
-                Ok(s) => (Some(s), None),
+            let (report, error) = match collect(&[dir]) {
+                Ok(summary) => (Some(SweepReport { summary }), None),
                 Err(e) => (None, Some(e.to_string())),
             };
-            let _ = sender.send(Message::Ended { summary, error });
+            let _ = sender.send(Message::Ended { report, error });
         });
         self.error = None;
         self.job = Some(Job {
@@ -500,8 +501,8 @@ impl SweepView {
                     self.groups.started[g] = true;
                 }
             }
-            Message::Ended { summary, error } => {
-                self.set_summary(summary);
+            Message::Ended { report, error } => {
+                self.set_report(report);
                 self.error = error;
             }
         }
@@ -670,7 +671,7 @@ impl SweepView {
 
     /// The best-lr table and one accuracy plot per length.
     fn summary_ui(&self, ui: &mut egui::Ui, exporter: &Exporter) {
-        let Some(summary) = &self.summary else {
+        let Some(SweepReport { summary }) = &self.report else {
             ui.label("Run the sweep, or collect a sweep's folder, to see its summary.");
             return;
         };
@@ -711,10 +712,10 @@ impl SweepView {
         let n = self.panels.len().clamp(1, 3);
         for row in self.panels.chunks(n) {
             ui.columns(n, |columns| {
-                for (column, ((seq_len, pairs), figure)) in columns.iter_mut().zip(row) {
+                for (column, (suffix, figure)) in columns.iter_mut().zip(row) {
                     column.horizontal(|ui| {
                         ui.strong(&figure.title);
-                        let name = format!("sweep-accuracy-L{seq_len}-N{pairs}");
+                        let name = format!("sweep-accuracy-{suffix}");
                         exporter.buttons(ui, &name, || figure.clone());
                     });
                     panel_plot(column, figure);

@@ -1,24 +1,35 @@
 //! Loss, test accuracy and learning rate of the selected run, updated live, with the curves of
-//! every run ticked in the run list beside it (one legend).
+//! every run ticked in the run list beside it (one legend): each plot drawn from the figure of
+//! a [`TrainingReport`] that its export saves.
 
 use eframe::egui;
 use egui_plot::{Legend, Line, PlotPoints};
 
 use super::super::runs::RunView;
 use super::{View, ViewContext, empty_plot, titled_plot};
-use crate::figures::Figure;
-use crate::train::figures::{Curve, RunCurves, STEP_AXIS};
+use crate::figures::Plot;
+use crate::report::training::{TrainingReport, TrainingRun};
+use crate::train::figures::{Curve, RunCurves};
 
-/// The runs' metrics as the curve builders read them, each under its legend name.
-fn curves_of<'a>(runs: &[&'a RunView], names: &'a [String]) -> Vec<RunCurves<'a>> {
-    runs.iter()
+/// The report of `runs`, each under its legend name: what the plots draw and export.
+fn report<'a>(runs: &[&'a RunView], names: &'a [String]) -> TrainingReport<'a> {
+    let runs = runs
+        .iter()
         .zip(names)
-        .map(|(run, name)| RunCurves {
-            name,
-            steps: &run.steps,
-            evals: &run.evals,
+        .map(|(run, name)| TrainingRun {
+            curves: RunCurves {
+                name,
+                steps: &run.steps,
+                evals: &run.evals,
+            },
+            setup: format!(
+                "{} / {}",
+                run.preset.attention.name(),
+                run.preset.encoding.name()
+            ),
         })
-        .collect()
+        .collect();
+    TrainingReport { runs }
 }
 
 /// Legend names: a run's name, with its place in the list where two shown runs share it.
@@ -33,26 +44,6 @@ fn legend_names(runs: &[&RunView]) -> Vec<String> {
             }
         })
         .collect()
-}
-
-fn figure(runs: &[&RunView], names: &[String], which: Curve) -> Figure {
-    let title = match names {
-        [one] => format!("{one}: {}", which.label()),
-        many => format!("{}: {} runs", which.label(), many.len()),
-    };
-    let settings: Vec<String> = runs
-        .iter()
-        .zip(names)
-        .map(|(run, name)| {
-            format!(
-                "{name}: {} / {}, {} steps",
-                run.preset.attention.name(),
-                run.preset.encoding.name(),
-                run.steps.last().map_or(0, |s| s.step)
-            )
-        })
-        .collect();
-    which.figure(title, settings.join("; "), &curves_of(runs, names))
 }
 
 /// The selected run's curves, and those of the runs ticked to compare.
@@ -73,7 +64,7 @@ impl View for TrainingView {
 fn curves_ui(ui: &mut egui::Ui, runs: &[&RunView], cx: &ViewContext) {
     let exporter = cx.exporter;
     let names = legend_names(runs);
-    let curves = curves_of(runs, &names);
+    let report = report(runs, &names);
     let height = (ui.available_height() / 3.0 - 30.0).max(80.0);
     if runs.len() == 1 {
         ui.label(
@@ -83,26 +74,28 @@ fn curves_ui(ui: &mut egui::Ui, runs: &[&RunView], cx: &ViewContext) {
         );
     }
     for which in Curve::ALL {
+        let figure = report.figure(which);
         ui.horizontal(|ui| {
             ui.strong(which.label());
             exporter.buttons(ui, which.label().replace(' ', "-").as_str(), || {
-                figure(runs, &names, which)
+                figure.clone()
             });
         });
-        let lines: Vec<(&str, Vec<(f64, f64)>)> =
-            curves.iter().map(|c| (c.name, which.points(c))).collect();
-        if which == Curve::Accuracy && lines.iter().all(|(_, points)| points.is_empty()) {
+        let Plot::Lines(lines) = &figure.plot else {
+            continue;
+        };
+        if which == Curve::Accuracy && lines.series.iter().all(|s| s.points.is_empty()) {
             // An empty grid reads as broken; say when the first point comes instead.
             empty_plot(ui, height, first_eval_note(runs[0]));
             continue;
         }
-        titled_plot(which.label(), [STEP_AXIS, which.y_axis()])
+        titled_plot(which.label(), figure.axes())
             .height(height)
             .legend(Legend::default())
             .show(ui, |plot| {
-                for (name, points) in lines {
-                    let points: PlotPoints = points.into_iter().map(|(x, y)| [x, y]).collect();
-                    plot.line(Line::new(name, points));
+                for series in &lines.series {
+                    let points: PlotPoints = series.points.iter().map(|&(x, y)| [x, y]).collect();
+                    plot.line(Line::new(series.name.as_str(), points));
                 }
             });
     }

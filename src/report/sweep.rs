@@ -1,0 +1,145 @@
+//! The report of a sweep (the ReBased paper's Figure 1): the best learning rate per mechanism,
+//! length and width, and one accuracy-vs-d_model figure per length.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::{Report, with_suffix};
+use crate::figures::{self, Figure};
+use crate::sweep::SweepSummary;
+use crate::sweep::figures::accuracy_panels;
+use crate::{Error, Result};
+
+/// `attnlab sweep`, `sweep collect` and the Sweep view: the summary of a sweep's finished runs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct SweepReport {
+    pub summary: SweepSummary,
+}
+
+impl SweepReport {
+    /// Writes `summary.json` and each panel as `accuracy-L<len>-N<pairs>.svg` and `.csv` into
+    /// `dir`, where a sweep keeps its runs; returns the files written.
+    pub fn write(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io("cannot create folder", dir, e))?;
+        let mut written = vec![dir.join("summary.json")];
+        crate::io::write_json(&written[0], self)?;
+        for (suffix, figure) in self.figures() {
+            for ext in ["svg", "csv"] {
+                let path = with_suffix(&dir.join(format!("accuracy.{ext}")), &suffix);
+                figures::save(&figure, &path)?;
+                written.push(path);
+            }
+        }
+        Ok(written)
+    }
+}
+
+impl Report for SweepReport {
+    /// The best-lr table; it is printed as CSV, so that it pastes into a spreadsheet.
+    fn text(&self) -> Vec<String> {
+        self.csv().lines().map(str::to_string).collect()
+    }
+
+    /// One panel per (length, pairs) as `NAME-L<len>-N<pairs>`: no panel stands for the sweep.
+    fn figures(&self) -> Vec<(String, Figure)> {
+        accuracy_panels(&self.summary)
+            .into_iter()
+            .map(|((seq_len, pairs), figure)| (format!("L{seq_len}-N{pairs}"), figure))
+            .collect()
+    }
+
+    /// One line per point: its cell, best lr, and the mean and spread over seeds there.
+    fn csv(&self) -> String {
+        let mut csv =
+            String::from("mechanism,seq_len,num_kv_pairs,d_model,best_lr,mean,std,seeds\n");
+        for p in &self.summary.points {
+            csv.push_str(&format!(
+                "{},{},{},{},{},{},{},{}\n",
+                p.mechanism,
+                p.seq_len,
+                p.num_kv_pairs,
+                p.d_model,
+                p.best_lr,
+                p.mean,
+                p.std,
+                p.seeds
+            ));
+        }
+        csv
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{Format, render};
+    use crate::sweep::{CellResult, summarise};
+
+    fn run(mechanism: &str, seq_len: usize, seed: u64, accuracy: f64) -> CellResult {
+        CellResult {
+            run_dir: PathBuf::from(format!("{mechanism}-{seq_len}-{seed}")),
+            mechanism: mechanism.into(),
+            seq_len,
+            num_kv_pairs: 4,
+            d_model: 32,
+            lr: 1e-3,
+            seed,
+            accuracy,
+        }
+    }
+
+    fn report() -> SweepReport {
+        SweepReport {
+            summary: summarise(vec![
+                run("based", 64, 0, 0.5),
+                run("based", 64, 1, 0.7),
+                run("softmax", 64, 0, 0.9),
+                run("softmax", 128, 0, 0.8),
+            ]),
+        }
+    }
+
+    #[test]
+    fn the_table_has_a_row_per_point_and_a_figure_per_length() {
+        let report = report();
+        let text = report.text();
+        assert_eq!(
+            text[0],
+            "mechanism,seq_len,num_kv_pairs,d_model,best_lr,mean,std,seeds"
+        );
+        assert!(text[1].starts_with("based,64,4,32,0.001,"), "{text:?}");
+        assert!(text[1].ends_with(",2"), "two seeds: {text:?}");
+        assert_eq!(text.len(), 4);
+        assert_eq!(
+            render(&report, Format::Csv).unwrap(),
+            text.join("\n") + "\n"
+        );
+        let suffixes: Vec<String> = report.figures().into_iter().map(|(s, _)| s).collect();
+        assert_eq!(suffixes, ["L64-N4", "L128-N4"]);
+        let json = render(&report, Format::Json).unwrap();
+        assert!(json.starts_with("{\n  \"runs\""), "{json}");
+    }
+
+    #[test]
+    fn writing_puts_the_summary_and_each_panel_in_the_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let written = report().write(dir.path()).unwrap();
+        let names: Vec<String> = written
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "summary.json",
+                "accuracy-L64-N4.svg",
+                "accuracy-L64-N4.csv",
+                "accuracy-L128-N4.svg",
+                "accuracy-L128-N4.csv"
+            ]
+        );
+        assert!(written.iter().all(|p| p.is_file()));
+    }
+}
