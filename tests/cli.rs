@@ -256,6 +256,9 @@ fn ctrl_c_and_sigterm_stop_training_with_a_fresh_checkpoint_and_a_stopped_summar
                 "train.eval_every=100000",
                 "--set",
                 "task.train_examples=2000",
+                // Far longer than the test waits, however fast a step is.
+                "--set",
+                "train.epochs=1000",
             ])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .stdout(std::process::Stdio::piped())

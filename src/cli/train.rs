@@ -44,16 +44,16 @@ fn follow(handle: TrainHandle, estimate: &MemoryEstimate, quiet: bool) -> anyhow
     let mut tokens_per_s = 0f64;
     let mut stopping = false;
     loop {
+        // Checked before every event, not only when none came for a while: steps faster than
+        // the timeout would otherwise never let a Ctrl-C through.
+        if signals::interrupted() && !stopping {
+            stopping = true;
+            bar.println("stopping after this step (Ctrl-C again ends at once)");
+            handle.stop();
+        }
         let event = match handle.events.recv_timeout(Duration::from_millis(100)) {
             Ok(event) => event,
-            Err(RecvTimeoutError::Timeout) => {
-                if signals::interrupted() && !stopping {
-                    stopping = true;
-                    bar.println("stopping after this step (Ctrl-C again ends at once)");
-                    handle.stop();
-                }
-                continue;
-            }
+            Err(RecvTimeoutError::Timeout) => continue,
             Err(RecvTimeoutError::Disconnected) => break,
         };
         match event {

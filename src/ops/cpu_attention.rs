@@ -365,7 +365,7 @@ impl CustomOp3 for CpuAttentionGrad<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::testing::{max_diff, random};
+    use crate::ops::testing::{max_abs, max_diff, random};
     use candle_core::Var;
 
     /// Value and gradients of q, k, v through `f`, against a random upstream gradient.
@@ -431,13 +431,7 @@ mod tests {
                     .iter()
                     .zip(fused.iter().zip(&explicit))
                 {
-                    let scale = b
-                        .abs()
-                        .unwrap()
-                        .max_all()
-                        .unwrap()
-                        .to_scalar::<f32>()
-                        .unwrap();
+                    let scale = max_abs(b);
                     assert!(scale > 0.0, "{row:?} {what}: zero tests nothing");
                     let diff = max_diff(a, b);
                     assert!(

@@ -296,8 +296,13 @@ pub(crate) mod testing {
     /// The largest absolute difference between two tensors of one shape.
     pub fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
         assert_eq!(a.dims(), b.dims());
-        let diff = (a - b).unwrap().abs().unwrap().flatten_all().unwrap();
-        diff.max(0).unwrap().to_scalar::<f32>().unwrap()
+        max_abs(&(a - b).unwrap())
+    }
+
+    /// The largest absolute value of a tensor.
+    pub fn max_abs(a: &Tensor) -> f32 {
+        let abs = a.abs().unwrap().flatten_all().unwrap();
+        abs.max(0).unwrap().to_scalar::<f32>().unwrap()
     }
 }
 

@@ -12,7 +12,7 @@
 
 use super::Preset;
 use crate::attention::{LinformerSharing, MechanismSpec};
-use crate::encodings::EncodingSpec;
+use crate::encodings::{EncodingSpec, Family};
 use crate::model::{Layout, MixerKind};
 use crate::tasks::TaskSpec;
 use crate::{Error, Result};
@@ -290,19 +290,46 @@ fn activation_bytes(preset: &Preset) -> f64 {
         MechanismSpec::Rebased(_) => qk * qk,
         _ => 0.0,
     };
-    let attention = 3.0 * batch * heads * len * keys + 2.0 * tokens * heads * features;
+    // ReBased normalises q and k over all heads' features: copies of both, standardised,
+    // scaled and back in head order.
+    let norms = match &preset.attention {
+        MechanismSpec::Rebased(_) => 6.0 * tokens * heads * qk,
+        _ => 0.0,
+    };
+    let attention = norms
+        + match trains_without_weights(preset) {
+            true => 0.0,
+            false => 3.0 * batch * heads * len * keys + 2.0 * tokens * heads * features,
+        };
     let layers = m.n_layers as f64;
     F32 * 2.0 * (layers * per_layer + attention_layers(preset) * attention)
 }
 
+/// Whether a training step computes attention without its (B, H, T, T) scores and weights
+/// (and without kernel feature maps: [`crate::ops::cpu_attention`]): on the CPU in f32, for every mechanism but Linformer, with
+/// an encoding that adds no bias and positions q and k alone (not ReRoPE's two score matrices).
+/// A GPU run is estimated with them, flash attention or not.
+fn trains_without_weights(preset: &Preset) -> bool {
+    preset.train.device == crate::device::DeviceName::Cpu
+        && preset.train.precision != crate::ops::Precision::Bf16
+        && !matches!(preset.attention, MechanismSpec::Linformer(_))
+        && preset.encoding.family() != Family::Bias
+        && !matches!(
+            preset.encoding,
+            EncodingSpec::Rerope(_) | EncodingSpec::LeakyRerope(_)
+        )
+}
+
 /// A step's logits, their softmax and their gradient, at the scored positions only (MQAR
-/// scores its queries, a language model every position).
+/// scores its queries, a language model every position), and a fourth copy: the allocator
+/// may still hold the previous step's or an evaluation's when the next is made (a run's
+/// peak varied by that much from run to run once attention's weights no longer hid it).
 fn logit_bytes(preset: &Preset) -> f64 {
     let scored = match &preset.task {
         TaskSpec::Mqar(c) => c.num_kv_pairs,
         TaskSpec::Lm(c) => c.seq_len,
     };
-    F32 * 3.0 * (preset.train.batch_size * scored) as f64 * preset.task.vocab_size() as f64
+    F32 * 4.0 * (preset.train.batch_size * scored) as f64 * preset.task.vocab_size() as f64
 }
 
 /// The attention matrices an evaluation saves for the views.
