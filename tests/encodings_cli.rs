@@ -83,6 +83,32 @@ fn encodings_lists_every_name_with_its_settings() {
     );
 }
 
+#[test]
+fn mechanisms_lists_every_mechanism_with_its_settings_and_switches() {
+    let list = json_of(&["mechanisms", "--format", "json"]);
+    let list = list.as_array().unwrap();
+    let names: Vec<&str> = list.iter().map(|m| m["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["softmax", "linear", "based", "rebased", "linformer"]
+    );
+    let rebased = &list[3];
+    assert_eq!(rebased["settings"][0]["key"], "feature_dim");
+    assert_eq!(rebased["switches"][0]["key"], "variant");
+    assert_eq!(rebased["switches"][0]["value"], "rebased");
+    assert!(rebased["switches"][0]["choices"].as_array().unwrap().len() == 5);
+    assert_eq!(list[4]["causal"], false);
+    // The encodings list their switches too.
+    let encodings = json_of(&["encodings", "--format", "json"]);
+    let sandwich = encodings
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "sandwich")
+        .unwrap();
+    assert_eq!(sandwich["switches"][0]["key"], "per_head");
+}
+
 /// The verdicts the paper requires, with the paper's JSON layout. Kerple starts at the
 /// paper's converging r = 2 here (by default each head draws its own r, see below); Sandwich's
 /// defaults are judged separately.

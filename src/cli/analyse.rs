@@ -4,11 +4,10 @@
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use serde_json::{Value, json};
 
 use crate::analysis::figures::encodings as fig;
 use crate::analysis::{ErfProtocol, Heads, Rows, StudiedEncoding, UNTRAINED_MAX_LEN};
-use crate::encodings::{EncodingSpec, Family};
+use crate::encodings::EncodingSpec;
 use crate::figures;
 use crate::report::encodings::{BiasReport, ErfReport, TrfReport, TrfSettings, heads_label};
 use crate::report::{Format, render, save_figures, with_suffix};
@@ -126,81 +125,6 @@ fn apply_setting(specs: &mut [EncodingSpec], setting: &str) -> anyhow::Result<()
     })?;
     *spec = spec.with_setting(key.trim(), value)?;
     Ok(())
-}
-
-/// `attnlab encodings`.
-pub fn list(format: Format) -> anyhow::Result<()> {
-    let specs = EncodingSpec::all_defaults();
-    if format == Format::Json {
-        let rows: Vec<Value> = specs.iter().map(describe).collect();
-        outln!("{}", serde_json::to_string_pretty(&rows)?);
-        return Ok(());
-    }
-    if format == Format::Csv {
-        outln!("name,family,learnable,formula,settings");
-    }
-    for spec in &specs {
-        let settings: Vec<String> = spec
-            .hyperparameters()
-            .iter()
-            .map(|h| {
-                let value = spec.value(h.key).map_or("auto".into(), |v| v.to_string());
-                format!("{}={value} [{}..{}]", h.key, h.min, h.max)
-            })
-            .collect();
-        let learnable = if spec.is_learnable() {
-            "learned"
-        } else {
-            "fixed"
-        };
-        let family = family_name(spec.family());
-        match format {
-            Format::Csv => outln!(
-                "{},{family},{},\"{}\",\"{}\"",
-                spec.name(),
-                spec.is_learnable(),
-                spec.formula(),
-                settings.join("; ")
-            ),
-            _ => outln!(
-                "{:<13} {family:<8} {learnable:<8} {}\n{:<31}{}\n{:<31}{}",
-                spec.name(),
-                spec.formula(),
-                "",
-                spec.summary(),
-                "",
-                if settings.is_empty() {
-                    "(no settings)".into()
-                } else {
-                    settings.join("  ")
-                }
-            ),
-        }
-    }
-    Ok(())
-}
-
-fn family_name(family: Family) -> &'static str {
-    match family {
-        Family::None => "none",
-        Family::Absolute => "absolute",
-        Family::Bias => "bias",
-        Family::Rotary => "rotary",
-    }
-}
-
-fn describe(spec: &EncodingSpec) -> Value {
-    let settings: Vec<Value> = spec
-        .hyperparameters()
-        .iter()
-        .map(|h| {
-            json!({"key": h.key, "value": spec.value(h.key), "min": h.min, "max": h.max,
-                   "integer": h.integer, "help": h.help})
-        })
-        .collect();
-    json!({"name": spec.name(), "family": family_name(spec.family()),
-           "learnable": spec.is_learnable(), "formula": spec.formula(),
-           "summary": spec.summary(), "settings": settings})
 }
 
 /// `attnlab bias` options.

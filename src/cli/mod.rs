@@ -19,6 +19,7 @@ macro_rules! out {
 
 mod analyse;
 mod bench;
+mod catalogue;
 mod data;
 mod eval;
 mod extrapolate;
@@ -90,6 +91,11 @@ pub enum Command {
     Devices,
     /// List every positional encoding: family, formula, settings and their ranges.
     Encodings {
+        #[arg(long, value_enum, default_value_t = crate::report::Format::Text)]
+        format: crate::report::Format,
+    },
+    /// List every attention mechanism: causality, formula, settings and their ranges.
+    Mechanisms {
         #[arg(long, value_enum, default_value_t = crate::report::Format::Text)]
         format: crate::report::Format,
     },
@@ -235,7 +241,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             json,
         }) => eval::eval(&run, &overrides, json),
         Some(Command::Devices) => devices(),
-        Some(Command::Encodings { format }) => analyse::list(format),
+        Some(Command::Encodings { format }) => catalogue::encodings(format),
+        Some(Command::Mechanisms { format }) => catalogue::mechanisms(format),
         Some(Command::Bias(args)) => analyse::bias(&args),
         Some(Command::Trf(args)) => analyse::trf(&args),
         Some(Command::Erf(args)) => analyse::erf(&args),
