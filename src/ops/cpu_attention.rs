@@ -185,7 +185,7 @@ impl CpuAttention {
     }
 
     /// `rows` (T×T, head `head`) times the dropout mask, if any.
-    fn drop(&self, d: Dims, head: usize, rows: &mut [f32]) {
+    fn apply_dropout(&self, d: Dims, head: usize, rows: &mut [f32]) {
         if let Some(dropout) = &self.dropout {
             for (i, row) in rows.chunks_mut(d.t).enumerate() {
                 dropout.scale_row((head * d.t + i) * d.t, &mut row[..=i]);
@@ -230,7 +230,7 @@ impl CustomOp3 for CpuAttention {
                     for h in 0..d.h {
                         let head = b * d.h + h;
                         self.weights(d, head, q, k, ws);
-                        self.drop(d, head, &mut ws.weights);
+                        self.apply_dropout(d, head, &mut ws.weights);
                         let v = MatRef::row_major(&v[head * d.t * d.dv..][..d.t * d.dv], d.t, d.dv);
                         let out = MatMut {
                             data: &mut out[h * d.dv..],
@@ -276,7 +276,6 @@ struct CpuAttentionGrad<'a> {
 impl CpuAttentionGrad<'_> {
     /// The gradients of head `head` (batch item `b`, head `h`): dv = W_dᵀ·dO, then
     /// dS = row'(dO·vᵀ ⊙ mask), dq = scale · dS·k, dk = scale · dSᵀ·q.
-    #[allow(clippy::too_many_arguments)]
     fn head(
         &self,
         d: Dims,
@@ -292,7 +291,7 @@ impl CpuAttentionGrad<'_> {
         fwd.weights(d, head, q, k, ws);
         // dv = W_dᵀ · dO, W_d the dropped weights (in the gradient buffer for now).
         ws.grad.copy_from_slice(&ws.weights);
-        fwd.drop(d, head, &mut ws.grad);
+        fwd.apply_dropout(d, head, &mut ws.grad);
         let (per_k, per_v) = (t * d.dk, t * d.dv);
         let dv = MatMut::row_major(&mut dv[h * per_v..][..per_v], t, d.dv);
         gemm_scaled(dv, MatRef::row_major(&ws.grad, t, t).t(), dout, 1.0, false);
@@ -305,7 +304,7 @@ impl CpuAttentionGrad<'_> {
             1.0,
             false,
         );
-        fwd.drop(d, head, &mut ws.grad);
+        fwd.apply_dropout(d, head, &mut ws.grad);
         let rows = ws.weights.chunks_mut(t).zip(ws.grad.chunks(t));
         for (i, ((w, dw), s)) in rows.zip(ws.scores.chunks(t)).enumerate() {
             fwd.row
