@@ -294,7 +294,9 @@ fn ctrl_c_and_sigterm_stop_training_with_a_fresh_checkpoint_and_a_stopped_summar
 #[test]
 fn huge_numeric_options_are_refused_with_their_range() {
     let huge = "18446744073709551615";
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 10] = [
+        (&["bench", "--steps", huge], "not in 1..=100000"),
+        (&["bench", "--replicas", huge], "not in 1..=64"),
         (&["trf", "--points", huge], "not in 2..=10000"),
         (&["trf", "--length", "1000000000000"], "not in 1..=65536"),
         (&["bias", "--length", huge], "not in 2..=65536"),

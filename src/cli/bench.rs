@@ -22,8 +22,8 @@ pub struct BenchArgs {
     /// `json` prints one JSON object on the last line.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
-    /// Timed training steps for the step time (after 5 warm-up steps).
-    #[arg(long, default_value_t = 30)]
+    /// Timed training steps for the step time (after 5 warm-up steps), at most 100000.
+    #[arg(long, default_value_t = 30, value_parser = super::bounded(1, 100_000))]
     steps: usize,
     /// Measure the step time only, not the time to 99% accuracy.
     #[arg(long)]
@@ -44,7 +44,8 @@ pub struct BenchArgs {
     torch_modes: String,
     /// Also time N replicas of the preset (seeds 0..N, learning rates alternating between the
     /// preset's and three times it) trained as one group, against N steps of one model alone.
-    #[arg(long, value_name = "N")]
+    /// At most 64.
+    #[arg(long, value_name = "N", value_parser = super::bounded(1, 64))]
     replicas: Option<usize>,
     /// Python interpreter for --torch.
     #[arg(long, default_value = "python3")]
