@@ -22,8 +22,8 @@ use crate::Result;
 use crate::encodings::{Encoding, LengthCache, QueryBlock};
 use crate::ops::{
     Combine, Precision, RowFunction, RowKernel, WeightDropout, add_bias_replicas, affine_replicas,
-    causal_mask, cpu_attention, cpu_attention_available, dot_scores, kernel_rows, standardise,
-    with_bias,
+    causal_mask, cpu_attention, cpu_attention_available, dot_scores, kernel_rows, normalise_rows,
+    standardise, with_bias,
 };
 use crate::params::{Init, Params};
 
@@ -198,10 +198,11 @@ impl KernelAttention {
             causal_mask(scores)?
         };
         let gate = bias.broadcast_add(&mask)?.exp()?;
-        let weighted = with_bias(&self.row_kernel().apply(scores)?, &gate, Combine::Mul)?;
-        // ε as in the reference kernels (o / (z + 1e-12)): only matters for an all-zero ReBased row.
-        let norm = (weighted.sum_keepdim(D::Minus1)? + 1e-12)?;
-        Ok(weighted.broadcast_div(&norm)?)
+        normalise_rows(&with_bias(
+            &self.row_kernel().apply(scores)?,
+            &gate,
+            Combine::Mul,
+        )?)
     }
 
     /// Row-normalised κ·g for the block's queries. κ is applied after the encoding has
@@ -264,12 +265,7 @@ impl KernelAttention {
         chunk: usize,
     ) -> Result<Option<Tensor>> {
         let t = q.dim(2)?;
-        let first_row = QueryBlock {
-            start: 0,
-            len: 1,
-            total: t,
-        };
-        if pos.block_bias(first_row)?.is_some() {
+        if pos.has_logit_bias() {
             return Ok(None);
         }
         let (q, k) = self.normalised(q, k)?;
@@ -314,7 +310,7 @@ impl Mechanism for KernelAttention {
     ) -> Result<Option<Tensor>> {
         if !cpu_attention_available(q, v)
             || self.precision == Precision::Bf16
-            || pos.logit_bias(q.dim(2)?)?.is_some()
+            || pos.has_logit_bias()
         {
             return Ok(None);
         }

@@ -66,11 +66,11 @@ impl Mechanism for SoftmaxAttention {
         if !gpu && !cpu {
             return Ok(None);
         }
+        if !gpu && pos.has_logit_bias() {
+            return Ok(None);
+        }
         let bias = pos.logit_bias(q.dim(2)?)?;
-        let runs = match gpu {
-            true => flash_available(q, v, bias.as_ref()),
-            false => bias.is_none(),
-        };
+        let runs = !gpu || flash_available(q, v, bias.as_ref());
         let Some((q, k)) = pos.positioned(q, k)?.filter(|_| runs) else {
             return Ok(None);
         };

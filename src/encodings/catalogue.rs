@@ -403,6 +403,9 @@ const DIET_SWITCHES: &[Switch] = &[Switch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::encodings::EncodingShape;
+    use crate::params::Params;
+    use candle_core::Device;
 
     crate::settings::test_catalogue!(CATALOGUE);
 
@@ -444,5 +447,28 @@ mod tests {
         assert!(err.contains("has no such setting (it has: k, r)"), "{err}");
         let window = EncodingSpec::from_name("window").unwrap();
         assert!(window.with_value("width", 2.5).is_err());
+    }
+
+    /// The cheap flag the fused training paths read says what building the bias would.
+    #[test]
+    fn every_encoding_says_whether_it_has_a_logit_bias() {
+        let shape = EncodingShape {
+            d_model: 16,
+            n_heads: 2,
+            qk_dim: 8,
+            max_len: 16,
+            embedding_std: 0.02,
+        };
+        let mut biased = 0;
+        for spec in EncodingSpec::all_defaults() {
+            let encoding = spec.build(&shape, &Params::new(0, &Device::Cpu)).unwrap();
+            let has = encoding.logit_bias(8).unwrap().is_some();
+            assert_eq!(encoding.has_logit_bias(), has, "{}", spec.name());
+            biased += usize::from(has);
+        }
+        assert!(
+            biased > 0,
+            "no encoding with a bias: the flag is never tested"
+        );
     }
 }

@@ -57,6 +57,10 @@ impl DietAbs {
 }
 
 impl Encoding for DietAbs {
+    fn has_logit_bias(&self) -> bool {
+        true
+    }
+
     fn logit_bias(&self, t: usize) -> Result<Option<Tensor>> {
         self.block_bias(QueryBlock::whole(t))
     }

@@ -193,6 +193,12 @@ pub trait Encoding: Send + Sync {
         Ok(Some((q.clone(), k.clone())))
     }
 
+    /// Whether [`Encoding::logit_bias`] gives a bias, without building it: the fused training
+    /// paths ask every step and take the explicit path when it does.
+    fn has_logit_bias(&self) -> bool {
+        false
+    }
+
     /// Logit-bias encodings: the additive term for a length-`t` sequence, (H, T, T) or
     /// (1, T, T), entry [h, i, j] for key j ≤ i. `None` when there is no bias.
     fn logit_bias(&self, _t: usize) -> Result<Option<Tensor>> {

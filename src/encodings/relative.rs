@@ -81,6 +81,10 @@ impl FixedBias {
 }
 
 impl Encoding for FixedBias {
+    fn has_logit_bias(&self) -> bool {
+        true
+    }
+
     fn logit_bias(&self, t: usize) -> Result<Option<Tensor>> {
         let whole = QueryBlock::whole(t);
         Ok(Some(self.cache.get_or(t, || self.block_table(whole))?))
@@ -140,6 +144,10 @@ impl<L: LearnedDistance + 'static> LearnedBias<L> {
 }
 
 impl<L: LearnedDistance> Encoding for LearnedBias<L> {
+    fn has_logit_bias(&self) -> bool {
+        true
+    }
+
     fn logit_bias(&self, t: usize) -> Result<Option<Tensor>> {
         let whole = QueryBlock::whole(t);
         let index = self

@@ -88,7 +88,12 @@ pub fn kernel_rows(scores: &Tensor, kernel: RowKernel) -> Result<Tensor> {
 /// [`kernel_rows`] from tensor ops (any device; the reference).
 pub fn kernel_rows_composed(scores: &Tensor, kernel: RowKernel) -> Result<Tensor> {
     let kappa = kernel.apply(scores)?;
-    let gated = kappa.broadcast_mul(&causal_mask(&kappa)?.exp()?)?;
+    normalise_rows(&kappa.broadcast_mul(&causal_mask(&kappa)?.exp()?)?)
+}
+
+/// Gated kernel values divided by their row sums (+ ε), as tensor ops: the last step of the
+/// explicit kernel paths, with or without a bias in the gate.
+pub fn normalise_rows(gated: &Tensor) -> Result<Tensor> {
     let norm = (gated.sum_keepdim(D::Minus1)? + f64::from(EPSILON))?;
     Ok(gated.broadcast_div(&norm)?)
 }
