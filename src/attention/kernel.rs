@@ -22,8 +22,8 @@ use crate::Result;
 use crate::encodings::{Encoding, LengthCache, QueryBlock};
 use crate::ops::{
     Combine, Precision, RowFunction, RowKernel, WeightDropout, add_bias_replicas, affine_replicas,
-    causal_mask, cpu_attention, cpu_attention_available, dot_scores, kernel_rows, normalise_rows,
-    standardise, with_bias,
+    causal_mask, cpu_attention, cpu_attention_available, dot_scores, kernel_rows, layer_norm,
+    normalise_rows, standardise, with_bias,
 };
 use crate::params::{Init, Params};
 
@@ -102,16 +102,20 @@ impl FeatureNorm {
     fn apply(&self, x: &Tensor) -> Result<Tensor> {
         let (b, h, t, f) = x.dims4()?;
         let mut y = x.transpose(1, 2)?.reshape((b, t, h * f))?; // (B, T, H·f)
-        if self.normalise {
-            y = standardise(&y, 1e-5)?;
-        }
         // Replicas hold (R, H·f) parameters, one row per replica's block of positions; a lone
-        // model's (H·f) are one replica's. Both take the fused per-replica op: candle's
+        // model's (H·f) are one replica's. Both take the fused per-replica ops: candle's
         // broadcast reduced γ's gradient with a strided loop that was a third of a lone step.
         let per_replica = |p: &Tensor| match p.rank() {
             1 => p.unsqueeze(0),
             _ => Ok(p.clone()),
         };
+        if let (true, Some(gamma), Some(beta)) = (self.normalise, &self.gamma, &self.beta) {
+            let y = layer_norm(&y, &per_replica(gamma)?, &per_replica(beta)?, 1e-5)?;
+            return Ok(y.reshape((b, t, h, f))?.transpose(1, 2)?.contiguous()?);
+        }
+        if self.normalise {
+            y = standardise(&y, 1e-5)?;
+        }
         match (&self.gamma, &self.beta) {
             (Some(gamma), beta) => {
                 let beta = beta.as_ref().map(per_replica).transpose()?;

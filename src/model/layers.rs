@@ -7,8 +7,8 @@ use candle_core::Tensor;
 use super::Build;
 use crate::Result;
 use crate::ops::{
-    Precision, add_bias_replicas, add_broadcast, affine_replicas, gelu_erf, layer_norm, linear,
-    linear_heads, linear_replicas, standardise,
+    Precision, add_bias_replicas, add_broadcast, gelu_erf, layer_norm, linear, linear_heads,
+    linear_replicas,
 };
 use crate::params::{Init, Params};
 
@@ -150,11 +150,8 @@ impl LayerNorm {
         })
     }
 
+    /// With replicas, weight and bias are (R, dim), one row per replica.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        if self.weight.rank() == 2 {
-            // Replicas: (R, dim) affine parameters, one row per replica.
-            return affine_replicas(&standardise(x, 1e-5)?, &self.weight, Some(&self.bias));
-        }
         layer_norm(x, &self.weight, &self.bias, 1e-5)
     }
 }

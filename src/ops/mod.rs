@@ -191,22 +191,32 @@ pub fn gelu_erf(x: &Tensor) -> Result<Tensor> {
     Ok(x.gelu_erf()?)
 }
 
-/// LayerNorm over the last dimension: γ ⊙ standardise(x) + β.
+/// LayerNorm over the last dimension: γ ⊙ standardise(x) + β. γ and β are (d), or (R, d) for
+/// R replicas of a model whose rows x (R·N…, d) stacks (`replicas.rs`): replica r's block of rows
+/// takes row r.
 pub fn layer_norm(x: &Tensor, gamma: &Tensor, beta: &Tensor, eps: f64) -> Result<Tensor> {
-    if fusable(x) {
+    let replicated = gamma.rank() == 2;
+    // The fused op takes replicated parameters on the CPU only.
+    if fusable(x) && (x.device().is_cpu() || !replicated) {
         let op = fused::LayerNorm { eps: eps as f32 };
         return Ok(x
             .contiguous()?
             .apply_op3(&gamma.contiguous()?, &beta.contiguous()?, op)?);
+    }
+    if replicated {
+        return affine_replicas(&standardise(x, eps)?, gamma, Some(beta));
     }
     layer_norm_composed(x, gamma, beta, eps)
 }
 
 /// [`layer_norm`] from plain tensor ops.
 pub fn layer_norm_composed(x: &Tensor, gamma: &Tensor, beta: &Tensor, eps: f64) -> Result<Tensor> {
-    Ok(standardise_composed(x, eps)?
-        .broadcast_mul(gamma)?
-        .broadcast_add(beta)?)
+    let y_hat = standardise_composed(x, eps)?;
+    if gamma.rank() == 2 {
+        let y = replicas::per_replica_composed(&y_hat, gamma, Combine::Mul)?;
+        return replicas::per_replica_composed(&y, beta, Combine::Add);
+    }
+    Ok(y_hat.broadcast_mul(gamma)?.broadcast_add(beta)?)
 }
 
 /// (x − mean) / √(var + eps) over the last dimension: LayerNorm without its affine part.
@@ -354,6 +364,32 @@ mod tests {
         let n = shape.0 * shape.1 * shape.2 * shape.3;
         let data = crate::rng::normal_vec(&mut crate::rng::stream(seed, "ops"), n, 2.0);
         Tensor::from_vec(data, shape, &Device::Cpu).unwrap()
+    }
+
+    #[test]
+    fn layer_norm_matches_the_composed_ops_for_one_model_and_for_replicas() {
+        // x (R·B, T, d) with R = 3 replicas of B = 2; γ and β (d) for one model, (R, d) for
+        // the replicas. Values and the gradients of x, γ and β.
+        let x = Var::from_tensor(&random((6, 5, 7, 1), 5).squeeze(3).unwrap()).unwrap();
+        let upstream = random((6, 5, 7, 1), 6).squeeze(3).unwrap();
+        for shape in [vec![7], vec![3, 7]] {
+            let n = shape.iter().product();
+            let param = |seed| {
+                let data = crate::rng::normal_vec(&mut crate::rng::stream(seed, "ops"), n, 1.0);
+                Var::from_tensor(&Tensor::from_vec(data, shape.as_slice(), &Device::Cpu).unwrap())
+                    .unwrap()
+            };
+            let (gamma, beta) = (param(7), param(8));
+            let run = |f: fn(&Tensor, &Tensor, &Tensor, f64) -> Result<Tensor>| {
+                let y = f(x.as_tensor(), gamma.as_tensor(), beta.as_tensor(), 1e-5).unwrap();
+                value_and_grads(&y, &upstream, &[&x, &gamma, &beta])
+            };
+            let (fused, composed) = (run(layer_norm), run(layer_norm_composed));
+            for (name, values) in ["value", "dx", "dγ", "dβ"].iter().zip(&composed) {
+                assert!(values.iter().any(|v| v.abs() > 1e-3), "{name} is zero");
+            }
+            assert_all_close(&fused, &composed, &["value", "dx", "dγ", "dβ"]);
+        }
     }
 
     #[test]
