@@ -696,7 +696,7 @@ const ROWS_PER_TASK: usize = 64;
 /// x's rows per replica for γ of `params` elements (one replica: every row), checked.
 fn rows_per_replica(x: usize, d: usize, params: usize) -> candle_core::Result<usize> {
     let (rows, replicas) = (x / d, params / d);
-    if replicas == 0 || params % d != 0 || rows % replicas != 0 {
+    if replicas == 0 || !params.is_multiple_of(d) || !rows.is_multiple_of(replicas) {
         candle_core::bail!("layer norm: γ of {params} does not fit {rows} rows of {d}");
     }
     Ok(rows / replicas)
