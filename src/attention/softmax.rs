@@ -61,23 +61,28 @@ impl Mechanism for SoftmaxAttention {
         pos: &dyn Encoding,
         dropout: Option<WeightDropout>,
     ) -> Result<Option<Tensor>> {
-        let gpu = dropout.is_none() && flash_available(q, v, None);
-        let cpu = cpu_attention_available(q, v) && self.precision != Precision::Bf16;
-        if !gpu && !cpu {
+        if dropout.is_none() && flash_available(q, v, None) {
+            let bias = pos.logit_bias(q.dim(2)?)?;
+            if !flash_available(q, v, bias.as_ref()) {
+                return Ok(None);
+            }
+            let Some((q, k)) = pos.positioned(q, k)? else {
+                return Ok(None);
+            };
+            let output = flash_attention(&q, &k, v, bias.as_ref(), self.scale, true)?;
+            return Ok(Some(output));
+        }
+        if !cpu_attention_available(q, v)
+            || self.precision == Precision::Bf16
+            || pos.has_logit_bias()
+        {
             return Ok(None);
         }
-        if !gpu && pos.has_logit_bias() {
-            return Ok(None);
-        }
-        let bias = pos.logit_bias(q.dim(2)?)?;
-        let runs = !gpu || flash_available(q, v, bias.as_ref());
-        let Some((q, k)) = pos.positioned(q, k)?.filter(|_| runs) else {
+        let Some((q, k)) = pos.positioned(q, k)? else {
             return Ok(None);
         };
-        Ok(Some(match gpu {
-            true => flash_attention(&q, &k, v, bias.as_ref(), self.scale, true)?,
-            false => cpu_attention(&q, &k, v, RowFunction::Softmax, self.scale, dropout)?,
-        }))
+        let row = RowFunction::Softmax;
+        Ok(Some(cpu_attention(&q, &k, v, row, self.scale, dropout)?))
     }
 
     fn attend_block(

@@ -305,10 +305,11 @@ fn activation_bytes(preset: &Preset) -> f64 {
     F32 * 2.0 * (layers * per_layer + attention_layers(preset) * attention)
 }
 
-/// Whether a training step computes attention without its (B, H, T, T) scores and weights
-/// (and without kernel feature maps: [`crate::ops::cpu_attention`]): on the CPU in f32, for every mechanism but Linformer, with
-/// an encoding that adds no bias and positions q and k alone (not ReRoPE's two score matrices).
-/// A GPU run is estimated with them, flash attention or not.
+/// Whether a training step computes attention without its (B, H, T, T) scores and weights and
+/// without kernel feature maps ([`crate::ops::cpu_attention`]): on the CPU in f32, for every mechanism but Linformer, with
+/// an encoding that adds no bias and positions q and k alone (not ReRoPE's two score matrices),
+/// as the mechanisms' `fused_output` decides. A GPU run is estimated with them, flash attention
+/// or not.
 fn trains_without_weights(preset: &Preset) -> bool {
     preset.train.device == crate::device::DeviceName::Cpu
         && preset.train.precision != crate::ops::Precision::Bf16
