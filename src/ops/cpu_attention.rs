@@ -2,7 +2,10 @@
 //! memory. Per head, the scores, the weights and their gradients live in T×T buffers that stay
 //! in cache; the explicit path wrote, zero-filled and read back four tensors of that size forward
 //! and as many backward, and at the sweeps' sizes (d 32–64, T 64–128) those passes over memory,
-//! not the products, were most of a step. The backward pass recomputes the weights from q and k.
+//! not the products, were most of a step. The backward pass recomputes the weights from q and k,
+//! in one pass per row from two numbers per row the forward pass keeps ([`RowStats`]), and
+//! reuses the forward pass's dropout mask (a byte per weight) instead of hashing it twice more:
+//! the row function and the mask's hash had been a third of a softmax step.
 //!
 //! It serves softmax, with the attention dropout of zoology's layout (the mask is a function of
 //! each weight's index, [`super::dropout`], so it drops the weights the explicit path drops),
@@ -10,13 +13,15 @@
 //! [`cpu_attention_composed`] is that path, and the reference the tests compare with.
 
 use std::cell::RefCell;
+use std::sync::OnceLock;
 
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
+use super::causal_products::{lower_product, triangular_product};
 use super::dropout::Dropout;
-use super::fused::{slice, softmax_grad_in_place, softmax_in_place, zeros};
-use super::gemm::{MatMut, MatRef, gemm_scaled};
+use super::fused::{slice, softmax_from_stats, softmax_grad_in_place, softmax_in_place, zeros};
+use super::gemm::{MatMut, MatRef};
 use super::{RowKernel, cpu_f32, dot_scores, kernel_rows, matmul_merge_heads, softmax_rows};
 use crate::Result;
 
@@ -28,24 +33,43 @@ pub enum RowFunction {
     Kernel(RowKernel),
 }
 
+/// What turns a row's scores into its weights in one pass: softmax's maximum and 1/Σ, a
+/// kernel's 1/Z (its `shift` unused).
+#[derive(Clone, Copy, Debug, Default)]
+struct RowStats {
+    shift: f32,
+    inv: f32,
+}
+
 impl RowFunction {
-    /// A row of scores replaced by its weights; returns what [`Self::grad_in_place`] needs
-    /// besides (the kernels' 1/Z).
-    fn weights_in_place(self, row: &mut [f32]) -> f32 {
+    /// A row of scores replaced by its weights, returning its [`RowStats`].
+    fn weights_in_place(self, row: &mut [f32]) -> RowStats {
         match self {
             Self::Softmax => {
-                softmax_in_place(row);
-                1.0
+                let (shift, inv) = softmax_in_place(row);
+                RowStats { shift, inv }
             }
-            Self::Kernel(kernel) => kernel.normalise(row),
+            Self::Kernel(kernel) => RowStats {
+                shift: 0.0,
+                inv: kernel.normalise(row),
+            },
+        }
+    }
+
+    /// `w` = the weights of a row of scores, from the [`RowStats`] [`Self::weights_in_place`]
+    /// returned for them: the same numbers, in one pass.
+    fn weights_from(self, scores: &[f32], w: &mut [f32], stats: RowStats) {
+        match self {
+            Self::Softmax => softmax_from_stats(scores, w, (stats.shift, stats.inv)),
+            Self::Kernel(kernel) => kernel.weights_from(scores, w, stats.inv),
         }
     }
 
     /// A row of weights replaced by the scores' gradient.
-    fn grad_in_place(self, w: &mut [f32], dw: &[f32], scores: &[f32], inv: f32) {
+    fn grad_in_place(self, w: &mut [f32], dw: &[f32], scores: &[f32], stats: RowStats) {
         match self {
             Self::Softmax => softmax_grad_in_place(w, dw),
-            Self::Kernel(kernel) => kernel.grad_in_place(w, dw, scores, inv),
+            Self::Kernel(kernel) => kernel.grad_in_place(w, dw, scores, stats.inv),
         }
     }
 }
@@ -79,6 +103,7 @@ pub fn cpu_attention(
         dropout: dropout
             .filter(|d| d.p > 0.0)
             .map(|d| Dropout::new(d.p, d.seeds, b * h * t * t)),
+        saved: OnceLock::new(),
     };
     Ok(q.contiguous()?
         .apply_op3(&k.contiguous()?, &v.contiguous()?, op)?)
@@ -109,6 +134,15 @@ struct CpuAttention {
     row: RowFunction,
     scale: f32,
     dropout: Option<Dropout>,
+    /// What the forward pass keeps for the backward pass.
+    saved: OnceLock<Saved>,
+}
+
+/// The forward pass's [`RowStats`] of every row of every head (B·H·T) and, with dropout, its
+/// mask (B·H·T·T bytes, 1 = kept; the causal half beyond each row's diagonal unused).
+struct Saved {
+    rows: Vec<RowStats>,
+    kept: Vec<u8>,
 }
 
 /// The sizes of one call: q, k (b, h, t, dk), v (b, h, t, dv).
@@ -141,8 +175,8 @@ struct Workspace {
     scores: Vec<f32>,
     weights: Vec<f32>,
     grad: Vec<f32>,
-    /// 1/Z per row (kernels).
-    inv: Vec<f32>,
+    /// kᵀ or vᵀ for [`lower_product`].
+    transposed: Vec<f32>,
 }
 
 thread_local! {
@@ -157,38 +191,81 @@ impl Workspace {
             for buffer in [&mut ws.scores, &mut ws.weights, &mut ws.grad] {
                 buffer.resize(t * t, 0.0);
             }
-            ws.inv.resize(t, 0.0);
             f(ws)
         })
     }
 }
 
+/// `data` cut into `n` equal parts, `n` empty ones when `data` is empty (no dropout, no mask).
+fn parts<T>(data: &mut [T], n: usize) -> Vec<&mut [T]> {
+    match data.len() {
+        0 => (0..n).map(|_| <&mut [T]>::default()).collect(),
+        len => data.chunks_mut(len / n).collect(),
+    }
+}
+
 impl CpuAttention {
-    /// Head `head` (of all B·H) of q and k → its weights in `ws.weights`, before dropout (the
-    /// scores stay in `ws.scores`, 1/Z in `ws.inv`).
-    fn weights(&self, d: Dims, head: usize, q: &[f32], k: &[f32], ws: &mut Workspace) {
+    /// The lower triangle of `dst` (T×T) = scale · q kᵀ of head `head` (of all B·H).
+    fn scores(
+        &self,
+        d: Dims,
+        head: usize,
+        (q, k): (&[f32], &[f32]),
+        dst: &mut [f32],
+        bt: &mut Vec<f32>,
+    ) {
         let t = d.t;
         let q = MatRef::row_major(&q[head * t * d.dk..][..t * d.dk], t, d.dk);
         let k = MatRef::row_major(&k[head * t * d.dk..][..t * d.dk], t, d.dk);
-        gemm_scaled(
-            MatMut::row_major(&mut ws.scores, t, t),
-            q,
-            k.t(),
-            self.scale,
-            false,
-        );
-        ws.weights.copy_from_slice(&ws.scores);
-        for (i, (row, inv)) in ws.weights.chunks_mut(t).zip(&mut ws.inv).enumerate() {
-            *inv = self.row.weights_in_place(&mut row[..=i]);
+        lower_product(dst, q, k, self.scale, bt);
+    }
+
+    /// Head `head`'s weights in `ws.weights`, dropped out with its mask written to `kept`
+    /// (T×T, when dropout), and its rows' statistics in `stats` (T).
+    fn forward_weights(
+        &self,
+        d: Dims,
+        head: usize,
+        (q, k): (&[f32], &[f32]),
+        ws: &mut Workspace,
+        (stats, kept): (&mut [RowStats], &mut [u8]),
+    ) {
+        let t = d.t;
+        self.scores(d, head, (q, k), &mut ws.weights, &mut ws.transposed);
+        for (i, (row, stats)) in ws.weights.chunks_mut(t).zip(stats).enumerate() {
+            *stats = self.row.weights_in_place(&mut row[..=i]);
             row[i + 1..].fill(0.0);
+            if let Some(dropout) = &self.dropout {
+                let start = (head * t + i) * t;
+                dropout.scale_row(start, &mut row[..=i], &mut kept[i * t..][..=i]);
+            }
         }
     }
 
-    /// `rows` (T×T, head `head`) times the dropout mask, if any.
-    fn apply_dropout(&self, d: Dims, head: usize, rows: &mut [f32]) {
+    /// Head `head`'s scores in `ws.scores` and its weights, before dropout, in `ws.weights`,
+    /// rebuilt from the rows' statistics `stats` that [`Self::forward_weights`] wrote.
+    fn rebuilt_weights(
+        &self,
+        d: Dims,
+        head: usize,
+        (q, k): (&[f32], &[f32]),
+        stats: &[RowStats],
+        ws: &mut Workspace,
+    ) {
+        let t = d.t;
+        self.scores(d, head, (q, k), &mut ws.scores, &mut ws.transposed);
+        let rows = ws.weights.chunks_mut(t).zip(ws.scores.chunks(t));
+        for (i, ((w, s), stats)) in rows.zip(stats).enumerate() {
+            self.row.weights_from(&s[..=i], &mut w[..=i], *stats);
+            w[i + 1..].fill(0.0);
+        }
+    }
+
+    /// `rows` (T×T) times the forward pass's dropout mask `kept` (T×T), if any.
+    fn reapply_dropout(&self, t: usize, rows: &mut [f32], kept: &[u8]) {
         if let Some(dropout) = &self.dropout {
-            for (i, row) in rows.chunks_mut(d.t).enumerate() {
-                dropout.scale_row((head * d.t + i) * d.t, &mut row[..=i]);
+            for (i, (row, kept)) in rows.chunks_mut(t).zip(kept.chunks(t)).enumerate() {
+                dropout.scale_kept(&mut row[..=i], &kept[..=i]);
             }
         }
     }
@@ -221,16 +298,27 @@ impl CustomOp3 for CpuAttention {
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (q, k, v) = (slice(s1, l1)?, slice(s2, l2)?, slice(s3, l3)?);
         let d = Dims::of(l1, l3)?;
-        let per_item = d.t * d.h * d.dv;
+        let batch = l1.dims()[0];
+        let (tt, per_item) = (d.t * d.t, d.t * d.h * d.dv);
         let mut out = zeros(v.len());
+        let mut rows = vec![RowStats::default(); batch * d.h * d.t];
+        let mask_len = if self.dropout.is_some() {
+            batch * d.h * tt
+        } else {
+            0
+        };
+        let mut kept = vec![0u8; mask_len];
         out.par_chunks_mut(per_item)
+            .zip(rows.par_chunks_mut(d.h * d.t))
+            .zip(parts(&mut kept, batch))
             .enumerate()
-            .for_each(|(b, out)| {
+            .for_each(|(b, ((out, rows), kept))| {
                 Workspace::with(d.t, |ws| {
                     for h in 0..d.h {
                         let head = b * d.h + h;
-                        self.weights(d, head, q, k, ws);
-                        self.apply_dropout(d, head, &mut ws.weights);
+                        let stats = &mut rows[h * d.t..][..d.t];
+                        let kept = kept.get_mut(h * tt..(h + 1) * tt).unwrap_or_default();
+                        self.forward_weights(d, head, (q, k), ws, (stats, kept));
                         let v = MatRef::row_major(&v[head * d.t * d.dv..][..d.t * d.dv], d.t, d.dv);
                         let out = MatMut {
                             data: &mut out[h * d.dv..],
@@ -238,11 +326,12 @@ impl CustomOp3 for CpuAttention {
                             cols: d.dv,
                             row_stride: d.h * d.dv,
                         };
-                        gemm_scaled(out, MatRef::row_major(&ws.weights, d.t, d.t), v, 1.0, false);
+                        triangular_product(out, &ws.weights, v, false, 1.0);
                     }
                 });
             });
-        let batch = l1.dims()[0];
+        // One forward pass per op; a second (none is made) would keep the first's, the same.
+        let _ = self.saved.set(Saved { rows, kept });
         Ok((CpuStorage::F32(out), Shape::from((batch, d.t, d.h * d.dv))))
     }
 
@@ -254,8 +343,12 @@ impl CustomOp3 for CpuAttention {
         _out: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let Some(saved) = self.saved.get() else {
+            candle_core::bail!("attention's backward pass ran before its forward pass");
+        };
         let op = CpuAttentionGrad {
             forward: self,
+            saved,
             dout: grad.contiguous()?,
         };
         let grads = q.apply_op3_no_bwd(k, v, &op)?;
@@ -270,6 +363,7 @@ impl CustomOp3 for CpuAttention {
 /// (q, k, v) → [dq | dk | dv] flat, given the output's gradient.
 struct CpuAttentionGrad<'a> {
     forward: &'a CpuAttention,
+    saved: &'a Saved,
     dout: Tensor,
 }
 
@@ -288,35 +382,37 @@ impl CpuAttentionGrad<'_> {
         let (t, fwd) = (d.t, self.forward);
         let head = b * d.h + h;
         let dout = merged_head(&dout[b * t * d.h * d.dv..], d, h);
-        fwd.weights(d, head, q, k, ws);
+        let stats = &self.saved.rows[head * t..][..t];
+        let kept = self.saved.kept.get(head * t * t..(head + 1) * t * t);
+        let kept = kept.unwrap_or_default();
+        fwd.rebuilt_weights(d, head, (q, k), stats, ws);
         // dv = W_dᵀ · dO, W_d the dropped weights (in the gradient buffer for now).
-        ws.grad.copy_from_slice(&ws.weights);
-        fwd.apply_dropout(d, head, &mut ws.grad);
         let (per_k, per_v) = (t * d.dk, t * d.dv);
+        let dropped = match fwd.dropout {
+            Some(_) => {
+                ws.grad.copy_from_slice(&ws.weights);
+                fwd.reapply_dropout(t, &mut ws.grad, kept);
+                &ws.grad
+            }
+            None => &ws.weights,
+        };
         let dv = MatMut::row_major(&mut dv[h * per_v..][..per_v], t, d.dv);
-        gemm_scaled(dv, MatRef::row_major(&ws.grad, t, t).t(), dout, 1.0, false);
+        triangular_product(dv, dropped, dout, true, 1.0);
         // dW = dO · vᵀ ⊙ mask, then the row function's gradient in place of the weights.
         let v = MatRef::row_major(&v[head * per_v..][..per_v], t, d.dv);
-        gemm_scaled(
-            MatMut::row_major(&mut ws.grad, t, t),
-            dout,
-            v.t(),
-            1.0,
-            false,
-        );
-        fwd.apply_dropout(d, head, &mut ws.grad);
+        lower_product(&mut ws.grad, dout, v, 1.0, &mut ws.transposed);
+        fwd.reapply_dropout(t, &mut ws.grad, kept);
         let rows = ws.weights.chunks_mut(t).zip(ws.grad.chunks(t));
-        for (i, ((w, dw), s)) in rows.zip(ws.scores.chunks(t)).enumerate() {
+        for (i, (((w, dw), s), stats)) in rows.zip(ws.scores.chunks(t)).zip(stats).enumerate() {
             fwd.row
-                .grad_in_place(&mut w[..=i], &dw[..=i], &s[..=i], ws.inv[i]);
+                .grad_in_place(&mut w[..=i], &dw[..=i], &s[..=i], *stats);
         }
-        let ds = MatRef::row_major(&ws.weights, t, t);
         let q = MatRef::row_major(&q[head * per_k..][..per_k], t, d.dk);
         let k = MatRef::row_major(&k[head * per_k..][..per_k], t, d.dk);
         let dq = MatMut::row_major(&mut dq[h * per_k..][..per_k], t, d.dk);
-        gemm_scaled(dq, ds, k, fwd.scale, false);
+        triangular_product(dq, &ws.weights, k, false, fwd.scale);
         let dk = MatMut::row_major(&mut dk[h * per_k..][..per_k], t, d.dk);
-        gemm_scaled(dk, ds.t(), q, fwd.scale, false);
+        triangular_product(dk, &ws.weights, q, true, fwd.scale);
     }
 }
 
@@ -392,14 +488,35 @@ mod tests {
 
     #[test]
     fn the_fused_output_and_gradients_equal_the_explicit_paths() {
-        // Two replicas' batch of 2 each, 3 heads, 7 positions, q/k 4 wide, v 5 wide.
-        let (b, h, t, dk, dv) = (4, 3, 7, 4, 5);
-        let inputs = [
-            random(&[b, h, t, dk], 1, "q"),
-            random(&[b, h, t, dk], 2, "k"),
-            random(&[b, h, t, dv], 3, "v"),
-        ]
-        .map(|x| Var::from_tensor(&x).unwrap());
+        // Two replicas' batch of 2 each, 3 heads, 7 positions, q/k 4 wide, v 5 wide; and
+        // lengths and widths past the causal products' blocks and vectors.
+        for (b, h, t, dk, dv) in [(4, 3, 7, 4, 5), (2, 2, 37, 8, 24)] {
+            let inputs = [
+                random(&[b, h, t, dk], 1, "q"),
+                random(&[b, h, t, dk], 2, "k"),
+                random(&[b, h, t, dv], 3, "v"),
+            ];
+            let rows = [
+                RowFunction::Softmax,
+                RowFunction::Kernel(RowKernel::Identity),
+                RowFunction::Kernel(RowKernel::Taylor),
+                RowFunction::Kernel(RowKernel::Square),
+            ];
+            for row in rows {
+                // Linear attention's scores are φ(q)·φ(k) with positive features: with scores
+                // of both signs its normaliser can come near 0 and amplify any rounding.
+                let inputs = inputs.clone().map(|x| match row {
+                    RowFunction::Kernel(RowKernel::Identity) => x.abs().unwrap(),
+                    _ => x,
+                });
+                let inputs = inputs.map(|x| Var::from_tensor(&x).unwrap());
+                assert_fused_equals_explicit(row, &inputs);
+            }
+        }
+    }
+
+    /// [`cpu_attention`] against [`cpu_attention_composed`], with and without dropout.
+    fn assert_fused_equals_explicit(row: RowFunction, inputs: &[Var; 3]) {
         let seeds = [11, 12];
         let dropouts = [
             None,
@@ -408,37 +525,30 @@ mod tests {
                 seeds: &seeds,
             }),
         ];
-        let rows = [
-            RowFunction::Softmax,
-            RowFunction::Kernel(RowKernel::Identity),
-            RowFunction::Kernel(RowKernel::Taylor),
-            RowFunction::Kernel(RowKernel::Square),
-        ];
-        for row in rows {
-            for dropout in dropouts {
-                let run = |fused: bool| {
-                    value_and_grads(
-                        |q, k, v| match fused {
-                            true => cpu_attention(q, k, v, row, 0.5, dropout),
-                            false => cpu_attention_composed(q, k, v, row, 0.5, dropout),
-                        },
-                        &inputs,
-                    )
-                };
-                let (fused, explicit) = (run(true), run(false));
-                for (what, (a, b)) in ["output", "dq", "dk", "dv"]
-                    .iter()
-                    .zip(fused.iter().zip(&explicit))
-                {
-                    let scale = max_abs(b);
-                    assert!(scale > 0.0, "{row:?} {what}: zero tests nothing");
-                    let diff = max_diff(a, b);
-                    assert!(
-                        diff <= 1e-5 * scale.max(1.0),
-                        "{row:?}, dropout {}: {what} differs by {diff}",
-                        dropout.is_some()
-                    );
-                }
+        for dropout in dropouts {
+            let run = |fused: bool| {
+                value_and_grads(
+                    |q, k, v| match fused {
+                        true => cpu_attention(q, k, v, row, 0.5, dropout),
+                        false => cpu_attention_composed(q, k, v, row, 0.5, dropout),
+                    },
+                    inputs,
+                )
+            };
+            let (fused, explicit) = (run(true), run(false));
+            for (what, (a, b)) in ["output", "dq", "dk", "dv"]
+                .iter()
+                .zip(fused.iter().zip(&explicit))
+            {
+                let scale = max_abs(b);
+                assert!(scale > 0.0, "{row:?} {what}: zero tests nothing");
+                let diff = max_diff(a, b);
+                assert!(
+                    diff <= 1e-5 * scale.max(1.0),
+                    "{row:?}, dropout {}, dims {:?}: {what} differs by {diff}",
+                    dropout.is_some(),
+                    a.dims()
+                );
             }
         }
     }

@@ -94,22 +94,28 @@ impl Dropout {
         }
     }
 
-    /// `row[i] *= factor(start + i)` for a row that lies within one replica's block (a row of
-    /// attention weights: the blocks are whole rows).
-    pub(super) fn scale_row(&self, start: usize, row: &mut [f32]) {
+    /// `row[i] *= factor(start + i)` and `kept[i]` whether it is kept, for a row that lies
+    /// within one replica's block (a row of attention weights: the blocks are whole rows).
+    pub(super) fn scale_row(&self, start: usize, row: &mut [f32], kept: &mut [u8]) {
         let key = self.key_of(start / self.block);
         let offset = start % self.block;
         super::vectorised(
             #[inline(always)]
-            || self.scale_from(key, offset, row),
+            || {
+                for (i, (x, kept)) in row.iter_mut().zip(kept).enumerate() {
+                    let factor = self.factor_in(key, offset + i);
+                    *x *= factor;
+                    *kept = u8::from(factor != 0.0);
+                }
+            },
         );
     }
 
-    /// `row[i] *= factor_in(key, offset + i)`: [`Self::scale_row`]'s loop.
-    #[inline(always)]
-    fn scale_from(&self, key: u64, offset: usize, row: &mut [f32]) {
-        for (i, x) in row.iter_mut().enumerate() {
-            *x *= self.factor_in(key, offset + i);
+    /// `row[i] *= factor` of the mask [`Self::scale_row`] recorded in `kept`: the backward
+    /// pass reads a byte per element instead of hashing again.
+    pub(super) fn scale_kept(&self, row: &mut [f32], kept: &[u8]) {
+        for (x, k) in row.iter_mut().zip(kept) {
+            *x *= f32::from(*k) * self.scale;
         }
     }
 

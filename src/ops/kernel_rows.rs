@@ -66,6 +66,14 @@ impl RowKernel {
         inv
     }
 
+    /// `w = κ(s) · inv` from a row's scores and the 1/Z [`Self::normalise`] returned for them:
+    /// the same weights in one pass.
+    pub(super) fn weights_from(self, scores: &[f32], w: &mut [f32], inv: f32) {
+        for (w, s) in w.iter_mut().zip(scores) {
+            *w = self.value(*s) * inv;
+        }
+    }
+
     /// A row of weights w replaced by the scores' gradient κ'(s) ⊙ (dw − Σ dw·w) / Z, from
     /// the weights' gradient dw, the scores s and `inv` = 1/Z that [`Self::normalise`] returned.
     pub(super) fn grad_in_place(self, w: &mut [f32], dw: &[f32], scores: &[f32], inv: f32) {

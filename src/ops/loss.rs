@@ -8,7 +8,7 @@
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
-use super::fused::{indices, last_dim, slice, zeros};
+use super::fused::{exp_shifted_scaled, indices, last_dim, max_and_exp_sum, slice, zeros};
 use crate::Result;
 
 /// Mean over rows of −log softmax(logits)[target]: logits (rows, V) f32, targets (rows) u32.
@@ -31,12 +31,6 @@ fn targets_of<'a>(s: &'a CpuStorage, l: &Layout, classes: usize) -> candle_core:
     indices(s, l, classes, |bad| {
         format!("target {bad} is outside the {classes} classes of the logits")
     })
-}
-
-/// (max, Σ exp(x − max)) of a row: its log-sum-exp is max + ln(sum).
-fn max_and_sum(row: &[f32]) -> (f32, f32) {
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    (max, row.iter().map(|x| (x - max).exp()).sum())
 }
 
 /// (logits, targets) → the mean loss, a scalar.
@@ -68,7 +62,7 @@ impl CustomOp2 for CrossEntropy {
             .par_chunks(v)
             .zip(targets)
             .map(|(row, &t)| {
-                let (max, sum) = max_and_sum(row);
+                let (max, sum) = max_and_exp_sum(row);
                 max + sum.ln() - row[t as usize]
             })
             .collect();
@@ -125,11 +119,8 @@ impl CustomOp3 for CrossEntropyGrad {
         dx.par_chunks_mut(v)
             .zip(logits.par_chunks(v).zip(targets))
             .for_each(|(out, (row, &t))| {
-                let (max, sum) = max_and_sum(row);
-                let inv = 1.0 / sum;
-                for (o, x) in out.iter_mut().zip(row) {
-                    *o = (x - max).exp() * inv * scale;
-                }
+                let (max, sum) = max_and_exp_sum(row);
+                exp_shifted_scaled(row, out, max, scale / sum);
                 out[t as usize] -= scale;
             });
         Ok((CpuStorage::F32(dx), l1.shape().clone()))

@@ -9,6 +9,7 @@
 //! GPU, candle's cuBLAS products run them.
 
 mod adamw;
+mod causal_products;
 mod conv;
 mod cpu_attention;
 #[cfg(feature = "cuda")]

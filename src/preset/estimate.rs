@@ -303,6 +303,21 @@ fn activation_bytes(preset: &Preset) -> f64 {
         };
     let layers = m.n_layers as f64;
     F32 * 2.0 * (layers * per_layer + attention_layers(preset) * attention)
+        + attention_layers(preset) * saved_for_backward(preset)
+}
+
+/// What the fused attention of one layer keeps from its forward pass for its backward pass:
+/// two f32 per row of every head, and with attention dropout its mask, a byte per weight.
+fn saved_for_backward(preset: &Preset) -> f64 {
+    if !trains_without_weights(preset) {
+        return 0.0;
+    }
+    let (batch, len) = (preset.train.batch_size as f64, preset.task.seq_len() as f64);
+    let mask = match preset.model.attention_dropout() > 0.0 {
+        true => len,
+        false => 0.0,
+    };
+    batch * preset.model.n_heads as f64 * len * (2.0 * F32 + mask)
 }
 
 /// Whether a training step computes attention without its (B, H, T, T) scores and weights and
