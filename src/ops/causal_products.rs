@@ -1,9 +1,11 @@
 //! The matrix products of one head of causal attention on the CPU, written for its shapes:
 //! a T×T matrix that is zero on one side of its diagonal, times or from (T, k) matrices with k
-//! a head's width (8–64 in the sweeps). The `gemm` crate ran these 64×64×8 products at about a
-//! third of the machine's peak, much of it per-call overhead, over both halves of the square;
-//! these loops read only the causal half and keep their sums in vector registers (a block of
-//! rows × one vector of columns), in whichever vector instructions the CPU has (`pulp`).
+//! a head's width (8–64 in the sweeps). For these 64×64×8 products the `gemm` crate spends much
+//! of each call setting up and computes both halves of the square (a quarter of a softmax
+//! replica group's step); these loops read only the causal half and keep their sums in vector
+//! registers (a block of rows × one vector of columns), through `pulp`'s vector types for
+//! whichever instruction set the CPU has: written over plain arrays, the compiler kept them
+//! scalar and the step took twice as long.
 //!
 //! [`lower_product`] makes scores (q kᵀ) and the weights' gradient (dO vᵀ);
 //! [`triangular_product`] multiplies weights into values (W v, dS k) and, transposed, values
