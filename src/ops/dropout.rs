@@ -1,7 +1,8 @@
 //! Dropout whose mask is a function of (seed, element index): the same seed drops the same
-//! elements on the CPU and on a GPU, in any thread order, so a run stays reproducible and the
-//! backward pass rebuilds the mask instead of keeping it. candle's own dropout draws from an
-//! unseeded generator on the CPU.
+//! elements on the CPU and on a GPU, in any thread order, so a run stays reproducible. On the CPU
+//! the forward pass keeps the mask as a byte per element for the backward pass (hashing again
+//! cost more than reading it); on a GPU the backward pass hashes again. candle's own dropout
+//! draws from an unseeded generator on the CPU.
 //!
 //! Element i is kept when the top 32 bits of `mix(key ^ i)` are at least p·2³², key = mix(seed)
 //! (SplitMix64's finaliser); kept elements are scaled by 1/(1 − p), so the expectation is x.

@@ -313,7 +313,10 @@ fn saved_for_backward(preset: &Preset) -> f64 {
         return 0.0;
     }
     let (batch, len) = (preset.train.batch_size as f64, preset.task.seq_len() as f64);
-    let mask = match preset.model.attention_dropout() > 0.0 {
+    // Only softmax attention has dropout (as in zoology); the kernel mechanisms keep no mask.
+    let dropout = matches!(preset.attention, MechanismSpec::Softmax)
+        && preset.model.attention_dropout() > 0.0;
+    let mask = match dropout {
         true => len,
         false => 0.0,
     };
