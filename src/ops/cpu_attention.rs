@@ -5,7 +5,7 @@
 //! not the products, were most of a step. The backward pass recomputes the weights from q and k,
 //! in one pass per row from two numbers per row the forward pass keeps ([`RowStats`]), and
 //! reuses the forward pass's dropout mask (a byte per weight) instead of hashing it twice more:
-//! the row function and the mask's hash had been a third of a softmax step.
+//! the row function and the mask's hash had been over a quarter of a softmax step.
 //!
 //! It serves softmax, with the attention dropout of zoology's layout (the mask is a function of
 //! each weight's index, [`super::dropout`], so it drops the weights the explicit path drops),

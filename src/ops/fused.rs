@@ -219,7 +219,7 @@ pub(super) fn softmax_in_place(row: &mut [f32]) -> (f32, f32) {
 /// float sum is one dependency chain that would keep the loop scalar.
 #[inline(always)]
 fn softmax_loops(row: &mut [f32]) -> (f32, f32) {
-    let max = fold_lanes(row, f32::NEG_INFINITY, |m, x| if x > m { x } else { m });
+    let max = row_max(row);
     let inv = 1.0 / exp_and_sum_lanes(row, max);
     row.iter_mut().for_each(|x| *x *= inv);
     (max, inv)
@@ -247,6 +247,12 @@ fn exp_and_sum_lanes(row: &mut [f32], max: f32) -> f32 {
 /// them: the same weights, bit for bit, in one pass.
 pub(super) fn softmax_from_stats(scores: &[f32], w: &mut [f32], (max, inv): (f32, f32)) {
     exp_shifted_scaled(scores, w, max, inv);
+}
+
+/// The largest value of a row, in 16 lanes ([`fold_lanes`]); −∞ for an empty row.
+#[inline(always)]
+fn row_max(row: &[f32]) -> f32 {
+    fold_lanes(row, f32::NEG_INFINITY, |m, x| if x > m { x } else { m })
 }
 
 /// `row` folded with `f`, kept in 16 partial results (lanes) so that the loop vectorises, then
@@ -299,7 +305,7 @@ pub(super) fn max_and_exp_sum(row: &[f32]) -> (f32, f32) {
     super::vectorised(
         #[inline(always)]
         || {
-            let max = fold_lanes(row, f32::NEG_INFINITY, |m, x| if x > m { x } else { m });
+            let max = row_max(row);
             (max, sum_lanes(row, |x| exp(x - max)))
         },
     )
@@ -773,7 +779,7 @@ fn sum_lanes(row: &[f32], f: impl Fn(f32) -> f32) -> f32 {
 
 /// Σ aᵢ·bᵢ in 16 partial sums.
 #[inline(always)]
-pub(super) fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
+fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
     const LANES: usize = 16;
     let mut lanes = [0f32; LANES];
     let (a_chunks, b_chunks) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
