@@ -69,6 +69,27 @@ enum Loaded {
 }
 
 impl RunView {
+    /// A run with nothing known of it yet but its name, preset and state.
+    fn blank(id: u64, name: String, preset: Preset, status: RunState) -> Self {
+        Self {
+            id,
+            compare: false,
+            name,
+            preset,
+            dir: None,
+            status,
+            steps: Vec::new(),
+            evals: Vec::new(),
+            total_steps: 0,
+            error: None,
+            notice: None,
+            attention: None,
+            attention_version: 0,
+            handle: None,
+            loading: None,
+        }
+    }
+
     pub fn is_running(&self) -> bool {
         self.handle.is_some()
     }
@@ -163,23 +184,16 @@ impl RunStore {
         let tasks = self.tasks.clone();
         let repaint = move || tasks.wake();
         let handle = crate::train::spawn_with(preset.clone(), root, repaint, Priority::Background);
+        self.push_live(preset, handle)
+    }
+
+    /// Adds the run `handle` trains, selected, and returns its id.
+    fn push_live(&mut self, preset: Preset, handle: TrainHandle) -> u64 {
         let id = self.new_id();
+        let name = preset.name.clone();
         self.runs.push(RunView {
-            id,
-            compare: false,
-            name: preset.name.clone(),
-            total_steps: 0,
-            preset,
-            dir: None,
-            status: RunState::Starting,
-            steps: Vec::new(),
-            evals: Vec::new(),
-            error: None,
-            notice: None,
-            attention: None,
-            attention_version: 0,
             handle: Some(handle),
-            loading: None,
+            ..RunView::blank(id, name, preset, RunState::Starting)
         });
         self.selected = Some(self.runs.len() - 1);
         id
@@ -204,21 +218,9 @@ impl RunStore {
             .unwrap_or_default();
         let id = self.new_id();
         self.runs.push(RunView {
-            id,
-            compare: false,
-            name,
-            preset: Preset::default(),
             dir: Some(dir),
-            status: RunState::Loading,
-            steps: Vec::new(),
-            evals: Vec::new(),
-            total_steps: 0,
-            error: None,
-            notice: None,
-            attention: None,
-            attention_version: 0,
-            handle: None,
             loading: Some(loading),
+            ..RunView::blank(id, name, Preset::default(), RunState::Loading)
         });
         if self.selected.is_none() {
             self.selected = Some(self.runs.len() - 1);
@@ -310,6 +312,9 @@ fn drain_events(run: &mut RunView, tasks: &Tasks) {
             }
             Err(TryRecvError::Empty) => break,
             Err(TryRecvError::Disconnected) => {
+                if !ended {
+                    report_silent_end(run);
+                }
                 ended = true;
                 break;
             }
@@ -320,6 +325,24 @@ fn drain_events(run: &mut RunView, tasks: &Tasks) {
     }
     if ended {
         run.handle = None;
+    }
+}
+
+/// A worker that hung up without `Finished` or `Failed` never ran (its thread could not be
+/// started): its handle says why. Without this the run stayed "starting" with no message.
+fn report_silent_end(run: &mut RunView) {
+    let Some(handle) = run.handle.take() else {
+        return;
+    };
+    match handle.join() {
+        Ok(summary) => {
+            run.status = RunState::Trainer(summary.status);
+            run.error = summary.error;
+        }
+        Err(error) => {
+            run.status = RunState::Trainer(RunStatus::Failed);
+            run.error = Some(error.to_string());
+        }
     }
 }
 
@@ -368,5 +391,28 @@ fn apply_folder(run: &mut RunView, folder: crate::Result<Folder>, tasks: &Tasks)
             run.status = RunState::Unreadable;
             run.error = Some(e.to_string());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_whose_thread_never_started_fails_with_the_reason() {
+        let mut store = RunStore::new(Tasks::default());
+        let cause = std::io::Error::other("no more threads");
+        let handle = TrainHandle::unstarted(crate::Error::Thread {
+            name: "train mqar".into(),
+            cause,
+        });
+        store.push_live(Preset::default(), handle);
+        assert_eq!(store.runs[0].status_text(), "starting");
+        store.drain();
+        let run = &store.runs[0];
+        assert!(!run.is_running());
+        assert_eq!(run.status, RunState::Trainer(RunStatus::Failed));
+        let error = run.error.as_deref().unwrap_or_default();
+        assert!(error.contains("no more threads"), "{error}");
     }
 }

@@ -3,6 +3,8 @@
 //! The consumer (CLI progress bar, GUI) drains `events` without blocking; `waker` is called
 //! after each event so a GUI can repaint only when something happened.
 
+use std::any::Any;
+use std::panic::{self, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,6 +40,21 @@ impl TrainHandle {
             None => Err(Error::Internal(
                 "the training thread was joined twice".into(),
             )),
+        }
+    }
+}
+
+/// For the window's tests of a run that could not start.
+#[cfg(all(test, feature = "gui"))]
+impl TrainHandle {
+    /// A handle whose thread could not be started, as `spawn` returns it when the system
+    /// refuses a thread.
+    pub(crate) fn unstarted(error: Error) -> Self {
+        let (_, events) = mpsc::channel();
+        Self {
+            events,
+            stop: Arc::default(),
+            thread: Some(Err(error)),
         }
     }
 }
@@ -103,11 +120,24 @@ fn spawn_job(
             if priority == Priority::Background {
                 lower_thread_priority();
             }
-            job(&stop_flag, &mut |event| {
+            let mut emit = |event| {
                 // A dropped receiver only means nobody listens any more; the run still saves.
                 let _ = sender.send(event);
                 waker();
-            })
+            };
+            // A panic is a bug, but whoever follows the run must still hear that it ended
+            // and why: without `Failed` the window showed it "running" for ever.
+            panic::catch_unwind(AssertUnwindSafe(|| job(&stop_flag, &mut emit))).unwrap_or_else(
+                |payload| {
+                    let message =
+                        format!("the training thread panicked: {}", panic_text(&*payload));
+                    emit(TrainEvent::Failed {
+                        message: message.clone(),
+                        run_dir: None,
+                    });
+                    Err(Error::Internal(message))
+                },
+            )
         })
         .map_err(|cause| Error::Thread { name, cause });
     TrainHandle {
@@ -115,6 +145,15 @@ fn spawn_job(
         stop,
         thread: Some(thread),
     }
+}
+
+/// What a panic said, when it said it in words (`panic!` with a message does).
+fn panic_text(payload: &(dyn Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("no message")
 }
 
 /// Lowers the calling thread's scheduling priority to the lowest (nice 19). Linux keeps the nice value per
@@ -152,6 +191,23 @@ mod tests {
             .collect();
         assert_eq!(messages.len(), 1, "{messages:?}");
         assert!(messages[0].contains("control characters"), "{messages:?}");
+        assert!(handle.join().is_err());
+    }
+
+    #[test]
+    fn a_panicking_run_reports_failed_with_the_panic_message() {
+        let handle = spawn_job(
+            "panics".into(),
+            || {},
+            Priority::Normal,
+            |_, _| panic!("index 9 out of range"),
+        );
+        let events: Vec<TrainEvent> = handle.events.iter().collect();
+        assert!(
+            matches!(&events[..], [TrainEvent::Failed { message, run_dir: None }]
+                if message == "the training thread panicked: index 9 out of range"),
+            "{events:?}"
+        );
         assert!(handle.join().is_err());
     }
 
