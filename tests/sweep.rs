@@ -279,7 +279,8 @@ fn planned_groups_train_their_cells() {
     assert_eq!(String::from_utf8(o.stdout).unwrap().lines().count(), 1);
     let o = attnlab(&["sweep", file.to_str().unwrap(), "--group", "3"]);
     assert!(
-        stderr(&o).contains("has groups 1 to 2, not 3"),
+        stderr(&o).contains("group (--group) 3 does not exist: sweep")
+            && stderr(&o).contains("has groups 1 to 2\n"),
         "{}",
         stderr(&o)
     );

@@ -243,7 +243,6 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
         );
     }
     if let Some(n) = args.replicas {
-        anyhow::ensure!(n >= 1, "--replicas must be at least 1");
         let group = group_step_time(&replica_presets(&preset, n), args.steps)?;
         let speedup = n as f64 * ms / group.ms;
         result["replicas"] = json!({

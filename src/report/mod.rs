@@ -73,6 +73,15 @@ pub fn save_figures(report: &impl Report, path: &Path) -> Result<Vec<PathBuf>> {
     Ok(written)
 }
 
+/// Adds `new` to `entries`, each replacing an older entry of the same run folder (`run` says
+/// which): a run analysed again in the window replaces its old result instead of doubling it.
+pub fn replace_runs<T>(entries: &mut Vec<T>, new: Vec<T>, run: impl Fn(&T) -> &Path) {
+    for entry in new {
+        entries.retain(|e| run(e) != run(&entry));
+        entries.push(entry);
+    }
+}
+
 /// `out.png` → `out-<label>.png`, with the label made file-name safe.
 pub fn with_suffix(path: &Path, label: &str) -> PathBuf {
     let safe: String = label

@@ -113,13 +113,27 @@ impl Report for IouReport {
 #[derive(Clone, Debug, Serialize)]
 pub struct SpectrumEntry {
     pub run: PathBuf,
-    /// Its name in figures and tables: the mechanism, with k for Linformer (the window names
-    /// it by the run instead).
+    /// Its name in figures and tables: the mechanism (`attnlab spectrum`) or the run (the
+    /// window), with k for Linformer.
     pub label: String,
     pub spectrum: RunSpectrum,
 }
 
 impl SpectrumEntry {
+    /// The entry of `run`, labelled `name` and, for Linformer, the rank bound k of its
+    /// matrices ("linformer k=8").
+    pub fn new(run: PathBuf, name: String, spectrum: RunSpectrum) -> Self {
+        let label = match spectrum.proj_dim {
+            Some(k) => format!("{name} k={k}"),
+            None => name,
+        };
+        Self {
+            run,
+            label,
+            spectrum,
+        }
+    }
+
     /// The layers × heads heatmap of the cumulative value at the protocol's index.
     pub fn heatmap(&self) -> Figure {
         recall::spectrum_heatmap(&self.label, &self.spectrum)
@@ -137,13 +151,9 @@ impl SpectrumReport {
     pub fn new(spectra: Vec<(PathBuf, RunSpectrum)>) -> Self {
         let runs = spectra
             .into_iter()
-            .map(|(run, spectrum)| SpectrumEntry {
-                run,
-                label: match spectrum.proj_dim {
-                    Some(k) => format!("{} k={k}", spectrum.mechanism),
-                    None => spectrum.mechanism.clone(),
-                },
-                spectrum,
+            .map(|(run, spectrum)| {
+                let name = spectrum.mechanism.clone();
+                SpectrumEntry::new(run, name, spectrum)
             })
             .collect();
         Self { runs }
@@ -152,10 +162,7 @@ impl SpectrumReport {
     /// Adds `entries`, each replacing an older entry of the same run folder (the window
     /// recomputing a run).
     pub fn merge(&mut self, entries: Vec<SpectrumEntry>) {
-        for entry in entries {
-            self.runs.retain(|e| e.run != entry.run);
-            self.runs.push(entry);
-        }
+        super::replace_runs(&mut self.runs, entries, |e| &e.run);
     }
 
     /// The normalised cumulative curves of every run and layer, overlaid.

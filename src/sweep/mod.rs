@@ -201,7 +201,7 @@ impl Sweep {
                 "group (--group)",
                 n,
                 format!(
-                    "does not exist: sweep {} has groups 1 to {}, not {n}",
+                    "does not exist: sweep {} has groups 1 to {}",
                     self.name,
                     groups.len()
                 ),

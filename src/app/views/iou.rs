@@ -9,14 +9,15 @@ use super::super::export::Exporter;
 use super::super::runs::RunStore;
 use super::super::tasks::{Task, Tasks, take_finished};
 use super::colour::ColourScale;
-use super::{PerRun, View, ViewContext, analyse_runs, merge, run_buttons, titled_plot};
+use super::{PerRun, View, ViewContext, analyse_runs, run_buttons, titled_plot};
 use crate::analysis::TrainedRun;
 use crate::analysis::figures::recall;
 use crate::analysis::iou::{
     Binarise, ExampleIou, IouProtocol, IouTable, Target, example_iou, run_iou,
 };
-use crate::report::Report;
+use crate::figures::{BarPlot, Plot};
 use crate::report::recall::IouReport;
+use crate::report::{Report, replace_runs};
 
 /// One example's crops as textures, with the numbers behind them.
 struct ShownExample {
@@ -107,7 +108,7 @@ impl IouView {
     fn collect(&mut self, ctx: &egui::Context) {
         match take_finished(&mut self.job) {
             Some(Ok(Some(reports))) => {
-                merge(&mut self.reports, reports);
+                replace_runs(&mut self.reports, reports, |r| &r.dir);
                 self.error = None;
             }
             Some(Ok(None)) => self.error = Some("IoU cancelled".into()),
@@ -319,39 +320,24 @@ fn table_ui(ui: &mut egui::Ui, run: &PerRun<IouReport>, exporter: &Exporter) {
     });
 }
 
-/// Hard and soft IoU of every computed run, layer and head, side by side.
+/// Hard and soft IoU of every computed run, layer and head, side by side: the figure
+/// `attnlab iou` saves, drawn as it is (its groups are labelled there, once).
 fn bars_ui(ui: &mut egui::Ui, reports: &[PerRun<IouReport>], exporter: &Exporter) {
     let tables: Vec<(String, &IouTable)> = reports
         .iter()
         .map(|r| (r.name.clone(), &r.value.table))
         .collect();
+    let figure = recall::iou_bars(&tables);
     ui.horizontal(|ui| {
         ui.strong("Across runs (mean over examples; the export draws ± std whiskers)");
-        exporter.buttons(ui, "iou-runs", || recall::iou_bars(&tables));
+        exporter.buttons(ui, "iou-runs", || figure.clone());
     });
-    let mut groups = Vec::new();
-    for (name, table) in &tables {
-        for cell in table.cells() {
-            let single = table.layers.len() == 1 && table.hard[0].len() == 1;
-            let name = if single {
-                name.clone()
-            } else {
-                format!("{name} L{} H{}", cell.layer, cell.head)
-            };
-            groups.push((name, cell.hard, cell.soft));
-        }
-    }
-    let bars = |offset: f64, pick: fn(&(String, f64, f64)) -> f64| -> Vec<Bar> {
-        groups
-            .iter()
-            .enumerate()
-            .map(|(i, g)| Bar::new(i as f64 + offset, pick(g)).width(0.35).name(&g.0))
-            .collect()
+    let Plot::Bars(bars) = &figure.plot else {
+        return;
     };
-    let hard = BarChart::new("hard IoU", bars(-0.2, |g| g.1));
-    let soft = BarChart::new("soft IoU", bars(0.2, |g| g.2));
-    let names: Vec<String> = groups.iter().map(|g| g.0.clone()).collect();
-    titled_plot("iou-bars", recall::IOU_BAR_AXES)
+    let charts = bar_charts(bars);
+    let names = bars.groups.clone();
+    titled_plot("iou-bars", [bars.x_label.as_str(), bars.y_label.as_str()])
         .height(220.0)
         .legend(Legend::default())
         .include_y(0.0)
@@ -365,7 +351,30 @@ fn bars_ui(ui: &mut egui::Ui, reports: &[PerRun<IouReport>], exporter: &Exporter
             }
         })
         .show(ui, |plot| {
-            plot.bar_chart(hard);
-            plot.bar_chart(soft);
+            for chart in charts {
+                plot.bar_chart(chart);
+            }
         });
+}
+
+/// One chart per series of `bars`, its bars side by side within each group around the
+/// group's whole-number position; missing (non-finite) values get no bar.
+fn bar_charts(bars: &BarPlot) -> Vec<BarChart> {
+    let n = bars.series.len() as f64;
+    let width = 0.7 / n;
+    bars.series
+        .iter()
+        .enumerate()
+        .map(|(s, series)| {
+            let offset = (s as f64 - (n - 1.0) / 2.0) * width;
+            let drawn = series.values.iter().zip(&bars.groups).enumerate();
+            let bars = drawn
+                .filter(|(_, (value, _))| value.is_finite())
+                .map(|(i, (&value, group))| {
+                    Bar::new(i as f64 + offset, value).width(width).name(group)
+                })
+                .collect();
+            BarChart::new(series.name.as_str(), bars)
+        })
+        .collect()
 }

@@ -173,14 +173,6 @@ pub fn analyse_runs<T>(
     Ok(Some(done))
 }
 
-/// Adds `new` results to `results`, replacing older ones of the same run folder.
-pub fn merge<T>(results: &mut Vec<PerRun<T>>, new: Vec<PerRun<T>>) {
-    for result in new {
-        results.retain(|r| r.dir != result.dir);
-        results.push(result);
-    }
-}
-
 /// "Compute" buttons for the selected run, for it and the runs ticked to compare (when there
 /// are any), and for every run of the list; returns the runs (name, folder) of the one
 /// clicked. Runs still training or without a folder are left out.

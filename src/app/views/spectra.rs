@@ -8,9 +8,9 @@ use egui_plot::{Legend, Line, PlotPoints};
 
 use super::super::export::Exporter;
 use super::super::tasks::{Task, Tasks, take_finished};
-use super::{PerRun, View, ViewContext, analyse_runs, run_buttons, titled_plot};
+use super::{View, ViewContext, analyse_runs, run_buttons, titled_plot};
 use crate::analysis::figures::recall;
-use crate::analysis::spectrum::{RunSpectrum, SpectrumProtocol, run_spectrum};
+use crate::analysis::spectrum::{SpectrumProtocol, run_spectrum};
 use crate::figures::Plot;
 use crate::report::recall::{SpectrumEntry, SpectrumReport};
 
@@ -82,7 +82,12 @@ impl SpectraView {
             let spectra = analyse_runs(&runs, progress, cancel, |run, progress, cancel| {
                 run_spectrum(run, &protocol, progress, cancel)
             })?;
-            Ok(spectra.map(|spectra| spectra.into_iter().map(entry).collect()))
+            Ok(spectra.map(|spectra| {
+                spectra
+                    .into_iter()
+                    .map(|r| SpectrumEntry::new(r.dir, r.name, r.value))
+                    .collect()
+            }))
         }));
     }
 
@@ -136,20 +141,6 @@ impl SpectraView {
                     plot.line(Line::new(series.name.as_str(), points));
                 }
             });
-    }
-}
-
-/// A computed run as the report holds it, named by its run (with Linformer's k, the rank bound
-/// of its matrices, when it has one).
-fn entry(run: PerRun<RunSpectrum>) -> SpectrumEntry {
-    let label = match run.value.proj_dim {
-        Some(k) => format!("{} (k={k})", run.name),
-        None => run.name,
-    };
-    SpectrumEntry {
-        run: run.dir,
-        label,
-        spectrum: run.value,
     }
 }
 
