@@ -406,3 +406,67 @@ fn resume_refuses_an_ended_run_and_finishes_a_stopped_one() {
     assert!(stdout.contains("completed after 6 steps"), "{stdout}");
     assert_eq!(only_subfolder(out.path()), run);
 }
+
+#[test]
+fn curves_compares_run_folders_as_lines_points_and_figures() {
+    use attnlab::attention::MechanismSpec;
+    use attnlab::encodings::EncodingSpec;
+    let root = tempfile::tempdir().unwrap();
+    let preset = common::tiny(
+        MechanismSpec::Softmax,
+        EncodingSpec::Rope(Default::default()),
+    );
+    let runs = [
+        common::trained_run(&preset, root.path()),
+        common::trained_run(&preset, root.path()),
+    ];
+    let names = runs
+        .clone()
+        .map(|r| r.file_name().unwrap().to_str().unwrap().to_owned());
+    assert_ne!(names[0], names[1], "two runs of one preset are told apart");
+    let dirs: Vec<&str> = runs.iter().map(|r| r.to_str().unwrap()).collect();
+
+    let o = attnlab(&[&["curves"], &dirs[..]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8(o.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    for (line, name) in lines.iter().zip(&names) {
+        assert!(
+            line.starts_with(&format!("{name}: softmax / rope, 4 steps, last loss ")),
+            "{line}"
+        );
+        assert!(line.contains("best test accuracy 0."), "{line}");
+    }
+
+    let figure = root.path().join("curves.csv");
+    let mut args = vec![
+        "curves",
+        "--format",
+        "csv",
+        "--figure",
+        figure.to_str().unwrap(),
+    ];
+    args.extend(&dirs);
+    let o = attnlab(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let csv = String::from_utf8(o.stdout).unwrap();
+    assert!(csv.starts_with("run,curve,step,value\n"), "{csv}");
+    for name in &names {
+        // Four losses and four learning rates per run, and its evaluations' accuracies.
+        assert_eq!(csv.matches(&format!("{name},loss,")).count(), 4, "{csv}");
+        assert_eq!(csv.matches(&format!("{name},lr,")).count(), 4, "{csv}");
+        assert!(csv.contains(&format!("{name},accuracy,4,")), "{csv}");
+    }
+    for file in ["curves.csv", "curves-accuracy.csv", "curves-lr.csv"] {
+        assert!(root.path().join(file).is_file(), "{file}");
+    }
+
+    let o = attnlab(&["curves", dirs[0], root.path().to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("not a run folder (no preset.toml)"),
+        "{}",
+        stderr(&o)
+    );
+}

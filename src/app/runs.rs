@@ -9,7 +9,7 @@ use super::tasks::{Task, Tasks, take_finished};
 
 use crate::Preset;
 use crate::attention::AttentionWeights;
-use crate::train::run_dir::AttentionIndex;
+use crate::train::run_dir::{AttentionIndex, folder_name};
 use crate::train::{
     EvalRecord, MetricRecord, Priority, RunDir, RunStatus, StepRecord, Summary, TrainEvent,
     TrainHandle,
@@ -212,10 +212,7 @@ impl RunStore {
         let loading = self.tasks.run(format!("read {}", dir.display()), move || {
             Loaded::Folder(Box::new(read_folder(&folder)))
         });
-        let name = dir
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let name = folder_name(&dir);
         let id = self.new_id();
         self.runs.push(RunView {
             dir: Some(dir),
@@ -378,12 +375,7 @@ fn apply_folder(run: &mut RunView, folder: crate::Result<Folder>, tasks: &Tasks)
                 run.notice = summary.device_notice;
                 run.error = summary.error;
             }
-            for record in metrics {
-                match record {
-                    MetricRecord::Step(s) => run.steps.push(s),
-                    MetricRecord::Eval(e) => run.evals.push(e),
-                }
-            }
+            (run.steps, run.evals) = MetricRecord::split(metrics);
             run.total_steps = run.steps.last().map_or(0, |s| s.step);
             run.load_attention(tasks);
         }

@@ -20,6 +20,7 @@ macro_rules! out {
 mod analyse;
 mod bench;
 mod catalogue;
+mod curves;
 mod data;
 mod eval;
 mod extrapolate;
@@ -99,6 +100,9 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = crate::report::Format::Text)]
         format: crate::report::Format,
     },
+    /// Loss, test accuracy and learning rate against the step of one or more run folders
+    /// (the Training view's curves): a line per run, the points, or figures.
+    Curves(curves::CurvesArgs),
     /// Bias and exp(bias) by distance, the exp(bias) heatmap, and whether Σ exp(bias) converges.
     Bias(analyse::BiasArgs),
     /// Theoretical receptive field (the paper's draw()), n_the(ε) and convergence verdicts.
@@ -243,6 +247,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Devices) => devices(),
         Some(Command::Encodings { format }) => catalogue::encodings(format),
         Some(Command::Mechanisms { format }) => catalogue::mechanisms(format),
+        Some(Command::Curves(args)) => curves::curves(&args),
         Some(Command::Bias(args)) => analyse::bias(&args),
         Some(Command::Trf(args)) => analyse::trf(&args),
         Some(Command::Erf(args)) => analyse::erf(&args),

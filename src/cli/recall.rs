@@ -13,6 +13,7 @@ use crate::analysis::spectrum::{SpectrumProtocol, run_spectrum};
 use crate::figures;
 use crate::report::recall::{IouReport, SpectrumReport};
 use crate::report::{Format, render, save_figures, with_suffix};
+use crate::train::run_dir::folder_name;
 
 /// The most test rows an analysis scores (`--examples`).
 const MAX_EXAMPLES: u64 = crate::analysis::trained::MAX_TEST_ROWS as u64;
@@ -45,14 +46,6 @@ pub(super) fn with_progress<T>(
     )?;
     bar.finish_and_clear();
     result.ok_or_else(|| anyhow::anyhow!("{what} was cancelled"))
-}
-
-/// A run's name for legends: its folder's name.
-fn run_label(dir: &std::path::Path) -> String {
-    dir.file_name().map_or_else(
-        || dir.display().to_string(),
-        |n| n.to_string_lossy().into_owned(),
-    )
 }
 
 /// `attnlab iou` options.
@@ -108,13 +101,13 @@ pub fn iou(args: &IouArgs) -> anyhow::Result<()> {
         run_iou(&run, &protocol, progress, cancel)
     })?;
     if let Some(path) = &args.bars {
-        let mut runs = vec![(run_label(&args.run), table.clone())];
+        let mut runs = vec![(folder_name(&args.run), table.clone())];
         for other in &args.others {
             let run = TrainedRun::open(other)?;
             let table = with_progress("IoU", |progress, cancel| {
                 run_iou(&run, &protocol, progress, cancel)
             })?;
-            runs.push((run_label(other), table));
+            runs.push((folder_name(other), table));
         }
         let runs: Vec<(String, &IouTable)> = runs.iter().map(|(n, t)| (n.clone(), t)).collect();
         figures::save(&recall::iou_bars(&runs), path)?;

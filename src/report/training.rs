@@ -2,11 +2,56 @@
 //! series per run, read from the runs' records without copying them (the window builds it
 //! every frame while a run trains).
 
+use std::path::Path;
+
 use serde::Serialize;
 
 use super::Report;
 use crate::figures::Figure;
 use crate::train::figures::{Curve, RunCurves};
+use crate::train::run_dir::{RunDir, folder_name};
+use crate::train::{EvalRecord, MetricRecord, StepRecord};
+use crate::{Preset, Result};
+
+/// Mechanism and encoding of `preset` as a run's caption names them: `softmax / rope`.
+pub fn setup(preset: &Preset) -> String {
+    format!("{} / {}", preset.attention.name(), preset.encoding.name())
+}
+
+/// A run folder's records, read for a [`TrainingReport`] (`attnlab curves`).
+pub struct RecordedRun {
+    /// The folder's name, which tells two runs of one preset apart.
+    pub name: String,
+    pub setup: String,
+    pub steps: Vec<StepRecord>,
+    pub evals: Vec<EvalRecord>,
+}
+
+impl RecordedRun {
+    /// The records of run folder `dir`: its preset and `metrics.jsonl`.
+    pub fn read(dir: &Path) -> Result<Self> {
+        let run = RunDir::open(dir)?;
+        let (steps, evals) = MetricRecord::split(run.read_metrics()?);
+        Ok(Self {
+            name: folder_name(dir),
+            setup: setup(&run.read_preset()?),
+            steps,
+            evals,
+        })
+    }
+
+    /// The run as a report's series.
+    pub fn as_run(&self) -> TrainingRun<'_> {
+        TrainingRun {
+            curves: RunCurves {
+                name: &self.name,
+                steps: &self.steps,
+                evals: &self.evals,
+            },
+            setup: self.setup.clone(),
+        }
+    }
+}
 
 /// One run's records with what its caption says of it.
 #[derive(Clone, Debug, Serialize)]
@@ -31,7 +76,8 @@ impl TrainingRun<'_> {
     }
 }
 
-/// The Training view's curves: the selected run and those ticked to compare.
+/// Training curves of several runs: the Training view's (the selected run and those ticked to
+/// compare) and `attnlab curves`'s.
 #[derive(Clone, Debug, Serialize)]
 pub struct TrainingReport<'a> {
     pub runs: Vec<TrainingRun<'a>>,

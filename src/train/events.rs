@@ -99,6 +99,18 @@ pub enum MetricRecord {
 }
 
 impl MetricRecord {
+    /// `records` as the training steps and the evaluations among them, each in their order.
+    pub fn split(records: Vec<Self>) -> (Vec<StepRecord>, Vec<EvalRecord>) {
+        let (mut steps, mut evals) = (Vec::new(), Vec::new());
+        for record in records {
+            match record {
+                Self::Step(step) => steps.push(step),
+                Self::Eval(eval) => evals.push(eval),
+            }
+        }
+        (steps, evals)
+    }
+
     /// The step the record was logged at.
     pub fn step(&self) -> usize {
         match self {

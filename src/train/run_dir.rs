@@ -52,6 +52,15 @@ pub struct AttentionExample {
     pub queries: Vec<QueryTruth>,
 }
 
+/// The name of run folder `path` (`<time>-<name>`), which names a run in legends and tables:
+/// unlike the preset's name it tells two runs of one preset apart.
+pub fn folder_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |name| name.to_string_lossy().into_owned(),
+    )
+}
+
 /// A run folder on disk.
 #[derive(Clone, Debug)]
 pub struct RunDir {

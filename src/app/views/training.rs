@@ -8,7 +8,7 @@ use egui_plot::{Legend, Line, PlotPoints};
 use super::super::runs::RunView;
 use super::{View, ViewContext, empty_plot, titled_plot};
 use crate::figures::Plot;
-use crate::report::training::{TrainingReport, TrainingRun};
+use crate::report::training::{TrainingReport, TrainingRun, setup};
 use crate::train::figures::{Curve, RunCurves};
 
 /// The report of `runs`, each under its legend name: what the plots draw and export.
@@ -22,11 +22,7 @@ fn report<'a>(runs: &[&'a RunView], names: &'a [String]) -> TrainingReport<'a> {
                 steps: &run.steps,
                 evals: &run.evals,
             },
-            setup: format!(
-                "{} / {}",
-                run.preset.attention.name(),
-                run.preset.encoding.name()
-            ),
+            setup: setup(&run.preset),
         })
         .collect();
     TrainingReport { runs }
