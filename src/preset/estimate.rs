@@ -37,7 +37,8 @@ pub struct MemoryEstimate {
     pub weights: f64,
     /// Gradients and AdamW's two moments.
     pub optimiser: f64,
-    /// What a training step keeps alive in its layers: activations and attention matrices.
+    /// What a training step keeps alive in its layers (activations and attention matrices),
+    /// with [`ALLOCATOR_SLACK`] on top.
     pub activations: f64,
     /// A training step's logits, their softmax and gradient (batch × length × vocabulary).
     pub logits: f64,

@@ -21,10 +21,10 @@ pub fn setup(preset: &Preset) -> String {
 /// A run folder's records, read for a [`TrainingReport`] (`attnlab curves`).
 pub struct RecordedRun {
     /// The folder's name, which tells two runs of one preset apart.
-    pub name: String,
-    pub setup: String,
-    pub steps: Vec<StepRecord>,
-    pub evals: Vec<EvalRecord>,
+    name: String,
+    setup: String,
+    steps: Vec<StepRecord>,
+    evals: Vec<EvalRecord>,
 }
 
 impl RecordedRun {

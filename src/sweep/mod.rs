@@ -41,6 +41,7 @@ use serde::{Deserialize, Serialize};
 pub use summary::{CellResult, SummaryPoint, SweepSummary, collect, mechanism_label, summarise};
 
 use crate::preset::Preset;
+use crate::train::worker::panic_text;
 use crate::train::{RunDir, RunStatus, TrainEvent};
 use crate::{Error, Result};
 
@@ -615,8 +616,9 @@ pub fn run_sweep(
         workers
             .into_iter()
             .flat_map(|w| {
-                w.join()
-                    .unwrap_or_else(|_| vec!["a worker panicked".into()])
+                w.join().unwrap_or_else(|payload| {
+                    vec![format!("a worker panicked: {}", panic_text(&*payload))]
+                })
             })
             .collect::<Vec<_>>()
     });

@@ -52,8 +52,9 @@ pub struct AttentionExample {
     pub queries: Vec<QueryTruth>,
 }
 
-/// The name of run folder `path` (`<time>-<name>`), which names a run in legends and tables:
-/// unlike the preset's name it tells two runs of one preset apart.
+/// The name of run folder `path` (`<time>-<name>`): the CLI names runs by it in legends and
+/// tables, since unlike the preset's name it tells two runs of one preset apart (the window's
+/// run list shows it while the folder is read).
 pub fn folder_name(path: &Path) -> String {
     path.file_name().map_or_else(
         || path.display().to_string(),

@@ -148,7 +148,7 @@ fn spawn_job(
 }
 
 /// What a panic said, when it said it in words (`panic!` with a message does).
-fn panic_text(payload: &(dyn Any + Send)) -> &str {
+pub(crate) fn panic_text(payload: &(dyn Any + Send)) -> &str {
     payload
         .downcast_ref::<&str>()
         .copied()

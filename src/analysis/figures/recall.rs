@@ -6,7 +6,7 @@ use crate::analysis::spectrum::RunSpectrum;
 use crate::figures::{BarPlot, BarSeries, Figure, HeatmapPlot, LinePlot, Plot, Series};
 
 /// Axis titles (x, y) of the figures drawn on screen too.
-pub const IOU_BAR_AXES: [&str; 2] = ["run, attention layer and head", "IoU with the ground truth"];
+const IOU_BAR_AXES: [&str; 2] = ["run, attention layer and head", "IoU with the ground truth"];
 pub const SPECTRUM_AXES: [&str; 2] = [
     "singular value index",
     "normalised cumulative singular value",

@@ -337,7 +337,7 @@ fn bars_ui(ui: &mut egui::Ui, reports: &[PerRun<IouReport>], exporter: &Exporter
     };
     let charts = bar_charts(bars);
     let names = bars.groups.clone();
-    titled_plot("iou-bars", [bars.x_label.as_str(), bars.y_label.as_str()])
+    titled_plot("iou-bars", figure.axes())
         .height(220.0)
         .legend(Legend::default())
         .include_y(0.0)
