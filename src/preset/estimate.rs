@@ -23,7 +23,7 @@ const BASELINE_BYTES: f64 = 64.0 * 1024.0 * 1024.0;
 /// one thread frees goes back to the thread that allocated it, so when a busy machine moves
 /// work between threads a step can't reuse all of it. Measured (`attnlab train`, ReBased,
 /// batch 256, 3 steps, 2 threads): peaks of 240 MB alone, 240–280 MB beside two busy
-/// processes, whose 40 MB are a quarter of its 160 MB of activations.
+/// processes: 40 MB, a quarter of the 160 MB its activations are estimated at.
 const ALLOCATOR_SLACK: f64 = 0.25;
 /// Bytes of an f32.
 const F32: f64 = 4.0;
