@@ -8,7 +8,9 @@
 #
 # Output in dist/, everything a GPU machine without Rust needs:
 #   attnlab-cuda (launcher) and attnlab-cuda.bin (stripped binary);
-#   gpu-tests (launcher) and gpu-tests.bin (tests/gpu.rs, CPU vs GPU) unless GPU_TESTS=0;
+#   gpu-tests (launcher) and gpu-tests.bin (tests/gpu.rs, CPU vs GPU) and training-tests(.bin)
+#   (tests/training.rs, run with ATTNLAB_TEST_DEVICE=cuda:0 for resuming on the GPU) unless
+#   GPU_TESTS=0;
 #   stub/libcuda.so.1 (used only where no driver is installed, see the launcher);
 #   ref_mqar_torch_cuda.py, ref_mqar_torch.py and ref_mqar_torch_fast.py (the PyTorch references,
 #   for `attnlab bench --torch / --torch-fast`); gpu-check.sh (every GPU measurement in one go);
@@ -89,10 +91,14 @@ nvcc --version | tail -1
 cd "$ROOT"
 nice -n 15 cargo build --release --features cuda --bin attnlab -j "$JOBS"
 
+test_binary() { # the path of the release test binary of tests/$1.rs, built with CUDA
+  nice -n 15 cargo test --release --features cuda --test "$1" --no-run -j "$JOBS" \
+    --message-format=json | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1
+}
 if [ "${GPU_TESTS:-1}" = 1 ]; then
-  step "cargo test --release --features cuda --test gpu --no-run"
-  GPU_TEST_BIN="$(nice -n 15 cargo test --release --features cuda --test gpu --no-run -j "$JOBS" \
-    --message-format=json | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)"
+  step "cargo test --release --features cuda --test gpu --test training --no-run"
+  GPU_TEST_BIN="$(test_binary gpu)"
+  TRAINING_TEST_BIN="$(test_binary training)"
 fi
 
 step "dist/"
@@ -107,6 +113,7 @@ install_bin() { # $1 built binary, $2 name in dist/
 }
 install_bin "$TARGET/release/attnlab" attnlab-cuda
 [ -n "${GPU_TEST_BIN:-}" ] && install_bin "$GPU_TEST_BIN" gpu-tests
+[ -n "${TRAINING_TEST_BIN:-}" ] && install_bin "$TRAINING_TEST_BIN" training-tests
 cp "$TK/lib/stubs/libcuda.so" "$ROOT/dist/stub/libcuda.so.1"
 cp "$ROOT/scripts/ref_mqar_torch_cuda.py" "$ROOT/scripts/gpu-check.sh" "$ROOT/dist/"
 for ref in ref_mqar_torch.py ref_mqar_torch_fast.py; do

@@ -1,89 +1,181 @@
 #!/usr/bin/env bash
-# What issue 14 needs measured on an NVIDIA GPU, in one go, from the unpacked
-# attnlab-cuda-dist.tar.gz (scripts/build-cuda.sh puts this script in dist/):
+# Every measurement the CUDA engine needs on an NVIDIA GPU, in one go, from the unpacked
+# attnlab-cuda-dist.tar.gz (scripts/build-cuda.sh puts this script in dist/), run from the
+# repository root (the presets and sweeps are read from there):
 #
 #   tar xzf attnlab-cuda-dist.tar.gz && dist/gpu-check.sh [STEP...]
 #
-# Steps (default: all, in this order; each a few minutes at most on an H100):
-#   devices  the GPU opens (driver, libraries, PTX)
-#   tests    ATTNLAB_REQUIRE_GPU=1 dist/gpu-tests: every fused kernel, flash attention, the
-#            reduced precisions and every mechanism x encoding against the CPU
-#   bench    ms/step of the reference and the large configuration in f32, tf32 and bf16, with
-#            the fused kernels off (ATTNLAB_CUDA_KERNELS=0) for comparison, and the PyTorch
-#            references (plain eager; SDPA + TF32; SDPA + bf16) side by side
-#   to99     time to 99% on the reference configuration, attnlab (f32, tf32) and PyTorch eager
-#   kernels  kernels per training step (ncu, 3 steps of the reference configuration)
-# Results go to $OUT (default gpu-results/): one log per step, JSON lines from the benches.
+# Steps (default: all, in this order). Each runs under its own time limit in seconds (the
+# number after it; GPU_CHECK_LIMIT=<factor> scales them all), so one step that hangs cannot eat
+# a short GPU lease; a step that hits it says so in its log and the next one starts.
+#   devices   20  the GPU opens (driver, libraries, PTX)
+#   tests    240  ATTNLAB_REQUIRE_GPU=1 dist/gpu-tests: every fused kernel, flash attention, the
+#                 reduced precisions, replicas and every mechanism x encoding against the CPU
+#   resume   120  tests/training.rs's resume tests with ATTNLAB_TEST_DEVICE=cuda:0
+#   bench    300  ms/step of the reference and the large configuration in f32, tf32 and bf16, the
+#                 fused kernels off (ATTNLAB_CUDA_KERNELS=0) for comparison, and the PyTorch
+#                 references (plain eager; SDPA + TF32; SDPA + bf16) side by side
+#   replicas  90  6 replicas of the sweep's cell shape as one group against one model
+#   kernels  180  kernels per training step at the reference configuration (ncu: the launches of
+#                 a 3-step run less those of a 1-step one, halved) and the time per kernel name
+#   oom      120  d_model 8192 x 64 layers ends with the out-of-memory error, not a crash
+#   to99     180  time to 99% on the reference configuration, attnlab (f32, tf32), PyTorch eager
+#   threads  120  the CPU path with RAYON_NUM_THREADS=1,2,4,16 (reference and replica shapes)
+#   sweep    600  the small Figure 1 sweep (sweeps/mqar_fig1_small.toml) on the GPU, wall time
+# and, on request only:
+#   flash    120  the reference and large configurations with flash attention (ATTNLAB_CUDA_FLASH=1)
+#   profile  180  ncu: GPU time per kernel name over a large-configuration tf32 run
+# Results go to $RESULTS (default gpu-results/): one log per step, JSON lines from the benches.
 # PYTHON (default python3) must have torch with CUDA for the references.
 set -uo pipefail
 
 DIST="$(cd "$(dirname "$0")" && pwd)"
-OUT="${OUT:-gpu-results}"
+RESULTS="${RESULTS:-gpu-results}"
 PYTHON="${PYTHON:-python3}"
-mkdir -p "$OUT"
+SCALE="${GPU_CHECK_LIMIT:-1}"
+mkdir -p "$RESULTS"
 ATTNLAB="$DIST/attnlab-cuda"
 LARGE=(--set model.d_model=512 --set task.seq_len=1024 --set task.vocab_size=2048)
+# The sweep's cell shape (issue 16): softmax, d 32, vocabulary 256, the ReBased preset's model.
+CELL=(--preset presets/mqar_rebased.toml --set attention=softmax --set model.d_model=32
+  --set task.vocab_size=256)
 
 step() { printf '\n== %s (%s)\n' "$1" "$(date +%T)"; }
+# limited SECONDS CMD...: CMD under a time limit scaled by GPU_CHECK_LIMIT, saying so if it hit it.
+limited() {
+  local secs rc
+  secs=$(awk -v s="$1" -v f="$SCALE" 'BEGIN { print int(s * f) }')
+  shift
+  timeout -k 10 "$secs" "$@"
+  rc=$?
+  [ $rc -eq 124 ] || [ $rc -eq 137 ] && echo "!! time limit of ${secs} s reached: $*"
+  return $rc
+}
 bench() { # bench LABEL ARGS...: one JSON line, prefixed with the label
   local label="$1"; shift
-  printf '%s ' "$label" >>"$OUT/bench.jsonl"
-  "$ATTNLAB" bench --format json --set train.device=cuda:0 "$@" 2>>"$OUT/bench.err" \
-    | tail -1 >>"$OUT/bench.jsonl"
+  printf '%s ' "$label" >>"$RESULTS/bench.jsonl"
+  "$ATTNLAB" bench --format json "$@" 2>>"$RESULTS/bench.err" | tail -1 >>"$RESULTS/bench.jsonl"
+  tail -1 "$RESULTS/bench.jsonl"
 }
 
 run_devices() {
-  step devices
-  "$ATTNLAB" devices 2>&1 | tee "$OUT/devices.log"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 | tee "$RESULTS/devices.log"
+  "$ATTNLAB" devices 2>&1 | tee -a "$RESULTS/devices.log"
 }
 
 run_tests() {
-  step tests
-  ATTNLAB_REQUIRE_GPU=1 "$DIST/gpu-tests" --nocapture --test-threads 1 2>&1 | tee "$OUT/tests.log" | tail -20
+  ATTNLAB_REQUIRE_GPU=1 "$DIST/gpu-tests" --nocapture --test-threads 1 2>&1 | tee "$RESULTS/tests.log" \
+    | grep -E '^test |panicked|left:|right:|assert|test result'
+}
+
+run_resume() {
+  ATTNLAB_TEST_DEVICE=cuda:0 "$DIST/training-tests" resume --nocapture 2>&1 | tee "$RESULTS/resume.log" \
+    | grep -E '^test |panicked|left:|right:|assert|test result'
 }
 
 run_bench() {
-  step bench
-  : >"$OUT/bench.jsonl"
+  : >"$RESULTS/bench.jsonl"
   for p in f32 tf32 bf16; do
-    bench "reference-$p" --steps-only --set train.precision=$p
-    bench "large-$p" --steps-only --steps 10 --set train.precision=$p "${LARGE[@]}"
+    bench "reference-$p" --steps-only --set train.device=cuda:0 --set train.precision=$p
+    bench "large-$p" --steps-only --steps 10 --set train.device=cuda:0 --set train.precision=$p "${LARGE[@]}"
   done
-  ATTNLAB_CUDA_KERNELS=0 bench "reference-f32-composed" --steps-only
-  ATTNLAB_CUDA_KERNELS=0 bench "large-f32-composed" --steps-only --steps 10 "${LARGE[@]}"
+  ATTNLAB_CUDA_KERNELS=0 bench "reference-f32-composed" --steps-only --set train.device=cuda:0
+  ATTNLAB_CUDA_KERNELS=0 bench "large-f32-composed" --steps-only --steps 10 --set train.device=cuda:0 "${LARGE[@]}"
   for args in "" "--d 512 --T 1024 --vocab 2048"; do
     # shellcheck disable=SC2086 # word splitting of the size arguments is wanted
-    "$PYTHON" "$DIST/ref_mqar_torch_cuda.py" --steps-only $args >>"$OUT/torch.jsonl" 2>>"$OUT/bench.err"
+    "$PYTHON" "$DIST/ref_mqar_torch_cuda.py" --steps-only $args 2>>"$RESULTS/bench.err" \
+      | sed "s/^/torch-eager-ref${args:+-large} /" | tee -a "$RESULTS/torch.jsonl"
     # shellcheck disable=SC2086
-    "$PYTHON" "$DIST/ref_mqar_torch_fast.py" --modes eager,tf32,bf16 $args >>"$OUT/torch.jsonl" 2>>"$OUT/bench.err"
+    "$PYTHON" "$DIST/ref_mqar_torch_fast.py" --modes eager,tf32,bf16 $args 2>>"$RESULTS/bench.err" \
+      | sed "s/^/torch-fast${args:+-large} /" | tee -a "$RESULTS/torch.jsonl"
   done
-  cat "$OUT/bench.jsonl" "$OUT/torch.jsonl"
 }
 
-run_to99() {
-  step to99
-  for p in f32 tf32; do
-    "$ATTNLAB" bench --set train.device=cuda:0 --set train.precision=$p --format json 2>&1 \
-      | tail -1 | sed "s/^/to99-$p /" | tee -a "$OUT/to99.jsonl"
-  done
-  "$PYTHON" "$DIST/ref_mqar_torch_cuda.py" 2>&1 | tail -1 | sed 's/^/to99-torch /' | tee -a "$OUT/to99.jsonl"
+run_replicas() {
+  bench "replicas-gpu" --steps-only "${CELL[@]}" --set train.device=cuda:0 --replicas 6
+  bench "replicas-cpu" --steps-only "${CELL[@]}" --set train.device=cpu --replicas 6
+}
+
+ncu_launches() { # ncu_launches NAME STEPS ARGS...: kernel launches of a bench run of STEPS steps
+  local name="$1" steps="$2"; shift 2
+  ncu --clock-control none --csv --metrics gpu__time_duration.sum "$ATTNLAB" bench --steps-only \
+    --steps "$steps" --set train.device=cuda:0 "$@" >"$RESULTS/ncu-$name.csv" 2>"$RESULTS/ncu-$name.err"
+  grep -c '"gpu__time_duration.sum"' "$RESULTS/ncu-$name.csv"
+}
+
+kernel_times() { # kernel_times CSV: total GPU time and launches per kernel name, largest first
+  # Values carry thousands separators ("41,074,123"): drop them with the quotes.
+  awk -F'","' '/gpu__time_duration.sum/ { gsub(/[",]/, "", $NF); t[$5] += $NF; n[$5]++ }
+    END { for (k in t) printf "%12d ns %6d x  %s\n", t[k], n[k], substr(k, 1, 110) }' "$1" \
+    | sort -rn | head -40
 }
 
 run_kernels() {
-  step kernels
-  # 5 warm-up steps and 3 timed ones: divide the count by 8 (evaluation is not run).
-  ncu --csv --metrics gpu__time_duration.sum "$ATTNLAB" bench --steps-only --steps 3 \
-    --set train.device=cuda:0 >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
-  local kernels
-  kernels=$(grep -c '"gpu__time_duration.sum"' "$OUT/ncu.csv")
-  echo "kernels in 8 training steps: $kernels (per step: $((kernels / 8)))" | tee "$OUT/kernels.txt"
+  local one three
+  one=$(ncu_launches 1 1)
+  three=$(ncu_launches 3 3)
+  echo "kernel launches: 1-step run $one, 3-step run $three; per training step: $(((three - one) / 2))" \
+    | tee "$RESULTS/kernels.txt"
+  kernel_times "$RESULTS/ncu-3.csv" | tee -a "$RESULTS/kernels.txt"
 }
 
+run_profile() { # where the large configuration's time goes (tf32, 6 steps: 5 warm-up and 1)
+  echo "large tf32, ATTNLAB_CUDA_FLASH=${ATTNLAB_CUDA_FLASH:-0}: $(ncu_launches large 1 \
+    --set train.precision=tf32 "${LARGE[@]}") launches" | tee "$RESULTS/profile.txt"
+  kernel_times "$RESULTS/ncu-large.csv" | tee -a "$RESULTS/profile.txt"
+}
+
+run_flash() { # flash attention (opt-in, ATTNLAB_CUDA_FLASH=1) against the default explicit path
+  export ATTNLAB_CUDA_FLASH=1
+  bench "reference-f32-flash" --steps-only --set train.device=cuda:0
+  for p in f32 tf32 bf16; do
+    bench "large-$p-flash" --steps-only --steps 10 --set train.device=cuda:0 --set train.precision=$p "${LARGE[@]}"
+  done
+}
+
+run_oom() {
+  "$ATTNLAB" train presets/mqar_softmax.toml --set train.device=cuda:0 --set model.d_model=8192 \
+    --set model.n_layers=64 >"$RESULTS/oom.log" 2>&1
+  echo "exit status $?" >>"$RESULTS/oom.log"
+  tail -5 "$RESULTS/oom.log"
+}
+
+run_to99() {
+  for p in f32 tf32; do
+    "$ATTNLAB" bench --set train.device=cuda:0 --set train.precision=$p --format json 2>&1 \
+      | tail -1 | sed "s/^/to99-$p /" | tee -a "$RESULTS/to99.jsonl"
+  done
+  "$PYTHON" "$DIST/ref_mqar_torch_cuda.py" 2>&1 | tail -1 | sed 's/^/to99-torch /' | tee -a "$RESULTS/to99.jsonl"
+}
+
+run_threads() {
+  for n in 1 2 4 16; do
+    RAYON_NUM_THREADS=$n bench "threads-$n-reference" --steps-only --steps 20 --set train.device=cpu
+    RAYON_NUM_THREADS=$n bench "threads-$n-cell" --steps-only --steps 20 "${CELL[@]}" --set train.device=cpu
+  done
+}
+
+run_sweep() {
+  local file=sweeps/gpu-check-fig1-small.toml
+  sed -e 's/^set = \[/set = ["train.device=cuda:0", /' -e 's|^out = .*|out = "runs/gpu-check-fig1-small"|' \
+    sweeps/mqar_fig1_small.toml >"$file"
+  rm -rf runs/gpu-check-fig1-small
+  local started=$SECONDS
+  "$ATTNLAB" sweep "$file" >"$RESULTS/sweep.log" 2>&1
+  echo "sweep: exit $?, $((SECONDS - started)) s wall" | tee -a "$RESULTS/sweep.log"
+  tail -20 "$RESULTS/sweep.log"
+}
+
+# `gpu-check.sh --step STEP` runs one step without a limit: the loop below calls itself so, under one.
+[ "${1:-}" = --step ] && { "run_$2"; exit; }
+declare -A LIMIT=([devices]=20 [tests]=240 [resume]=120 [bench]=300 [replicas]=90 [kernels]=180
+  [oom]=120 [to99]=180 [threads]=120 [sweep]=600 [flash]=120 [profile]=180)
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(devices tests bench to99 kernels)
+[ ${#steps[@]} -eq 0 ] && steps=(devices tests resume bench replicas kernels oom to99 threads sweep)
 for s in "${steps[@]}"; do
-  case "$s" in
-    devices | tests | bench | to99 | kernels) "run_$s" ;;
-    *) echo "unknown step '$s': devices, tests, bench, to99 or kernels" >&2; exit 2 ;;
-  esac
+  [ -n "${LIMIT[$s]:-}" ] || { echo "unknown step '$s': ${!LIMIT[*]}" >&2; exit 2; }
+done
+for s in "${steps[@]}"; do
+  step "$s"
+  limited "${LIMIT[$s]}" "$0" --step "$s" 2>&1 | tee -a "$RESULTS/steps.log"
 done

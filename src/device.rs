@@ -102,7 +102,7 @@ impl DeviceName {
         self.check()?;
         let device = match self {
             DeviceName::Cpu => return Ok(Device::Cpu),
-            DeviceName::Cuda(ordinal) => Device::new_cuda(ordinal),
+            DeviceName::Cuda(ordinal) => cuda_on_one_stream(ordinal),
             DeviceName::Metal => Device::new_metal(0),
         };
         device
@@ -187,6 +187,46 @@ pub fn probe_all() -> Vec<DeviceStatus> {
             usable: name.open().map(drop).map_err(|e| e.to_string()),
         })
         .collect()
+}
+
+/// CUDA device `ordinal` with one stream of its own that every thread uses.
+///
+/// candle's `Device::new_cuda` queues each thread's work on that thread's default stream, and
+/// streams are not ordered against each other. A trainer's steps run on whichever rayon thread
+/// picks them up (`rayon::scope`), its evaluation and checkpoints on another: the AdamW update of
+/// one step could still be running while the next step read the weights, and a buffer freed on
+/// one thread's stream could be handed out again while another stream still used it. One
+/// stream orders all of it. cudarc's per-buffer event tracking, which would synchronise several
+/// streams, is turned off: with one stream it only adds driver calls to every launch.
+#[allow(unsafe_code)] // a reviewed exception: cudarc marks turning the tracking off unsafe
+fn cuda_on_one_stream(ordinal: usize) -> candle_core::Result<Device> {
+    let device = Device::new_cuda_with_stream(ordinal)?;
+    #[cfg(feature = "cuda")]
+    // SAFETY: every buffer of this device lives on its one stream (cudarc's condition for
+    // turning the tracking off: no buffer used by two streams); buffers are made after this.
+    unsafe {
+        device
+            .as_cuda_device()?
+            .cuda_stream()
+            .context()
+            .disable_event_tracking();
+    }
+    Ok(device)
+}
+
+/// The bytes free on a CUDA device (`None` for the CPU and Metal, or where the driver does not
+/// say), for refusing a run whose weights cannot fit before drawing them.
+pub fn free_gpu_bytes(device: &Device) -> Option<u64> {
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(cuda) = device {
+        let context = cuda.cuda_stream().context().clone();
+        return context
+            .mem_get_info()
+            .ok()
+            .map(|(free, _total)| free as u64);
+    }
+    let _ = device;
+    None
 }
 
 /// exp(ones(2,2)·ones(2,2)) summed: exercises cuBLAS, an element-wise and a reduction kernel.

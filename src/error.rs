@@ -33,10 +33,9 @@ pub enum Error {
         what: String,
         kept: Option<String>,
     },
-    /// A run would need more memory than the machine has; says how much, and what to lower.
-    #[error(
-        "this run needs {needs}, more than the {available} of memory available here; lower {lower}"
-    )]
+    /// A run would need more memory than the machine (or its GPU) has; says how much, where,
+    /// and what to lower.
+    #[error("this run needs {needs}, more than the {available}; lower {lower}")]
     TooLarge {
         needs: String,
         available: String,

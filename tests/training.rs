@@ -234,7 +234,7 @@ fn trained(
 }
 
 /// 20 steps over 2.5 epochs with warm-up, cosine decay and dropout: everything a resumed run
-/// must continue exactly.
+/// must continue exactly. On [`common::test_device`], so the GPU machine checks resuming there.
 fn resumable_preset() -> Preset {
     let mut preset = common::tiny(
         attnlab::attention::MechanismSpec::Softmax,
@@ -245,6 +245,7 @@ fn resumable_preset() -> Preset {
     preset.train.eval_every = 6;
     preset.model.embed_dropout = Some(0.1);
     preset.model.attention_dropout = Some(0.1);
+    preset.train.device = common::test_device();
     preset
 }
 
@@ -263,6 +264,12 @@ fn checkpoint(dir: &Path) -> Vec<(String, Vec<f32>)> {
 /// A resumed run goes on as the uninterrupted one: the same losses from its checkpoint on,
 /// the same final weights (bit for bit) and accuracy, and each step once in its metrics.
 fn assert_continues(reference: &Trained, resumed: &Trained, from_step: usize) {
+    for run in [reference, resumed] {
+        assert_eq!(
+            (run.summary.device, run.summary.device_notice.as_deref()),
+            (common::test_device(), None)
+        );
+    }
     let after: Vec<_> = reference.losses[from_step..].to_vec();
     assert_eq!(resumed.losses, after);
     assert_eq!(resumed.summary.status, RunStatus::Completed);

@@ -7,7 +7,7 @@ use crate::Result;
 use crate::encodings::{Encoding, QueryBlock};
 use crate::ops::{
     Precision, RowFunction, WeightDropout, cpu_attention, cpu_attention_available, dot_scores,
-    flash_attention, flash_available, softmax_rows, softmax_rows_biased,
+    flash_attention, flash_available, flash_enabled, softmax_rows, softmax_rows_biased,
 };
 
 pub struct SoftmaxAttention {
@@ -48,8 +48,9 @@ impl Mechanism for SoftmaxAttention {
         Self::attention(scores, pos.logit_bias(q.dim(2)?)?, v)
     }
 
-    /// The output without the weights where a kernel runs it: flash attention on a CUDA GPU (a
-    /// constant bias goes into the kernel; no dropout; f32 whatever `train.precision` says),
+    /// The output without the weights where a kernel runs it: flash attention on a CUDA GPU when
+    /// `ATTNLAB_CUDA_FLASH=1` ([`flash_enabled`]: a constant bias goes into the kernel; no
+    /// dropout; f32 whatever `train.precision` says),
     /// [`cpu_attention`] on the CPU (dropout, no bias; bf16 products take the explicit path).
     /// The rotary encodings rotate q and k first; ReRoPE's two score matrices need the explicit
     /// path.
@@ -61,7 +62,7 @@ impl Mechanism for SoftmaxAttention {
         pos: &dyn Encoding,
         dropout: Option<WeightDropout>,
     ) -> Result<Option<Tensor>> {
-        if dropout.is_none() && flash_available(q, v, None) {
+        if dropout.is_none() && flash_enabled() && flash_available(q, v, None) {
             let bias = pos.logit_bias(q.dim(2)?)?;
             if !flash_available(q, v, bias.as_ref()) {
                 return Ok(None);

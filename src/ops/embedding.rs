@@ -117,10 +117,11 @@ impl CustomOp2 for EmbedGrad {
         let dy = slice(s1, l1)?;
         let ids = ids_of(s2, l2, self.vocab)?;
         let d = last_dim(l1);
-        let tokens = tokens_by_id(ids, self.vocab);
+        let (offsets, order) = tokens_by_id(ids, self.vocab);
         let mut dw = zeros(self.vocab * d);
         dw.par_chunks_mut(d).enumerate().for_each(|(id, row)| {
-            for &i in &tokens[id] {
+            for &i in &order[offsets[id] as usize..offsets[id + 1] as usize] {
+                let i = i as usize;
                 row.iter_mut()
                     .zip(&dy[i * d..(i + 1) * d])
                     .for_each(|(w, g)| *w += g);
@@ -141,13 +142,29 @@ impl CustomOp2 for EmbedGrad {
     }
 }
 
-/// For each id, the positions where it occurs, in order.
-fn tokens_by_id(ids: &[u32], vocab: usize) -> Vec<Vec<usize>> {
-    let mut tokens = vec![Vec::new(); vocab];
-    for (i, &id) in ids.iter().enumerate() {
-        tokens[id as usize].push(i);
+/// Each id's tokens in token order, as (offsets, order): id v's tokens are
+/// `order[offsets[v]..offsets[v + 1]]`. The CPU sums each row of the gradient in that order, and
+/// so does the GPU, which takes the two lists as they are: a run's gradient is the same every
+/// time. Ids past the vocabulary are left out (the CPU refuses them first; on the GPU their
+/// forward rows are zeros).
+pub(super) fn tokens_by_id(ids: &[u32], vocab: usize) -> (Vec<u32>, Vec<u32>) {
+    let mut offsets = vec![0u32; vocab + 1];
+    for &id in ids.iter().filter(|&&id| (id as usize) < vocab) {
+        offsets[id as usize + 1] += 1;
     }
-    tokens
+    for v in 0..vocab {
+        offsets[v + 1] += offsets[v];
+    }
+    let mut next = offsets.clone();
+    let mut order = vec![0u32; offsets[vocab] as usize];
+    for (token, &id) in ids.iter().enumerate() {
+        let id = id as usize;
+        if id < vocab {
+            order[next[id] as usize] = token as u32;
+            next[id] += 1;
+        }
+    }
+    (offsets, order)
 }
 
 #[cfg(test)]
@@ -182,6 +199,14 @@ mod tests {
         // Id 1 is at flat positions 0, 2 and 4: its gradient sums those upstream rows.
         let want: Vec<f32> = (0..5).map(|c| (c + (10 + c) + (20 + c)) as f32).collect();
         assert_eq!(fused.1[5..10], want);
+    }
+
+    #[test]
+    fn tokens_by_id_lists_each_ids_tokens_in_order_and_drops_ids_past_the_vocabulary() {
+        let (offsets, order) = tokens_by_id(&[2, 0, 2, 9, 3, 2], 4);
+        assert_eq!(offsets, [0, 1, 1, 4, 5]);
+        assert_eq!(order, [1, 0, 2, 5, 4]);
+        assert_eq!(tokens_by_id(&[], 2), (vec![0, 0, 0], vec![]));
     }
 
     #[test]

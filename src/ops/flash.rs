@@ -7,7 +7,8 @@
 //! trained one (T5, Kerple, DIET): their gradient would need the weights after all, so those
 //! run the explicit path, as do the CPU and every other mechanism. [`flash_attention_composed`]
 //! is the reference the GPU tests compare it with; views and analyses always get the explicit
-//! weights from `Mechanism::attend`.
+//! weights from `Mechanism::attend`. Training uses it only when asked ([`flash_enabled`]): on an
+//! H200 the explicit path was faster.
 
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 
@@ -15,6 +16,19 @@ use crate::Result;
 
 /// Widest head the kernels hold in registers (32 lanes × 8).
 const MAX_HEAD_WIDTH: usize = 256;
+
+/// Whether training uses flash attention where it is available: only with
+/// `ATTNLAB_CUDA_FLASH=1`, for lengths whose (B, H, T, T) weights do not fit on the GPU. Off,
+/// softmax attention trains on its explicit weights through cuBLAS (tensor cores in tf32 and
+/// bf16) and the fused softmax kernel, which on an H200 was faster at every size measured: 2.9
+/// against 3.6 ms a step at the reference configuration, 86 / 48 / 57 against 246 / 221 / 220 ms
+/// at the large one in f32 / tf32 / bf16 (docs/gpu.md). These kernels give each row one warp and
+/// read k and v from memory for every row; a tiled kernel on tensor cores would beat the
+/// explicit path.
+pub fn flash_enabled() -> bool {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ENABLED.get_or_init(|| std::env::var("ATTNLAB_CUDA_FLASH").is_ok_and(|v| v == "1"))
+}
 
 /// Whether flash attention runs these q (B, H, T, D) and v (B, H, T, Dv): f32 on a CUDA GPU
 /// with attnlab's kernels, heads at most 256 wide, and a bias, if any, that is constant.

@@ -8,8 +8,8 @@
 //   warp (32 lanes, ROWS_PER_BLOCK rows per block): rows here are short (64 to a few thousand
 //   entries), where a warp's shuffles beat a block-wide reduction through shared memory;
 // - element-wise kernels use a grid-stride loop over n elements.
-// Sums run in a fixed order (no atomics except in the embedding gradient), so a step gives
-// the same numbers run to run on the same GPU.
+// Sums run in a fixed order (no atomics), so a step gives the same numbers run to run on the
+// same GPU: a stopped run resumes exactly as on the CPU.
 
 #include <stdint.h>
 
@@ -231,16 +231,19 @@ extern "C" __global__ void attnlab_embedding(const float *weight, const uint32_t
     }
 }
 
-// Embedding gradient: dw[ids[i], :] += dy[i, :], one thread per element (dw zeroed first).
-// Parallel over every token and column, where candle's index_add runs one block.
-extern "C" __global__ void attnlab_embedding_grad(const float *dy, const uint32_t *ids,
-                                                  float *dw, long long n_ids, int d, int vocab) {
-    GRID_STRIDE(i, n_ids * d) {
-        long long row = i / d;
-        int c = (int)(i % d);
-        uint32_t id = ids[row];
-        if (id < (uint32_t)vocab) atomicAdd(&dw[(long long)id * d + c], dy[i]);
-    }
+// Embedding gradient: dw[v, :] = Σ dy[i, :] over the tokens i with ids[i] = v, in token order,
+// so the sum is the same run to run (atomicAdd's order is not: a resumed run drifted from the
+// uninterrupted one). The host lists each id's tokens in order (`order`, from offsets[v] to
+// offsets[v + 1]); block (v, column chunk) adds those rows of dy into its columns of dw[v], and
+// writes the row whole, so dw needs no zero-filling. Reads each row of dy once, coalesced.
+extern "C" __global__ void attnlab_embedding_grad(const float *dy, const uint32_t *order,
+                                                  const uint32_t *offsets, float *dw, int d) {
+    const long long v = blockIdx.x;
+    const int c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= d) return;
+    float s = 0.f;
+    for (uint32_t k = offsets[v]; k < offsets[v + 1]; ++k) s += dy[(long long)order[k] * d + c];
+    dw[v * d + c] = s;
 }
 
 // Cross-entropy, first pass: per_row[r] = logsumexp(x[r, :]) − x[r, target[r]].
@@ -344,14 +347,15 @@ __device__ __forceinline__ unsigned long long splitmix(unsigned long long z) {
     return z ^ (z >> 31);
 }
 
-// Dropout with the mask of dropout.rs: element i of replica block r = i / block kept when the
-// top 32 bits of splitmix(keys[r] ^ (i % block)) are at least `threshold`, kept elements
-// scaled by `scale`.
+// Dropout with the mask of dropout.rs: element i of replica block r = min(i / block, nkeys − 1)
+// kept when the top 32 bits of splitmix(keys[r] ^ (i % block)) are at least `threshold`, kept
+// elements scaled by `scale`.
 extern "C" __global__ void attnlab_dropout(const float *x, float *y, long long n,
                                            unsigned int threshold, float scale,
-                                           const unsigned long long *keys, long long block) {
+                                           const unsigned long long *keys, long long nkeys,
+                                           long long block) {
     GRID_STRIDE(i, n) {
-        unsigned long long key = keys[i / block];
+        unsigned long long key = keys[min(i / block, nkeys - 1)];
         unsigned int hash = (unsigned int)(splitmix(key ^ (unsigned long long)(i % block)) >> 32);
         y[i] = hash >= threshold ? x[i] * scale : 0.f;
     }

@@ -36,7 +36,7 @@ pub use cpu_attention::{
 };
 pub use dropout::{dropout, mix as mix_seed};
 pub use embedding::{embedding, embedding_composed};
-pub use flash::{flash_attention, flash_attention_composed, flash_available};
+pub use flash::{flash_attention, flash_attention_composed, flash_available, flash_enabled};
 pub use kernel_rows::{RowKernel, kernel_rows, kernel_rows_composed, normalise_rows};
 pub use loss::{cross_entropy, cross_entropy_composed};
 pub use mask::causal_mask;

@@ -171,7 +171,13 @@ impl Preset {
         let estimate = self.memory_estimate().replicated(replicas);
         match self.train.device {
             crate::device::DeviceName::Cpu => {
-                fits(estimate, crate::memory::available_bytes().map(|b| b as f64))
+                let available = crate::memory::available_bytes().map(|b| b as f64);
+                fits(
+                    estimate,
+                    available,
+                    MemoryEstimate::total,
+                    "of memory available here",
+                )
             }
             _ => Ok(estimate),
         }
@@ -180,16 +186,44 @@ impl Preset {
     /// The estimate, or an error that gives it and the settings to lower when it exceeds
     /// `available` bytes (the machine's free memory; `None` where that is unknown).
     pub fn check_fits(&self, available: Option<f64>) -> Result<MemoryEstimate> {
-        fits(self.memory_estimate(), available)
+        let estimate = self.memory_estimate();
+        fits(
+            estimate,
+            available,
+            MemoryEstimate::total,
+            "of memory available here",
+        )
+    }
+
+    /// A group of `replicas` models on a GPU with `free` bytes free on `device`: an error when
+    /// their weights, gradients and AdamW moments alone exceed it, before any is made. Only
+    /// that part, which is exact: the activations depend on the kernels (flash attention keeps
+    /// no (T, T) weights), so a run that might fit is not refused on a guess. Without it a run
+    /// far too large for the card spent minutes drawing weights on the host before CUDA said
+    /// out of memory.
+    pub fn check_state_fits_on_gpu(
+        &self,
+        replicas: usize,
+        device: crate::device::DeviceName,
+        free: f64,
+    ) -> Result<MemoryEstimate> {
+        let estimate = self.memory_estimate().replicated(replicas);
+        let state = |e: &MemoryEstimate| e.weights + e.optimiser;
+        fits(estimate, Some(free), state, &format!("free on {device}"))
     }
 }
 
-/// `estimate`, or the error that says it exceeds `available`.
-fn fits(estimate: MemoryEstimate, available: Option<f64>) -> Result<MemoryEstimate> {
+/// `estimate`, or the error that says its `part` exceeds `available` bytes (`where_`: whose).
+fn fits(
+    estimate: MemoryEstimate,
+    available: Option<f64>,
+    part: impl Fn(&MemoryEstimate) -> f64,
+    where_: &str,
+) -> Result<MemoryEstimate> {
     match available {
-        Some(available) if estimate.total() > available => Err(Error::TooLarge {
+        Some(available) if part(&estimate) > available => Err(Error::TooLarge {
             needs: estimate.to_string(),
-            available: bytes(available),
+            available: format!("{} {where_}", bytes(available)),
             lower: estimate.what_to_lower(),
         }),
         _ => Ok(estimate),
@@ -456,6 +490,35 @@ mod tests {
         assert!(err.contains("lower model.d_model"), "{err}");
         assert!(tiny().check_fits(eight_gb).is_ok());
         assert!(tiny().check_fits(None).is_ok());
+    }
+
+    /// On a GPU only the weights, gradients and moments are held against its free memory:
+    /// the d_model 8192 × 64 layers (~200 GB of them) is refused on a 141 GB card
+    /// before any weight is drawn, while a model whose activations alone exceed the card is
+    /// left to start (flash attention may keep far less than the estimate).
+    #[test]
+    fn a_gpu_refuses_weights_that_cannot_fit_and_names_the_device() {
+        let gpu = crate::device::DeviceName::Cuda(0);
+        let card = 141.0e9;
+        let mut huge = tiny();
+        (huge.model.d_model, huge.model.n_layers) = (8192, 64);
+        let err = huge
+            .check_state_fits_on_gpu(1, gpu, card)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("free on cuda:0"), "{err}");
+        assert!(err.contains("lower model.d_model"), "{err}");
+        let mut long = tiny();
+        let TaskSpec::Mqar(t) = &mut long.task else {
+            unreachable!()
+        };
+        t.seq_len = 1 << 20;
+        assert!(long.memory_estimate().activations > card);
+        assert!(long.check_state_fits_on_gpu(1, gpu, card).is_ok());
+        let one = tiny().memory_estimate();
+        let state = one.weights + one.optimiser;
+        assert!(tiny().check_state_fits_on_gpu(6, gpu, 6.5 * state).is_ok());
+        assert!(tiny().check_state_fits_on_gpu(6, gpu, 5.5 * state).is_err());
     }
 
     #[test]

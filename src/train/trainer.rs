@@ -112,6 +112,9 @@ impl Trainer {
         }
         let opened = first.train.device.open_or_fallback()?;
         let device = opened.device;
+        if let Some(free) = crate::device::free_gpu_bytes(&device) {
+            first.check_state_fits_on_gpu(presets.len(), first.train.device, free as f64)?;
+        }
         crate::device::use_tf32(
             &device,
             first.train.precision == crate::ops::Precision::Tf32,

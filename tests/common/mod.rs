@@ -38,6 +38,17 @@ pub fn tiny(mechanism: MechanismSpec, encoding: EncodingSpec) -> Preset {
     p
 }
 
+/// The device tests that train whole runs (the resume tests) use: `ATTNLAB_TEST_DEVICE`
+/// (`cpu`, `cuda:0`), so the GPU machine can run them unchanged on the GPU; the CPU otherwise.
+pub fn test_device() -> attnlab::device::DeviceName {
+    match std::env::var("ATTNLAB_TEST_DEVICE") {
+        Ok(name) => name
+            .parse()
+            .unwrap_or_else(|e| panic!("ATTNLAB_TEST_DEVICE={name}: {e}")),
+        Err(_) => attnlab::device::DeviceName::Cpu,
+    }
+}
+
 /// Small settings for mechanisms with a feature dimension, so tiny models stay tiny.
 pub fn small_mechanisms() -> Vec<MechanismSpec> {
     MechanismSpec::all_defaults()
