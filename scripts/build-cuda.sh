@@ -99,6 +99,8 @@ if [ "${GPU_TESTS:-1}" = 1 ]; then
   step "cargo test --release --features cuda --test gpu --test training --no-run"
   GPU_TEST_BIN="$(test_binary gpu)"
   TRAINING_TEST_BIN="$(test_binary training)"
+  [ -n "$GPU_TEST_BIN" ] && [ -n "$TRAINING_TEST_BIN" ] \
+    || { echo "error: cargo named no test binary for tests/gpu.rs or tests/training.rs" >&2; exit 1; }
 fi
 
 step "dist/"
@@ -117,7 +119,11 @@ install_bin "$TARGET/release/attnlab" attnlab-cuda
 cp "$TK/lib/stubs/libcuda.so" "$ROOT/dist/stub/libcuda.so.1"
 cp "$ROOT/scripts/ref_mqar_torch_cuda.py" "$ROOT/scripts/gpu-check.sh" "$ROOT/dist/"
 for ref in ref_mqar_torch.py ref_mqar_torch_fast.py; do
-  [ -f "$ROOT/../shared/bench/$ref" ] && cp "$ROOT/../shared/bench/$ref" "$ROOT/dist/"
+  if [ -f "$ROOT/../shared/bench/$ref" ]; then
+    cp "$ROOT/../shared/bench/$ref" "$ROOT/dist/"
+  else
+    echo "warning: ../shared/bench/$ref not found: gpu-check.sh's PyTorch rows will be missing" >&2
+  fi
 done
 # One archive to carry to the GPU machine (the binaries are mostly PTX text, which compresses).
 tar -C "$ROOT" -czf "$ROOT/attnlab-cuda-dist.tar.gz" dist

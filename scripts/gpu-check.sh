@@ -10,7 +10,8 @@
 # a short GPU lease; a step that hits it says so in its log and the next one starts.
 #   devices   20  the GPU opens (driver, libraries, PTX)
 #   tests    240  ATTNLAB_REQUIRE_GPU=1 dist/gpu-tests: every fused kernel, flash attention, the
-#                 reduced precisions, replicas and every mechanism x encoding against the CPU
+#                 reduced precisions, replicas and every mechanism x encoding against the CPU;
+#                 the training step again with flash attention (ATTNLAB_CUDA_FLASH=1)
 #   resume   120  tests/training.rs's resume tests with ATTNLAB_TEST_DEVICE=cuda:0
 #   bench    300  ms/step of the reference and the large configuration in f32, tf32 and bf16, the
 #                 fused kernels off (ATTNLAB_CUDA_KERNELS=0) for comparison, and the PyTorch
@@ -44,18 +45,17 @@ step() { printf '\n== %s (%s)\n' "$1" "$(date +%T)"; }
 # limited SECONDS CMD...: CMD under a time limit scaled by GPU_CHECK_LIMIT, saying so if it hit it.
 limited() {
   local secs rc
-  secs=$(awk -v s="$1" -v f="$SCALE" 'BEGIN { print int(s * f) }')
+  secs=$(awk -v s="$1" -v f="$SCALE" 'BEGIN { n = int(s * f); print n < 1 ? 1 : n }')
   shift
   timeout -k 10 "$secs" "$@"
   rc=$?
   [ $rc -eq 124 ] || [ $rc -eq 137 ] && echo "!! time limit of ${secs} s reached: $*"
   return $rc
 }
-bench() { # bench LABEL ARGS...: one JSON line, prefixed with the label
-  local label="$1"; shift
-  printf '%s ' "$label" >>"$RESULTS/bench.jsonl"
-  "$ATTNLAB" bench --format json "$@" 2>>"$RESULTS/bench.err" | tail -1 >>"$RESULTS/bench.jsonl"
-  tail -1 "$RESULTS/bench.jsonl"
+bench() { # bench LABEL ARGS...: one JSON line, prefixed with the label (alone if it failed)
+  local label="$1" out; shift
+  out=$("$ATTNLAB" bench --format json "$@" 2>>"$RESULTS/bench.err" | tail -1)
+  printf '%s %s\n' "$label" "$out" | tee -a "$RESULTS/bench.jsonl"
 }
 
 run_devices() {
@@ -66,6 +66,9 @@ run_devices() {
 run_tests() {
   ATTNLAB_REQUIRE_GPU=1 "$DIST/gpu-tests" --nocapture --test-threads 1 2>&1 | tee "$RESULTS/tests.log" \
     | grep -E '^test |panicked|left:|right:|assert|test result'
+  # Training with flash attention (opt-in) against the CPU too.
+  ATTNLAB_REQUIRE_GPU=1 ATTNLAB_CUDA_FLASH=1 "$DIST/gpu-tests" one_training_step --nocapture 2>&1 \
+    | tee -a "$RESULTS/tests.log" | grep -E '^test |panicked|test result'
 }
 
 run_resume() {

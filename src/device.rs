@@ -199,6 +199,9 @@ pub fn probe_all() -> Vec<DeviceStatus> {
 /// stream orders all of it. cudarc's per-buffer event tracking, which would synchronise several
 /// streams, is turned off: with one stream it only adds driver calls to every launch.
 #[allow(unsafe_code)] // a reviewed exception: cudarc marks turning the tracking off unsafe
+///
+/// Making the stream synchronises the GPU's context once (cudarc does so when a context gets its
+/// first stream of its own): opening a device waits for work queued by other runs on that GPU.
 fn cuda_on_one_stream(ordinal: usize) -> candle_core::Result<Device> {
     let device = Device::new_cuda_with_stream(ordinal)?;
     #[cfg(feature = "cuda")]

@@ -98,7 +98,8 @@ pub trait Mechanism: Send + Sync {
 
     /// The layer's output with the heads side by side, (B, T, H·Dh), for training, where the
     /// mechanism has a kernel that never builds the weights for these inputs (softmax on a CUDA
-    /// GPU: flash attention; softmax and the kernels on the CPU: [`crate::ops::cpu_attention`]);
+    /// GPU with `ATTNLAB_CUDA_FLASH=1`: flash attention; softmax and the kernels on the CPU:
+    /// [`crate::ops::cpu_attention`]);
     /// `None` otherwise, and the caller uses [`Mechanism::attend`]. Equal to `attend`'s weights,
     /// with `dropout` applied, · values; the views and analyses always call `attend`.
     fn fused_output(

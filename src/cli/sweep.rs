@@ -20,7 +20,7 @@ pub struct SweepArgs {
     /// The sweep file (TOML) to train; finished cells are skipped.
     file: Option<PathBuf>,
     /// Groups of cells trained at once, each on its share of the cores (overrides the file's
-    /// `workers`; 0: one per core).
+    /// `workers`; 0: one per core, one on a GPU).
     #[arg(long)]
     workers: Option<usize>,
     /// The most cells of one shape trained as replicas of one model (overrides the file's

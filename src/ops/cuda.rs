@@ -362,6 +362,9 @@ pub fn embedding_grad(
 ) -> Result<(CudaStorage, Shape)> {
     let dev = dy.device();
     let (_, d) = rows_and_width(ld);
+    if vocab * d == 0 {
+        return Ok(wrap(output(dev, 0)?, dev, (vocab, d)));
+    }
     let host_ids = dev.clone_dtoh(&view::<u32>(ids, li)?)?;
     let (offsets, order) = super::embedding::tokens_by_id(&host_ids, vocab);
     let (offsets, order) = (dev.clone_htod(&offsets)?, dev.clone_htod(&order)?);

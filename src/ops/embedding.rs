@@ -4,8 +4,9 @@
 //! candle's backward for `index_select` zero-fills the whole (vocab, d) gradient and runs
 //! `index_add`, whose CUDA kernel is launched as a single block that walks every id in turn
 //! (33 ms of a 260 ms step on an H100 at d_model 512 and 64k tokens). Here the CPU groups the
-//! tokens by id and sums each id's rows on its own thread, in token order (deterministic), and
-//! the GPU adds every element of dy into place in parallel.
+//! tokens by id ([`tokens_by_id`]) and sums each id's rows on its own thread, in token order; the
+//! GPU takes the same index and sums in the same order, a block per id and column chunk. Both
+//! give the same bits every run (atomic adds on the GPU did not: a resumed run drifted).
 
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
 use rayon::prelude::*;

@@ -171,13 +171,7 @@ impl Preset {
         let estimate = self.memory_estimate().replicated(replicas);
         match self.train.device {
             crate::device::DeviceName::Cpu => {
-                let available = crate::memory::available_bytes().map(|b| b as f64);
-                fits(
-                    estimate,
-                    available,
-                    MemoryEstimate::total,
-                    "of memory available here",
-                )
+                fits(estimate, crate::memory::available_bytes().map(|b| b as f64))
             }
             _ => Ok(estimate),
         }
@@ -186,21 +180,15 @@ impl Preset {
     /// The estimate, or an error that gives it and the settings to lower when it exceeds
     /// `available` bytes (the machine's free memory; `None` where that is unknown).
     pub fn check_fits(&self, available: Option<f64>) -> Result<MemoryEstimate> {
-        let estimate = self.memory_estimate();
-        fits(
-            estimate,
-            available,
-            MemoryEstimate::total,
-            "of memory available here",
-        )
+        fits(self.memory_estimate(), available)
     }
 
     /// A group of `replicas` models on a GPU with `free` bytes free on `device`: an error when
-    /// their weights, gradients and AdamW moments alone exceed it, before any is made. Only
-    /// that part, which is exact: the activations depend on the kernels (flash attention keeps
-    /// no (T, T) weights), so a run that might fit is not refused on a guess. Without it a run
-    /// far too large for the card spent minutes drawing weights on the host before CUDA said
-    /// out of memory.
+    /// their weights, gradients and AdamW moments alone exceed it, before any is made. Only that
+    /// part, which is exact: the activations are estimated from the CPU's kernels and may
+    /// overcount a GPU's, so a run that might fit is not refused on a guess. Without it a run far
+    /// too large for the card spent minutes drawing weights on the host before CUDA said out of
+    /// memory.
     pub fn check_state_fits_on_gpu(
         &self,
         replicas: usize,
@@ -208,22 +196,30 @@ impl Preset {
         free: f64,
     ) -> Result<MemoryEstimate> {
         let estimate = self.memory_estimate().replicated(replicas);
-        let state = |e: &MemoryEstimate| e.weights + e.optimiser;
-        fits(estimate, Some(free), state, &format!("free on {device}"))
+        let state = estimate.weights + estimate.optimiser;
+        if state <= free {
+            return Ok(estimate);
+        }
+        Err(Error::TooLarge {
+            needs: format!(
+                "{} for its weights, gradients and AdamW moments alone",
+                bytes(state)
+            ),
+            available: format!("{} free on {device}", bytes(free)),
+            lower: match replicas {
+                1 => "model.d_model, model.n_layers or task.vocab_size",
+                _ => "model.d_model, model.n_layers, task.vocab_size or the sweep's replicas",
+            },
+        })
     }
 }
 
-/// `estimate`, or the error that says its `part` exceeds `available` bytes (`where_`: whose).
-fn fits(
-    estimate: MemoryEstimate,
-    available: Option<f64>,
-    part: impl Fn(&MemoryEstimate) -> f64,
-    where_: &str,
-) -> Result<MemoryEstimate> {
+/// `estimate`, or the error that says it exceeds `available`.
+fn fits(estimate: MemoryEstimate, available: Option<f64>) -> Result<MemoryEstimate> {
     match available {
-        Some(available) if part(&estimate) > available => Err(Error::TooLarge {
+        Some(available) if estimate.total() > available => Err(Error::TooLarge {
             needs: estimate.to_string(),
-            available: format!("{} {where_}", bytes(available)),
+            available: format!("{} of memory available here", bytes(available)),
             lower: estimate.what_to_lower(),
         }),
         _ => Ok(estimate),
@@ -493,9 +489,9 @@ mod tests {
     }
 
     /// On a GPU only the weights, gradients and moments are held against its free memory:
-    /// the d_model 8192 × 64 layers (~200 GB of them) is refused on a 141 GB card
-    /// before any weight is drawn, while a model whose activations alone exceed the card is
-    /// left to start (flash attention may keep far less than the estimate).
+    /// d_model 8192 × 64 layers (hundreds of GB of them) is refused on a 141 GB card before any
+    /// weight is drawn, naming the settings that shrink them even where activations are the
+    /// larger part; a model whose activations alone exceed the card is left to start.
     #[test]
     fn a_gpu_refuses_weights_that_cannot_fit_and_names_the_device() {
         let gpu = crate::device::DeviceName::Cuda(0);
@@ -507,7 +503,16 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("free on cuda:0"), "{err}");
+        assert!(err.contains("AdamW moments alone"), "{err}");
         assert!(err.contains("lower model.d_model"), "{err}");
+        huge.train.batch_size = 1 << 14;
+        assert_eq!(huge.memory_estimate().largest(), Part::Activations);
+        let refusal = |h: &Preset, replicas| {
+            let err = h.check_state_fits_on_gpu(replicas, gpu, card).unwrap_err();
+            err.to_string()
+        };
+        assert!(refusal(&huge, 1).contains("lower model.d_model"));
+        assert!(refusal(&huge, 6).contains("or the sweep's replicas"));
         let mut long = tiny();
         let TaskSpec::Mqar(t) = &mut long.task else {
             unreachable!()

@@ -623,7 +623,7 @@ impl SweepView {
             )
             .labelled_by(label.id)
             .on_hover_text(
-                "groups trained at once, each on its share of the cores; auto: one per core",
+                "groups trained at once, each on its share of the cores; auto: one per core, one on a GPU",
             );
             let label = ui.label("replicas");
             ui.add_enabled(
