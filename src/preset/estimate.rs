@@ -247,7 +247,7 @@ fn parameter_count(preset: &Preset) -> f64 {
     let len = preset.task.seq_len() as f64;
     let attention = linear(d, heads * (2.0 * qk + head_dim))
         + linear(heads * head_dim, d)
-        + mechanism_parameters(&preset.attention, heads, qk, len);
+        + mechanism_terms(&preset.attention, heads, qk, len).parameters;
     let mut blocks = 0.0;
     for layer in 0..m.n_layers {
         blocks += 2.0 * d; // the block's LayerNorm
@@ -277,24 +277,59 @@ fn parameter_count(preset: &Preset) -> f64 {
     vocab * d + blocks + 2.0 * d + head + encodings
 }
 
-/// A mechanism's own parameters in one layer.
-fn mechanism_parameters(spec: &MechanismSpec, heads: f64, qk: f64, len: f64) -> f64 {
+/// What a mechanism adds to a layer's memory beyond the projections every mechanism has. One
+/// exhaustive match, so a new mechanism does not compile until it states its terms.
+struct MechanismTerms {
+    /// Its own parameters in one layer.
+    parameters: f64,
+    /// The keys each query is scored against (the sequence, or Linformer's projected rows).
+    keys: f64,
+    /// Floats per query or key of its feature maps (kernel mechanisms), per head.
+    features: f64,
+    /// Floats per token that normalising its features keeps.
+    norms: f64,
+}
+
+fn mechanism_terms(spec: &MechanismSpec, heads: f64, qk: f64, len: f64) -> MechanismTerms {
+    let plain = MechanismTerms {
+        parameters: 0.0,
+        keys: len,
+        features: 0.0,
+        norms: 0.0,
+    };
     match spec {
-        // Feature norms of queries and keys, at most a weight and a bias each.
-        MechanismSpec::Rebased(_) => 4.0 * heads * qk,
+        MechanismSpec::Softmax | MechanismSpec::Linear => plain,
+        // The 2nd-order Taylor features: 1, x and x ⊗ x.
+        MechanismSpec::Based(_) => MechanismTerms {
+            features: 1.0 + qk + qk * qk,
+            ..plain
+        },
+        // Feature norms of queries and keys (at most a weight and a bias each), squared
+        // features; the norm runs over all heads' features: copies of both, standardised, scaled
+        // and back in head order.
+        MechanismSpec::Rebased(_) => MechanismTerms {
+            parameters: 4.0 * heads * qk,
+            features: qk * qk,
+            norms: 6.0 * heads * qk,
+            ..plain
+        },
         MechanismSpec::Linformer(c) => {
             let projection = c.proj_dim as f64 * len;
-            match c.sharing {
-                LinformerSharing::None => 2.0 * heads * projection,
-                LinformerSharing::Headwise => 2.0 * projection,
-                LinformerSharing::Kv | LinformerSharing::Layerwise => projection,
+            MechanismTerms {
+                parameters: match c.sharing {
+                    LinformerSharing::None => 2.0 * heads * projection,
+                    LinformerSharing::Headwise => 2.0 * projection,
+                    LinformerSharing::Kv | LinformerSharing::Layerwise => projection,
+                },
+                keys: c.proj_dim as f64,
+                ..plain
             }
         }
-        _ => 0.0,
     }
 }
 
-/// An encoding's parameters (one copy); the large ones are tables over positions.
+/// An encoding's parameters (one copy); the large ones are tables over positions. Exhaustive:
+/// a new encoding does not compile until it states them.
 fn encoding_parameters(spec: &EncodingSpec, d: f64, heads: f64, qk: f64, len: f64) -> f64 {
     match spec {
         EncodingSpec::Learned => len * d,
@@ -302,7 +337,20 @@ fn encoding_parameters(spec: &EncodingSpec, d: f64, heads: f64, qk: f64, len: f6
         EncodingSpec::DietRel(c) => heads * c.max_distance.map_or(len, |m| (m + 1) as f64),
         EncodingSpec::T5(c) => heads * c.num_buckets as f64,
         EncodingSpec::KerpleLog(_) | EncodingSpec::KerplePower(_) => 2.0 * heads,
-        _ => 0.0,
+        EncodingSpec::None
+        | EncodingSpec::Sinusoidal
+        | EncodingSpec::Alibi(_)
+        | EncodingSpec::Sandwich(_)
+        | EncodingSpec::Type1(_)
+        | EncodingSpec::Type2(_)
+        | EncodingSpec::InvN(_)
+        | EncodingSpec::InvNLogN(_)
+        | EncodingSpec::Window(_)
+        | EncodingSpec::Rope(_)
+        | EncodingSpec::Pi(_)
+        | EncodingSpec::Ntk(_)
+        | EncodingSpec::Rerope(_)
+        | EncodingSpec::LeakyRerope(_) => 0.0,
     }
 }
 
@@ -316,27 +364,13 @@ fn activation_bytes(preset: &Preset) -> f64 {
     let tokens = batch * len;
     let (d, heads) = (m.d_model as f64, m.n_heads as f64);
     let qk = preset.attention.qk_dim(m.head_dim()) as f64;
-    let keys = match &preset.attention {
-        MechanismSpec::Linformer(c) => c.proj_dim as f64,
-        _ => len,
-    };
+    let terms = mechanism_terms(&preset.attention, heads, qk, len);
     let per_layer = tokens * (6.0 * d + 2.0 * heads * qk + 2.0 * (m.mlp_ratio as f64) * d);
-    // Kernel mechanisms also expand queries and keys into their feature maps.
-    let features = match &preset.attention {
-        MechanismSpec::Based(_) => 1.0 + qk + qk * qk,
-        MechanismSpec::Rebased(_) => qk * qk,
-        _ => 0.0,
-    };
-    // ReBased normalises q and k over all heads' features: copies of both, standardised,
-    // scaled and back in head order.
-    let norms = match &preset.attention {
-        MechanismSpec::Rebased(_) => 6.0 * tokens * heads * qk,
-        _ => 0.0,
-    };
+    let norms = tokens * terms.norms;
     let attention = norms
         + match trains_without_weights(preset) {
             true => 0.0,
-            false => 3.0 * batch * heads * len * keys + 2.0 * tokens * heads * features,
+            false => 3.0 * batch * heads * len * terms.keys + 2.0 * tokens * heads * terms.features,
         };
     let layers = m.n_layers as f64;
     F32 * 2.0 * (layers * per_layer + attention_layers(preset) * attention)
