@@ -532,6 +532,17 @@ mod tests {
     }
 
     #[test]
+    fn a_bad_device_name_names_its_key() {
+        let err = parse(MINIMAL, &["train.device=\"tpu\""])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("train.device") && err.contains("unknown device 'tpu'"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn unknown_variant_lists_the_allowed_ones() {
         let err = parse(MINIMAL, &["attention.kind=flash"])
             .unwrap_err()
