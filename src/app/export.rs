@@ -72,7 +72,7 @@ impl Exporter {
             work();
         } else {
             // Its outcome arrives as a command; the handle is not needed.
-            drop(self.tasks.run(name, work));
+            self.tasks.run(name, work).detach();
         }
     }
 }

@@ -2,6 +2,8 @@
 //! sweeps all run as named tasks on threads of their own, so the UI never waits for them: each
 //! task reports progress (0..1), can be cancelled, and hands its outcome back over a channel that
 //! the app drains every frame, whichever view is shown. The status bar lists the live tasks.
+//! Dropping a handle cancels its task: a view that starts a new computation in place of a
+//! running one (a slider dragged) stops the old one; [`Task::detach`] lets one run on.
 //! (Training runs on the library's own workers, `crate::train::spawn_with`.)
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -99,13 +101,18 @@ impl Tasks {
             return Task {
                 receiver: failed,
                 state,
+                detached: false,
             };
         }
         self.live
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(state.clone());
-        Task { receiver, state }
+        Task {
+            receiver,
+            state,
+            detached: false,
+        }
     }
 
     /// Runs `work`, which neither reports progress nor can be cancelled, as a task.
@@ -127,10 +134,20 @@ impl Tasks {
     }
 }
 
-/// One task's handle: poll it for the outcome, draw its progress, cancel it.
+/// One task's handle: poll it for the outcome, draw its progress, cancel it. Dropped, it cancels
+/// its task (unless detached).
 pub struct Task<T> {
     receiver: Receiver<Outcome<T>>,
     state: Arc<State>,
+    detached: bool,
+}
+
+impl<T> Drop for Task<T> {
+    fn drop(&mut self) {
+        if !self.detached {
+            self.cancel();
+        }
+    }
 }
 
 impl<T> Task<T> {
@@ -149,6 +166,12 @@ impl<T> Task<T> {
     /// Asks the work to stop; it ends with `Ok(None)` at its next check.
     pub fn cancel(&self) {
         self.state.cancel.store(true, Ordering::Relaxed);
+    }
+
+    /// Lets the task run to its end with nobody waiting for the outcome (work that reports
+    /// back another way, such as an export's status command).
+    pub fn detach(mut self) {
+        self.detached = true;
     }
 
     /// A progress bar with the task's name and a Cancel button.
@@ -187,6 +210,48 @@ mod tests {
         }
     }
 
+    /// A task that spins until it is cancelled, then says so on the channel returned.
+    fn until_cancelled(tasks: &Tasks) -> (Task<()>, std::sync::mpsc::Receiver<()>) {
+        let (saw, seen) = std::sync::mpsc::channel();
+        let task = tasks.spawn("spin", move |_, cancel| {
+            while !cancel.load(Ordering::Relaxed) {
+                std::thread::yield_now();
+            }
+            let _ = saw.send(());
+            Ok(None)
+        });
+        (task, seen)
+    }
+
+    #[test]
+    fn dropping_a_handle_cancels_its_task_and_a_detached_one_runs_on() {
+        let tasks = Tasks::default();
+        let ((first, first_seen), (second, second_seen)) =
+            (until_cancelled(&tasks), until_cancelled(&tasks));
+        drop(first); // as a view does when a new computation takes the old one's place
+        let ten_seconds = std::time::Duration::from_secs(10);
+        first_seen
+            .recv_timeout(ten_seconds)
+            .expect("the dropped task saw its cancel flag");
+        assert!(second_seen.try_recv().is_err(), "the kept task runs on");
+        drop(second);
+        let (go, gate) = std::sync::mpsc::channel::<()>();
+        let (done, finished) = std::sync::mpsc::channel();
+        tasks
+            .spawn("detached", move |_, cancel| {
+                gate.recv().ok();
+                let _ = done.send(cancel.load(Ordering::Relaxed));
+                Ok(Some(()))
+            })
+            .detach();
+        go.send(()).unwrap();
+        assert_eq!(
+            finished.recv_timeout(ten_seconds),
+            Ok(false),
+            "not cancelled"
+        );
+    }
+
     #[test]
     fn a_task_hands_back_its_value_and_leaves_the_live_list() {
         let tasks = Tasks::default();
@@ -207,12 +272,7 @@ mod tests {
     #[test]
     fn a_cancelled_task_ends_with_none() {
         let tasks = Tasks::default();
-        let mut task = Some(tasks.spawn("spin", |_, cancel| {
-            while !cancel.load(Ordering::Relaxed) {
-                std::thread::yield_now();
-            }
-            Ok(None::<()>)
-        }));
+        let mut task = Some(until_cancelled(&tasks).0);
         task.as_ref().unwrap().cancel();
         assert_eq!(wait(&mut task).unwrap(), None);
     }

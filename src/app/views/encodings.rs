@@ -82,13 +82,21 @@ impl Default for EncodingsView {
     }
 }
 
-/// The analyses for `inputs` (runs on a background thread).
-fn compute(inputs: &Inputs, attention: Option<Vec<AttentionWeights>>) -> crate::Result<Results> {
+/// The analyses for `inputs` (runs on a background thread); `None` once `cancel` is set (the
+/// inputs changed again: a dragged slider starts a study per frame).
+fn compute(
+    inputs: &Inputs,
+    attention: Option<Vec<AttentionWeights>>,
+    cancel: &std::sync::atomic::AtomicBool,
+) -> crate::Result<Option<Results>> {
     let m = inputs.length;
     let distances: Vec<f64> = (1..m.min(CURVE)).map(|t| t as f64).collect();
     let mut encodings = Vec::new();
     let mut heatmap = None;
     for (i, spec) in inputs.specs.iter().enumerate() {
+        if cancel.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(None);
+        }
         let studied = StudiedEncoding::untrained(spec, inputs.n_heads, inputs.qk_dim)?;
         let verdict = studied.verdict()?;
         let exp_bias = studied.bias_rows(m.min(CURVE))?.map(|rows| {
@@ -120,12 +128,12 @@ fn compute(inputs: &Inputs, attention: Option<Vec<AttentionWeights>>) -> crate::
         (Some((dir, _)), Some(layers)) => Some(run_curves(dir, &layers)?),
         _ => None,
     };
-    Ok(Results {
+    Ok(Some(Results {
         length: m,
         encodings,
         heatmap,
         run,
-    })
+    }))
 }
 
 /// The ERF of saved attention (mean over layers, heads and rows) and the run's TRF.
@@ -172,7 +180,7 @@ fn line(name: &str, points: &[(f64, f64)]) -> Line<'static> {
 }
 
 impl EncodingsView {
-    /// Starts a new computation when the inputs changed (a running one is dropped).
+    /// Starts a new computation when the inputs changed (a running one is dropped, so cancelled).
     fn restart_if_changed(&mut self, cx: &ViewContext) {
         let preset = &cx.editor.preset;
         let editor_spec = &preset.encoding;
@@ -200,8 +208,8 @@ impl EncodingsView {
             .and_then(|r| r.attention.as_ref())
             .map(|a| a.layers.clone());
         let job = inputs.clone();
-        self.pending = Some(cx.tasks.spawn("encoding study", move |_, _| {
-            compute(&job, attention).map(Some)
+        self.pending = Some(cx.tasks.spawn("encoding study", move |_, cancel| {
+            compute(&job, attention, cancel)
         }));
         self.inputs = Some(inputs);
     }
