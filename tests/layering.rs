@@ -77,18 +77,25 @@ fn top_module(src: &Path, file: &Path) -> Option<String> {
 /// for `pub use preset::Preset;`), so that `crate::Preset` counts as an import of `preset`.
 fn root_reexports(src: &Path) -> std::collections::BTreeMap<String, String> {
     let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    // Statements, comments dropped, so a group may span lines.
+    let code: Vec<&str> = lib.lines().map(|l| l.split("//").next().unwrap()).collect();
     let mut names = std::collections::BTreeMap::new();
-    for line in lib.lines().map(str::trim) {
-        let Some(path) = line.strip_prefix("pub use ") else {
+    for statement in code.join(" ").split(';') {
+        let Some(at) = statement.find("pub use ") else {
             continue;
         };
-        let Some((module, items)) = path.trim_end_matches(';').split_once("::") else {
+        let path = statement[at + "pub use ".len()..].trim();
+        let path = path
+            .trim_start_matches("crate::")
+            .trim_start_matches("self::");
+        let Some((module, items)) = path.split_once("::") else {
             continue;
         };
-        for item in items.trim_matches(['{', '}']).split(',') {
-            let name = item.rsplit([' ', ':']).next().unwrap_or_default().trim();
-            if !name.is_empty() {
-                names.insert(name.to_string(), module.to_string());
+        for item in items.trim().trim_matches(['{', '}']).split(',') {
+            // `A`, `x::A` or `A as B`: the last word is the name at the root.
+            let name = item.trim().rsplit([' ', ':']).next().unwrap_or_default();
+            if !name.is_empty() && name != "*" {
+                names.insert(name.to_string(), module.trim().to_string());
             }
         }
     }

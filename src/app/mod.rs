@@ -205,6 +205,17 @@ impl AttnlabApp {
             .filter_map(|r| Some((r.name.clone(), r.dir.clone()?)))
             .collect();
         let analysis = awaiting.analysis;
+        let views = &self.views;
+        let busy = match analysis {
+            Analysis::Extrapolation => views.extrapolation.is_busy(),
+            Analysis::Iou => views.iou.is_busy(),
+            Analysis::Spectra => views.spectra.is_busy(),
+            Analysis::Encodings => false,
+        };
+        if busy {
+            // Starting now would drop, so cancel, the view's own computation: wait for it.
+            return;
+        }
         self.awaiting = None;
         if list.is_empty() {
             self.status = "the experiment's runs failed: nothing to analyse".into();

@@ -3,7 +3,8 @@
 //! task reports progress (0..1), can be cancelled, and hands its outcome back over a channel that
 //! the app drains every frame, whichever view is shown. The status bar lists the live tasks.
 //! Dropping a handle cancels its task: a view that starts a new computation in place of a
-//! running one (a slider dragged) stops the old one; [`Task::detach`] lets one run on.
+//! running one (a slider dragged) stops the old one; [`Task::detach`] lets one run on. Work
+//! started with [`Tasks::run`] takes no cancel flag and always runs to its end.
 //! (Training runs on the library's own workers, `crate::train::spawn_with`.)
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};

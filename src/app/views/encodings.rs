@@ -93,8 +93,9 @@ fn compute(
     let distances: Vec<f64> = (1..m.min(CURVE)).map(|t| t as f64).collect();
     let mut encodings = Vec::new();
     let mut heatmap = None;
+    let cancelled = || cancel.load(std::sync::atomic::Ordering::Relaxed);
     for (i, spec) in inputs.specs.iter().enumerate() {
-        if cancel.load(std::sync::atomic::Ordering::Relaxed) {
+        if cancelled() {
             return Ok(None);
         }
         let studied = StudiedEncoding::untrained(spec, inputs.n_heads, inputs.qk_dim)?;
@@ -113,16 +114,23 @@ fn compute(
                 .exp_bias_matrix(n, Heads::Mean)?
                 .map(|values| (studied.label.clone(), n, values));
         }
+        let trf = studied.trf(m, POINTS, Heads::Mean, Rows::Last)?;
+        if cancelled() {
+            return Ok(None);
+        }
         encodings.push(Analysed {
             label: studied.label.clone(),
             verdict: verdict.verdict,
             evidence: verdict.evidence,
-            trf: studied.trf(m, POINTS, Heads::Mean, Rows::Last)?,
+            trf,
             exp_bias,
             decay: studied
                 .rotary_decay(&distances)
                 .map(|d| distances.iter().copied().zip(d).collect()),
         });
+    }
+    if cancelled() {
+        return Ok(None);
     }
     let run = match (&inputs.run, attention) {
         (Some((dir, _)), Some(layers)) => Some(run_curves(dir, &layers)?),

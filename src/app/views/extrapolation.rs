@@ -174,6 +174,11 @@ impl ExtrapolationView {
         Ok(options)
     }
 
+    /// Whether a computation (or a train-and-evaluate job) is under way.
+    pub fn is_busy(&self) -> bool {
+        self.job.is_some()
+    }
+
     /// Evaluates the finished runs `list` (name, folder) at the view's lengths, as a task.
     pub fn start(&mut self, tasks: &Tasks, list: Vec<(String, PathBuf)>) {
         let options = match self.parsed_options() {
