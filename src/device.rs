@@ -198,10 +198,10 @@ pub fn probe_all() -> Vec<DeviceStatus> {
 /// one thread's stream could be handed out again while another stream still used it. One
 /// stream orders all of it. cudarc's per-buffer event tracking, which would synchronise several
 /// streams, is turned off: with one stream it only adds driver calls to every launch.
-#[allow(unsafe_code)] // a reviewed exception: cudarc marks turning the tracking off unsafe
 ///
 /// Making the stream synchronises the GPU's context once (cudarc does so when a context gets its
 /// first stream of its own): opening a device waits for work queued by other runs on that GPU.
+#[allow(unsafe_code)] // a reviewed exception: cudarc marks turning the tracking off unsafe
 fn cuda_on_one_stream(ordinal: usize) -> candle_core::Result<Device> {
     let device = Device::new_cuda_with_stream(ordinal)?;
     #[cfg(feature = "cuda")]

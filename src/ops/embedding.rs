@@ -6,7 +6,7 @@
 //! (33 ms of a 260 ms step on an H100 at d_model 512 and 64k tokens). Here the CPU groups the
 //! tokens by id ([`tokens_by_id`]) and sums each id's rows on its own thread, in token order; the
 //! GPU takes the same index and sums in the same order, a block per id and column chunk. Both
-//! give the same bits every run (atomic adds on the GPU did not: a resumed run drifted).
+//! give the same bits every run (atomic adds on the GPU would not: a resumed run could drift).
 
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
 use rayon::prelude::*;

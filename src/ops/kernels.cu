@@ -232,8 +232,8 @@ extern "C" __global__ void attnlab_embedding(const float *weight, const uint32_t
 }
 
 // Embedding gradient: dw[v, :] = Σ dy[i, :] over the tokens i with ids[i] = v, in token order,
-// so the sum is the same run to run (atomicAdd's order is not: a resumed run drifted from the
-// uninterrupted one). The host lists each id's tokens in order (`order`, from offsets[v] to
+// so the sum is the same run to run (atomicAdd's order is not, so a resumed run could drift from
+// the uninterrupted one). The host lists each id's tokens in order (`order`, from offsets[v] to
 // offsets[v + 1]); block (v, column chunk) adds those rows of dy into its columns of dw[v], and
 // writes the row whole, so dw needs no zero-filling. Reads each row of dy once, coalesced.
 extern "C" __global__ void attnlab_embedding_grad(const float *dy, const uint32_t *order,
