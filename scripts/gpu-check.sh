@@ -76,12 +76,16 @@ run_resume() {
     | grep -E '^test |panicked|left:|right:|assert|test result'
 }
 
+bench_precisions() { # bench_precisions SUFFIX: both configurations in f32, tf32 and bf16
+  for p in f32 tf32 bf16; do
+    bench "reference-$p$1" --steps-only --set train.device=cuda:0 --set train.precision=$p
+    bench "large-$p$1" --steps-only --steps 10 --set train.device=cuda:0 --set train.precision=$p "${LARGE[@]}"
+  done
+}
+
 run_bench() {
   : >"$RESULTS/bench.jsonl"
-  for p in f32 tf32 bf16; do
-    bench "reference-$p" --steps-only --set train.device=cuda:0 --set train.precision=$p
-    bench "large-$p" --steps-only --steps 10 --set train.device=cuda:0 --set train.precision=$p "${LARGE[@]}"
-  done
+  bench_precisions ""
   ATTNLAB_CUDA_KERNELS=0 bench "reference-f32-composed" --steps-only --set train.device=cuda:0
   ATTNLAB_CUDA_KERNELS=0 bench "large-f32-composed" --steps-only --steps 10 --set train.device=cuda:0 "${LARGE[@]}"
   for args in "" "--d 512 --T 1024 --vocab 2048"; do
@@ -129,11 +133,7 @@ run_profile() { # where the large configuration's time goes (tf32, 6 steps: 5 wa
 }
 
 run_flash() { # flash attention (opt-in, ATTNLAB_CUDA_FLASH=1) against the default explicit path
-  export ATTNLAB_CUDA_FLASH=1
-  bench "reference-f32-flash" --steps-only --set train.device=cuda:0
-  for p in f32 tf32 bf16; do
-    bench "large-$p-flash" --steps-only --steps 10 --set train.device=cuda:0 --set train.precision=$p "${LARGE[@]}"
-  done
+  ATTNLAB_CUDA_FLASH=1 bench_precisions -flash
 }
 
 run_oom() {

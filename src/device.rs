@@ -222,11 +222,8 @@ fn cuda_on_one_stream(ordinal: usize) -> candle_core::Result<Device> {
 pub fn free_gpu_bytes(device: &Device) -> Option<u64> {
     #[cfg(feature = "cuda")]
     if let Device::Cuda(cuda) = device {
-        let context = cuda.cuda_stream().context().clone();
-        return context
-            .mem_get_info()
-            .ok()
-            .map(|(free, _total)| free as u64);
+        let info = cuda.cuda_stream().context().mem_get_info();
+        return info.ok().map(|(free, _total)| free as u64);
     }
     let _ = device;
     None

@@ -8,7 +8,7 @@
 //! run the explicit path, as do the CPU and every other mechanism. [`flash_attention_composed`]
 //! is the reference the GPU tests compare it with; views and analyses always get the explicit
 //! weights from `Mechanism::attend`. Training uses it only when asked ([`flash_enabled`]): on an
-//! H200 the explicit path was faster.
+//! H200 the explicit path was 3-5x faster at T = 1024.
 
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 
@@ -20,9 +20,10 @@ const MAX_HEAD_WIDTH: usize = 256;
 /// Whether training uses flash attention where it is available: only with
 /// `ATTNLAB_CUDA_FLASH=1`, for lengths whose (B, H, T, T) weights do not fit on the GPU. Off,
 /// softmax attention trains on its explicit weights through cuBLAS (tensor cores in tf32 and
-/// bf16) and the fused softmax kernel, which on an H200 was faster at every size measured: 2.9
-/// against 3.6 ms a step at the reference configuration, 86 / 48 / 57 against 246 / 221 / 220 ms
-/// at the large one in f32 / tf32 / bf16 (docs/gpu.md). These kernels give each row one warp and
+/// bf16) and the fused softmax kernel. On an H200 that was 86 / 48 / 57 ms a step against flash's
+/// 246 / 221 / 220 ms at the large configuration in f32 / tf32 / bf16; at the reference one the
+/// two were within the spread between leases (explicit 2.9 and 3.9 ms, flash 3.6; docs/gpu.md).
+/// These kernels give each row one warp and
 /// read k and v from memory for every row; a tiled kernel on tensor cores would beat the
 /// explicit path.
 pub fn flash_enabled() -> bool {

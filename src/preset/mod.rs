@@ -424,6 +424,11 @@ mod tests {
 
     const MINIMAL: &str = "schema = 1\nname = \"t\"\n";
 
+    /// The error the minimal preset with `overrides` is refused with, in words.
+    fn refusal(overrides: &[&str]) -> String {
+        parse(MINIMAL, overrides).unwrap_err().to_string()
+    }
+
     #[test]
     fn defaults_fill_a_minimal_preset() {
         let p = parse(MINIMAL, &[]).unwrap();
@@ -484,18 +489,14 @@ mod tests {
     /// Kinds without settings have no serde field list to reject a stray key with.
     #[test]
     fn stray_keys_of_kinds_without_settings_are_errors() {
-        let err = parse(MINIMAL, &["encoding.kind=sinusoidal", "encoding.slope=0.5"])
-            .unwrap_err()
-            .to_string();
+        let err = refusal(&["encoding.kind=sinusoidal", "encoding.slope=0.5"]);
         assert!(
             err.contains(
                 "encoding.slope = 0.5: sinusoidal has no such setting (it has no settings)"
             ),
             "{err}"
         );
-        let err = parse(MINIMAL, &["attention.feature_dim=8"])
-            .unwrap_err()
-            .to_string();
+        let err = refusal(&["attention.feature_dim=8"]);
         assert!(err.contains("attention.feature_dim"), "{err}");
         assert!(parse(MINIMAL, &["encoding.kind=alibi", "encoding.k=1"]).is_ok());
     }
@@ -525,17 +526,13 @@ mod tests {
             let err = parse(MINIMAL, overrides).unwrap_err().to_string();
             assert!(err.contains(key), "{overrides:?}: {err}");
         }
-        let err = parse(MINIMAL, &["model.d_modle=3"])
-            .unwrap_err()
-            .to_string();
+        let err = refusal(&["model.d_modle=3"]);
         assert!(!err.contains("model.kind"), "untagged sections: {err}");
     }
 
     #[test]
     fn a_bad_device_name_names_its_key() {
-        let err = parse(MINIMAL, &["train.device=\"tpu\""])
-            .unwrap_err()
-            .to_string();
+        let err = refusal(&["train.device=\"tpu\""]);
         assert!(
             err.contains("train.device") && err.contains("unknown device 'tpu'"),
             "{err}"
@@ -544,9 +541,7 @@ mod tests {
 
     #[test]
     fn unknown_variant_lists_the_allowed_ones() {
-        let err = parse(MINIMAL, &["attention.kind=flash"])
-            .unwrap_err()
-            .to_string();
+        let err = refusal(&["attention.kind=flash"]);
         assert!(
             err.contains("flash") && err.contains("rebased") && err.contains("linformer"),
             "{err}"
@@ -555,9 +550,7 @@ mod tests {
 
     #[test]
     fn out_of_range_value_names_key_value_and_range() {
-        let err = parse(MINIMAL, &["model.n_heads=3"])
-            .unwrap_err()
-            .to_string();
+        let err = refusal(&["model.n_heads=3"]);
         assert!(
             err.contains("model.d_model = 128") && err.contains("divisible by model.n_heads = 3"),
             "{err}"
@@ -582,17 +575,15 @@ mod tests {
     /// failed creating the run folder.
     #[test]
     fn names_a_folder_cannot_hold_are_refused() {
-        let err = parse(MINIMAL, &["name=\"a\\u0000b\""])
-            .unwrap_err()
-            .to_string();
+        let err = refusal(&["name=\"a\\u0000b\""]);
         assert!(
             err.contains("name = \"a\\0b\"") && err.contains("control characters"),
             "{err}"
         );
-        let err = parse(MINIMAL, &["name=\"a\\nb\""]).unwrap_err().to_string();
+        let err = refusal(&["name=\"a\\nb\""]);
         assert!(err.contains("control characters"), "{err}");
         let long = format!("name=\"{}\"", "x".repeat(MAX_NAME_CHARS + 1));
-        let err = parse(MINIMAL, &[&long]).unwrap_err().to_string();
+        let err = refusal(&[&long]);
         assert!(
             err.contains("invalid preset: name = ") && err.contains("201"),
             "{err}"

@@ -479,13 +479,19 @@ pub struct Split {
 }
 
 impl Split {
-    /// `requested` workers (0: one per core), at most one per group of work, the cores shared
-    /// out between them. One thread per worker is what trains small models fastest: on 2
-    /// cores, two groups of six MQAR cells on one thread each trained 1.3-1.5x more steps per
-    /// second than one group on two threads (docs/performance.md, many small models).
-    pub fn of(requested: usize, groups: usize, cores: usize) -> Self {
+    /// `requested` workers (0: one per core, or one when the cells train on a GPU), at most one
+    /// per group of work, the cores shared out between them. One thread per worker is what
+    /// trains small models fastest on the CPU: on 2 cores, two groups of six MQAR cells on one
+    /// thread each trained 1.3-1.5x more steps per second than one group on two threads
+    /// (docs/performance.md, many small models). On a GPU a small model's step is bound by
+    /// launching its kernels: the small Figure 1 sweep with a worker per core (16 on an H200
+    /// machine, its groups of six split to feed them) took about 97 ms a step per group,
+    /// evaluations included, where one group alone takes 6 ms; by the sweep's own estimates
+    /// ~12 min in all against ~9 min one whole group at a time (docs/gpu.md).
+    pub fn of(requested: usize, groups: usize, cores: usize, gpu: bool) -> Self {
         let cores = cores.max(1);
         let wanted = match requested {
+            0 if gpu => 1,
             0 => cores,
             n => n,
         };
@@ -509,11 +515,7 @@ pub fn groups(sweep: &Sweep, cells: &[usize]) -> Result<Vec<Vec<usize>>> {
         .collect())
 }
 
-/// Whether the sweep trains on a GPU: there the default is one group at a time, whole. A small
-/// model's step there is bound by launching its kernels, not by the GPU: the small Figure 1
-/// sweep with a worker per core (16 on an H200 machine, its groups of six split to feed them)
-/// ran each group's steps ~16x slower than one group alone (97 against 6 ms), fewer cells per
-/// second in all than one whole group after another.
+/// Whether the sweep's cells train on a GPU ([`Split::of`] then keeps to one group at a time).
 fn on_gpu(sweep: &Sweep) -> Result<bool> {
     match sweep.cells.first() {
         Some(cell) => Ok(sweep.preset(cell)?.train.device != crate::device::DeviceName::Cpu),
@@ -583,18 +585,15 @@ pub fn run_sweep(
         }
     }
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
-    let requested = match sweep.workers {
-        0 if on_gpu(sweep)? => 1,
-        n => n,
-    };
+    let gpu = on_gpu(sweep)?;
     let todo = longest_first(
         sweep,
         spread(
             groups(sweep, &todo)?,
-            Split::of(requested, usize::MAX, cores).workers,
+            Split::of(sweep.workers, usize::MAX, cores, gpu).workers,
         ),
     )?;
-    let split = Split::of(requested, todo.len(), cores);
+    let split = Split::of(sweep.workers, todo.len(), cores, gpu);
     emit(SweepEvent::Planned {
         groups: todo.clone(),
         split,
@@ -766,17 +765,19 @@ mod tests {
 
     #[test]
     fn the_machine_is_split_between_workers_and_threads() {
-        // (requested workers, groups, cores) → (workers, threads each)
-        for (asked, groups, cores, want) in [
-            (0, 12, 16, (12, 1)),
-            (0, 12, 2, (2, 1)),
-            (0, 1, 2, (1, 2)),
-            (0, 3, 16, (3, 5)),
-            (4, 12, 16, (4, 4)),
-            (32, 12, 16, (12, 1)),
-            (0, 0, 1, (1, 1)),
+        // (requested workers, groups, cores, on a GPU) → (workers, threads each)
+        for (asked, groups, cores, gpu, want) in [
+            (0, 12, 16, false, (12, 1)),
+            (0, 12, 2, false, (2, 1)),
+            (0, 1, 2, false, (1, 2)),
+            (0, 3, 16, false, (3, 5)),
+            (4, 12, 16, false, (4, 4)),
+            (32, 12, 16, false, (12, 1)),
+            (0, 0, 1, false, (1, 1)),
+            (0, 12, 16, true, (1, 16)),
+            (4, 12, 16, true, (4, 4)),
         ] {
-            let split = Split::of(asked, groups, cores);
+            let split = Split::of(asked, groups, cores, gpu);
             assert_eq!(
                 (split.workers, split.threads),
                 want,
