@@ -222,6 +222,23 @@ fn every_fused_kernel_matches_the_composed_ops() {
     let rows = random(&[70, 75], 2, &cpu);
     let (gamma, beta) = (random(&[75], 3, &cpu), random(&[75], 4, &cpu));
     let table = random(&[37, 37], 5, &cpu);
+    let linear_inputs = vec![
+        random(&[3, 37, 75], 6, &cpu),
+        random(&[15, 75], 7, &cpu),
+        random(&[15], 8, &cpu),
+    ];
+    let replica_inputs = |n: usize| -> Vec<Tensor> {
+        let x = random(&[6, 12, 75], 9, &cpu);
+        let params = (0..n as u64).map(|i| random(&[3, 75], 10 + i, &cpu));
+        std::iter::once(x).chain(params).collect()
+    };
+    let conv_inputs = |kernel: &[usize], bias: &[usize]| -> Vec<Tensor> {
+        vec![
+            random(&[6, 37, 75], 13, &cpu),
+            random(kernel, 14, &cpu),
+            random(bias, 15, &cpu),
+        ]
+    };
     type Case = (
         &'static str,
         fn(&[Tensor]) -> attnlab::Result<Tensor>,
@@ -293,6 +310,58 @@ fn every_fused_kernel_matches_the_composed_ops() {
             vec![x.clone(), table],
             2,
         ),
+        // Three replicas of 2 batch rows: γ, β and the per-replica bias or scale (3, 75).
+        (
+            "layer norm of replicas",
+            |t| ops::layer_norm(&t[0], &t[1], &t[2], 1e-5),
+            |t| ops::layer_norm_composed(&t[0], &t[1], &t[2], 1e-5),
+            replica_inputs(3),
+            3,
+        ),
+        (
+            "a bias per replica (the CPU's fused op as reference)",
+            |t| ops::per_replica(&t[0], &t[1], ops::Combine::Add),
+            |t| ops::per_replica(&t[0], &t[1], ops::Combine::Add),
+            replica_inputs(2),
+            2,
+        ),
+        (
+            "a scale per replica",
+            |t| ops::per_replica(&t[0], &t[1], ops::Combine::Mul),
+            |t| ops::per_replica(&t[0], &t[1], ops::Combine::Mul),
+            replica_inputs(2),
+            2,
+        ),
+        // A causal convolution of kernel 4 over (6, 37, 75), alone and as 3 replicas.
+        (
+            "causal convolution",
+            |t| ops::causal_conv(&t[0], &t[1], &t[2]),
+            |t| ops::causal_conv_composed(&t[0], &t[1], &t[2]),
+            conv_inputs(&[4, 75], &[75]),
+            3,
+        ),
+        (
+            "causal convolution of replicas",
+            |t| ops::causal_conv(&t[0], &t[1], &t[2]),
+            |t| ops::causal_conv_composed(&t[0], &t[1], &t[2]),
+            conv_inputs(&[3, 4, 75], &[3, 75]),
+            3,
+        ),
+        // x (3, 37, 75) through W (15, 75) and b (15); with heads, 3 heads of 5.
+        (
+            "linear",
+            |t| ops::linear(&t[0], &t[1], Some(&t[2])),
+            |t| ops::linear_composed(&t[0], &t[1], Some(&t[2])),
+            linear_inputs.clone(),
+            3,
+        ),
+        (
+            "linear split into heads",
+            |t| ops::linear_heads(&t[0], &t[1], Some(&t[2]), 3),
+            |t| ops::linear_heads_composed(&t[0], &t[1], Some(&t[2]), 3),
+            linear_inputs,
+            3,
+        ),
     ];
     for (name, fused, composed, inputs, trainable) in cases {
         let want = value_and_grads(&composed, &inputs, trainable, &cpu);
@@ -354,7 +423,10 @@ fn flash_attention_matches_the_explicit_weights() {
 fn embedding_loss_and_optimiser_kernels_match_the_cpu() {
     let Some(device) = gpu() else { return };
     let cpu = Device::Cpu;
-    let ids: Vec<u32> = (0..300u32).map(|i| (i * 7 + i / 5) % 41).collect();
+    // Every other token is id 0: more than a segment of tokens (256) for one id.
+    let ids: Vec<u32> = (0..700u32)
+        .map(|i| if i % 2 == 0 { 0 } else { (i * 7 + i / 5) % 41 })
+        .collect();
     let weight = random(&[41, 75], 6, &cpu);
     let targets: Vec<u32> = (0..70u32).map(|i| (i * 13) % 75).collect();
     let on = |d: &Device, v: &[u32]| Tensor::new(v, d).unwrap();
@@ -403,14 +475,34 @@ fn embedding_loss_and_optimiser_kernels_match_the_cpu() {
         got.0
     );
     assert!(max_diff(&want.1, &got.1) <= 1e-5, "cross-entropy gradient");
-    // Σ x².
-    let x = random(&[1000, 3], 9, &cpu);
-    let want = ops::sum_squares(&x).unwrap().to_scalar::<f32>().unwrap();
-    let got = values(&ops::sum_squares(&x.to_device(&device).unwrap()).unwrap())[0];
-    assert!(
-        close(want.into(), got.into(), 1e-5),
-        "sum of squares {want} vs {got}"
+    // Per replica: 5 groups of 14 rows, each under its own upstream gradient.
+    type Groups = fn(&Tensor, &Tensor, usize) -> attnlab::Result<Tensor>;
+    let groups = |d: &Device, f: Groups| {
+        let x = Var::from_tensor(&random(&[70, 75], 8, d)).unwrap();
+        let l = f(x.as_tensor(), &on(d, &targets), 5).unwrap();
+        let w = Tensor::new(&[0.5f32, -1.0, 2.0, 0.1, 1.0], d).unwrap();
+        let grads = (&l * &w).unwrap().sum_all().unwrap().backward().unwrap();
+        (values(&l), values(grads.get(x.as_tensor()).unwrap()))
+    };
+    let (want, got) = (
+        groups(&cpu, ops::cross_entropy_groups_composed),
+        groups(&device, ops::cross_entropy_groups),
     );
+    assert!(max_diff(&want.0, &got.0) <= 1e-5, "per-group losses");
+    assert!(max_diff(&want.1, &got.1) <= 1e-5, "per-group gradient");
+    // Σ x² of several tensors in one launch: empty, smaller than a block, several blocks.
+    let xs: Vec<Tensor> = [0, 3, 5000, 9001]
+        .into_iter()
+        .map(|n| random(&[n], 9 + n as u64, &cpu))
+        .collect();
+    let on_gpu: Vec<Tensor> = xs.iter().map(|x| x.to_device(&device).unwrap()).collect();
+    let (want, got) = (
+        ops::sum_squares_all(&xs).unwrap(),
+        ops::sum_squares_all(&on_gpu).unwrap(),
+    );
+    for (w, g) in want.iter().zip(&got) {
+        assert!(close(*w, *g, 1e-5), "sums of squares {want:?} vs {got:?}");
+    }
     // AdamW: three in-place steps on the GPU against the tensor ops on the CPU.
     let step = ops::AdamStep {
         beta1: 0.9,

@@ -81,7 +81,10 @@ impl Build {
 /// The rows of x (B, T, D) at the flat positions `rows` (b·T + t): (R, D).
 fn gather_rows(x: &Tensor, rows: &Tensor) -> Result<Tensor> {
     let (b, t, d) = x.dims3()?;
-    Ok(x.reshape((b * t, d))?.index_select(rows, 0)?)
+    // Rows picked by index are an embedding lookup with x as the table: its backward sums in a
+    // fixed order with no (B·T, d) zero fill, where index_select's index_add took a single
+    // block on a GPU.
+    crate::ops::embedding(&x.reshape((b * t, d))?, rows)
 }
 
 /// The `[model]` section of a preset.

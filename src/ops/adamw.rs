@@ -1,9 +1,11 @@
-//! AdamW's update as two in-place kernels per parameter, and the squared norm of a gradient.
+//! AdamW's update in place, and the squared norms of the gradients.
 //!
 //! With tensor ops an update takes twelve element-wise passes and as many new buffers per
 //! parameter (twelve kernel launches each on a GPU). In place it is one pass over the moments
 //! [m; v], kept side by side in one (2·n) buffer, and one over the parameter, allocating
-//! nothing. [`adamw_step_composed`] is the tensor-op reference the tests compare with.
+//! nothing; on a CUDA GPU one launch updates every parameter of a step (a launch per parameter
+//! was 60 of the reference step's 348 kernels), and one more sums every gradient's squares.
+//! [`adamw_step_composed`] is the tensor-op reference the tests compare with.
 
 use candle_core::{CpuStorage, CustomOp1, InplaceOp2, Layout, Shape, Tensor};
 use rayon::prelude::*;
@@ -27,19 +29,54 @@ pub struct AdamStep {
     pub eps: f32,
 }
 
+/// One parameter's part of an AdamW step: `param` (n entries) and `moments` ([m; v], 2n f32
+/// entries) are updated in place from `grad` by `step`.
+pub struct ParamUpdate<'a> {
+    pub param: Tensor,
+    pub moments: &'a Tensor,
+    pub grad: Tensor,
+    pub step: AdamStep,
+}
+
 /// Updates `param` (n entries) and `moments` ([m; v], 2n f32 entries) in place from the
 /// gradient `grad`, with the fused kernels (f32 on the CPU or a CUDA GPU; see
-/// [`super::fusable`]). All three must be contiguous.
+/// [`super::fusable`]). The parameter and moments must be contiguous.
 pub fn adamw_in_place(
     param: &Tensor,
     moments: &Tensor,
     grad: &Tensor,
     step: &AdamStep,
 ) -> Result<()> {
-    let grad = grad.contiguous()?;
-    moments.inplace_op2(&grad, &Moments(*step))?;
-    param.inplace_op2(moments, &Param(*step))?;
-    Ok(())
+    adamw_all_in_place(&[ParamUpdate {
+        param: param.clone(),
+        moments,
+        grad: grad.clone(),
+        step: *step,
+    }])
+}
+
+/// [`adamw_in_place`] of several parameters: one kernel launch for all of them on a CUDA GPU,
+/// side by side on the CPU.
+pub fn adamw_all_in_place(updates: &[ParamUpdate]) -> Result<()> {
+    #[cfg(feature = "cuda")]
+    if updates.iter().all(|u| u.param.device().is_cuda()) {
+        let grads = updates
+            .iter()
+            .map(|u| u.grad.contiguous())
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let parts: Vec<_> = updates
+            .iter()
+            .zip(&grads)
+            .map(|(u, g)| (&u.param, u.moments, g, u.step))
+            .collect();
+        return Ok(super::cuda::adam_all(&parts)?);
+    }
+    updates.par_iter().try_for_each(|u| {
+        let grad = u.grad.contiguous()?;
+        u.moments.inplace_op2(&grad, &Moments(u.step))?;
+        u.param.inplace_op2(u.moments, &Param(u.step))?;
+        Ok(())
+    })
 }
 
 /// The same step from tensor ops, on any device and dtype: returns (new param, new moments).
@@ -61,10 +98,29 @@ pub fn adamw_step_composed(
     Ok((p.reshape(param.shape())?, Tensor::cat(&[m, v], 0)?))
 }
 
-/// Σ x² of a tensor as a scalar tensor on its device: the gradient norm without a copy to the
-/// host per parameter.
-pub fn sum_squares(x: &Tensor) -> Result<Tensor> {
-    if super::fusable(x) {
+/// Σ x² of each tensor, read to the host in one copy: the gradient norms without a copy per
+/// parameter. On a CUDA GPU one launch sums them all, each block a fixed chunk of one tensor,
+/// and the host adds the chunks in order, so the sums do not depend on scheduling.
+pub fn sum_squares_all(xs: &[Tensor]) -> Result<Vec<f64>> {
+    #[cfg(feature = "cuda")]
+    if !xs.is_empty() && xs.iter().all(|x| super::fusable(x) && x.device().is_cuda()) {
+        let xs = xs
+            .iter()
+            .map(|x| x.contiguous())
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        return Ok(super::cuda::sum_squares_all(&xs)?);
+    }
+    if xs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sums = xs.iter().map(sum_squares).collect::<Result<Vec<_>>>()?;
+    let sums = Tensor::stack(&sums, 0)?.to_dtype(candle_core::DType::F64)?;
+    Ok(sums.to_vec1::<f64>()?)
+}
+
+/// Σ x² of a tensor as a scalar tensor on its device.
+fn sum_squares(x: &Tensor) -> Result<Tensor> {
+    if super::fusable(x) && x.device().is_cpu() {
         return Ok(x.contiguous()?.apply_op1_no_bwd(&SumSquares)?);
     }
     Ok(x.sqr()?.sum_all()?)
@@ -130,23 +186,6 @@ impl InplaceOp2 for Moments {
             });
         Ok(())
     }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        dst: &mut candle_core::CudaStorage,
-        dst_l: &Layout,
-        g: &candle_core::CudaStorage,
-        gl: &Layout,
-    ) -> candle_core::Result<()> {
-        let AdamStep {
-            beta1,
-            beta2,
-            grad_scale,
-            ..
-        } = self.0;
-        super::cuda::adam_moments((dst, dst_l), (g, gl), [beta1, beta2, grad_scale])
-    }
 }
 
 /// Updates the parameter in place from [m; v].
@@ -184,19 +223,6 @@ impl InplaceOp2 for Param {
             });
         Ok(())
     }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        dst: &mut candle_core::CudaStorage,
-        dst_l: &Layout,
-        mv: &candle_core::CudaStorage,
-        mvl: &Layout,
-    ) -> candle_core::Result<()> {
-        let s = self.0;
-        let constants = [s.decay, s.step_size, s.v_correction, s.eps];
-        super::cuda::adam_param((dst, dst_l), (mv, mvl), constants)
-    }
 }
 
 struct SumSquares;
@@ -219,15 +245,6 @@ impl CustomOp1 for SumSquares {
             .iter()
             .sum();
         Ok((CpuStorage::F32(vec![sum]), Shape::from(())))
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        storage: &candle_core::CudaStorage,
-        layout: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        super::cuda::sum_squares(storage, layout)
     }
 }
 

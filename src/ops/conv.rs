@@ -3,7 +3,8 @@
 //! As tensor ops it is k shifted products and sums, and candle reduces each tap's gradient
 //! over batch and time with a strided loop: the convolution's backward was a fifth of a
 //! zoology-layout MQAR step on the CPU. Here the forward is one pass, the input's gradient one
-//! more, and the kernel's and bias's gradients one pass of fixed-order partial sums.
+//! more, and the kernel's and bias's gradients one pass of fixed-order partial sums, on the CPU
+//! and (`kernels.cu`) on a CUDA GPU.
 //! Replicas (kernel (R, k, D), bias (R, D), rows (R·B, T, D)) apply replica r's kernel to its
 //! block of rows; a lone model is the case R = 1.
 
@@ -17,7 +18,7 @@ use crate::Result;
 /// u (N, T, D) and kernel (k, D), bias (D), or with replicas kernel (R, k, D), bias (R, D).
 pub fn causal_conv(u: &Tensor, kernel: &Tensor, bias: &Tensor) -> Result<Tensor> {
     let shape = Geometry::of(u, kernel)?;
-    if super::fusable(u) && super::fusable(kernel) && u.device().is_cpu() {
+    if super::fusable(u) && super::fusable(kernel) {
         return Ok(u.contiguous()?.apply_op3(
             &kernel.contiguous()?,
             &bias.contiguous()?,
@@ -90,6 +91,12 @@ impl Geometry {
     fn replica(&self, s: usize) -> usize {
         s / self.per_replica
     }
+
+    /// (replicas, sequences per replica, k, T, D), as the CUDA kernels take them.
+    #[cfg(feature = "cuda")]
+    fn sizes(&self) -> super::cuda::ConvShape {
+        (self.replicas, self.per_replica, self.k, self.t, self.d)
+    }
 }
 
 /// The forward pass: (u, kernel, bias) → y.
@@ -127,6 +134,20 @@ impl CustomOp3 for Conv {
                 }
             });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let y = super::cuda::causal_conv((s1, l1), (s2, l2), Some((s3, l3)), self.0.sizes())?;
+        Ok((y, l1.shape().clone()))
     }
 
     fn bwd(
@@ -190,6 +211,18 @@ impl CustomOp2 for InputGrad {
                 }
             });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let du = super::cuda::causal_conv((s1, l1), (s2, l2), None, self.0.sizes())?;
+        Ok((du, l1.shape().clone()))
     }
 }
 
@@ -258,6 +291,24 @@ impl CustomOp2 for KernelGrad {
             out.extend(sums);
         }
         Ok((CpuStorage::F32(out), Shape::from((replicas, k + 1, d))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let Geometry { replicas, k, d, .. } = self.0;
+        let sums = super::cuda::causal_conv_kernel_grad(
+            (s1, l1),
+            (s2, l2),
+            self.0.sizes(),
+            SEQUENCES_PER_PARTIAL,
+        )?;
+        Ok((sums, Shape::from((replicas, k + 1, d))))
     }
 }
 

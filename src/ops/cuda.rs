@@ -85,13 +85,6 @@ fn per_element(n: usize) -> LaunchConfig {
     }
 }
 
-/// One block of 256 threads (the fixed-order reductions to one value).
-const ONE_BLOCK: LaunchConfig = LaunchConfig {
-    grid_dim: (1, 1, 1),
-    block_dim: (256, 1, 1),
-    shared_mem_bytes: 0,
-};
-
 /// (rows, d) of a layout whose last dimension is d.
 fn rows_and_width(layout: &Layout) -> (usize, usize) {
     let d = layout.dims().last().copied().unwrap_or(1).max(1);
@@ -147,6 +140,78 @@ pub fn rows3(
         &eps
     );
     Ok(wrap(out, dev, la.shape().clone()))
+}
+
+/// `attnlab_layer_norm`: γ ⊙ standardise(x) + β per row of x (rows, d), γ and β (R, d) for R
+/// replicas of `rows / R` rows each (R = 1 for one model).
+pub fn layer_norm(
+    [(x, lx), (g, lg), (b, lb)]: [Operand<'_>; 3],
+    eps: f32,
+) -> Result<(CudaStorage, Shape)> {
+    let dev = x.device();
+    let (rows, d) = rows_and_width(lx);
+    let replicas = (lg.shape().elem_count() / d).max(1);
+    let out = output(dev, rows * d)?;
+    let (xv, gv, bv) = (
+        view::<f32>(x, lx)?,
+        view::<f32>(g, lg)?,
+        view::<f32>(b, lb)?,
+    );
+    launch!(
+        dev,
+        "attnlab_layer_norm",
+        per_row(rows),
+        &xv,
+        &gv,
+        &bv,
+        &out,
+        &(rows as i64),
+        &(d as i32),
+        &eps,
+        &((rows / replicas).max(1) as i64)
+    );
+    Ok(wrap(out, dev, lx.shape().clone()))
+}
+
+/// LayerNorm's gradients from (dy, x, γ), flat as the CPU's: [dx | dγ (R·d) | dβ (R·d)].
+/// `attnlab_layer_norm_grad` writes dx and the rows dγ and dβ sum; their column sums, a
+/// replica's rows at a time, land after dx.
+pub fn layer_norm_grad(
+    [(dy, ldy), (x, lx), (g, lg)]: [Operand<'_>; 3],
+    eps: f32,
+) -> Result<(CudaStorage, Shape)> {
+    let dev = x.device();
+    let (rows, d) = rows_and_width(lx);
+    let params = lg.shape().elem_count();
+    let replicas = (params / d).max(1);
+    let n = rows * d;
+    let mut out = output(dev, n + 2 * params)?;
+    let sums = output(dev, 2 * n)?;
+    let (dyv, xv, gv) = (
+        view::<f32>(dy, ldy)?,
+        view::<f32>(x, lx)?,
+        view::<f32>(g, lg)?,
+    );
+    let mut dx = out.slice_mut(0..n);
+    launch!(
+        dev,
+        "attnlab_layer_norm_grad",
+        per_row(rows),
+        &dyv,
+        &xv,
+        &gv,
+        &mut dx,
+        &sums,
+        &(rows as i64),
+        &(d as i32),
+        &eps,
+        &((rows / replicas).max(1) as i64)
+    );
+    // [dy ⊙ ŷ; dy] in 2R blocks of rows: R of dγ, then R of dβ.
+    let sums_layout = Layout::contiguous((2 * rows, d));
+    let sums = CudaStorage::wrap_cuda_slice(sums, dev.clone());
+    column_sums_into((&sums, &sums_layout), 2 * replicas, &mut out.slice_mut(n..))?;
+    Ok(wrap(out, dev, n + 2 * params))
 }
 
 /// `attnlab_row_softmax`: softmax per row, the causal mask of each (tq, tk) block applied.
@@ -280,15 +345,104 @@ pub fn add_broadcast(
     Ok(wrap(out, dev, l1.shape().clone()))
 }
 
-/// Column sums (d) of (rows, d): partial sums of [`COLUMN_CHUNK_ROWS`] rows, then their total,
-/// both in a fixed order.
-pub fn column_sums(x: &CudaStorage, l: &Layout) -> Result<(CudaStorage, Shape)> {
+/// `attnlab_swap_middle_axes`: x (a, b, c, d) → (a, c, b, d), plus `bias` (c·d, one row of d
+/// per index of c) if given: (B, T, H, D) → (B, H, T, D) splits heads, the reverse merges them.
+pub fn swap_middle_axes(
+    (x, l): Operand,
+    bias: Option<Operand>,
+    (a, b, c, d): (usize, usize, usize, usize),
+) -> Result<CudaStorage> {
     let dev = x.device();
-    let (rows, d) = rows_and_width(l);
-    let chunks = rows.div_ceil(COLUMN_CHUNK_ROWS).max(1);
-    let partial = output(dev, chunks * d)?;
+    let rows = a * b * c;
+    let out = output(dev, rows * d)?;
+    if rows * d == 0 {
+        return Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()));
+    }
+    let xv = view::<f32>(x, l)?;
+    // Without a bias the kernel is told so and given x in its place (never read).
+    let (bv, has_bias) = match bias {
+        Some((s, lb)) => (view::<f32>(s, lb)?, 1i32),
+        None => (view::<f32>(x, l)?, 0),
+    };
+    // A block per output row of d, as many threads as d takes (whole warps, at most 256).
     let cfg = LaunchConfig {
-        grid_dim: (d.div_ceil(32) as u32, chunks as u32, 1),
+        grid_dim: (rows as u32, 1, 1),
+        block_dim: (d.next_multiple_of(32).min(256) as u32, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    launch!(
+        dev,
+        "attnlab_swap_middle_axes",
+        cfg,
+        &xv,
+        &bv,
+        &has_bias,
+        &out,
+        &(b as i64),
+        &(c as i64),
+        &(d as i32)
+    );
+    Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
+}
+
+/// x Wᵀ + b for x (rows, in) and W (out, in), contiguous: cuBLAS's product (TF32 where candle's
+/// reduced-precision flag says so), then the bias added in the pass that splits `heads` into
+/// (B, heads, T, out / heads) for the `shape` given, or over (rows, out).
+pub fn linear(
+    (x, lx): Operand,
+    (w, lw): Operand,
+    b: Operand,
+    rows: usize,
+    shape: &Shape,
+    heads: Option<usize>,
+) -> Result<CudaStorage> {
+    let (out_dim, in_dim) = lw.shape().dims2()?;
+    let (Some((x_start, _)), Some((w_start, _))) =
+        (lx.contiguous_offsets(), lw.contiguous_offsets())
+    else {
+        bail!("attnlab's CUDA linear takes contiguous x and W");
+    };
+    let x_flat = Layout::contiguous_with_offset((rows, in_dim), x_start);
+    let w_t = Layout::contiguous_with_offset((out_dim, in_dim), w_start).transpose(0, 1)?;
+    let y = x.matmul(w, (1, rows, out_dim, in_dim), &x_flat, &w_t)?;
+    let y_layout = Layout::contiguous((rows, out_dim));
+    match (heads, shape.dims()) {
+        (Some(_), &[batch, heads, t, width]) => {
+            swap_middle_axes((&y, &y_layout), Some(b), (batch, t, heads, width))
+        }
+        _ => Ok(add_broadcast((&y, &y_layout), b)?.0),
+    }
+}
+
+/// Column sums (d) of (rows, d): [`block_column_sums`] of one block.
+pub fn column_sums(x: &CudaStorage, l: &Layout) -> Result<(CudaStorage, Shape)> {
+    let (_, d) = rows_and_width(l);
+    Ok((block_column_sums((x, l), 1)?, Shape::from(d)))
+}
+
+/// Column sums (blocks, d) of each of `blocks` equal blocks of rows of (rows, d).
+pub fn block_column_sums(x: Operand, blocks: usize) -> Result<CudaStorage> {
+    let dev = x.0.device();
+    let (_, d) = rows_and_width(x.1);
+    let mut out = output(dev, blocks * d)?;
+    column_sums_into(x, blocks, &mut out.slice_mut(..))?;
+    Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
+}
+
+/// [`block_column_sums`] written into `out` (blocks·d): partial sums of
+/// [`COLUMN_CHUNK_ROWS`] rows, then their total, both in a fixed order.
+fn column_sums_into(
+    (x, l): Operand,
+    blocks: usize,
+    out: &mut candle_core::cuda_backend::cudarc::driver::CudaViewMut<'_, f32>,
+) -> Result<()> {
+    let dev = x.device();
+    let (all_rows, d) = rows_and_width(l);
+    let rows = all_rows / blocks.max(1);
+    let chunks = rows.div_ceil(COLUMN_CHUNK_ROWS).max(1);
+    let partial = output(dev, blocks * chunks * d)?;
+    let cfg = LaunchConfig {
+        grid_dim: (d.div_ceil(32) as u32, chunks as u32, blocks as u32),
         block_dim: (32, 8, 1),
         shared_mem_bytes: 0,
     };
@@ -304,9 +458,106 @@ pub fn column_sums(x: &CudaStorage, l: &Layout) -> Result<(CudaStorage, Shape)> 
         &(d as i32),
         &chunk
     );
-    let out = output(dev, d)?;
     let cfg = LaunchConfig {
-        grid_dim: (d.div_ceil(256) as u32, 1, 1),
+        grid_dim: (d.div_ceil(256) as u32, blocks as u32, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    launch!(
+        dev,
+        "attnlab_column_total",
+        cfg,
+        &partial,
+        out,
+        &(chunks as i32),
+        &(d as i32)
+    );
+    Ok(())
+}
+
+/// The sizes of a causal convolution: (replicas, sequences per replica, k, T, D).
+pub type ConvShape = (usize, usize, usize, usize, usize);
+
+/// `attnlab_causal_conv` (`input_grad: false`) or `attnlab_causal_conv_input_grad` (true):
+/// an element-wise pass over (N, T, D) reading k taps of `x` (u, or the output's gradient)
+/// with the kernel, plus the bias in the forward pass.
+pub fn causal_conv(
+    (x, lx): Operand,
+    (w, lw): Operand,
+    bias: Option<Operand>,
+    (_, per_replica, k, t, d): ConvShape,
+) -> Result<CudaStorage> {
+    let dev = x.device();
+    let n = lx.shape().elem_count();
+    let out = output(dev, n)?;
+    let (xv, wv) = (view::<f32>(x, lx)?, view::<f32>(w, lw)?);
+    let sizes = (n as i64, t as i32, d as i32, k as i32, per_replica as i64);
+    match bias {
+        Some((b, lb)) => launch!(
+            dev,
+            "attnlab_causal_conv",
+            per_element(n),
+            &xv,
+            &wv,
+            &view::<f32>(b, lb)?,
+            &out,
+            &sizes.0,
+            &sizes.1,
+            &sizes.2,
+            &sizes.3,
+            &sizes.4
+        ),
+        None => launch!(
+            dev,
+            "attnlab_causal_conv_input_grad",
+            per_element(n),
+            &xv,
+            &wv,
+            &out,
+            &sizes.0,
+            &sizes.1,
+            &sizes.2,
+            &sizes.3,
+            &sizes.4
+        ),
+    }
+    Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
+}
+
+/// The convolution kernel's and bias's gradients (R, k + 1, D) from u and the output's
+/// gradient g: partial sums over `chunk` sequences at a time, then their total, in a fixed
+/// order.
+pub fn causal_conv_kernel_grad(
+    (u, lu): Operand,
+    (g, lg): Operand,
+    (replicas, per_replica, k, t, d): ConvShape,
+    chunk: usize,
+) -> Result<CudaStorage> {
+    let dev = u.device();
+    let width = (k + 1) * d;
+    let chunks = per_replica.div_ceil(chunk).max(1);
+    let partial = output(dev, replicas * chunks * width)?;
+    let cfg = LaunchConfig {
+        grid_dim: (width.div_ceil(128) as u32, chunks as u32, replicas as u32),
+        block_dim: (128, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    launch!(
+        dev,
+        "attnlab_causal_conv_kernel_partials",
+        cfg,
+        &view::<f32>(u, lu)?,
+        &view::<f32>(g, lg)?,
+        &partial,
+        &(t as i32),
+        &(d as i32),
+        &(k as i32),
+        &(per_replica as i64),
+        &(chunk as i64)
+    );
+    let out = output(dev, replicas * width)?;
+    let cfg = LaunchConfig {
+        grid_dim: (width.div_ceil(256) as u32, replicas as u32, 1),
         block_dim: (256, 1, 1),
         shared_mem_bytes: 0,
     };
@@ -317,9 +568,37 @@ pub fn column_sums(x: &CudaStorage, l: &Layout) -> Result<(CudaStorage, Shape)> 
         &partial,
         &out,
         &(chunks as i32),
-        &(d as i32)
+        &(width as i32)
     );
-    Ok(wrap(out, dev, d))
+    Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
+}
+
+/// `attnlab_block_broadcast`: x (R, M, n) combined with y (R, n) row by replica, a product
+/// where `mul`, else a sum.
+pub fn block_broadcast(
+    (x, lx): Operand,
+    (y, ly): Operand,
+    replicas: usize,
+    mul: bool,
+) -> Result<CudaStorage> {
+    let dev = x.device();
+    let n_total = lx.shape().elem_count();
+    let n = ly.shape().elem_count() / replicas.max(1);
+    let out = output(dev, n_total)?;
+    let (xv, yv) = (view::<f32>(x, lx)?, view::<f32>(y, ly)?);
+    launch!(
+        dev,
+        "attnlab_block_broadcast",
+        per_element(n_total),
+        &xv,
+        &yv,
+        &out,
+        &(n_total as i64),
+        &((n_total / replicas.max(1)) as i64),
+        &(n as i64),
+        &i32::from(mul)
+    );
+    Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
 }
 
 /// `attnlab_embedding`: rows of the (vocab, d) weight at the u32 ids.
@@ -347,14 +626,16 @@ pub fn embedding(
     Ok(wrap(out, dev, (n_ids, d)))
 }
 
-/// `attnlab_embedding_grad`: the (vocab, d) gradient of the weight from dy (n_ids, d), each
-/// row summed over its tokens in token order
-/// ([`super::embedding::tokens_by_id`]), so the same on every run.
+/// The (vocab, d) gradient of the weight from dy (n_ids, d), each row summed over its tokens in
+/// token order ([`super::embedding::tokens_by_id`]), a segment of them at a time as on the CPU
+/// (`attnlab_embedding_grad_segments`, then `attnlab_embedding_grad` over the segments), so
+/// the same on every run and the same bits as the CPU's.
 ///
 /// The ids are copied to the host for that: one small copy that waits for the backward pass so
 /// far (the step's gradient norm waits for all of it right after). A kernel that found each id's
 /// tokens itself, a block per id scanning every id, was deterministic too but took 9.4 ms a
-/// step in ncu at vocabulary 2048 × 65536 tokens on an H200.
+/// step in ncu at vocabulary 2048 × 65536 tokens on an H200; one serial sum per id, 8 ms (the
+/// filler token's 60k rows).
 pub fn embedding_grad(
     (dy, ld): (&CudaStorage, &Layout),
     (ids, li): (&CudaStorage, &Layout),
@@ -367,11 +648,50 @@ pub fn embedding_grad(
     }
     let host_ids = dev.clone_dtoh(&view::<u32>(ids, li)?)?;
     let (offsets, order) = super::embedding::tokens_by_id(&host_ids, vocab);
-    let (offsets, order) = (dev.clone_htod(&offsets)?, dev.clone_htod(&order)?);
-    let dw = output(dev, vocab * d)?;
+    // Segments of at most SEGMENT tokens, an id's consecutive: [begin, end) in `order` each,
+    // and id v's segments first_segment[v]..first_segment[v + 1]. One copy to the device.
+    let mut first_segment = Vec::with_capacity(vocab + 1);
+    let (mut begins, mut ends) = (Vec::new(), Vec::new());
+    for v in 0..vocab {
+        first_segment.push(begins.len() as u32);
+        let (start, end) = (offsets[v], offsets[v + 1]);
+        for begin in (start..end).step_by(super::embedding::SEGMENT) {
+            begins.push(begin);
+            ends.push(end.min(begin + super::embedding::SEGMENT as u32));
+        }
+    }
+    first_segment.push(begins.len() as u32);
+    let segments = begins.len();
+    let table = dev.clone_htod(&[order, begins, ends, first_segment].concat())?;
+    let n_order = offsets[vocab] as usize;
+    let order = table.slice(0..n_order);
+    let begins = table.slice(n_order..n_order + segments);
+    let ends = table.slice(n_order + segments..n_order + 2 * segments);
+    let first_segment = table.slice(n_order + 2 * segments..);
+    let partial = output(dev, segments.max(1) * d)?;
     let dv = view::<f32>(dy, ld)?;
+    let columns = d.div_ceil(256) as u32;
+    if segments > 0 {
+        let cfg = LaunchConfig {
+            grid_dim: (segments as u32, columns, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        launch!(
+            dev,
+            "attnlab_embedding_grad_segments",
+            cfg,
+            &dv,
+            &order,
+            &begins,
+            &ends,
+            &partial,
+            &(d as i32)
+        );
+    }
+    let dw = output(dev, vocab * d)?;
     let cfg = LaunchConfig {
-        grid_dim: (vocab.max(1) as u32, d.div_ceil(256) as u32, 1),
+        grid_dim: (vocab as u32, columns, 1),
         block_dim: (256, 1, 1),
         shared_mem_bytes: 0,
     };
@@ -379,9 +699,8 @@ pub fn embedding_grad(
         dev,
         "attnlab_embedding_grad",
         cfg,
-        &dv,
-        &order,
-        &offsets,
+        &partial,
+        &first_segment,
         &dw,
         &(d as i32)
     );
@@ -392,6 +711,7 @@ pub fn embedding_grad(
 pub fn cross_entropy(
     (x, lx): (&CudaStorage, &Layout),
     (t, lt): (&CudaStorage, &Layout),
+    groups: usize,
 ) -> Result<(CudaStorage, Shape)> {
     let dev = x.device();
     let (rows, v) = rows_and_width(lx);
@@ -408,16 +728,16 @@ pub fn cross_entropy(
         &(rows as i64),
         &(v as i32)
     );
-    let out = output(dev, 1)?;
+    let out = output(dev, groups)?;
     launch!(
         dev,
-        "attnlab_mean",
-        ONE_BLOCK,
+        "attnlab_group_means",
+        blocks_of_256(groups),
         &per_row_loss,
         &out,
-        &(rows as i64)
+        &((rows / groups) as i64)
     );
-    Ok(wrap(out, dev, ()))
+    Ok(wrap(out, dev, groups))
 }
 
 /// The gradient of [`cross_entropy`] with respect to the logits, g the upstream gradient.
@@ -435,6 +755,7 @@ pub fn cross_entropy_grad(
         view::<f32>(g, lg)?,
     );
     let cfg = per_row(rows);
+    let groups = lg.shape().elem_count().max(1);
     launch!(
         dev,
         "attnlab_cross_entropy_grad",
@@ -444,84 +765,187 @@ pub fn cross_entropy_grad(
         &gv,
         &out,
         &(rows as i64),
-        &(v as i32)
+        &(v as i32),
+        &((rows / groups).max(1) as i64)
     );
     Ok(wrap(out, dev, lx.shape().clone()))
 }
 
-/// Σ x², one value on the device.
-pub fn sum_squares(x: &CudaStorage, l: &Layout) -> Result<(CudaStorage, Shape)> {
-    let dev = x.device();
-    let n = l.shape().elem_count();
-    let out = output(dev, 1)?;
-    launch!(
-        dev,
-        "attnlab_sum_squares",
-        ONE_BLOCK,
-        &view::<f32>(x, l)?,
-        &out,
-        &(n as i64)
-    );
-    Ok(wrap(out, dev, ()))
-}
+/// Elements per block of the multi-tensor kernels (`MULTI_CHUNK` in kernels.cu).
+const MULTI_CHUNK: usize = 4096;
 
-/// The mutable contiguous data of an in-place op's destination.
-fn view_mut<'a>(
-    storage: &'a mut CudaStorage,
-    layout: &Layout,
-) -> Result<candle_core::cuda_backend::cudarc::driver::CudaViewMut<'a, f32>> {
-    let Some((start, end)) = layout.contiguous_offsets() else {
-        bail!("attnlab's CUDA kernels take contiguous tensors");
+/// The device address of a contiguous f32 tensor's first element. Valid while the tensor
+/// lives: candle frees device memory in stream order, after the kernels launched before.
+fn address(t: &candle_core::Tensor) -> Result<u64> {
+    use candle_core::cuda_backend::cudarc::driver::DevicePtr;
+    let (storage, layout) = t.storage_and_layout();
+    let candle_core::Storage::Cuda(s) = &*storage else {
+        bail!("attnlab's multi-tensor kernels take CUDA tensors");
     };
-    Ok(storage.as_cuda_slice_mut::<f32>()?.slice_mut(start..end))
+    let Some((start, _)) = layout.contiguous_offsets() else {
+        bail!("attnlab's multi-tensor kernels take contiguous tensors");
+    };
+    let stream = s.device().cuda_stream();
+    let (ptr, _sync) = s.as_cuda_slice::<f32>()?.device_ptr(&stream);
+    Ok(ptr + (start * std::mem::size_of::<f32>()) as u64)
 }
 
-/// AdamW's moments [m; v] (2n) updated in place from the gradient g (n).
-pub fn adam_moments(
-    (mv, lmv): (&mut CudaStorage, &Layout),
-    (g, lg): (&CudaStorage, &Layout),
-    [beta1, beta2, scale]: [f32; 3],
-) -> Result<()> {
-    let dev = g.device().clone();
-    let n = lg.shape().elem_count();
-    let gv = view::<f32>(g, lg)?;
-    let mut mvv = view_mut(mv, lmv)?;
+/// Blocks of [`MULTI_CHUNK`] elements for tensors of `sizes`: the first block of each and the
+/// total. Empty tensors get none.
+fn chunk_blocks(sizes: impl Iterator<Item = usize>) -> (Vec<i64>, usize) {
+    let mut total = 0;
+    let first = sizes
+        .map(|n| {
+            let first = total as i64;
+            total += n.div_ceil(MULTI_CHUNK);
+            first
+        })
+        .collect();
+    (first, total)
+}
+
+/// A grid of `blocks` blocks of 256 threads.
+fn blocks_of_256(blocks: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (blocks as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// One tensor of `attnlab_sum_squares_multi` (`SumTensor` in kernels.cu, field for field).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct SumTensor {
+    x: u64,
+    n: i64,
+    first_block: i64,
+}
+
+// SAFETY: plain data, laid out as kernels.cu's struct.
+unsafe impl candle_core::cuda_backend::cudarc::driver::DeviceRepr for SumTensor {}
+
+/// Σ x² of each contiguous f32 tensor: one launch writes a partial sum per block, the host
+/// adds each tensor's partials in block order (one copy back for all).
+pub fn sum_squares_all(xs: &[candle_core::Tensor]) -> Result<Vec<f64>> {
+    let Some(first) = xs.first() else {
+        return Ok(Vec::new());
+    };
+    let candle_core::Device::Cuda(dev) = first.device() else {
+        bail!("sum_squares_all: not a CUDA tensor");
+    };
+    let (starts, blocks) = chunk_blocks(xs.iter().map(|x| x.elem_count()));
+    let table = xs
+        .iter()
+        .zip(&starts)
+        .map(|(x, &first_block)| {
+            Ok(SumTensor {
+                x: address(x)?,
+                n: x.elem_count() as i64,
+                first_block,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut sums = vec![0.0; xs.len()];
+    if blocks == 0 {
+        return Ok(sums);
+    }
+    let table = dev.clone_htod(&table)?;
+    let partial = output(dev, blocks)?;
     launch!(
         dev,
-        "attnlab_adam_moments",
-        per_element(n),
-        &mut mvv,
-        &gv,
-        &(n as i64),
-        &beta1,
-        &beta2,
-        &scale
+        "attnlab_sum_squares_multi",
+        blocks_of_256(blocks),
+        &table,
+        &(xs.len() as i32),
+        &partial
     );
-    Ok(())
+    let partial = dev.clone_dtoh(&partial)?;
+    for (i, x) in xs.iter().enumerate() {
+        let first = starts[i] as usize;
+        let chunks = x.elem_count().div_ceil(MULTI_CHUNK);
+        sums[i] = partial[first..first + chunks]
+            .iter()
+            .map(|&p| f64::from(p))
+            .sum();
+    }
+    Ok(sums)
 }
 
-/// AdamW's parameter update in place from the moments [m; v].
-pub fn adam_param(
-    (p, lp): (&mut CudaStorage, &Layout),
-    (mv, lmv): (&CudaStorage, &Layout),
-    [decay, step_size, v_correction, eps]: [f32; 4],
+/// One parameter of `attnlab_adam_multi` (`AdamTensor` in kernels.cu, field for field).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct AdamTensor {
+    p: u64,
+    mv: u64,
+    g: u64,
+    n: i64,
+    first_block: i64,
+    constants: [f32; 7],
+    pad: f32,
+}
+
+// SAFETY: plain data, laid out as kernels.cu's struct.
+unsafe impl candle_core::cuda_backend::cudarc::driver::DeviceRepr for AdamTensor {}
+
+/// AdamW's step of every (parameter, [m; v], gradient, rule) in one launch: moments and
+/// parameter in one pass, in place. All contiguous f32 on one CUDA device.
+pub fn adam_all(
+    parts: &[(
+        &candle_core::Tensor,
+        &candle_core::Tensor,
+        &candle_core::Tensor,
+        super::AdamStep,
+    )],
 ) -> Result<()> {
-    let dev = mv.device().clone();
-    let n = lp.shape().elem_count();
-    let mvv = view::<f32>(mv, lmv)?;
-    let mut pv = view_mut(p, lp)?;
-    let cfg = per_element(n);
+    let Some((first, ..)) = parts.first() else {
+        return Ok(());
+    };
+    let candle_core::Device::Cuda(dev) = first.device() else {
+        bail!("adam_all: not a CUDA tensor");
+    };
+    let (starts, blocks) = chunk_blocks(parts.iter().map(|(p, ..)| p.elem_count()));
+    let table = parts
+        .iter()
+        .zip(&starts)
+        .map(|(&(p, mv, g, s), &first_block)| {
+            let n = p.elem_count();
+            if mv.elem_count() != 2 * n || g.elem_count() != n {
+                bail!(
+                    "AdamW moments hold {} entries and the gradient {} for {n} parameters",
+                    mv.elem_count(),
+                    g.elem_count()
+                );
+            }
+            Ok(AdamTensor {
+                p: address(p)?,
+                mv: address(mv)?,
+                g: address(g)?,
+                n: n as i64,
+                first_block,
+                constants: [
+                    s.beta1,
+                    s.beta2,
+                    s.grad_scale,
+                    s.decay,
+                    s.step_size,
+                    s.v_correction,
+                    s.eps,
+                ],
+                pad: 0.0,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if blocks == 0 {
+        return Ok(());
+    }
+    let table = dev.clone_htod(&table)?;
     launch!(
         dev,
-        "attnlab_adam_param",
-        cfg,
-        &mut pv,
-        &mvv,
-        &(n as i64),
-        &decay,
-        &step_size,
-        &v_correction,
-        &eps
+        "attnlab_adam_multi",
+        blocks_of_256(blocks),
+        &table,
+        &(parts.len() as i32)
     );
     Ok(())
 }

@@ -841,14 +841,12 @@ impl CustomOp3 for LayerNorm {
         s3: &candle_core::CudaStorage,
         l3: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        if l2.shape().elem_count() != last_dim(l1) {
-            candle_core::bail!("layer norm: replicated γ and β on the GPU take the composed path");
-        }
-        super::cuda::rows3(
-            "attnlab_layer_norm",
-            [(s1, l1), (s2, l2), (s3, l3)],
-            self.eps,
-        )
+        rows_per_replica(
+            l1.shape().elem_count(),
+            last_dim(l1),
+            l2.shape().elem_count(),
+        )?;
+        super::cuda::layer_norm([(s1, l1), (s2, l2), (s3, l3)], self.eps)
     }
 
     fn bwd(
@@ -861,21 +859,12 @@ impl CustomOp3 for LayerNorm {
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let x = x.contiguous()?;
         let grad = grad.contiguous()?;
-        if x.device().is_cpu() {
-            let op = LayerNormGrad { eps: self.eps };
-            let grads = grad.apply_op3_no_bwd(&x, &gamma.contiguous()?, &op)?;
-            let (n, p) = (x.elem_count(), gamma.elem_count());
-            let dx = grads.narrow(0, 0, n)?.reshape(x.shape())?;
-            let d_gamma = grads.narrow(0, n, p)?.reshape(gamma.shape())?;
-            let d_beta = grads.narrow(0, n + p, p)?.reshape(beta.shape())?;
-            return Ok((Some(dx), Some(d_gamma), Some(d_beta)));
-        }
-        let y_hat = x.apply_op1_no_bwd(&Standardise { eps: self.eps })?;
-        // dx = standardise-backward of (dy ⊙ γ); dγ = Σ dy ⊙ ŷ; dβ = Σ dy.
-        let dy_gamma = grad.broadcast_mul(gamma)?.contiguous()?;
-        let dx = dy_gamma.apply_op3_no_bwd(&x, &y_hat, &StandardiseGrad { eps: self.eps })?;
-        let d_gamma = column_sums(&(&grad * &y_hat)?)?;
-        let d_beta = column_sums(&grad)?;
+        let op = LayerNormGrad { eps: self.eps };
+        let grads = grad.apply_op3_no_bwd(&x, &gamma.contiguous()?, &op)?;
+        let (n, p) = (x.elem_count(), gamma.elem_count());
+        let dx = grads.narrow(0, 0, n)?.reshape(x.shape())?;
+        let d_gamma = grads.narrow(0, n, p)?.reshape(gamma.shape())?;
+        let d_beta = grads.narrow(0, n + p, p)?.reshape(beta.shape())?;
         Ok((Some(dx), Some(d_gamma), Some(d_beta)))
     }
 }
@@ -977,6 +966,24 @@ impl CustomOp3 for LayerNormGrad {
             CpuStorage::F32(grads),
             Shape::from(dy.len() + 2 * gamma.len()),
         ))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        rows_per_replica(
+            l2.shape().elem_count(),
+            last_dim(l2),
+            l3.shape().elem_count(),
+        )?;
+        super::cuda::layer_norm_grad([(s1, l1), (s2, l2), (s3, l3)], self.eps)
     }
 }
 

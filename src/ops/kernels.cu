@@ -68,18 +68,49 @@ extern "C" __global__ void attnlab_standardise(const float *x, float *y, long lo
     for (int c = lane; c < d; c += WARP) yr[c] = (xr[c] - mean) * inv;
 }
 
-// y = γ ⊙ standardise(x) + β per row.
+// y = γ ⊙ standardise(x) + β per row, γ and β (d) those of the row's replica: row r takes
+// γ[r / per_replica] (per_replica = rows for one model).
 extern "C" __global__ void attnlab_layer_norm(const float *x, const float *gamma,
                                               const float *beta, float *y, long long rows, int d,
-                                              float eps) {
+                                              float eps, long long per_replica) {
     int lane;
     long long row = warp_row(rows, &lane);
     if (row < 0) return;
     const float *xr = x + row * d;
+    const float *g = gamma + (row / per_replica) * d, *b = beta + (row / per_replica) * d;
     float *yr = y + row * d;
     float mean, inv;
     row_moments(xr, d, lane, eps, &mean, &inv);
-    for (int c = lane; c < d; c += WARP) yr[c] = (xr[c] - mean) * inv * gamma[c] + beta[c];
+    for (int c = lane; c < d; c += WARP) yr[c] = (xr[c] - mean) * inv * g[c] + b[c];
+}
+
+// LayerNorm's backward per row, γ of the row's replica as above: dx = (ĝ − mean(ĝ) − ŷ·mean(ĝ·ŷ))/σ
+// with ĝ = dy ⊙ γ and ŷ = standardise(x); and, for dγ and dβ as column sums, sums[row] = dy ⊙ ŷ
+// and sums[rows + row] = dy (sums is (2·rows, d)).
+extern "C" __global__ void attnlab_layer_norm_grad(const float *dy, const float *x,
+                                                   const float *gamma, float *dx, float *sums,
+                                                   long long rows, int d, float eps,
+                                                   long long per_replica) {
+    int lane;
+    long long row = warp_row(rows, &lane);
+    if (row < 0) return;
+    const long long o = row * d;
+    const float *g = gamma + (row / per_replica) * d;
+    float mean, inv;
+    row_moments(x + o, d, lane, eps, &mean, &inv);
+    float s_g = 0.f, s_gy = 0.f;
+    for (int c = lane; c < d; c += WARP) {
+        float y = (x[o + c] - mean) * inv, gy = dy[o + c] * g[c];
+        s_g += gy;
+        s_gy += gy * y;
+        sums[o + c] = dy[o + c] * y;
+        sums[rows * d + o + c] = dy[o + c];
+    }
+    float mean_g = warp_sum(s_g) / d, mean_gy = warp_sum(s_gy) / d;
+    for (int c = lane; c < d; c += WARP) {
+        float y = (x[o + c] - mean) * inv;
+        dx[o + c] = inv * (dy[o + c] * g[c] - mean_g - y * mean_gy);
+    }
 }
 
 // dx = (dy − mean(dy) − y·mean(dy·y)) / σ per row, y = standardise(x).
@@ -188,11 +219,111 @@ extern "C" __global__ void attnlab_add_broadcast(const float *x, const float *y,
     GRID_STRIDE(i, n) { out[i] = x[i] + y[i % ny]; }
 }
 
+// y (a, c, b, d) = x (a, b, c, d) with its middle axes swapped, plus bias[k·d + l] at (i, k, j, l)
+// when has_bias: (B, T, H, D) → (B, H, T, D) splits heads (with the projection's bias), the
+// reverse merges them. A block per output row (i, k, j) of d, its index found once: per
+// element, three 64-bit divisions made the kernel compute-bound.
+extern "C" __global__ void attnlab_swap_middle_axes(const float *x, const float *bias,
+                                                    int has_bias, float *y, long long b,
+                                                    long long c, int d) {
+    const long long r = blockIdx.x;
+    const long long j = r % b, ik = r / b;
+    const long long k = ik % c, i = ik / c;
+    const float *src = x + ((i * b + j) * c + k) * d;
+    float *dst = y + r * d;
+    if (has_bias) {
+        const float *row_bias = bias + k * d;
+        for (int l = threadIdx.x; l < d; l += blockDim.x) dst[l] = src[l] + row_bias[l];
+    } else {
+        for (int l = threadIdx.x; l < d; l += blockDim.x) dst[l] = src[l];
+    }
+}
+
+// x (R, M, n) combined with y (R, n), y's row r with every row of x's block r (replicas.rs's
+// BlockBroadcast): x·y where mul, else x + y.
+extern "C" __global__ void attnlab_block_broadcast(const float *x, const float *y, float *out,
+                                                   long long n_total, long long per_replica,
+                                                   long long n, int mul) {
+    GRID_STRIDE(i, n_total) {
+        float yv = y[(i / per_replica) * n + i % n];
+        out[i] = mul ? x[i] * yv : x[i] + yv;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The depthwise causal convolution of conv.rs: u, y (N, T, D); kernel (R, k, D), bias (R, D)
+// for R replicas of per_replica sequences each (R = 1 for one model).
+
+// y[s, t, c] = bias[r, c] + Σ_j kernel[r, j, c] · u[s, t − (k − 1) + j, c], taps before the start
+// left out, in tap order.
+extern "C" __global__ void attnlab_causal_conv(const float *u, const float *kernel,
+                                               const float *bias, float *y, long long n, int t,
+                                               int d, int k, long long per_replica) {
+    GRID_STRIDE(i, n) {
+        int c = (int)(i % d);
+        int step = (int)((i / d) % t);
+        long long r = i / ((long long)t * d) / per_replica;
+        const float *w = kernel + r * k * d + c;
+        float acc = bias[r * d + c];
+        for (int j = max(0, k - 1 - step); j < k; ++j) acc += u[i + (long long)(j + 1 - k) * d] * w[j * d];
+        y[i] = acc;
+    }
+}
+
+// du[s, t, c] = Σ_j g[s, t + (k − 1) − j, c] · kernel[r, j, c] over the taps that land in the
+// sequence.
+extern "C" __global__ void attnlab_causal_conv_input_grad(const float *g, const float *kernel,
+                                                          float *du, long long n, int t, int d,
+                                                          int k, long long per_replica) {
+    GRID_STRIDE(i, n) {
+        int c = (int)(i % d);
+        int step = (int)((i / d) % t);
+        long long r = i / ((long long)t * d) / per_replica;
+        const float *w = kernel + r * k * d + c;
+        float acc = 0.f;
+        for (int j = 0; j < k; ++j) {
+            int later = step + k - 1 - j;
+            if (later < t) acc += g[i + (long long)(k - 1 - j) * d] * w[j * d];
+        }
+        du[i] = acc;
+    }
+}
+
+// The kernel's and bias's gradients, first pass: partial[r, chunk, q] for q = j·D + c (j < k:
+// Σ g[s, t, c] · u[s, t − (k − 1) + j, c]; j = k: Σ g[s, t, c]) over the chunk's `chunk`
+// sequences of replica r = grid.z and all their steps, in order. attnlab_column_total then adds
+// the chunks.
+extern "C" __global__ void attnlab_causal_conv_kernel_partials(const float *u, const float *g,
+                                                               float *partial, int t, int d,
+                                                               int k, long long per_replica,
+                                                               long long chunk) {
+    int q = blockIdx.x * blockDim.x + threadIdx.x;
+    if (q >= (k + 1) * d) return;
+    int j = q / d, c = q % d;
+    long long first = (long long)blockIdx.z * per_replica + (long long)blockIdx.y * chunk;
+    long long last = min(first + chunk, (long long)(blockIdx.z + 1) * per_replica);
+    float acc = 0.f;
+    for (long long s = first; s < last; ++s) {
+        const float *gs = g + s * t * d + c, *us = u + s * t * d + c;
+        for (int step = 0; step < t; ++step) {
+            if (j == k) {
+                acc += gs[(long long)step * d];
+            } else if (step + j + 1 - k >= 0) {
+                acc += gs[(long long)step * d] * us[(long long)(step + j + 1 - k) * d];
+            }
+        }
+    }
+    partial[((long long)blockIdx.z * gridDim.y + blockIdx.y) * (k + 1) * d + q] = acc;
+}
+
 // Column sums of (rows, d), first pass: partial[chunk, c] = Σ over the chunk's rows of x[r, c].
 // Block (32, 8): 32 columns, 8 threads down the rows, combined in shared memory; grid.y chunks.
+// grid.z: blocks of `rows` rows summed on their own (a replica's each), side by side in partial.
 extern "C" __global__ void attnlab_column_partials(const float *x, float *partial,
                                                    long long rows, int d, long long chunk_rows) {
     __shared__ float acc[8][33];
+    x += (long long)blockIdx.z * rows * d;
+    partial += (long long)blockIdx.z * gridDim.y * d;
     int c = blockIdx.x * 32 + threadIdx.x;
     long long start = (long long)blockIdx.y * chunk_rows;
     long long end = start + chunk_rows < rows ? start + chunk_rows : rows;
@@ -209,9 +340,12 @@ extern "C" __global__ void attnlab_column_partials(const float *x, float *partia
     }
 }
 
-// Column sums, second pass: out[c] = Σ_chunk partial[chunk, c], in chunk order.
+// Column sums, second pass: out[c] = Σ_chunk partial[chunk, c], in chunk order; grid.y: the
+// block of rows (out[block, c]).
 extern "C" __global__ void attnlab_column_total(const float *partial, float *out, int chunks,
                                                 int d) {
+    partial += (long long)blockIdx.y * chunks * d;
+    out += (long long)blockIdx.y * d;
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= d) return;
     float s = 0.f;
@@ -231,19 +365,30 @@ extern "C" __global__ void attnlab_embedding(const float *weight, const uint32_t
     }
 }
 
-// Embedding gradient: dw[v, :] = Σ dy[i, :] over the tokens i with ids[i] = v, in token order,
-// so the sum is the same run to run (atomicAdd's order is not, so a resumed run could drift from
-// the uninterrupted one). The host lists each id's tokens in order (`order`, from offsets[v] to
-// offsets[v + 1]); block (v, column chunk) adds those rows of dy into its columns of dw[v], and
-// writes the row whole, so dw needs no zero-filling. Reads each row of dy once, coalesced.
-extern "C" __global__ void attnlab_embedding_grad(const float *dy, const uint32_t *order,
-                                                  const uint32_t *offsets, float *dw, int d) {
+// Embedding gradient, first pass: partial[s, c] = Σ dy[order[k], c] over segment s's tokens
+// k in [begin[s], end[s]), in order (embedding.rs's SEGMENT tokens of one id at most).
+extern "C" __global__ void attnlab_embedding_grad_segments(const float *dy, const uint32_t *order,
+                                                           const uint32_t *begin,
+                                                           const uint32_t *end, float *partial,
+                                                           int d) {
+    const long long s = blockIdx.x;
+    const int c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= d) return;
+    float sum = 0.f;
+    for (uint32_t k = begin[s]; k < end[s]; ++k) sum += dy[(long long)order[k] * d + c];
+    partial[s * d + c] = sum;
+}
+
+// Embedding gradient, second pass: dw[v, c] = Σ partial[s, c] over id v's segments
+// s in [first[v], first[v + 1]), in order; 0 for an id without tokens.
+extern "C" __global__ void attnlab_embedding_grad(const float *partial, const uint32_t *first,
+                                                  float *dw, int d) {
     const long long v = blockIdx.x;
     const int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= d) return;
-    float s = 0.f;
-    for (uint32_t k = offsets[v]; k < offsets[v + 1]; ++k) s += dy[(long long)order[k] * d + c];
-    dw[v * d + c] = s;
+    float sum = 0.f;
+    for (uint32_t s = first[v]; s < first[v + 1]; ++s) sum += partial[(long long)s * d + c];
+    dw[v * d + c] = sum;
 }
 
 // Cross-entropy, first pass: per_row[r] = logsumexp(x[r, :]) − x[r, target[r]].
@@ -266,9 +411,11 @@ extern "C" __global__ void attnlab_cross_entropy_rows(const float *x, const uint
     }
 }
 
-// The mean of n values into out[0], by one block of 256 threads in a fixed order.
-extern "C" __global__ void attnlab_mean(const float *x, float *out, long long n) {
+// out[g] = the mean of x's block g of n values (a block of 256 threads per group, in a fixed
+// order): each replica's mean loss.
+extern "C" __global__ void attnlab_group_means(const float *x, float *out, long long n) {
     __shared__ float acc[256];
+    x += (long long)blockIdx.x * n;
     float s = 0.f;
     for (long long i = threadIdx.x; i < n; i += 256) s += x[i];
     acc[threadIdx.x] = s;
@@ -277,14 +424,14 @@ extern "C" __global__ void attnlab_mean(const float *x, float *out, long long n)
         if (threadIdx.x < width) acc[threadIdx.x] += acc[threadIdx.x + width];
         __syncthreads();
     }
-    if (threadIdx.x == 0) out[0] = acc[0] / (float)n;
+    if (threadIdx.x == 0) out[blockIdx.x] = acc[0] / (float)n;
 }
 
-// Cross-entropy gradient: dx[r, c] = (softmax(x[r])[c] − [c = target[r]]) · g / rows, with g
-// the upstream gradient of the mean loss (one value on the device).
+// Cross-entropy gradient: dx[r, c] = (softmax(x[r])[c] − [c = target[r]]) · g[r / per_group] /
+// per_group, with g the upstream gradient of each group's mean loss (on the device).
 extern "C" __global__ void attnlab_cross_entropy_grad(const float *x, const uint32_t *target,
                                                       const float *g, float *dx, long long rows,
-                                                      int v) {
+                                                      int v, long long per_group) {
     int lane;
     long long row = warp_row(rows, &lane);
     if (row < 0) return;
@@ -295,7 +442,7 @@ extern "C" __global__ void attnlab_cross_entropy_grad(const float *x, const uint
     m = warp_max(m);
     float sum = 0.f;
     for (int c = lane; c < v; c += WARP) sum += expf(xr[c] - m);
-    float scale = g[0] / (float)rows;
+    float scale = g[row / per_group] / (float)per_group;
     float inv = 1.f / warp_sum(sum);
     uint32_t t = target[row];
     for (int c = lane; c < v; c += WARP) {
@@ -304,38 +451,74 @@ extern "C" __global__ void attnlab_cross_entropy_grad(const float *x, const uint
     }
 }
 
-// Σ x² into out[0] (one block of 256 threads, fixed order): a gradient's squared norm without
-// a copy to the host per parameter.
-extern "C" __global__ void attnlab_sum_squares(const float *x, float *out, long long n) {
+// ---------------------------------------------------------------------------------------------
+// Multi-tensor kernels: one launch over many tensors, each cut into blocks of MULTI_CHUNK
+// elements; a block finds its tensor by binary search over the tensors' first blocks.
+
+#define MULTI_CHUNK 4096
+
+// The index of the last tensor whose first block is at most `block` (tensors in block order).
+template <typename T>
+__device__ __forceinline__ int tensor_of_block(const T *ts, int count, long long block) {
+    int lo = 0, hi = count - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (ts[mid].first_block <= block) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}
+
+struct SumTensor {
+    const float *x;
+    long long n;
+    long long first_block;
+};
+
+// partial[b] = Σ x² over block b's chunk of its tensor (256 threads, a fixed-order reduction).
+extern "C" __global__ void attnlab_sum_squares_multi(const SumTensor *ts, int count,
+                                                     float *partial) {
     __shared__ float acc[256];
+    const SumTensor t = ts[tensor_of_block(ts, count, blockIdx.x)];
+    long long start = (blockIdx.x - t.first_block) * MULTI_CHUNK;
+    long long end = min(start + MULTI_CHUNK, t.n);
     float s = 0.f;
-    for (long long i = threadIdx.x; i < n; i += 256) s += x[i] * x[i];
+    for (long long i = start + threadIdx.x; i < end; i += 256) s += t.x[i] * t.x[i];
     acc[threadIdx.x] = s;
     __syncthreads();
     for (int width = 128; width > 0; width >>= 1) {
         if (threadIdx.x < width) acc[threadIdx.x] += acc[threadIdx.x + width];
         __syncthreads();
     }
-    if (threadIdx.x == 0) out[0] = acc[0];
+    if (threadIdx.x == 0) partial[blockIdx.x] = acc[0];
 }
 
-// AdamW moments in place: mv = [m; v] (2n), m ← β₁m + (1 − β₁)g', v ← β₂v + (1 − β₂)g'²,
-// g' = scale·g.
-extern "C" __global__ void attnlab_adam_moments(float *mv, const float *g, long long n,
-                                                float beta1, float beta2, float scale) {
-    GRID_STRIDE(i, n) {
-        float gi = g[i] * scale;
-        mv[i] = beta1 * mv[i] + (1.f - beta1) * gi;
-        mv[n + i] = beta2 * mv[n + i] + (1.f - beta2) * gi * gi;
-    }
-}
+// One parameter of AdamW's step: c = (β₁, β₂, grad_scale, decay, step_size, v_correction, eps).
+struct AdamTensor {
+    float *p;
+    float *mv;
+    const float *g;
+    long long n;
+    long long first_block;
+    float c[7];
+    float pad;
+};
 
-// AdamW parameter update in place: p ← p·decay − step_size·m / (√v·v_correction + eps).
-extern "C" __global__ void attnlab_adam_param(float *p, const float *mv, long long n,
-                                              float decay, float step_size, float v_correction,
-                                              float eps) {
-    GRID_STRIDE(i, n) {
-        p[i] = p[i] * decay - step_size * mv[i] / (sqrtf(mv[n + i]) * v_correction + eps);
+// AdamW in place, moments and parameter in one pass (adamw.rs's rule): mv = [m; v] (2n),
+// g' = grad_scale·g, m ← β₁m + (1 − β₁)g', v ← β₂v + (1 − β₂)g'²,
+// p ← p·decay − step_size·m / (√v·v_correction + eps).
+extern "C" __global__ void attnlab_adam_multi(const AdamTensor *ts, int count) {
+    const AdamTensor t = ts[tensor_of_block(ts, count, blockIdx.x)];
+    const float beta1 = t.c[0], beta2 = t.c[1], scale = t.c[2], decay = t.c[3];
+    const float step_size = t.c[4], v_correction = t.c[5], eps = t.c[6];
+    long long start = (blockIdx.x - t.first_block) * MULTI_CHUNK;
+    long long end = min(start + MULTI_CHUNK, t.n);
+    for (long long i = start + threadIdx.x; i < end; i += blockDim.x) {
+        float gi = t.g[i] * scale;
+        float m = beta1 * t.mv[i] + (1.f - beta1) * gi;
+        float v = beta2 * t.mv[t.n + i] + (1.f - beta2) * gi * gi;
+        t.mv[i] = m;
+        t.mv[t.n + i] = v;
+        t.p[i] = t.p[i] * decay - step_size * m / (sqrtf(v) * v_correction + eps);
     }
 }
 

@@ -1,4 +1,5 @@
-//! y = x Wᵀ + b as one autograd node on the CPU, optionally split into attention heads.
+//! y = x Wᵀ + b as one autograd node (f32, on the CPU or a CUDA GPU), optionally split into
+//! attention heads.
 //!
 //! Built from candle ops, a linear layer is four nodes (transpose, reshape, matmul, bias add);
 //! candle's backward zero-fills and adds a full gradient for each, copies the bias gradient out
@@ -50,8 +51,17 @@ fn swap_middle_axes(data: &[f32], (a, b, c, d): (usize, usize, usize, usize)) ->
     out
 }
 
-/// [`swap_middle_axes`] of a rank-4 tensor, outside autograd (for the backward pass).
+/// [`swap_middle_axes`] of a rank-4 tensor; its gradient swaps back.
 struct SwapMiddleAxes;
+
+/// Heads' outputs (B, H, T, D) → (B, T, H·D) as one node with a contiguous result: where a
+/// transposed view would be copied by candle's strided copy, forward and backward.
+pub(super) fn merge_heads(y: &Tensor) -> candle_core::Result<Tensor> {
+    let (b, h, t, d) = y.dims4()?;
+    y.contiguous()?
+        .apply_op1(SwapMiddleAxes)?
+        .reshape((b, t, h * d))
+}
 
 impl CustomOp1 for SwapMiddleAxes {
     fn name(&self) -> &'static str {
@@ -66,6 +76,53 @@ impl CustomOp1 for SwapMiddleAxes {
         let (a, b, c, d) = layout.shape().dims4()?;
         let out = swap_middle_axes(slice(storage, layout)?, (a, b, c, d));
         Ok((CpuStorage::F32(out), Shape::from((a, c, b, d))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        storage: &candle_core::CudaStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let (a, b, c, d) = layout.shape().dims4()?;
+        let out = super::cuda::swap_middle_axes((storage, layout), None, (a, b, c, d))?;
+        Ok((out, Shape::from((a, c, b, d))))
+    }
+
+    fn bwd(
+        &self,
+        _arg: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<Option<Tensor>> {
+        Ok(Some(grad.contiguous()?.apply_op1_no_bwd(self)?))
+    }
+}
+
+impl LinearOp {
+    /// (rows, out, in) of x Wᵀ + b, and the output's shape, or why the operands do not fit.
+    fn sizes(&self, x: &Layout, w: &Layout, b: &Layout) -> candle_core::Result<(usize, Shape)> {
+        let (out_dim, in_dim) = w.shape().dims2()?;
+        if last_dim(x) != in_dim || b.shape().elem_count() != out_dim {
+            candle_core::bail!(
+                "linear: x {:?}, W {:?}, b {:?} do not fit",
+                x.dims(),
+                w.dims(),
+                b.dims()
+            );
+        }
+        let rows = x.shape().elem_count() / in_dim.max(1);
+        let shape = match self.heads {
+            None => with_last(x.shape(), out_dim),
+            Some(heads) => {
+                let (batch, t, _) = x.shape().dims3()?;
+                if heads == 0 || out_dim % heads != 0 {
+                    candle_core::bail!("linear: {out_dim} outputs do not split into {heads} heads");
+                }
+                Shape::from((batch, heads, t, out_dim / heads))
+            }
+        };
+        Ok((rows, shape))
     }
 }
 
@@ -83,17 +140,9 @@ impl CustomOp3 for LinearOp {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (rows, shape) = self.sizes(l1, l2, l3)?;
         let (x, w, b) = (slice(s1, l1)?, slice(s2, l2)?, slice(s3, l3)?);
         let (out_dim, in_dim) = l2.shape().dims2()?;
-        if last_dim(l1) != in_dim || b.len() != out_dim {
-            candle_core::bail!(
-                "linear: x {:?}, W {:?}, b {:?} do not fit",
-                l1.dims(),
-                l2.dims(),
-                l3.dims()
-            );
-        }
-        let rows = x.len() / in_dim;
         let mut y = b.repeat(rows); // the bias in every row, then += x Wᵀ
         gemm(
             &mut y,
@@ -101,21 +150,29 @@ impl CustomOp3 for LinearOp {
             MatRef::row_major(w, out_dim, in_dim).t(),
             true,
         );
-        match self.heads {
-            None => Ok((CpuStorage::F32(y), with_last(l1.shape(), out_dim))),
-            Some(heads) => {
-                let (batch, t, _) = l1.shape().dims3()?;
-                if heads == 0 || out_dim % heads != 0 {
-                    candle_core::bail!("linear: {out_dim} outputs do not split into {heads} heads");
-                }
-                let dims = (batch, t, heads, out_dim / heads);
-                let split = swap_middle_axes(&y, dims);
-                Ok((
-                    CpuStorage::F32(split),
-                    Shape::from((batch, heads, t, dims.3)),
-                ))
+        let y = match shape.dims() {
+            &[batch, heads, t, width] if self.heads.is_some() => {
+                swap_middle_axes(&y, (batch, t, heads, width))
             }
-        }
+            _ => y,
+        };
+        Ok((CpuStorage::F32(y), shape))
+    }
+
+    /// The product by cuBLAS, then the bias added (and the heads split) in one pass.
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let (rows, shape) = self.sizes(l1, l2, l3)?;
+        let y = super::cuda::linear((s1, l1), (s2, l2), (s3, l3), rows, &shape, self.heads)?;
+        Ok((y, shape))
     }
 
     fn bwd(
@@ -134,6 +191,11 @@ impl CustomOp3 for LinearOp {
         };
         let dy = dy.reshape((rows, out_dim))?;
         let x2 = x.detach().contiguous()?.reshape((rows, in_dim))?;
+        // attnlab's products on the CPU, candle's (cuBLAS) on a GPU.
+        let product = |a: &Tensor, b: &Tensor| match a.device() {
+            candle_core::Device::Cpu => product(a, b),
+            _ => a.matmul(b),
+        };
         let dx = product(&dy, &w.detach())?.reshape(x.shape())?;
         let dw = product(&dy.t()?, &x2)?; // (out, in), W's own layout
         let db = column_sums(&dy)?;
@@ -144,6 +206,30 @@ impl CustomOp3 for LinearOp {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Merged heads equal candle's transposed view, and so does their gradient.
+    #[test]
+    fn merged_heads_match_a_transpose_in_value_and_gradient() {
+        let data = crate::rng::normal_vec(&mut crate::rng::stream(4, "heads"), 2 * 3 * 5 * 4, 1.0);
+        let y = candle_core::Var::from_vec(data, (2, 3, 5, 4), &candle_core::Device::Cpu).unwrap();
+        let upstream = Tensor::arange(0f32, 120.0, &candle_core::Device::Cpu)
+            .unwrap()
+            .reshape((2, 5, 12))
+            .unwrap();
+        let run = |f: &dyn Fn(&Tensor) -> candle_core::Result<Tensor>| {
+            let merged = f(y.as_tensor()).unwrap();
+            let grads = (&merged * &upstream)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap();
+            let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            (flat(&merged), flat(grads.get(y.as_tensor()).unwrap()))
+        };
+        let transposed = |y: &Tensor| y.transpose(1, 2)?.reshape((2, 5, 12));
+        assert_eq!(run(&merge_heads), run(&transposed));
+    }
 
     #[test]
     fn swapping_the_middle_axes_twice_is_the_identity() {

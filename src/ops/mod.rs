@@ -29,7 +29,9 @@ mod replicas;
 
 use candle_core::{D, DType, Device, Tensor};
 
-pub use adamw::{AdamStep, adamw_in_place, adamw_step_composed, sum_squares};
+pub use adamw::{
+    AdamStep, ParamUpdate, adamw_all_in_place, adamw_in_place, adamw_step_composed, sum_squares_all,
+};
 pub use conv::{causal_conv, causal_conv_composed};
 pub use cpu_attention::{
     RowFunction, WeightDropout, cpu_attention, cpu_attention_available, cpu_attention_composed,
@@ -38,7 +40,9 @@ pub use dropout::{dropout, mix as mix_seed};
 pub use embedding::{embedding, embedding_composed};
 pub use flash::{flash_attention, flash_attention_composed, flash_available, flash_enabled};
 pub use kernel_rows::{RowKernel, kernel_rows, kernel_rows_composed, normalise_rows};
-pub use loss::{cross_entropy, cross_entropy_composed};
+pub use loss::{
+    cross_entropy, cross_entropy_composed, cross_entropy_groups, cross_entropy_groups_composed,
+};
 pub use mask::causal_mask;
 pub use precision::Precision;
 pub use replicas::{
@@ -123,16 +127,17 @@ pub fn softmax_rows_composed(x: &Tensor, causal: bool) -> Result<Tensor> {
 /// y = x Wᵀ + b for x (…, in), W (out, in), b (out), as `nn.Linear`.
 pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
     match b {
-        Some(b) if cpu_f32(x) => fused_linear(x, w, b, None),
+        Some(b) if fusable(x) && fusable(w) => fused_linear(x, w, b, None),
         _ => linear_composed(x, w, b),
     }
 }
 
 /// [`linear`] of x (B, T, in), split into heads: (B, heads, T, out / heads), what attention
-/// takes as q, k or v. On the CPU it is one contiguous node (see `linear.rs`).
+/// takes as q, k or v. In f32 it is one contiguous node (see `linear.rs`), which a GPU's
+/// attention products read without copying the heads out of a (B, T, H, D) view.
 pub fn linear_heads(x: &Tensor, w: &Tensor, b: Option<&Tensor>, heads: usize) -> Result<Tensor> {
     match b {
-        Some(b) if cpu_f32(x) => fused_linear(x, w, b, Some(heads)),
+        Some(b) if fusable(x) && fusable(w) => fused_linear(x, w, b, Some(heads)),
         _ => linear_heads_composed(x, w, b, heads),
     }
 }
@@ -196,16 +201,11 @@ pub fn gelu_erf(x: &Tensor) -> Result<Tensor> {
 /// R replicas of a model whose rows x (R·N…, d) stacks (`replicas.rs`): replica r's block of rows
 /// takes row r.
 pub fn layer_norm(x: &Tensor, gamma: &Tensor, beta: &Tensor, eps: f64) -> Result<Tensor> {
-    let replicated = gamma.rank() == 2;
-    // The fused op takes replicated parameters on the CPU only.
-    if fusable(x) && (x.device().is_cpu() || !replicated) {
+    if fusable(x) {
         let op = fused::LayerNorm { eps: eps as f32 };
         return Ok(x
             .contiguous()?
             .apply_op3(&gamma.contiguous()?, &beta.contiguous()?, op)?);
-    }
-    if replicated {
-        return affine_replicas(&standardise(x, eps)?, gamma, Some(beta));
     }
     layer_norm_composed(x, gamma, beta, eps)
 }
@@ -254,12 +254,29 @@ fn scaled_matmul(a: &Tensor, b: &Tensor, scale: f64) -> Result<Tensor> {
         };
         return Ok(a.apply_op2(b, op)?);
     }
-    let product = matmul::flat_for_candle(a)?.matmul(&matmul::flat_for_candle(b)?)?;
-    Ok(if scale == 1.0 {
-        product
-    } else {
-        (product * scale)?
+    let (a, b) = (matmul::flat_for_candle(a)?, matmul::flat_for_candle(b)?);
+    if scale == 1.0 {
+        return Ok(a.matmul(&b)?);
+    }
+    // candle's product has no scale: scale the smallest of a, b and the product, a pass over
+    // q (B, H, T, d) instead of over the (B, H, T, T) scores, forward and backward.
+    let (m, k, n) = (a.dim(D::Minus2)?, a.dim(D::Minus1)?, b.dim(D::Minus1)?);
+    Ok(match smallest_of(m * k, k * n, m * n) {
+        0 => (a * scale)?.matmul(&b)?,
+        1 => a.matmul(&(b * scale)?)?,
+        _ => (a.matmul(&b)? * scale)?,
     })
+}
+
+/// The index of the smallest of three sizes, the first on ties.
+fn smallest_of(x: usize, y: usize, z: usize) -> usize {
+    if x <= y && x <= z {
+        0
+    } else if y <= z {
+        1
+    } else {
+        2
+    }
 }
 
 /// Attention outputs with the heads merged: weights (B, H, Tq, Tk) · values (B, H, Tk, Dh)
@@ -274,9 +291,11 @@ pub fn matmul_merge_heads(weights: &Tensor, values: &Tensor) -> Result<Tensor> {
         };
         return Ok(weights.apply_op2(values, op)?);
     }
-    Ok(matmul(weights, values)?
-        .transpose(1, 2)?
-        .reshape((b, tq, h * dh))?)
+    let y = matmul(weights, values)?;
+    if fusable(&y) {
+        return Ok(linear::merge_heads(&y)?);
+    }
+    Ok(y.transpose(1, 2)?.reshape((b, tq, h * dh))?)
 }
 
 /// q·kᵀ·scale for q (…, Tq, d), k (…, Tk, d) → (…, Tq, Tk).
@@ -548,6 +567,46 @@ mod tests {
         let flat = |t: Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
         let small = flat(matmul(&a, &b).unwrap());
         assert_close(&small, &flat(a.matmul(&b).unwrap()), "one product");
+    }
+
+    /// Off the CPU's f32 path (here f64, as a GPU's products go) the scale falls on the
+    /// smallest of a, b and the product: the same value and gradients whichever it is.
+    #[test]
+    fn a_scaled_product_scales_its_smallest_operand_to_the_same_result() {
+        let f64_var = |t: Tensor| Var::from_tensor(&t.to_dtype(DType::F64).unwrap()).unwrap();
+        // (m, k, n): a smallest, b smallest, the product smallest.
+        for (m, k, n) in [(3, 2, 9), (9, 2, 3), (4, 9, 5)] {
+            let a = f64_var(random((2, 1, m, k), 21));
+            let b = f64_var(random((2, 1, k, n), 22));
+            let upstream = random((2, 1, m, n), 23).to_dtype(DType::F64).unwrap();
+            let run = |f: &dyn Fn(&Tensor, &Tensor) -> Result<Tensor>| {
+                let y = f(a.as_tensor(), b.as_tensor()).unwrap();
+                let grads = (&y * &upstream)
+                    .unwrap()
+                    .sum_all()
+                    .unwrap()
+                    .backward()
+                    .unwrap();
+                [
+                    &y,
+                    grads.get(a.as_tensor()).unwrap(),
+                    grads.get(b.as_tensor()).unwrap(),
+                ]
+                .map(|t| t.to_dtype(DType::F32).unwrap().flatten_all().unwrap())
+                .map(|t| t.to_vec1::<f32>().unwrap())
+            };
+            let scaled = run(&|a, b| scaled_matmul(a, b, 0.3));
+            let plain = run(&|a, b| Ok((a.matmul(b)? * 0.3)?));
+            assert_all_close(&scaled, &plain, &["value", "da", "db"]);
+        }
+        assert_eq!(
+            [
+                smallest_of(1, 2, 3),
+                smallest_of(2, 1, 3),
+                smallest_of(3, 2, 1)
+            ],
+            [0, 1, 2]
+        );
     }
 
     #[test]

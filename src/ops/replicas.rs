@@ -63,14 +63,14 @@ impl Combine {
 
 /// x (R·B, …) combined with a per-replica y (R, …), y broadcast over its replica's B rows.
 ///
-/// Where y's dimensions after R are the end of x's, on the CPU in f32, it is one fused pass
+/// Where y's dimensions after R are the end of x's, in f32 (CPU or CUDA), it is one fused pass
 /// whose backward sums y's gradient per replica by [`column sums`](super::fused::column_sums);
 /// candle's broadcast reduces it with a strided loop that was a fifth of a replica group's step.
 pub fn per_replica(x: &Tensor, y: &Tensor, combine: Combine) -> Result<Tensor> {
     let replicas = y.dim(0)?;
     let trailing = &y.dims()[1..];
     let fits = x.rank() > trailing.len() && x.dims().ends_with(trailing);
-    if fits && super::fusable(x) && super::fusable(y) && x.device().is_cpu() {
+    if fits && super::fusable(x) && super::fusable(y) {
         let op = BlockBroadcast { combine, replicas };
         return Ok(x.contiguous()?.apply_op2(&y.contiguous()?, op)?);
     }
@@ -150,6 +150,19 @@ impl CustomOp2 for BlockBroadcast {
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let mul = self.combine == Combine::Mul;
+        let out = super::cuda::block_broadcast((s1, l1), (s2, l2), self.replicas, mul)?;
+        Ok((out, l1.shape().clone()))
+    }
+
     fn bwd(
         &self,
         x: &Tensor,
@@ -193,6 +206,21 @@ impl CustomOp1 for BlockColumnSums {
             .flat_map(|block| column_sums_of(block, self.n))
             .collect();
         Ok((CpuStorage::F32(sums), Shape::from((self.replicas, self.n))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        storage: &candle_core::CudaStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        // Rows of n, the replicas' blocks of them summed each on its own.
+        let rows = Layout::contiguous_with_offset(
+            (layout.shape().elem_count() / self.n, self.n),
+            layout.start_offset(),
+        );
+        let sums = super::cuda::block_column_sums((storage, &rows), self.replicas)?;
+        Ok((sums, Shape::from((self.replicas, self.n))))
     }
 }
 

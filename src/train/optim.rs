@@ -5,11 +5,12 @@
 
 use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
-use rayon::prelude::*;
 
 use super::{Schedule, TrainConfig};
 use crate::Result;
-use crate::ops::{AdamStep, adamw_in_place, adamw_step_composed, fusable, sum_squares};
+use crate::ops::{
+    AdamStep, ParamUpdate, adamw_all_in_place, adamw_step_composed, fusable, sum_squares_all,
+};
 
 /// Learning rate used at step `step` (0-based) of `total`.
 pub fn learning_rate(config: &TrainConfig, step: usize, total: usize) -> f64 {
@@ -155,23 +156,19 @@ impl AdamW {
     /// [`Self::grad_norm`] of each replica, read in one copy.
     pub fn grad_norms(&self, grads: &GradStore) -> Result<Vec<f64>> {
         let replicas = self.replicas.len();
-        let squares = self
+        let parts = self
             .slots
             .iter()
             .filter_map(|slot| grads.get(slot.var.as_tensor()))
-            .flat_map(|g| (0..replicas).map(move |r| sum_squares(&part(g, r, self.stacked)?)))
-            .collect::<Result<Vec<_>>>()?;
-        if squares.is_empty() {
-            return Ok(vec![0.0; replicas]);
+            .flat_map(|g| (0..replicas).map(move |r| part(g, r, self.stacked)))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let squares = sum_squares_all(&parts)?;
+        // parts[i] is replica i % replicas's.
+        let mut per_replica = vec![0.0; replicas];
+        for (i, s) in squares.into_iter().enumerate() {
+            per_replica[i % replicas] += s;
         }
-        let per_replica = Tensor::stack(&squares, 0)?
-            .reshape((squares.len() / replicas, replicas))?
-            .sum(0)?
-            .to_vec1::<f32>()?;
-        Ok(per_replica
-            .into_iter()
-            .map(|s| f64::from(s).sqrt())
-            .collect())
+        Ok(per_replica.into_iter().map(f64::sqrt).collect())
     }
 
     /// One update with learning rate `lr`; gradients are scaled by `grad_scale` first (clipping).
@@ -211,18 +208,21 @@ impl AdamW {
             })
             .collect();
         let stacked = self.stacked;
-        let update = |slot: &mut Slot| match grads.get(slot.var.as_tensor()) {
-            Some(g) if fused && fusable(g) => slot.update_in_place(g, &rules, stacked),
-            Some(g) => slot.update_composed(g, &rules, stacked),
-            None => Ok(()),
-        };
-        // Parameters are independent: on the CPU, update them side by side. A GPU gets its
-        // launches from one thread, in order.
-        if self.slots.iter().all(|slot| slot.var.device().is_cpu()) {
-            self.slots.par_iter_mut().try_for_each(update)
-        } else {
-            self.slots.iter_mut().try_for_each(update)
+        let (mut in_place, mut composed) = (Vec::new(), Vec::new());
+        for slot in &mut self.slots {
+            match grads.get(slot.var.as_tensor()) {
+                Some(g) if fused && fusable(g) => {
+                    in_place.extend(slot.updates(g, &rules, stacked)?)
+                }
+                Some(g) => composed.push((slot, g)),
+                None => {}
+            }
         }
+        // One call for every fused update: a single kernel launch on a GPU.
+        adamw_all_in_place(&in_place)?;
+        composed
+            .into_iter()
+            .try_for_each(|(slot, g)| slot.update_composed(g, &rules, stacked))
     }
 }
 
@@ -253,15 +253,25 @@ fn part(x: &Tensor, r: usize, stacked: bool) -> candle_core::Result<Tensor> {
 }
 
 impl Slot {
-    /// The fused kernels, on each updated replica's slice of the variable.
-    fn update_in_place(&self, g: &Tensor, rules: &[Option<AdamStep>], stacked: bool) -> Result<()> {
+    /// The in-place updates of each updated replica's slice of the variable.
+    fn updates(
+        &self,
+        g: &Tensor,
+        rules: &[Option<AdamStep>],
+        stacked: bool,
+    ) -> Result<Vec<ParamUpdate<'_>>> {
+        let mut updates = Vec::with_capacity(rules.len());
         for (r, rule) in rules.iter().enumerate() {
-            if let Some(rule) = rule {
-                let param = part(self.var.as_tensor(), r, stacked)?;
-                adamw_in_place(&param, &self.moments[r], &part(g, r, stacked)?, rule)?;
+            if let Some(step) = rule {
+                updates.push(ParamUpdate {
+                    param: part(self.var.as_tensor(), r, stacked)?,
+                    moments: &self.moments[r],
+                    grad: part(g, r, stacked)?,
+                    step: *step,
+                });
             }
         }
-        Ok(())
+        Ok(updates)
     }
 
     /// PyTorch's AdamW step from tensor ops: any device and dtype.

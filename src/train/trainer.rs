@@ -7,7 +7,7 @@ use candle_core::{D, DType, Device, Tensor, Var};
 
 use super::optim::{AdamW, Update, learning_rate};
 use crate::model::Transformer;
-use crate::ops::{cross_entropy, mix_seed};
+use crate::ops::{cross_entropy, cross_entropy_groups, mix_seed};
 use crate::params::Params;
 use crate::preset::Preset;
 use crate::rng::{self, AttnRng, SliceRandom};
@@ -389,27 +389,18 @@ impl Trainer {
     }
 
     /// Each computed replica's mean cross-entropy over its block of a stacked batch, as the
-    /// next training step computes it (with the model's dropout).
-    fn replica_losses(&self, batch: &Batch) -> Result<Vec<Tensor>> {
+    /// next training step computes it (with the model's dropout): (computed replicas).
+    fn replica_losses(&self, batch: &Batch) -> Result<Tensor> {
         let logits = self
             .model
             .train_logits(&batch.inputs, &batch.rows, &self.step_seeds())?;
-        let scored = batch.n_scored / self.computed.len();
-        (0..self.computed.len())
-            .map(|r| {
-                cross_entropy(
-                    &logits.narrow(0, r * scored, scored)?,
-                    &batch.targets.narrow(0, r * scored, scored)?,
-                )
-            })
-            .collect()
+        cross_entropy_groups(&logits, &batch.targets, self.computed.len())
     }
 
     /// Mean cross-entropy of a batch at its scored positions, as the next training step
     /// computes it (with the model's dropout); summed over replicas.
     pub fn batch_loss(&self, batch: &Batch) -> Result<Tensor> {
-        let losses = self.replica_losses(batch)?;
-        Ok(Tensor::stack(&losses, 0)?.sum_all()?)
+        Ok(self.replica_losses(batch)?.sum_all()?)
     }
 
     /// Nodes in the autograd graph of one training batch (the forward ops that lead to a
@@ -461,9 +452,7 @@ impl Trainer {
         let rows = self.next_rows();
         let batch = self.train.batch(&rows, &self.device)?;
         let losses = self.replica_losses(&batch)?;
-        let values = Tensor::stack(&losses, 0)?
-            .to_dtype(DType::F32)?
-            .to_vec1::<f32>()?;
+        let values = losses.to_dtype(DType::F32)?.to_vec1::<f32>()?;
         // The computed replicas (their slots) that train this step.
         let mut training = Vec::new();
         for (slot, &loss) in values.iter().enumerate() {
@@ -484,13 +473,13 @@ impl Trainer {
             }
         }
         if !training.is_empty() {
-            let summed = Tensor::stack(
-                &training
-                    .iter()
-                    .map(|&s| losses[s].clone())
-                    .collect::<Vec<_>>(),
-                0,
-            )?;
+            // The training replicas' losses only: a diverged one's NaN stays out of the sum.
+            let summed = if training.len() == values.len() {
+                losses
+            } else {
+                let slots: Vec<u32> = training.iter().map(|&s| s as u32).collect();
+                losses.index_select(&Tensor::new(slots.as_slice(), losses.device())?, 0)?
+            };
             let grads = summed.sum_all()?.backward()?;
             let norms = self.optimizer.grad_norms(&grads)?;
             let mut updates = vec![None; self.computed.len()];
