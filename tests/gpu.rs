@@ -355,6 +355,18 @@ fn every_fused_kernel_matches_the_composed_ops() {
             linear_inputs.clone(),
             3,
         ),
+        // 18,000 rows: the bias's column sums in two passes (partial sums, then their total).
+        (
+            "linear over many rows",
+            |t| ops::linear(&t[0], &t[1], Some(&t[2])),
+            |t| ops::linear_composed(&t[0], &t[1], Some(&t[2])),
+            vec![
+                random(&[2, 9000, 16], 16, &cpu),
+                random(&[5, 16], 17, &cpu),
+                random(&[5], 18, &cpu),
+            ],
+            3,
+        ),
         (
             "linear split into heads",
             |t| ops::linear_heads(&t[0], &t[1], Some(&t[2]), 3),

@@ -23,6 +23,9 @@ const MODULE: &str = "attnlab";
 const ROWS_PER_BLOCK: usize = 4;
 /// Rows each block sums in the first pass of [`column_sums`].
 const COLUMN_CHUNK_ROWS: usize = 256;
+/// Rows up to which [`column_sums`] takes one pass (`attnlab_column_sums_one_pass`, 32 threads
+/// down the rows, 512 rows each at most) rather than partial sums and their total.
+const ONE_PASS_ROWS: usize = 16_384;
 
 /// Whether the fused CUDA kernels are on (`ATTNLAB_CUDA_KERNELS` other than `0`).
 pub fn enabled() -> bool {
@@ -429,8 +432,9 @@ pub fn block_column_sums(x: Operand, blocks: usize) -> Result<CudaStorage> {
     Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
 }
 
-/// [`block_column_sums`] written into `out` (blocks·d): partial sums of
-/// [`COLUMN_CHUNK_ROWS`] rows, then their total, both in a fixed order.
+/// [`block_column_sums`] written into `out` (blocks·d), in a fixed order: in one pass up to
+/// [`ONE_PASS_ROWS`] rows a block, else partial sums of [`COLUMN_CHUNK_ROWS`] rows, then their
+/// total.
 fn column_sums_into(
     (x, l): Operand,
     blocks: usize,
@@ -439,6 +443,24 @@ fn column_sums_into(
     let dev = x.device();
     let (all_rows, d) = rows_and_width(l);
     let rows = all_rows / blocks.max(1);
+    let xv = view::<f32>(x, l)?;
+    if rows <= ONE_PASS_ROWS {
+        let cfg = LaunchConfig {
+            grid_dim: (d.div_ceil(32) as u32, blocks as u32, 1),
+            block_dim: (32, 32, 1),
+            shared_mem_bytes: 0,
+        };
+        launch!(
+            dev,
+            "attnlab_column_sums_one_pass",
+            cfg,
+            &xv,
+            out,
+            &(rows as i64),
+            &(d as i32)
+        );
+        return Ok(());
+    }
     let chunks = rows.div_ceil(COLUMN_CHUNK_ROWS).max(1);
     let partial = output(dev, blocks * chunks * d)?;
     let cfg = LaunchConfig {
@@ -446,7 +468,6 @@ fn column_sums_into(
         block_dim: (32, 8, 1),
         shared_mem_bytes: 0,
     };
-    let xv = view::<f32>(x, l)?;
     let chunk = COLUMN_CHUNK_ROWS as i64;
     launch!(
         dev,
@@ -648,6 +669,36 @@ pub fn embedding_grad(
     }
     let host_ids = dev.clone_dtoh(&view::<u32>(ids, li)?)?;
     let (offsets, order) = super::embedding::tokens_by_id(&host_ids, vocab);
+    let segment = super::embedding::SEGMENT as u32;
+    // Where no id has more than a segment of tokens (gathered rows: one each), the first pass
+    // alone writes the gradient, a segment per id (empty for ids without tokens).
+    if offsets.windows(2).all(|w| w[1] - w[0] <= segment) {
+        let n_order = order.len();
+        // [order | offsets]: id v's tokens run from offsets[v] to offsets[v + 1].
+        let table = dev.clone_htod(&[order, offsets].concat())?;
+        let order = table.slice(0..n_order);
+        let begins = table.slice(n_order..n_order + vocab);
+        let ends = table.slice(n_order + 1..);
+        let dw = output(dev, vocab * d)?;
+        let cfg = LaunchConfig {
+            grid_dim: (vocab as u32, d.div_ceil(256) as u32, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let dv = view::<f32>(dy, ld)?;
+        launch!(
+            dev,
+            "attnlab_embedding_grad_segments",
+            cfg,
+            &dv,
+            &order,
+            &begins,
+            &ends,
+            &dw,
+            &(d as i32)
+        );
+        return Ok(wrap(dw, dev, (vocab, d)));
+    }
     // Segments of at most SEGMENT tokens, an id's consecutive: [begin, end) in `order` each,
     // and id v's segments first_segment[v]..first_segment[v + 1]. One copy to the device.
     let mut first_segment = Vec::with_capacity(vocab + 1);
@@ -657,13 +708,12 @@ pub fn embedding_grad(
         let (start, end) = (offsets[v], offsets[v + 1]);
         for begin in (start..end).step_by(super::embedding::SEGMENT) {
             begins.push(begin);
-            ends.push(end.min(begin + super::embedding::SEGMENT as u32));
+            ends.push(end.min(begin + segment));
         }
     }
     first_segment.push(begins.len() as u32);
-    let segments = begins.len();
+    let (segments, n_order) = (begins.len(), order.len());
     let table = dev.clone_htod(&[order, begins, ends, first_segment].concat())?;
-    let n_order = offsets[vocab] as usize;
     let order = table.slice(0..n_order);
     let begins = table.slice(n_order..n_order + segments);
     let ends = table.slice(n_order + segments..n_order + 2 * segments);

@@ -316,6 +316,29 @@ extern "C" __global__ void attnlab_causal_conv_kernel_partials(const float *u, c
     partial[((long long)blockIdx.z * gridDim.y + blockIdx.y) * (k + 1) * d + q] = acc;
 }
 
+// Column sums of (rows, d) in one pass, for up to a few thousand rows a block: block (32, 32),
+// 32 columns, 32 threads down the rows, their sums added in a fixed order; grid.y: blocks of
+// `rows` rows summed on their own (out[block, c]). One launch where the two passes below were
+// two, at sizes where a step is launch-bound.
+extern "C" __global__ void attnlab_column_sums_one_pass(const float *x, float *out,
+                                                        long long rows, int d) {
+    __shared__ float acc[32][33];
+    x += (long long)blockIdx.y * rows * d;
+    out += (long long)blockIdx.y * d;
+    int c = blockIdx.x * 32 + threadIdx.x;
+    float s = 0.f;
+    if (c < d) {
+        for (long long r = threadIdx.y; r < rows; r += 32) s += x[r * d + c];
+    }
+    acc[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < d) {
+        float total = 0.f;
+        for (int k = 0; k < 32; ++k) total += acc[k][threadIdx.x];
+        out[c] = total;
+    }
+}
+
 // Column sums of (rows, d), first pass: partial[chunk, c] = Σ over the chunk's rows of x[r, c].
 // Block (32, 8): 32 columns, 8 threads down the rows, combined in shared memory; grid.y chunks.
 // grid.z: blocks of `rows` rows summed on their own (a replica's each), side by side in partial.
