@@ -292,6 +292,25 @@ fn the_mixer_pattern_is_edited_entry_by_entry() {
 /// One frame after starting or stopping background work (training, an analysis job): its
 /// events ask for repaints, so `harness.run()`, which fails unless the window settles within
 /// a few frames, passes or fails on how fast the work goes. `run_until` does the waiting.
+/// Every view of the registry draws in a window with no run, then with a finished run selected
+/// (its folder and attention loaded), without a panic; showing a view starts no analysis of its
+/// own (the analysis views compute when asked).
+#[test]
+fn every_view_draws_empty_and_with_a_run() {
+    let root = tempfile::tempdir().unwrap();
+    let mut empty = harness(AttnlabApp::new(Persisted::default()));
+    let mut with_run = harness(app_with_finished_run(root.path()));
+    wait_for_loaded_run(&mut with_run);
+    for harness in [&mut empty, &mut with_run] {
+        for &tab in Tab::ALL {
+            harness.state_mut().tab = tab;
+            harness.run_steps(3);
+            let busy = harness.state_mut().views.view_mut(tab).is_busy();
+            assert!(!busy, "{} started work on being shown", tab.label());
+        }
+    }
+}
+
 fn step_while_working(harness: &mut Harness<'_, AttnlabApp>) {
     harness.step();
 }
@@ -539,7 +558,10 @@ fn a_hidden_views_finished_task_is_taken_in_without_showing_it() {
     let state = harness.state_mut();
     let run = state.runs.selected().unwrap();
     let list = vec![(run.name.clone(), run.dir.clone().unwrap())];
-    state.views.spectra.start(&state.tasks, list);
+    state
+        .views
+        .view_mut(Tab::Spectra)
+        .analyse(&state.tasks, list);
     assert_eq!(state.tab, Tab::Welcome);
     // The task shows in the status bar while it runs, and its result lands while the
     // Spectra view stays hidden.

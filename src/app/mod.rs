@@ -162,9 +162,8 @@ impl AttnlabApp {
             .into_iter()
             .map(|preset| self.runs.start(preset, self.runs_root.clone()))
             .collect();
-        let ticked = &mut self.views.encodings.ticked;
-        ticked.extend(experiment.overlay.iter().map(|e| e.to_string()));
         self.tab = tab_of(experiment.analysis);
+        self.views.view_mut(self.tab).take_experiment(experiment);
         self.awaiting = experiment
             .analysis
             .needs_finished_runs()
@@ -204,15 +203,8 @@ impl AttnlabApp {
             .filter(|r| r.status != RunState::Trainer(crate::train::RunStatus::Failed))
             .filter_map(|r| Some((r.name.clone(), r.dir.clone()?)))
             .collect();
-        let analysis = awaiting.analysis;
-        let views = &self.views;
-        let busy = match analysis {
-            Analysis::Extrapolation => views.extrapolation.is_busy(),
-            Analysis::Iou => views.iou.is_busy(),
-            Analysis::Spectra => views.spectra.is_busy(),
-            Analysis::Encodings => false,
-        };
-        if busy {
+        let view = self.views.view_mut(tab_of(awaiting.analysis));
+        if view.is_busy() {
             // Starting now would drop, so cancel, the view's own computation: wait for it.
             return;
         }
@@ -221,31 +213,13 @@ impl AttnlabApp {
             self.status = "the experiment's runs failed: nothing to analyse".into();
             return;
         }
-        let views = &mut self.views;
-        match analysis {
-            Analysis::Extrapolation => views.extrapolation.start(&self.tasks, list),
-            Analysis::Iou => views.iou.start(&self.tasks, list),
-            Analysis::Spectra => views.spectra.start(&self.tasks, list),
-            Analysis::Encodings => {}
-        }
+        view.analyse(&self.tasks, list);
     }
 
     /// For the screenshot demo: gets `tab` ready to be captured (the analysis views need the
     /// run stopped and their analysis computed); true once it is.
     fn prepare_demo_tab(&mut self, tab: Tab) -> bool {
-        let views = &mut self.views;
-        let computed = match tab {
-            Tab::Sweep => {
-                if !views.sweep.is_loaded() {
-                    views.sweep.load(Path::new("sweeps/mqar_fig1_small.toml"));
-                }
-                true
-            }
-            Tab::Iou => !views.iou.reports.is_empty(),
-            Tab::Spectra => !views.spectra.report.runs.is_empty(),
-            _ => return true,
-        };
-        if computed {
+        if self.views.view_mut(tab).prepare_demo() {
             return true;
         }
         let Some(run) = self.runs.selected() else {
@@ -261,17 +235,9 @@ impl AttnlabApp {
             return false;
         };
         let list = vec![(run.name.clone(), dir)];
-        let views = &mut self.views;
-        match tab {
-            Tab::Iou if !views.iou.is_busy() => {
-                views.iou.protocol.examples = 1000;
-                views.iou.start(&self.tasks, list);
-            }
-            Tab::Spectra if !views.spectra.is_busy() => {
-                views.spectra.protocol.examples = 200;
-                views.spectra.start(&self.tasks, list);
-            }
-            _ => {}
+        let view = self.views.view_mut(tab);
+        if !view.is_busy() {
+            view.start_demo(&self.tasks, list);
         }
         false
     }
@@ -498,7 +464,7 @@ impl AttnlabApp {
             });
         egui::CentralPanel::default().show(ui, |ui| {
             ui.horizontal(|ui| {
-                for tab in Tab::ALL {
+                for &tab in Tab::ALL {
                     ui.selectable_value(&mut self.tab, tab, tab.label());
                 }
             });

@@ -94,9 +94,10 @@ impl Shell {
         ctx.request_repaint(); // keep frames coming without input
         if !demo.started {
             demo.started = true;
-            // Something to compare in the Encodings view: the paper's series and RoPE's decay.
-            for name in ["alibi", "type1", "type2", "inv-n", "rope"] {
-                self.app.views.encodings.ticked.insert(name.to_string());
+            // What each view shows by itself (the Encodings view's comparison, the Sweep view's
+            // file), set up before training so their results are in when their turn comes.
+            for &tab in Tab::ALL {
+                self.app.views.view_mut(tab).prepare_demo();
             }
             self.app.start();
             return;

@@ -16,6 +16,7 @@ use crate::analysis::figures::encodings as fig;
 use crate::analysis::{Heads, ReceptiveField, Rows, StudiedEncoding, erf, mean_mass_by_distance};
 use crate::attention::AttentionWeights;
 use crate::encodings::EncodingSpec;
+use crate::experiments::Experiment;
 use crate::figures::QUERY_KEY_AXES;
 use crate::train::RunDir;
 
@@ -224,6 +225,21 @@ impl EncodingsView {
 }
 
 impl View for EncodingsView {
+    /// The encodings the experiment compares, ticked beside the editor's.
+    fn take_experiment(&mut self, experiment: &Experiment) {
+        let overlay = experiment.overlay.iter().map(|e| e.to_string());
+        self.ticked.extend(overlay);
+    }
+
+    /// Something to compare: the paper's series and RoPE's decay.
+    fn prepare_demo(&mut self) -> bool {
+        if self.ticked.is_empty() {
+            let names = ["alibi", "type1", "type2", "inv-n", "rope"];
+            self.ticked.extend(names.map(String::from));
+        }
+        true
+    }
+
     fn logic(&mut self, _cx: &ViewContext) {
         match take_finished(&mut self.pending) {
             Some(Ok(Some(results))) => {

@@ -12,7 +12,7 @@ use egui_plot::{Legend, Line, LineStyle, Plot, PlotPoints};
 use super::super::command::Command;
 use super::super::export::Exporter;
 use super::super::tasks::{Task, Tasks, take_finished};
-use super::{View, ViewContext, run_buttons};
+use super::{RunList, View, ViewContext, run_buttons};
 use crate::Preset;
 use crate::experiments::{PRESETS, shipped};
 use crate::extrapolation::figures::PERPLEXITY_AXES;
@@ -48,6 +48,15 @@ fn unless_cancelled<T>(result: crate::Result<T>) -> crate::Result<Option<T>> {
 }
 
 impl View for ExtrapolationView {
+    /// A computation (or a train-and-evaluate job) under way.
+    fn is_busy(&self) -> bool {
+        self.job.is_some()
+    }
+
+    fn analyse(&mut self, tasks: &Tasks, runs: RunList) {
+        self.evaluate(tasks, runs);
+    }
+
     fn logic(&mut self, cx: &ViewContext) {
         match take_finished(&mut self.job) {
             Some(Ok(Some((sweep, new_runs)))) => {
@@ -174,13 +183,8 @@ impl ExtrapolationView {
         Ok(options)
     }
 
-    /// Whether a computation (or a train-and-evaluate job) is under way.
-    pub fn is_busy(&self) -> bool {
-        self.job.is_some()
-    }
-
     /// Evaluates the finished runs `list` (name, folder) at the view's lengths, as a task.
-    pub fn start(&mut self, tasks: &Tasks, list: Vec<(String, PathBuf)>) {
+    fn evaluate(&mut self, tasks: &Tasks, list: RunList) {
         let options = match self.parsed_options() {
             Ok(options) => options,
             Err(message) => {
@@ -208,7 +212,7 @@ impl ExtrapolationView {
         };
         ui.horizontal(|ui| {
             if let Some(list) = run_buttons(ui, cx.runs) {
-                self.start(cx.tasks, list);
+                self.evaluate(cx.tasks, list);
             }
         });
         ui.horizontal_wrapped(|ui| {

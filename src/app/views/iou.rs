@@ -9,7 +9,7 @@ use super::super::export::Exporter;
 use super::super::runs::RunStore;
 use super::super::tasks::{Task, Tasks, take_finished};
 use super::colour::ColourScale;
-use super::{PerRun, View, ViewContext, analyse_runs, run_buttons, titled_plot};
+use super::{PerRun, RunList, View, ViewContext, analyse_runs, run_buttons, titled_plot};
 use crate::analysis::TrainedRun;
 use crate::analysis::figures::recall;
 use crate::analysis::iou::{
@@ -57,11 +57,6 @@ impl Default for IouView {
 }
 
 impl IouView {
-    /// Whether a computation is under way.
-    pub fn is_busy(&self) -> bool {
-        self.job.is_some()
-    }
-
     /// Whether an example's crops are on screen.
     pub fn has_example(&self) -> bool {
         self.example.is_some()
@@ -69,6 +64,24 @@ impl IouView {
 }
 
 impl View for IouView {
+    fn is_busy(&self) -> bool {
+        self.job.is_some()
+    }
+
+    fn analyse(&mut self, tasks: &Tasks, runs: RunList) {
+        self.compute(tasks, runs);
+    }
+
+    fn prepare_demo(&mut self) -> bool {
+        !self.reports.is_empty()
+    }
+
+    /// The screenshot's table over 1000 examples.
+    fn start_demo(&mut self, tasks: &Tasks, runs: RunList) {
+        self.protocol.examples = 1000;
+        self.compute(tasks, runs);
+    }
+
     fn logic(&mut self, cx: &ViewContext) {
         self.collect(cx.ctx);
     }
@@ -188,12 +201,12 @@ impl IouView {
             return;
         }
         if let Some(list) = run_buttons(ui, cx.runs) {
-            self.start(cx.tasks, list);
+            self.compute(cx.tasks, list);
         }
     }
 
     /// Computes the IoU reports of `runs` (name, folder) as a task.
-    pub fn start(&mut self, tasks: &Tasks, runs: Vec<(String, std::path::PathBuf)>) {
+    fn compute(&mut self, tasks: &Tasks, runs: RunList) {
         let protocol = self.protocol;
         self.job = Some(tasks.spawn("IoU", move |progress, cancel| {
             analyse_runs(&runs, progress, cancel, |run, progress, cancel| {

@@ -1,10 +1,11 @@
 //! The views of the central panel, one file each, behind one trait ([`View`]) and one registry
-//! ([`Views`]). Every view reads the run store and the editor through [`ViewContext`], never owns
-//! training state, changes the window only by pushing commands, runs its work as tasks, and
-//! exports its figures through the shared exporter.
+//! ([`views!`] below). Every view reads the run store and the editor through [`ViewContext`],
+//! never owns training state, changes the window only by pushing commands, runs its work as
+//! tasks, and exports its figures through the shared exporter. The shell reaches a view only
+//! through the trait, by its [`Tab`].
 //!
-//! Adding a view: a file here with a type implementing [`View`], a [`Tab`] (its variant, `ALL`,
-//! `label`) and a field of [`Views`] with its arm in [`Views::view_mut`].
+//! Adding a view: a file here with a type implementing [`View`] (and `Default`), and one line in
+//! the registry: its tab, its field, its type and its title.
 
 pub mod attention;
 mod colour;
@@ -28,6 +29,7 @@ use super::export::Exporter;
 use super::runs::{RunStore, RunView};
 use super::tasks::Tasks;
 use crate::analysis::TrainedRun;
+use crate::experiments::Experiment;
 
 /// What a view may read of the window, and where it sends what it wants done.
 pub struct ViewContext<'a> {
@@ -41,6 +43,9 @@ pub struct ViewContext<'a> {
     pub tasks: &'a Tasks,
 }
 
+/// Runs to analyse, each by its name in the run list and its run folder.
+pub type RunList = Vec<(String, PathBuf)>;
+
 /// One view of the central panel.
 pub trait View {
     /// Every frame, whichever view is shown: take in what this view's tasks finished.
@@ -48,81 +53,91 @@ pub trait View {
 
     /// Draws the view.
     fn ui(&mut self, ui: &mut egui::Ui, cx: &ViewContext);
+
+    /// Whether the view's own computation is running (starting another would cancel it).
+    fn is_busy(&self) -> bool {
+        false
+    }
+
+    /// Analyses these finished runs, for a view that computes over run folders (an experiment
+    /// of the welcome page hands it its runs once they end).
+    fn analyse(&mut self, _tasks: &Tasks, _runs: RunList) {}
+
+    /// Takes what an experiment started from the welcome page sets for this view.
+    fn take_experiment(&mut self, _experiment: &Experiment) {}
+
+    /// For the screenshot demo: sets up what the view shows by itself (a file to load, a
+    /// comparison to tick); whether it is ready to be captured without a run analysed.
+    fn prepare_demo(&mut self) -> bool {
+        true
+    }
+
+    /// For the screenshot demo: analyses `runs` at the size a screenshot needs.
+    fn start_demo(&mut self, tasks: &Tasks, runs: RunList) {
+        self.analyse(tasks, runs);
+    }
 }
 
-/// The registry: one view per tab.
-#[derive(Default)]
-pub struct Views {
-    pub welcome: welcome::WelcomeView,
-    pub training: training::TrainingView,
-    pub attention: attention::AttentionView,
-    pub encodings: encodings::EncodingsView,
-    pub iou: iou::IouView,
-    pub spectra: spectra::SpectraView,
-    pub sweep: sweep::SweepView,
-    pub extrapolation: extrapolation::ExtrapolationView,
+/// The registry of views, one line each: tab, field of [`Views`], type, title. The first is
+/// the view of a first start. Generates [`Tab`] (which view is shown; saved by its variant's
+/// name), [`Tab::ALL`] in this order, [`Tab::label`], and [`Views`] with [`Views::view_mut`].
+macro_rules! views {
+    ($first:ident, $first_field:ident: $first_view:ty, $first_title:literal;
+     $($tab:ident, $field:ident: $view:ty, $title:literal;)*) => {
+        /// Which view the central panel shows.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+        pub enum Tab {
+            #[default]
+            $first,
+            $($tab,)*
+        }
+
+        impl Tab {
+            pub const ALL: &[Tab] = &[Tab::$first, $(Tab::$tab,)*];
+
+            pub fn label(self) -> &'static str {
+                match self {
+                    Tab::$first => $first_title,
+                    $(Tab::$tab => $title,)*
+                }
+            }
+        }
+
+        /// One view per tab.
+        #[derive(Default)]
+        pub struct Views {
+            pub $first_field: $first_view,
+            $(pub $field: $view,)*
+        }
+
+        impl Views {
+            /// The view shown under `tab`.
+            pub fn view_mut(&mut self, tab: Tab) -> &mut dyn View {
+                match tab {
+                    Tab::$first => &mut self.$first_field,
+                    $(Tab::$tab => &mut self.$field,)*
+                }
+            }
+        }
+    };
+}
+
+views! {
+    Welcome, welcome: welcome::WelcomeView, "Welcome";
+    Training, training: training::TrainingView, "Training";
+    Attention, attention: attention::AttentionView, "Attention maps";
+    Encodings, encodings: encodings::EncodingsView, "Encodings";
+    Iou, iou: iou::IouView, "IoU";
+    Spectra, spectra: spectra::SpectraView, "Spectra";
+    Sweep, sweep: sweep::SweepView, "Sweep";
+    Extrapolation, extrapolation: extrapolation::ExtrapolationView, "Extrapolation";
 }
 
 impl Views {
-    /// The view shown under `tab`.
-    pub fn view_mut(&mut self, tab: Tab) -> &mut dyn View {
-        match tab {
-            Tab::Welcome => &mut self.welcome,
-            Tab::Training => &mut self.training,
-            Tab::Attention => &mut self.attention,
-            Tab::Encodings => &mut self.encodings,
-            Tab::Iou => &mut self.iou,
-            Tab::Spectra => &mut self.spectra,
-            Tab::Sweep => &mut self.sweep,
-            Tab::Extrapolation => &mut self.extrapolation,
-        }
-    }
-
     /// Every view's [`View::logic`].
     pub fn logic(&mut self, cx: &ViewContext) {
-        for tab in Tab::ALL {
+        for &tab in Tab::ALL {
             self.view_mut(tab).logic(cx);
-        }
-    }
-}
-
-/// Which view the central panel shows.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Tab {
-    /// The experiments the tool is for: the first view on a first start.
-    #[default]
-    Welcome,
-    Training,
-    Attention,
-    Encodings,
-    Iou,
-    Spectra,
-    Sweep,
-    Extrapolation,
-}
-
-impl Tab {
-    pub const ALL: [Tab; 8] = [
-        Tab::Welcome,
-        Tab::Training,
-        Tab::Attention,
-        Tab::Encodings,
-        Tab::Iou,
-        Tab::Spectra,
-        Tab::Sweep,
-        Tab::Extrapolation,
-    ];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Tab::Welcome => "Welcome",
-            Tab::Training => "Training",
-            Tab::Attention => "Attention maps",
-            Tab::Encodings => "Encodings",
-            Tab::Iou => "IoU",
-            Tab::Spectra => "Spectra",
-            Tab::Sweep => "Sweep",
-            Tab::Extrapolation => "Extrapolation",
         }
     }
 }

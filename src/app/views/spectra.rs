@@ -8,7 +8,7 @@ use egui_plot::{Legend, Line, PlotPoints};
 
 use super::super::export::Exporter;
 use super::super::tasks::{Task, Tasks, take_finished};
-use super::{View, ViewContext, analyse_runs, run_buttons, titled_plot};
+use super::{RunList, View, ViewContext, analyse_runs, run_buttons, titled_plot};
 use crate::analysis::figures::recall;
 use crate::analysis::spectrum::{SpectrumProtocol, run_spectrum};
 use crate::figures::Plot;
@@ -24,6 +24,24 @@ pub struct SpectraView {
 }
 
 impl View for SpectraView {
+    fn is_busy(&self) -> bool {
+        self.job.is_some()
+    }
+
+    fn analyse(&mut self, tasks: &Tasks, runs: RunList) {
+        self.compute(tasks, runs);
+    }
+
+    fn prepare_demo(&mut self) -> bool {
+        !self.report.runs.is_empty()
+    }
+
+    /// The screenshot's spectra over 200 examples.
+    fn start_demo(&mut self, tasks: &Tasks, runs: RunList) {
+        self.protocol.examples = 200;
+        self.compute(tasks, runs);
+    }
+
     fn logic(&mut self, _cx: &ViewContext) {
         match take_finished(&mut self.job) {
             Some(Ok(Some(entries))) => {
@@ -43,7 +61,7 @@ impl View for SpectraView {
             Some(job) => job.ui(ui),
             None => {
                 if let Some(list) = run_buttons(ui, runs) {
-                    self.start(cx.tasks, list);
+                    self.compute(cx.tasks, list);
                 }
             }
         });
@@ -70,13 +88,8 @@ impl View for SpectraView {
 }
 
 impl SpectraView {
-    /// Whether a computation is under way.
-    pub fn is_busy(&self) -> bool {
-        self.job.is_some()
-    }
-
     /// Computes the spectra of `runs` (name, folder) as a task.
-    pub fn start(&mut self, tasks: &Tasks, runs: Vec<(String, std::path::PathBuf)>) {
+    fn compute(&mut self, tasks: &Tasks, runs: RunList) {
         let protocol = self.protocol;
         self.job = Some(tasks.spawn("spectrum", move |progress, cancel| {
             let spectra = analyse_runs(&runs, progress, cancel, |run, progress, cancel| {

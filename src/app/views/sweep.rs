@@ -516,6 +516,14 @@ impl SweepView {
 }
 
 impl View for SweepView {
+    /// The small Figure 1 sweep loaded, to show its grid.
+    fn prepare_demo(&mut self) -> bool {
+        if !self.is_loaded() {
+            self.load(Path::new("sweeps/mqar_fig1_small.toml"));
+        }
+        true
+    }
+
     /// Picks up the job's messages and dialog answers.
     fn logic(&mut self, cx: &ViewContext) {
         self.drain_job();
