@@ -72,20 +72,15 @@ fn wrap(slice: CudaSlice<f32>, dev: &CudaDevice, shape: impl Into<Shape>) -> (Cu
 
 /// One warp per row, [`ROWS_PER_BLOCK`] rows per block.
 fn per_row(rows: usize) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (rows.div_ceil(ROWS_PER_BLOCK).max(1) as u32, 1, 1),
-        block_dim: (32 * ROWS_PER_BLOCK as u32, 1, 1),
-        shared_mem_bytes: 0,
-    }
+    grid(
+        (rows.div_ceil(ROWS_PER_BLOCK).max(1), 1, 1),
+        (32 * ROWS_PER_BLOCK as u32, 1),
+    )
 }
 
 /// A grid-stride loop over `n` elements.
 fn per_element(n: usize) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (n.div_ceil(256).clamp(1, 65_535) as u32, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    }
+    grid((n.div_ceil(256).clamp(1, 65_535), 1, 1), (256, 1))
 }
 
 /// (rows, d) of a layout whose last dimension is d.
@@ -368,11 +363,7 @@ pub fn swap_middle_axes(
         None => (view::<f32>(x, l)?, 0),
     };
     // A block per output row of d, as many threads as d takes (whole warps, at most 256).
-    let cfg = LaunchConfig {
-        grid_dim: (rows as u32, 1, 1),
-        block_dim: (d.next_multiple_of(32).min(256) as u32, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let cfg = grid((rows, 1, 1), (d.next_multiple_of(32).min(256) as u32, 1));
     launch!(
         dev,
         "attnlab_swap_middle_axes",
@@ -445,11 +436,7 @@ fn column_sums_into(
     let rows = all_rows / blocks.max(1);
     let xv = view::<f32>(x, l)?;
     if rows <= ONE_PASS_ROWS {
-        let cfg = LaunchConfig {
-            grid_dim: (d.div_ceil(32) as u32, blocks as u32, 1),
-            block_dim: (32, 32, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = grid((d.div_ceil(32), blocks, 1), (32, 32));
         launch!(
             dev,
             "attnlab_column_sums_one_pass",
@@ -463,11 +450,7 @@ fn column_sums_into(
     }
     let chunks = rows.div_ceil(COLUMN_CHUNK_ROWS).max(1);
     let partial = output(dev, blocks * chunks * d)?;
-    let cfg = LaunchConfig {
-        grid_dim: (d.div_ceil(32) as u32, chunks as u32, blocks as u32),
-        block_dim: (32, 8, 1),
-        shared_mem_bytes: 0,
-    };
+    let cfg = grid((d.div_ceil(32), chunks, blocks), (32, 8));
     let chunk = COLUMN_CHUNK_ROWS as i64;
     launch!(
         dev,
@@ -479,19 +462,25 @@ fn column_sums_into(
         &(d as i32),
         &chunk
     );
-    let cfg = LaunchConfig {
-        grid_dim: (d.div_ceil(256) as u32, blocks as u32, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    column_total(dev, &partial, out, (blocks, chunks, d))
+}
+
+/// `attnlab_column_total`: out (blocks, width) = each block's `chunks` partial rows of
+/// `partial` (blocks, chunks, width) added in order.
+fn column_total(
+    dev: &CudaDevice,
+    partial: &CudaSlice<f32>,
+    out: &mut candle_core::cuda_backend::cudarc::driver::CudaViewMut<'_, f32>,
+    (blocks, chunks, width): (usize, usize, usize),
+) -> Result<()> {
     launch!(
         dev,
         "attnlab_column_total",
-        cfg,
-        &partial,
+        grid((width.div_ceil(256), blocks, 1), (256, 1)),
+        partial,
         out,
         &(chunks as i32),
-        &(d as i32)
+        &(width as i32)
     );
     Ok(())
 }
@@ -558,11 +547,7 @@ pub fn causal_conv_kernel_grad(
     let width = (k + 1) * d;
     let chunks = per_replica.div_ceil(chunk).max(1);
     let partial = output(dev, replicas * chunks * width)?;
-    let cfg = LaunchConfig {
-        grid_dim: (width.div_ceil(128) as u32, chunks as u32, replicas as u32),
-        block_dim: (128, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let cfg = grid((width.div_ceil(128), chunks, replicas), (128, 1));
     launch!(
         dev,
         "attnlab_causal_conv_kernel_partials",
@@ -576,21 +561,13 @@ pub fn causal_conv_kernel_grad(
         &(per_replica as i64),
         &(chunk as i64)
     );
-    let out = output(dev, replicas * width)?;
-    let cfg = LaunchConfig {
-        grid_dim: (width.div_ceil(256) as u32, replicas as u32, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    launch!(
+    let mut out = output(dev, replicas * width)?;
+    column_total(
         dev,
-        "attnlab_column_total",
-        cfg,
         &partial,
-        &out,
-        &(chunks as i32),
-        &(width as i32)
-    );
+        &mut out.slice_mut(..),
+        (replicas, chunks, width),
+    )?;
     Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
 }
 
@@ -670,86 +647,57 @@ pub fn embedding_grad(
     let host_ids = dev.clone_dtoh(&view::<u32>(ids, li)?)?;
     let (offsets, order) = super::embedding::tokens_by_id(&host_ids, vocab);
     let segment = super::embedding::SEGMENT as u32;
-    // Where no id has more than a segment of tokens (gathered rows: one each), the first pass
-    // alone writes the gradient, a segment per id (empty for ids without tokens).
-    if offsets.windows(2).all(|w| w[1] - w[0] <= segment) {
-        let n_order = order.len();
-        // [order | offsets]: id v's tokens run from offsets[v] to offsets[v + 1].
-        let table = dev.clone_htod(&[order, offsets].concat())?;
-        let order = table.slice(0..n_order);
-        let begins = table.slice(n_order..n_order + vocab);
-        let ends = table.slice(n_order + 1..);
-        let dw = output(dev, vocab * d)?;
-        let cfg = LaunchConfig {
-            grid_dim: (vocab as u32, d.div_ceil(256) as u32, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let dv = view::<f32>(dy, ld)?;
-        launch!(
-            dev,
-            "attnlab_embedding_grad_segments",
-            cfg,
-            &dv,
-            &order,
-            &begins,
-            &ends,
-            &dw,
-            &(d as i32)
-        );
-        return Ok(wrap(dw, dev, (vocab, d)));
-    }
     // Segments of at most SEGMENT tokens, an id's consecutive: [begin, end) in `order` each,
-    // and id v's segments first_segment[v]..first_segment[v + 1]. One copy to the device.
-    let mut first_segment = Vec::with_capacity(vocab + 1);
-    let (mut begins, mut ends) = (Vec::new(), Vec::new());
-    for v in 0..vocab {
-        first_segment.push(begins.len() as u32);
-        let (start, end) = (offsets[v], offsets[v + 1]);
-        for begin in (start..end).step_by(super::embedding::SEGMENT) {
-            begins.push(begin);
-            ends.push(end.min(begin + segment));
+    // and id v's segments first_segment[v]..first_segment[v + 1]. Where no id has more than a
+    // segment (gathered rows: one token each), a segment per id, empty for ids without
+    // tokens, and the first pass alone writes the gradient.
+    let one_each = offsets.windows(2).all(|w| w[1] - w[0] <= segment);
+    let (begins, ends, first_segment) = if one_each {
+        (offsets[..vocab].to_vec(), offsets[1..].to_vec(), Vec::new())
+    } else {
+        let (mut begins, mut ends, mut first_segment) = (Vec::new(), Vec::new(), Vec::new());
+        for v in 0..vocab {
+            first_segment.push(begins.len() as u32);
+            let (start, end) = (offsets[v], offsets[v + 1]);
+            for begin in (start..end).step_by(super::embedding::SEGMENT) {
+                begins.push(begin);
+                ends.push(end.min(begin + segment));
+            }
         }
-    }
-    first_segment.push(begins.len() as u32);
+        first_segment.push(begins.len() as u32);
+        (begins, ends, first_segment)
+    };
     let (segments, n_order) = (begins.len(), order.len());
+    // One copy to the device: [order | begins | ends | first_segment].
     let table = dev.clone_htod(&[order, begins, ends, first_segment].concat())?;
     let order = table.slice(0..n_order);
     let begins = table.slice(n_order..n_order + segments);
     let ends = table.slice(n_order + segments..n_order + 2 * segments);
     let first_segment = table.slice(n_order + 2 * segments..);
-    let partial = output(dev, segments.max(1) * d)?;
-    let dv = view::<f32>(dy, ld)?;
-    let columns = d.div_ceil(256) as u32;
+    let sums = output(dev, segments.max(1) * d)?;
+    let columns = d.div_ceil(256);
     if segments > 0 {
-        let cfg = LaunchConfig {
-            grid_dim: (segments as u32, columns, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
         launch!(
             dev,
             "attnlab_embedding_grad_segments",
-            cfg,
-            &dv,
+            grid((segments, columns, 1), (256, 1)),
+            &view::<f32>(dy, ld)?,
             &order,
             &begins,
             &ends,
-            &partial,
+            &sums,
             &(d as i32)
         );
     }
+    if one_each {
+        return Ok(wrap(sums, dev, (vocab, d)));
+    }
     let dw = output(dev, vocab * d)?;
-    let cfg = LaunchConfig {
-        grid_dim: (vocab as u32, columns, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
     launch!(
         dev,
         "attnlab_embedding_grad",
-        cfg,
-        &partial,
+        grid((vocab, columns, 1), (256, 1)),
+        &sums,
         &first_segment,
         &dw,
         &(d as i32)
@@ -856,9 +804,14 @@ fn chunk_blocks(sizes: impl Iterator<Item = usize>) -> (Vec<i64>, usize) {
 
 /// A grid of `blocks` blocks of 256 threads.
 fn blocks_of_256(blocks: usize) -> LaunchConfig {
+    grid((blocks, 1, 1), (256, 1))
+}
+
+/// A launch of `blocks` (x, y, z) blocks of `threads` (x, y) threads.
+fn grid((x, y, z): (usize, usize, usize), (tx, ty): (u32, u32)) -> LaunchConfig {
     LaunchConfig {
-        grid_dim: (blocks as u32, 1, 1),
-        block_dim: (256, 1, 1),
+        grid_dim: (x as u32, y as u32, z as u32),
+        block_dim: (tx, ty, 1),
         shared_mem_bytes: 0,
     }
 }
