@@ -108,11 +108,9 @@ pub fn standardise(x: &CudaStorage, l: &Layout, eps: f32) -> Result<(CudaStorage
     Ok(wrap(out, dev, l.shape().clone()))
 }
 
-/// A one-warp-per-row kernel of three inputs shaped like its output, the first (rows, d), and
-/// `eps`: `attnlab_layer_norm` (x, γ, β: γ ⊙ standardise(x) + β) and `attnlab_standardise_grad`
-/// (dy, x, y = standardise(x)).
-pub fn rows3(
-    kernel: &'static str,
+/// `attnlab_standardise_grad`: the gradient of standardise from (dy, x, y = standardise(x)),
+/// one warp per row.
+pub fn standardise_grad(
     [(a, la), (b, lb), (c, lc)]: [Operand<'_>; 3],
     eps: f32,
 ) -> Result<(CudaStorage, Shape)> {
@@ -124,11 +122,10 @@ pub fn rows3(
         view::<f32>(b, lb)?,
         view::<f32>(c, lc)?,
     );
-    let cfg = per_row(rows);
     launch!(
         dev,
-        kernel,
-        cfg,
+        "attnlab_standardise_grad",
+        per_row(rows),
         &a,
         &b,
         &c,

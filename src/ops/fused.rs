@@ -179,11 +179,7 @@ impl CustomOp3 for StandardiseGrad {
         s3: &candle_core::CudaStorage,
         l3: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        super::cuda::rows3(
-            "attnlab_standardise_grad",
-            [(s1, l1), (s2, l2), (s3, l3)],
-            self.eps,
-        )
+        super::cuda::standardise_grad([(s1, l1), (s2, l2), (s3, l3)], self.eps)
     }
 }
 
