@@ -209,6 +209,14 @@ enum Picked {
     Folder(PathBuf),
 }
 
+impl Picked {
+    fn path(&self) -> &Path {
+        match self {
+            Picked::SweepFile(path) | Picked::Folder(path) => path,
+        }
+    }
+}
+
 /// A sweep being trained, or a folder being collected.
 struct Job {
     messages: Receiver<Message>,
@@ -513,6 +521,22 @@ impl SweepView {
             self.dialog = Some(tasks.run("file dialog", pick));
         }
     }
+
+    /// Opens what a dialog picked, unless a sweep started while the dialog was open: loading
+    /// another file then would replace the running sweep's grid under it.
+    fn take_pick(&mut self, tasks: &Tasks, picked: Picked) {
+        if self.job.is_some() {
+            self.error = Some(format!(
+                "{} was not opened: a sweep is running; stop it first",
+                picked.path().display()
+            ));
+            return;
+        }
+        match picked {
+            Picked::SweepFile(path) => self.load(&path),
+            Picked::Folder(dir) => self.collect(tasks, dir),
+        }
+    }
 }
 
 impl View for SweepView {
@@ -528,8 +552,7 @@ impl View for SweepView {
     fn logic(&mut self, cx: &ViewContext) {
         self.drain_job();
         match take_finished(&mut self.dialog) {
-            Some(Ok(Some(Some(Picked::SweepFile(path))))) => self.load(&path),
-            Some(Ok(Some(Some(Picked::Folder(dir))))) => self.collect(cx.tasks, dir),
+            Some(Ok(Some(Some(picked)))) => self.take_pick(cx.tasks, picked),
             Some(Err(e)) => self.error = Some(e.to_string()),
             _ => {}
         }
@@ -818,4 +841,31 @@ fn panel_plot(ui: &mut egui::Ui, figure: &Figure) {
                 plot.line(line.color(colour));
             }
         });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file picked in a dialog opened before "Run sweep" is refused in words while the
+    /// sweep runs, and the running sweep's file stays loaded.
+    #[test]
+    fn a_pick_arriving_while_a_sweep_runs_is_refused() {
+        let tasks = Tasks::default();
+        let mut view = SweepView::default();
+        let (_keep, messages) = std::sync::mpsc::channel();
+        view.path = "sweeps/running.toml".into();
+        view.job = Some(Job {
+            messages,
+            task: tasks.run("sweep", || ()),
+            training: true,
+        });
+        view.take_pick(&tasks, Picked::SweepFile("sweeps/other.toml".into()));
+        assert_eq!(view.path, "sweeps/running.toml");
+        let error = view.error.unwrap_or_default();
+        assert!(
+            error.contains("sweeps/other.toml was not opened: a sweep is running"),
+            "{error}"
+        );
+    }
 }
