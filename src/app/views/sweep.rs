@@ -78,6 +78,11 @@ impl CellState {
     pub fn is_done(&self) -> bool {
         matches!(self, CellState::Done(_) | CellState::Earlier(_))
     }
+
+    /// Whether the cell is over for this run of the sweep (done, stopped or failed).
+    fn has_ended(&self) -> bool {
+        !matches!(self, CellState::Pending | CellState::Running { .. })
+    }
 }
 
 /// A loaded sweep file and where each of its cells sits in the grid.
@@ -362,13 +367,27 @@ fn cell_state(event: SweepEvent, totals: &mut [usize]) -> Option<(usize, CellSta
     }
 }
 
-/// Trains `sweep` (on the calling thread, at background priority), reporting to `sender`; at the
-/// end writes the report's files into the sweep's folder, as `attnlab sweep` does.
-fn train(sweep: &Sweep, stop: &AtomicBool, sender: &Sender<Message>, tasks: &Tasks) {
+/// Trains `sweep` (on the calling thread, at background priority), reporting to `sender` and
+/// the share of its cells that have ended to `progress`; at the end writes the report's files
+/// into the sweep's folder, as `attnlab sweep` does.
+fn train(
+    sweep: &Sweep,
+    stop: &AtomicBool,
+    progress: &mut dyn FnMut(f32),
+    sender: &Sender<Message>,
+    tasks: &Tasks,
+) {
     crate::train::lower_thread_priority();
     let mut totals = vec![0; sweep.cells.len()];
+    let mut ended = 0;
     let result = run_sweep(sweep, stop, &mut |event| {
         if let Some(message) = message(event, &mut totals) {
+            if let Message::Cell(_, state) = &message
+                && state.has_ended()
+            {
+                ended += 1;
+                progress(ended as f32 / sweep.cells.len().max(1) as f32);
+            }
             let _ = sender.send(message);
             tasks.wake();
         }
@@ -428,8 +447,8 @@ impl SweepView {
         let sweep = loaded.sweep.clone();
         let (sender, messages) = std::sync::mpsc::channel();
         let waker = tasks.clone();
-        let task = tasks.spawn(format!("sweep {}", sweep.name), move |_, stop| {
-            train(&sweep, stop, &sender, &waker);
+        let task = tasks.spawn(format!("sweep {}", sweep.name), move |progress, stop| {
+            train(&sweep, stop, progress, &sender, &waker);
             Ok(Some(()))
         });
         self.cells = vec![CellState::Pending; self.cells.len()];
@@ -846,6 +865,39 @@ fn panel_plot(ui: &mut egui::Ui, figure: &Figure) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A sweep's task reports the share of its cells that have ended, one step per cell.
+    #[test]
+    fn a_sweep_reports_its_progress_cell_by_cell() {
+        let root = tempfile::tempdir().unwrap();
+        let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("presets/mqar_softmax.toml");
+        let tiny = "model.d_model=8 task.seq_len=8 task.vocab_size=16 task.num_kv_pairs=1 \
+                    task.train_examples=16 task.test_examples=8 train.batch_size=8 \
+                    train.max_steps=2 train.eval_every=0 train.warmup_steps=1";
+        let set: Vec<String> = tiny.split_whitespace().map(|o| format!("{o:?}")).collect();
+        let text = format!(
+            "name = \"t\"\nbase = {base:?}\nout = {:?}\nworkers = 1\nset = [{}]\n\
+             [axes]\nseed = [0, 1, 2, 3]\n",
+            root.path().join("out"),
+            set.join(", ")
+        );
+        let file = root.path().join("sweep.toml");
+        std::fs::write(&file, text).unwrap();
+        let sweep = Sweep::load(&file).unwrap();
+        let (sender, messages) = std::sync::mpsc::channel();
+        let mut seen = Vec::new();
+        let stop = AtomicBool::new(false);
+        train(
+            &sweep,
+            &stop,
+            &mut |p| seen.push(p),
+            &sender,
+            &Tasks::default(),
+        );
+        assert_eq!(seen, [0.25, 0.5, 0.75, 1.0]);
+        let ended = messages.try_iter().last();
+        assert!(matches!(ended, Some(Message::Ended { error: None, .. })));
+    }
 
     /// A file picked in a dialog opened before "Run sweep" is refused in words while the
     /// sweep runs, and the running sweep's file stays loaded.
