@@ -198,6 +198,31 @@ pub fn take_finished<T>(task: &mut Option<Task<T>>) -> Option<Outcome<T>> {
     Some(outcome)
 }
 
+/// The result of `task` once it has ended, which a view shows: the error (or `cancelled`, if
+/// given, for a cancelled task) goes to the view's `error` line, a result clears it.
+pub fn take_result<T>(
+    task: &mut Option<Task<T>>,
+    error: &mut Option<String>,
+    cancelled: Option<&str>,
+) -> Option<T> {
+    match take_finished(task)? {
+        Ok(Some(value)) => {
+            *error = None;
+            Some(value)
+        }
+        Ok(None) => {
+            if let Some(message) = cancelled {
+                *error = Some(message.to_string());
+            }
+            None
+        }
+        Err(e) => {
+            *error = Some(e.to_string());
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,6 +234,48 @@ mod tests {
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
+    }
+
+    /// [`take_result`] once the task has ended.
+    fn result_of<T>(
+        mut task: Option<Task<T>>,
+        error: &mut Option<String>,
+        cancelled: Option<&str>,
+    ) -> Option<T> {
+        while task
+            .as_ref()
+            .is_some_and(|t| !t.state.ended.load(Ordering::Relaxed))
+        {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        take_result(&mut task, error, cancelled)
+    }
+
+    /// A result clears the view's error line; an error or a named cancellation fills it; an
+    /// unnamed cancellation leaves it as it was.
+    #[test]
+    fn a_finished_task_gives_its_result_or_its_error_to_the_view() {
+        let tasks = Tasks::default();
+        let mut error = Some("old".to_string());
+        let value = result_of(Some(tasks.run("ok", || 5)), &mut error, None);
+        assert_eq!((value, error.as_deref()), (Some(5), None));
+        let failed = tasks.spawn("fails", |_, _| -> Outcome<u8> {
+            Err(crate::Error::Internal("broken".into()))
+        });
+        assert_eq!(result_of(Some(failed), &mut error, None), None);
+        assert!(
+            error.as_deref().is_some_and(|e| e.contains("broken")),
+            "{error:?}"
+        );
+        let cancelled = || tasks.spawn("cancelled", |_, _| -> Outcome<u8> { Ok(None) });
+        assert_eq!(
+            result_of(Some(cancelled()), &mut error, Some("stopped")),
+            None
+        );
+        assert_eq!(error.as_deref(), Some("stopped"));
+        error = None;
+        assert_eq!(result_of(Some(cancelled()), &mut error, None), None);
+        assert_eq!(error, None);
     }
 
     /// A task that spins until it is cancelled, then says so on the channel returned.

@@ -9,7 +9,7 @@ use eframe::egui;
 use egui_plot::{Legend, Line, PlotPoints};
 
 use super::super::export::Exporter;
-use super::super::tasks::{Task, take_finished};
+use super::super::tasks::{Task, take_result};
 use super::colour::{ColourScale, axes_note};
 use super::{View, ViewContext, empty_plot, titled_plot};
 use crate::analysis::figures::encodings as fig;
@@ -241,14 +241,9 @@ impl View for EncodingsView {
     }
 
     fn logic(&mut self, _cx: &ViewContext) {
-        match take_finished(&mut self.pending) {
-            Some(Ok(Some(results))) => {
-                self.results = Some(results);
-                self.heatmap_texture = None;
-                self.error = None;
-            }
-            Some(Err(e)) => self.error = Some(e.to_string()),
-            Some(Ok(None)) | None => {}
+        if let Some(results) = take_result(&mut self.pending, &mut self.error, None) {
+            self.results = Some(results);
+            self.heatmap_texture = None;
         }
     }
 

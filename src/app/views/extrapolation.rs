@@ -11,7 +11,7 @@ use egui_plot::{Legend, Line, LineStyle, Plot, PlotPoints};
 
 use super::super::command::Command;
 use super::super::export::Exporter;
-use super::super::tasks::{Task, Tasks, take_finished};
+use super::super::tasks::{Task, Tasks, take_result};
 use super::{RunList, View, ViewContext, run_buttons};
 use crate::Preset;
 use crate::experiments::{PRESETS, shipped};
@@ -58,20 +58,15 @@ impl View for ExtrapolationView {
     }
 
     fn logic(&mut self, cx: &ViewContext) {
-        match take_finished(&mut self.job) {
-            Some(Ok(Some((sweep, new_runs)))) => {
-                for dir in new_runs {
-                    cx.commands.push(Command::OpenRun(dir));
-                }
-                self.report = Some(ExtrapolationReport {
-                    sweep,
-                    log_ppl: self.log_ppl,
-                });
-                self.error = None;
+        let cancelled = Some("extrapolation cancelled");
+        if let Some((sweep, new_runs)) = take_result(&mut self.job, &mut self.error, cancelled) {
+            for dir in new_runs {
+                cx.commands.push(Command::OpenRun(dir));
             }
-            Some(Ok(None)) => self.error = Some("extrapolation cancelled".into()),
-            Some(Err(e)) => self.error = Some(e.to_string()),
-            None => {}
+            self.report = Some(ExtrapolationReport {
+                sweep,
+                log_ppl: self.log_ppl,
+            });
         }
     }
 

@@ -7,7 +7,7 @@ use egui_plot::{Bar, BarChart, Legend};
 
 use super::super::export::Exporter;
 use super::super::runs::RunStore;
-use super::super::tasks::{Task, Tasks, take_finished};
+use super::super::tasks::{Task, Tasks, take_result};
 use super::colour::ColourScale;
 use super::{PerRun, RunList, View, ViewContext, analyse_runs, run_buttons, titled_plot};
 use crate::analysis::TrainedRun;
@@ -119,23 +119,14 @@ impl View for IouView {
 impl IouView {
     /// Takes in whatever the workers finished.
     fn collect(&mut self, ctx: &egui::Context) {
-        match take_finished(&mut self.job) {
-            Some(Ok(Some(reports))) => {
-                replace_runs(&mut self.reports, reports, |r| &r.dir);
-                self.error = None;
-            }
-            Some(Ok(None)) => self.error = Some("IoU cancelled".into()),
-            Some(Err(e)) => self.error = Some(e.to_string()),
-            None => {}
+        let cancelled = Some("IoU cancelled");
+        if let Some(reports) = take_result(&mut self.job, &mut self.error, cancelled) {
+            replace_runs(&mut self.reports, reports, |r| &r.dir);
         }
-        match take_finished(&mut self.example_job) {
-            Some(Ok(Some((example, mechanism)))) => {
-                self.example = Some(show_example(ctx, example, mechanism));
-                self.error = None;
-            }
-            Some(Ok(None)) => {}
-            Some(Err(e)) => self.error = Some(e.to_string()),
-            None => {}
+        if let Some((example, mechanism)) =
+            take_result(&mut self.example_job, &mut self.error, None)
+        {
+            self.example = Some(show_example(ctx, example, mechanism));
         }
     }
 

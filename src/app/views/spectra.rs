@@ -7,7 +7,7 @@ use eframe::egui;
 use egui_plot::{Legend, Line, PlotPoints};
 
 use super::super::export::Exporter;
-use super::super::tasks::{Task, Tasks, take_finished};
+use super::super::tasks::{Task, Tasks, take_result};
 use super::{RunList, View, ViewContext, analyse_runs, run_buttons, titled_plot};
 use crate::analysis::figures::recall;
 use crate::analysis::spectrum::{SpectrumProtocol, run_spectrum};
@@ -43,14 +43,9 @@ impl View for SpectraView {
     }
 
     fn logic(&mut self, _cx: &ViewContext) {
-        match take_finished(&mut self.job) {
-            Some(Ok(Some(entries))) => {
-                self.report.merge(entries);
-                self.error = None;
-            }
-            Some(Ok(None)) => self.error = Some("spectrum cancelled".into()),
-            Some(Err(e)) => self.error = Some(e.to_string()),
-            None => {}
+        let cancelled = Some("spectrum cancelled");
+        if let Some(entries) = take_result(&mut self.job, &mut self.error, cancelled) {
+            self.report.merge(entries);
         }
     }
 
