@@ -561,7 +561,7 @@ fn a_hidden_views_finished_task_is_taken_in_without_showing_it() {
     state
         .views
         .view_mut(Tab::Spectra)
-        .analyse(&state.tasks, list);
+        .analyse(&state.jobs, list);
     assert_eq!(state.tab, Tab::Welcome);
     // The task shows in the status bar while it runs, and its result lands while the
     // Spectra view stays hidden.

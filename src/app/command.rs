@@ -1,4 +1,4 @@
-//! The window's command queue: menus, shortcuts, views and background tasks (a dialog's answer,
+//! The window's command queue: menus, shortcuts, views and background jobs (a dialog's answer,
 //! a finished export) push a [`Command`]; the app drains the queue once per frame in `logic()`,
 //! before anything is drawn, so every change to the window's state has one place where it
 //! happens, whichever view or thread asked for it.
@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, Sender};
 
-use super::tasks::Tasks;
+use super::jobs::Jobs;
 use super::views::Tab;
 
 /// Something the app does between frames.
@@ -51,20 +51,20 @@ pub enum Command {
 #[derive(Clone)]
 pub struct Commands {
     sender: Sender<Command>,
-    tasks: Tasks,
+    jobs: Jobs,
 }
 
 impl Commands {
-    /// A queue whose pushes wake the UI through `tasks`, and the receiving end the app drains.
-    pub fn new(tasks: Tasks) -> (Self, Receiver<Command>) {
+    /// A queue whose pushes wake the UI through `jobs`, and the receiving end the app drains.
+    pub fn new(jobs: Jobs) -> (Self, Receiver<Command>) {
         let (sender, receiver) = std::sync::mpsc::channel();
-        (Self { sender, tasks }, receiver)
+        (Self { sender, jobs }, receiver)
     }
 
     /// Queues `command` for the next `logic()`.
     pub fn push(&self, command: Command) {
         // The receiver lives as long as the app; a send fails only while it shuts down.
         let _ = self.sender.send(command);
-        self.tasks.wake();
+        self.jobs.wake();
     }
 }

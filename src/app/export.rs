@@ -1,4 +1,4 @@
-//! Exporting figures: one click per format, a native save dialog as a task (the UI never waits
+//! Exporting figures: one click per format, a native save dialog as a job (the UI never waits
 //! for it), the file written by the same renderers as `attnlab … --figure`; how it went comes
 //! back as a status-bar command.
 
@@ -7,22 +7,22 @@ use std::path::PathBuf;
 use eframe::egui;
 
 use super::command::{Command, Commands};
-use super::tasks::Tasks;
+use super::jobs::Jobs;
 use crate::figures::{self, Figure};
 
 /// Runs exports in the background and reports how they went.
 pub struct Exporter {
-    tasks: Tasks,
+    jobs: Jobs,
     commands: Commands,
     /// Write here without asking (tests, and a user who picked a folder once).
     pub folder: Option<PathBuf>,
 }
 
 impl Exporter {
-    /// Exports run as `tasks` and report to `commands`.
-    pub fn new(tasks: Tasks, commands: Commands) -> Self {
+    /// Exports run as `jobs` and report to `commands`.
+    pub fn new(jobs: Jobs, commands: Commands) -> Self {
         Self {
-            tasks,
+            jobs,
             commands,
             folder: None,
         }
@@ -72,7 +72,7 @@ impl Exporter {
             work();
         } else {
             // Its outcome arrives as a command; the handle is not needed.
-            self.tasks.run(name, work).detach();
+            self.jobs.run(name, work).detach();
         }
     }
 }

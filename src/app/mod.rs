@@ -3,18 +3,18 @@
 //! Only this module imports egui, eframe, egui_plot and rfd. The shape follows rerun's viewer:
 //! menus, shortcuts, views and background work push [`Command`]s; once per frame, before
 //! anything is drawn, [`AttnlabApp::logic`] drains them, the run store's channels and every
-//! view's finished tasks ([`View::logic`]), whichever view is shown; then the panels are drawn.
+//! view's finished jobs ([`View::logic`]), whichever view is shown; then the panels are drawn.
 //! Training runs on the worker threads of [`crate::train::spawn`], everything else slow as named
-//! tasks of one service ([`Tasks`]). The editor's preset, the run list and the open tab survive
+//! jobs of one service ([`Jobs`]). The editor's preset, the run list and the open tab survive
 //! a restart (eframe persistence).
 
 mod command;
 mod editor;
 mod export;
+mod jobs;
 mod keys;
 mod runs;
 mod shell;
-mod tasks;
 mod views;
 
 use std::path::{Path, PathBuf};
@@ -26,9 +26,9 @@ use serde::{Deserialize, Serialize};
 pub use command::{Command, Commands};
 pub use editor::Editor;
 pub use export::Exporter;
+pub use jobs::{Job, Jobs};
 pub use runs::{RunState, RunStore, RunView};
 pub use shell::run_native;
-pub use tasks::{Task, Tasks};
 pub use views::{Tab, View, ViewContext, Views};
 
 use crate::Preset;
@@ -58,11 +58,11 @@ pub struct AttnlabApp {
     /// The last message for the status bar (saved, exported, failed, …).
     pub status: String,
     pub views: Views,
-    pub tasks: Tasks,
+    pub jobs: Jobs,
     pub commands: Commands,
     queue: Receiver<Command>,
     /// The native file dialog in flight (one at a time); its answer arrives as a command.
-    dialog: Option<Task<()>>,
+    dialog: Option<Job<()>>,
     /// A preset waiting for "discard unsaved changes?" to be answered.
     confirm_replace: Option<(Preset, Option<PathBuf>)>,
     /// An experiment's analysis, started when its runs have ended.
@@ -88,18 +88,18 @@ impl AttnlabApp {
             .as_deref()
             .and_then(|text| Preset::parse(text, &[], Path::new("(last session)")).ok())
             .unwrap_or_else(default_preset);
-        let tasks = Tasks::default();
-        let (commands, queue) = Commands::new(tasks.clone());
+        let jobs = Jobs::default();
+        let (commands, queue) = Commands::new(jobs.clone());
         let mut app = Self {
             editor: Editor::new(preset, persisted.preset_path),
-            runs: RunStore::new(tasks.clone()),
+            runs: RunStore::new(jobs.clone()),
             tab: persisted.tab,
-            exporter: Exporter::new(tasks.clone(), commands.clone()),
+            exporter: Exporter::new(jobs.clone(), commands.clone()),
             runs_root: persisted.runs_root.unwrap_or_else(|| PathBuf::from("runs")),
             recent: persisted.recent,
             status: String::new(),
             views: Views::default(),
-            tasks,
+            jobs,
             commands,
             queue,
             dialog: None,
@@ -213,7 +213,7 @@ impl AttnlabApp {
             self.status = "the experiment's runs failed: nothing to analyse".into();
             return;
         }
-        view.analyse(&self.tasks, list);
+        view.analyse(&self.jobs, list);
     }
 
     /// For the screenshot demo: gets `tab` ready to be captured (the analysis views need the
@@ -237,7 +237,7 @@ impl AttnlabApp {
         let list = vec![(run.name.clone(), dir)];
         let view = self.views.view_mut(tab);
         if !view.is_busy() {
-            view.start_demo(&self.tasks, list);
+            view.start_demo(&self.jobs, list);
         }
         false
     }
@@ -288,7 +288,7 @@ impl AttnlabApp {
         }
     }
 
-    /// Opens a native file dialog as a task; `answer` turns the chosen path into the command
+    /// Opens a native file dialog as a job; `answer` turns the chosen path into the command
     /// to run (nothing when the dialog is cancelled).
     fn ask(
         &mut self,
@@ -300,7 +300,7 @@ impl AttnlabApp {
             return;
         }
         let commands = self.commands.clone();
-        self.dialog = Some(self.tasks.run("file dialog", move || {
+        self.dialog = Some(self.jobs.run("file dialog", move || {
             if let Some(path) = pick() {
                 commands.push(answer(path));
             }
@@ -378,9 +378,9 @@ impl AttnlabApp {
     }
 
     /// Everything that happens between frames, before anything is drawn: shortcuts, queued
-    /// commands, worker events, and every view's finished tasks (whichever view is shown).
+    /// commands, worker events, and every view's finished jobs (whichever view is shown).
     pub fn logic(&mut self, ctx: &egui::Context) {
-        self.tasks.attach(ctx);
+        self.jobs.attach(ctx);
         self.editor.refresh();
         self.shortcuts(ctx);
         let commands: Vec<Command> = self.queue.try_iter().collect();
@@ -390,7 +390,7 @@ impl AttnlabApp {
         if let Some(text) = self.clipboard.take() {
             ctx.copy_text(text);
         }
-        if let Some(Err(e)) = tasks::take_finished(&mut self.dialog) {
+        if let Some(Err(e)) = jobs::take_finished(&mut self.dialog) {
             self.status = e.to_string();
         }
         self.runs.drain();
@@ -408,7 +408,7 @@ impl AttnlabApp {
             exporter: &self.exporter,
             runs_root: &self.runs_root,
             commands: &self.commands,
-            tasks: &self.tasks,
+            jobs: &self.jobs,
         };
         (&mut self.views, cx)
     }
@@ -446,7 +446,7 @@ impl AttnlabApp {
         egui::Panel::bottom("status").show(ui, |ui| {
             ui.horizontal(|ui| {
                 ui.label(&self.status);
-                for (name, progress) in self.tasks.live() {
+                for (name, progress) in self.jobs.live() {
                     ui.separator();
                     ui.weak(format!("{name} {:.0}%", 100.0 * progress));
                 }

@@ -1,11 +1,11 @@
 //! The runs the window knows about: live ones (a worker thread reports events) and re-opened
 //! ones (read from their run folders). Everything slow happens elsewhere: training on the
-//! library's workers, file reads as tasks ([`Tasks`]); the UI only drains channels.
+//! library's workers, file reads as jobs ([`Jobs`]); the UI only drains channels.
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::TryRecvError;
 
-use super::tasks::{Task, Tasks, take_finished};
+use super::jobs::{Job, Jobs, take_finished};
 
 use crate::Preset;
 use crate::attention::AttentionWeights;
@@ -59,7 +59,7 @@ pub struct RunView {
     /// Bumped whenever `attention` changes, so views can cache what they derive from it.
     pub attention_version: u64,
     handle: Option<TrainHandle>,
-    loading: Option<Task<Loaded>>,
+    loading: Option<Job<Loaded>>,
 }
 
 /// What a background read of a run folder returns.
@@ -123,13 +123,13 @@ impl RunView {
         }
     }
 
-    /// Reads the latest saved attention as a task.
-    fn load_attention(&mut self, tasks: &Tasks) {
+    /// Reads the latest saved attention as a job.
+    fn load_attention(&mut self, jobs: &Jobs) {
         let Some(dir) = self.dir.clone() else {
             return;
         };
         let name = format!("read attention of {}", self.name);
-        self.loading = Some(tasks.run(name, move || Loaded::Attention(read_attention(&dir))));
+        self.loading = Some(jobs.run(name, move || Loaded::Attention(read_attention(&dir))));
     }
 }
 
@@ -158,17 +158,17 @@ fn read_folder(dir: &Path) -> crate::Result<Folder> {
 pub struct RunStore {
     pub runs: Vec<RunView>,
     pub selected: Option<usize>,
-    tasks: Tasks,
+    jobs: Jobs,
     next_id: u64,
 }
 
 impl RunStore {
-    /// An empty list whose folder reads run as `tasks`.
-    pub fn new(tasks: Tasks) -> Self {
+    /// An empty list whose folder reads run as `jobs`.
+    pub fn new(jobs: Jobs) -> Self {
         Self {
             runs: Vec::new(),
             selected: None,
-            tasks,
+            jobs,
             next_id: 0,
         }
     }
@@ -181,8 +181,8 @@ impl RunStore {
     /// Starts training `preset` into `root`; every event of its worker wakes the UI. Returns
     /// the new run's id.
     pub fn start(&mut self, preset: Preset, root: PathBuf) -> u64 {
-        let tasks = self.tasks.clone();
-        let repaint = move || tasks.wake();
+        let jobs = self.jobs.clone();
+        let repaint = move || jobs.wake();
         let handle = crate::train::spawn_with(preset.clone(), root, repaint, Priority::Background);
         self.push_live(preset, handle)
     }
@@ -199,7 +199,7 @@ impl RunStore {
         id
     }
 
-    /// Adds a run folder to the list; its files are read as a task.
+    /// Adds a run folder to the list; its files are read as a job.
     pub fn open(&mut self, dir: PathBuf) {
         if self
             .runs
@@ -209,7 +209,7 @@ impl RunStore {
             return;
         }
         let folder = dir.clone();
-        let loading = self.tasks.run(format!("read {}", dir.display()), move || {
+        let loading = self.jobs.run(format!("read {}", dir.display()), move || {
             Loaded::Folder(Box::new(read_folder(&folder)))
         });
         let name = folder_name(&dir);
@@ -255,8 +255,8 @@ impl RunStore {
     /// Applies everything the workers and loaders sent since the last frame.
     pub fn drain(&mut self) {
         for run in &mut self.runs {
-            drain_events(run, &self.tasks);
-            drain_loads(run, &self.tasks);
+            drain_events(run, &self.jobs);
+            drain_loads(run, &self.jobs);
         }
     }
 
@@ -266,7 +266,7 @@ impl RunStore {
     }
 }
 
-fn drain_events(run: &mut RunView, tasks: &Tasks) {
+fn drain_events(run: &mut RunView, jobs: &Jobs) {
     let Some(handle) = &run.handle else {
         return;
     };
@@ -318,7 +318,7 @@ fn drain_events(run: &mut RunView, tasks: &Tasks) {
         }
     }
     if evaluated {
-        run.load_attention(tasks);
+        run.load_attention(jobs);
     }
     if ended {
         run.handle = None;
@@ -343,7 +343,7 @@ fn report_silent_end(run: &mut RunView) {
     }
 }
 
-fn drain_loads(run: &mut RunView, tasks: &Tasks) {
+fn drain_loads(run: &mut RunView, jobs: &Jobs) {
     let loaded = match take_finished(&mut run.loading) {
         Some(Ok(Some(loaded))) => loaded,
         Some(Err(e)) => {
@@ -353,7 +353,7 @@ fn drain_loads(run: &mut RunView, tasks: &Tasks) {
         Some(Ok(None)) | None => return,
     };
     match loaded {
-        Loaded::Folder(folder) => apply_folder(run, *folder, tasks),
+        Loaded::Folder(folder) => apply_folder(run, *folder, jobs),
         Loaded::Attention(Ok(attention)) => {
             run.attention = Some(attention);
             run.attention_version += 1;
@@ -363,7 +363,7 @@ fn drain_loads(run: &mut RunView, tasks: &Tasks) {
     }
 }
 
-fn apply_folder(run: &mut RunView, folder: crate::Result<Folder>, tasks: &Tasks) {
+fn apply_folder(run: &mut RunView, folder: crate::Result<Folder>, jobs: &Jobs) {
     match folder {
         Ok((preset, metrics, summary)) => {
             run.name = preset.name.clone();
@@ -377,7 +377,7 @@ fn apply_folder(run: &mut RunView, folder: crate::Result<Folder>, tasks: &Tasks)
             }
             (run.steps, run.evals) = MetricRecord::split(metrics);
             run.total_steps = run.steps.last().map_or(0, |s| s.step);
-            run.load_attention(tasks);
+            run.load_attention(jobs);
         }
         Err(e) => {
             run.status = RunState::Unreadable;
@@ -392,7 +392,7 @@ mod tests {
 
     #[test]
     fn a_run_whose_thread_never_started_fails_with_the_reason() {
-        let mut store = RunStore::new(Tasks::default());
+        let mut store = RunStore::new(Jobs::default());
         let cause = std::io::Error::other("no more threads");
         let handle = TrainHandle::unstarted(crate::Error::Thread {
             name: "train mqar".into(),

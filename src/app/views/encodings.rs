@@ -1,6 +1,6 @@
 //! The encoding analyses, live: exp(bias) by distance, TRF curves, the convergence verdict and
 //! the exp(bias) heatmap for the editor's encoding and any others ticked, recomputed on a
-//! task whenever a setting changes; the selected run's ERF on the TRF axes.
+//! job whenever a setting changes; the selected run's ERF on the TRF axes.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -9,7 +9,7 @@ use eframe::egui;
 use egui_plot::{Legend, Line, PlotPoints};
 
 use super::super::export::Exporter;
-use super::super::tasks::{Task, take_result};
+use super::super::jobs::{Job, take_result};
 use super::colour::{ColourScale, axes_note};
 use super::{View, ViewContext, empty_plot, titled_plot};
 use crate::analysis::figures::encodings as fig;
@@ -62,7 +62,7 @@ pub struct EncodingsView {
     pub ticked: BTreeSet<String>,
     pub length: usize,
     inputs: Option<Inputs>,
-    pending: Option<Task<Results>>,
+    pending: Option<Job<Results>>,
     pub results: Option<Results>,
     pub error: Option<String>,
     /// The heatmap of `results`, uploaded once per result.
@@ -217,7 +217,7 @@ impl EncodingsView {
             .and_then(|r| r.attention.as_ref())
             .map(|a| a.layers.clone());
         let job = inputs.clone();
-        self.pending = Some(cx.tasks.spawn("encoding study", move |_, cancel| {
+        self.pending = Some(cx.jobs.spawn("encoding study", move |_, cancel| {
             compute(&job, attention, cancel)
         }));
         self.inputs = Some(inputs);

@@ -11,7 +11,7 @@ use egui_plot::{Legend, Line, LineStyle, Plot, PlotPoints};
 
 use super::super::command::Command;
 use super::super::export::Exporter;
-use super::super::tasks::{Task, Tasks, take_result};
+use super::super::jobs::{Job, Jobs, take_result};
 use super::{RunList, View, ViewContext, run_buttons};
 use crate::Preset;
 use crate::experiments::{PRESETS, shipped};
@@ -34,7 +34,7 @@ pub struct ExtrapolationView {
     log_ppl: bool,
     /// Shipped language-modelling presets (names) ticked for "train and evaluate".
     pub ticked: BTreeSet<&'static str>,
-    job: Option<Task<Done>>,
+    job: Option<Job<Done>>,
     pub report: Option<ExtrapolationReport>,
     pub error: Option<String>,
 }
@@ -53,8 +53,8 @@ impl View for ExtrapolationView {
         self.job.is_some()
     }
 
-    fn analyse(&mut self, tasks: &Tasks, runs: RunList) {
-        self.evaluate(tasks, runs);
+    fn analyse(&mut self, jobs: &Jobs, runs: RunList) {
+        self.evaluate(jobs, runs);
     }
 
     fn logic(&mut self, cx: &ViewContext) {
@@ -178,8 +178,8 @@ impl ExtrapolationView {
         Ok(options)
     }
 
-    /// Evaluates the finished runs `list` (name, folder) at the view's lengths, as a task.
-    fn evaluate(&mut self, tasks: &Tasks, list: RunList) {
+    /// Evaluates the finished runs `list` (name, folder) at the view's lengths, as a job.
+    fn evaluate(&mut self, jobs: &Jobs, list: RunList) {
         let options = match self.parsed_options() {
             Ok(options) => options,
             Err(message) => {
@@ -187,7 +187,7 @@ impl ExtrapolationView {
                 return;
             }
         };
-        self.job = Some(tasks.spawn("extrapolation", move |progress, cancel| {
+        self.job = Some(jobs.spawn("extrapolation", move |progress, cancel| {
             let dirs = list
                 .iter()
                 .map(|(_, dir)| RunDir::open(dir))
@@ -207,7 +207,7 @@ impl ExtrapolationView {
         };
         ui.horizontal(|ui| {
             if let Some(list) = run_buttons(ui, cx.runs) {
-                self.evaluate(cx.tasks, list);
+                self.evaluate(cx.jobs, list);
             }
         });
         ui.horizontal_wrapped(|ui| {
@@ -235,7 +235,7 @@ impl ExtrapolationView {
         });
     }
 
-    /// Trains the ticked shipped presets, then evaluates them, as one task.
+    /// Trains the ticked shipped presets, then evaluates them, as one job.
     fn train_and_evaluate(&mut self, cx: &ViewContext, options: Options) {
         let presets: crate::Result<Vec<Preset>> = self
             .ticked
@@ -251,7 +251,7 @@ impl ExtrapolationView {
         };
         let root = cx.runs_root.to_path_buf();
         self.job = Some(
-            cx.tasks
+            cx.jobs
                 .spawn("train and evaluate", move |progress, cancel| {
                     let done = train_and_extrapolate(&presets, &root, &options, progress, cancel);
                     Ok(unless_cancelled(done)?.map(|(dirs, sweep)| {

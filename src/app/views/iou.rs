@@ -6,8 +6,8 @@ use eframe::egui;
 use egui_plot::{Bar, BarChart, Legend};
 
 use super::super::export::Exporter;
+use super::super::jobs::{Job, Jobs, take_result};
 use super::super::runs::RunStore;
-use super::super::tasks::{Task, Tasks, take_result};
 use super::colour::ColourScale;
 use super::{PerRun, RunList, View, ViewContext, analyse_runs, run_buttons, titled_plot};
 use crate::analysis::TrainedRun;
@@ -31,11 +31,11 @@ pub struct IouView {
     pub protocol: IouProtocol,
     /// Reports computed so far, one per run folder (a recomputation replaces it).
     pub reports: Vec<PerRun<IouReport>>,
-    job: Option<Task<Vec<PerRun<IouReport>>>>,
+    job: Option<Job<Vec<PerRun<IouReport>>>>,
     row: usize,
     layer: usize,
     head: usize,
-    example_job: Option<Task<(ExampleIou, String)>>,
+    example_job: Option<Job<(ExampleIou, String)>>,
     example: Option<ShownExample>,
     pub error: Option<String>,
 }
@@ -68,8 +68,8 @@ impl View for IouView {
         self.job.is_some()
     }
 
-    fn analyse(&mut self, tasks: &Tasks, runs: RunList) {
-        self.compute(tasks, runs);
+    fn analyse(&mut self, jobs: &Jobs, runs: RunList) {
+        self.compute(jobs, runs);
     }
 
     fn prepare_demo(&mut self) -> bool {
@@ -77,9 +77,9 @@ impl View for IouView {
     }
 
     /// The screenshot's table over 1000 examples.
-    fn start_demo(&mut self, tasks: &Tasks, runs: RunList) {
+    fn start_demo(&mut self, jobs: &Jobs, runs: RunList) {
         self.protocol.examples = 1000;
-        self.compute(tasks, runs);
+        self.compute(jobs, runs);
     }
 
     fn logic(&mut self, cx: &ViewContext) {
@@ -192,14 +192,14 @@ impl IouView {
             return;
         }
         if let Some(list) = run_buttons(ui, cx.runs) {
-            self.compute(cx.tasks, list);
+            self.compute(cx.jobs, list);
         }
     }
 
-    /// Computes the IoU reports of `runs` (name, folder) as a task.
-    fn compute(&mut self, tasks: &Tasks, runs: RunList) {
+    /// Computes the IoU reports of `runs` (name, folder) as a job.
+    fn compute(&mut self, jobs: &Jobs, runs: RunList) {
         let protocol = self.protocol;
-        self.job = Some(tasks.spawn("IoU", move |progress, cancel| {
+        self.job = Some(jobs.spawn("IoU", move |progress, cancel| {
             analyse_runs(&runs, progress, cancel, |run, progress, cancel| {
                 let table = run_iou(run, &protocol, progress, cancel)?;
                 let path = run.run.path().to_path_buf();
@@ -233,7 +233,7 @@ impl IouView {
                 && let Some(dir) = run
             {
                 let (row, layer, head, protocol) = (self.row, self.layer, self.head, self.protocol);
-                self.example_job = Some(cx.tasks.spawn("IoU example", move |_, _| {
+                self.example_job = Some(cx.jobs.spawn("IoU example", move |_, _| {
                     let run = TrainedRun::open(&dir)?;
                     let example = example_iou(&run, row, layer, head, &protocol)?;
                     Ok(Some((example, run.preset.attention.name().to_string())))

@@ -1,7 +1,7 @@
 //! The views of the central panel, one file each, behind one trait ([`View`]) and one registry
 //! ([`views!`] below). Every view reads the run store and the editor through [`ViewContext`],
 //! never owns training state, changes the window only by pushing commands, runs its work as
-//! tasks, and exports its figures through the shared exporter. The shell reaches a view only
+//! jobs, and exports its figures through the shared exporter. The shell reaches a view only
 //! through the trait, by its [`Tab`].
 //!
 //! Adding a view: a file here with a type implementing [`View`] (and `Default`), and one line in
@@ -26,8 +26,8 @@ use serde::{Deserialize, Serialize};
 use super::command::Commands;
 use super::editor::Editor;
 use super::export::Exporter;
+use super::jobs::Jobs;
 use super::runs::{RunStore, RunView};
-use super::tasks::Tasks;
 use crate::analysis::TrainedRun;
 use crate::experiments::Experiment;
 
@@ -40,7 +40,7 @@ pub struct ViewContext<'a> {
     /// Where new runs are written.
     pub runs_root: &'a Path,
     pub commands: &'a Commands,
-    pub tasks: &'a Tasks,
+    pub jobs: &'a Jobs,
 }
 
 /// Runs to analyse, each by its name in the run list and its run folder.
@@ -48,7 +48,7 @@ pub type RunList = Vec<(String, PathBuf)>;
 
 /// One view of the central panel.
 pub trait View {
-    /// Every frame, whichever view is shown: take in what this view's tasks finished.
+    /// Every frame, whichever view is shown: take in what this view's jobs finished.
     fn logic(&mut self, _cx: &ViewContext) {}
 
     /// Draws the view.
@@ -61,7 +61,7 @@ pub trait View {
 
     /// Analyses these finished runs, for a view that computes over run folders (an experiment
     /// of the welcome page hands it its runs once they end).
-    fn analyse(&mut self, _tasks: &Tasks, _runs: RunList) {}
+    fn analyse(&mut self, _tasks: &Jobs, _runs: RunList) {}
 
     /// Takes what an experiment started from the welcome page sets for this view.
     fn take_experiment(&mut self, _experiment: &Experiment) {}
@@ -73,8 +73,8 @@ pub trait View {
     }
 
     /// For the screenshot demo: analyses `runs` at the size a screenshot needs.
-    fn start_demo(&mut self, tasks: &Tasks, runs: RunList) {
-        self.analyse(tasks, runs);
+    fn start_demo(&mut self, jobs: &Jobs, runs: RunList) {
+        self.analyse(jobs, runs);
     }
 }
 

@@ -7,7 +7,7 @@ use eframe::egui;
 use egui_plot::{Legend, Line, PlotPoints};
 
 use super::super::export::Exporter;
-use super::super::tasks::{Task, Tasks, take_result};
+use super::super::jobs::{Job, Jobs, take_result};
 use super::{RunList, View, ViewContext, analyse_runs, run_buttons, titled_plot};
 use crate::analysis::figures::recall;
 use crate::analysis::spectrum::{SpectrumProtocol, run_spectrum};
@@ -19,7 +19,7 @@ pub struct SpectraView {
     pub protocol: SpectrumProtocol,
     /// Every run computed so far, one entry per run folder (a recomputation replaces it).
     pub report: SpectrumReport,
-    job: Option<Task<Vec<SpectrumEntry>>>,
+    job: Option<Job<Vec<SpectrumEntry>>>,
     pub error: Option<String>,
 }
 
@@ -28,8 +28,8 @@ impl View for SpectraView {
         self.job.is_some()
     }
 
-    fn analyse(&mut self, tasks: &Tasks, runs: RunList) {
-        self.compute(tasks, runs);
+    fn analyse(&mut self, jobs: &Jobs, runs: RunList) {
+        self.compute(jobs, runs);
     }
 
     fn prepare_demo(&mut self) -> bool {
@@ -37,9 +37,9 @@ impl View for SpectraView {
     }
 
     /// The screenshot's spectra over 200 examples.
-    fn start_demo(&mut self, tasks: &Tasks, runs: RunList) {
+    fn start_demo(&mut self, jobs: &Jobs, runs: RunList) {
         self.protocol.examples = 200;
-        self.compute(tasks, runs);
+        self.compute(jobs, runs);
     }
 
     fn logic(&mut self, _cx: &ViewContext) {
@@ -56,7 +56,7 @@ impl View for SpectraView {
             Some(job) => job.ui(ui),
             None => {
                 if let Some(list) = run_buttons(ui, runs) {
-                    self.compute(cx.tasks, list);
+                    self.compute(cx.jobs, list);
                 }
             }
         });
@@ -83,10 +83,10 @@ impl View for SpectraView {
 }
 
 impl SpectraView {
-    /// Computes the spectra of `runs` (name, folder) as a task.
-    fn compute(&mut self, tasks: &Tasks, runs: RunList) {
+    /// Computes the spectra of `runs` (name, folder) as a job.
+    fn compute(&mut self, jobs: &Jobs, runs: RunList) {
         let protocol = self.protocol;
-        self.job = Some(tasks.spawn("spectrum", move |progress, cancel| {
+        self.job = Some(jobs.spawn("spectrum", move |progress, cancel| {
             let spectra = analyse_runs(&runs, progress, cancel, |run, progress, cancel| {
                 run_spectrum(run, &protocol, progress, cancel)
             })?;

@@ -1,4 +1,4 @@
-//! Sweeps: open a sweep file, train its grid as a task and watch the cells fill in, or
+//! Sweeps: open a sweep file, train its grid as a job and watch the cells fill in, or
 //! collect a finished sweep's folder; then the best-lr summary and the accuracy-vs-d_model panels
 //! (the ReBased paper's Figure 1), drawn and exported from the report `attnlab sweep` prints.
 
@@ -10,7 +10,7 @@ use eframe::egui;
 use egui_plot::{Legend, Line, LineStyle, PlotPoints};
 
 use super::super::export::Exporter;
-use super::super::tasks::{Task, Tasks, take_finished};
+use super::super::jobs::{Job, Jobs, take_finished};
 use super::{View, ViewContext, titled_plot};
 use crate::figures::{Figure, Plot as FigPlot};
 use crate::report::Report;
@@ -223,10 +223,10 @@ impl Picked {
 }
 
 /// A sweep being trained, or a folder being collected.
-struct Job {
+struct SweepJob {
     messages: Receiver<Message>,
     /// Cancelling it stops training (cells running stop within a step).
-    task: Task<()>,
+    handle: Job<()>,
     training: bool,
 }
 
@@ -279,8 +279,8 @@ pub struct SweepView {
     /// The figure panels of `report` with their file-name suffixes, built once per report.
     panels: Vec<(String, Figure)>,
     pub error: Option<String>,
-    job: Option<Job>,
-    dialog: Option<Task<Option<Picked>>>,
+    job: Option<SweepJob>,
+    dialog: Option<Job<Option<Picked>>>,
     shipped: Vec<PathBuf>,
 }
 
@@ -375,7 +375,7 @@ fn train(
     stop: &AtomicBool,
     progress: &mut dyn FnMut(f32),
     sender: &Sender<Message>,
-    tasks: &Tasks,
+    jobs: &Jobs,
 ) {
     crate::train::lower_thread_priority();
     let mut totals = vec![0; sweep.cells.len()];
@@ -389,7 +389,7 @@ fn train(
                 progress(ended as f32 / sweep.cells.len().max(1) as f32);
             }
             let _ = sender.send(message);
-            tasks.wake();
+            jobs.wake();
         }
     });
     let ended = match result.map(|summary| SweepReport { summary }) {
@@ -406,7 +406,7 @@ fn train(
         },
     };
     let _ = sender.send(ended);
-    tasks.wake();
+    jobs.wake();
 }
 
 impl SweepView {
@@ -438,16 +438,16 @@ impl SweepView {
         self.report = report;
     }
 
-    /// Trains the loaded sweep's unfinished cells as a task.
-    pub fn run(&mut self, tasks: &Tasks) {
+    /// Trains the loaded sweep's unfinished cells as a job.
+    pub fn run(&mut self, jobs: &Jobs) {
         let Some(loaded) = &self.loaded else { return };
         if self.job.is_some() {
             return;
         }
         let sweep = loaded.sweep.clone();
         let (sender, messages) = std::sync::mpsc::channel();
-        let waker = tasks.clone();
-        let task = tasks.spawn(format!("sweep {}", sweep.name), move |progress, stop| {
+        let waker = jobs.clone();
+        let handle = jobs.spawn(format!("sweep {}", sweep.name), move |progress, stop| {
             train(&sweep, stop, progress, &sender, &waker);
             Ok(Some(()))
         });
@@ -455,9 +455,9 @@ impl SweepView {
         self.groups = Groups::default();
         self.set_report(None);
         self.error = None;
-        self.job = Some(Job {
+        self.job = Some(SweepJob {
             messages,
-            task,
+            handle,
             training: true,
         });
     }
@@ -465,17 +465,17 @@ impl SweepView {
     /// Stops starting cells; the running ones stop within a step.
     pub fn stop(&self) {
         if let Some(job) = &self.job {
-            job.task.cancel();
+            job.handle.cancel();
         }
     }
 
-    /// Summarises the finished runs under `dir` as a task.
-    pub fn collect(&mut self, tasks: &Tasks, dir: PathBuf) {
+    /// Summarises the finished runs under `dir` as a job.
+    pub fn collect(&mut self, jobs: &Jobs, dir: PathBuf) {
         if self.job.is_some() {
             return;
         }
         let (sender, messages) = std::sync::mpsc::channel();
-        let task = tasks.run(format!("collect {}", dir.display()), move || {
+        let handle = jobs.run(format!("collect {}", dir.display()), move || {
             let (report, error) = match collect(&[dir]) {
                 Ok(summary) => (Some(SweepReport { summary }), None),
                 Err(e) => (None, Some(e.to_string())),
@@ -483,9 +483,9 @@ impl SweepView {
             let _ = sender.send(Message::Ended { report, error });
         });
         self.error = None;
-        self.job = Some(Job {
+        self.job = Some(SweepJob {
             messages,
-            task,
+            handle,
             training: false,
         });
     }
@@ -494,9 +494,9 @@ impl SweepView {
     /// with the error that says so.
     fn drain_job(&mut self) {
         let Some(job) = &self.job else { return };
-        // Polled first: a task sends its last message before it ends, so once it has ended
+        // Polled first: a job sends its last message before it ends, so once it has ended
         // every message is already queued.
-        let ended = job.task.poll();
+        let ended = job.handle.poll();
         let messages: Vec<Message> = job.messages.try_iter().collect();
         for message in messages {
             self.apply(message);
@@ -535,15 +535,15 @@ impl SweepView {
         }
     }
 
-    fn ask(&mut self, tasks: &Tasks, pick: impl FnOnce() -> Option<Picked> + Send + 'static) {
+    fn ask(&mut self, jobs: &Jobs, pick: impl FnOnce() -> Option<Picked> + Send + 'static) {
         if self.dialog.is_none() {
-            self.dialog = Some(tasks.run("file dialog", pick));
+            self.dialog = Some(jobs.run("file dialog", pick));
         }
     }
 
     /// Opens what a dialog picked, unless a sweep started while the dialog was open: loading
     /// another file then would replace the running sweep's grid under it.
-    fn take_pick(&mut self, tasks: &Tasks, picked: Picked) {
+    fn take_pick(&mut self, jobs: &Jobs, picked: Picked) {
         if self.job.is_some() {
             self.error = Some(format!(
                 "{} was not opened: a sweep is running; stop it first",
@@ -553,7 +553,7 @@ impl SweepView {
         }
         match picked {
             Picked::SweepFile(path) => self.load(&path),
-            Picked::Folder(dir) => self.collect(tasks, dir),
+            Picked::Folder(dir) => self.collect(jobs, dir),
         }
     }
 }
@@ -571,21 +571,21 @@ impl View for SweepView {
     fn logic(&mut self, cx: &ViewContext) {
         self.drain_job();
         match take_finished(&mut self.dialog) {
-            Some(Ok(Some(Some(picked)))) => self.take_pick(cx.tasks, picked),
+            Some(Ok(Some(Some(picked)))) => self.take_pick(cx.jobs, picked),
             Some(Err(e)) => self.error = Some(e.to_string()),
             _ => {}
         }
     }
 
     fn ui(&mut self, ui: &mut egui::Ui, cx: &ViewContext) {
-        let (tasks, exporter) = (cx.tasks, cx.exporter);
-        self.file_ui(ui, tasks);
+        let (jobs, exporter) = (cx.jobs, cx.exporter);
+        self.file_ui(ui, jobs);
         if let Some(error) = &self.error {
             ui.colored_label(ui.visuals().error_fg_color, error);
         }
         egui::ScrollArea::both().show(ui, |ui| {
             if self.loaded.is_some() {
-                self.sweep_ui(ui, tasks);
+                self.sweep_ui(ui, jobs);
                 ui.separator();
             }
             self.summary_ui(ui, exporter);
@@ -594,7 +594,7 @@ impl View for SweepView {
 }
 
 impl SweepView {
-    fn file_ui(&mut self, ui: &mut egui::Ui, tasks: &Tasks) {
+    fn file_ui(&mut self, ui: &mut egui::Ui, jobs: &Jobs) {
         let idle = self.job.is_none();
         ui.horizontal(|ui| {
             let label = ui.label("sweep file");
@@ -604,7 +604,7 @@ impl SweepView {
                 self.load(&PathBuf::from(self.path.clone()));
             }
             if ui.add_enabled(idle, egui::Button::new("Open...")).clicked() {
-                self.ask(tasks, || {
+                self.ask(jobs, || {
                     rfd::FileDialog::new()
                         .add_filter("attnlab sweep", &["toml"])
                         .set_directory("sweeps")
@@ -616,7 +616,7 @@ impl SweepView {
                 .add_enabled(idle, egui::Button::new("Collect folder..."))
                 .on_hover_text("summarise the finished runs under a folder, without training");
             if collect.clicked() {
-                self.ask(tasks, || {
+                self.ask(jobs, || {
                     rfd::FileDialog::new()
                         .set_directory("runs")
                         .pick_folder()
@@ -637,7 +637,7 @@ impl SweepView {
     }
 
     /// The loaded sweep: its settings, the run controls, progress and the grid.
-    fn sweep_ui(&mut self, ui: &mut egui::Ui, tasks: &Tasks) {
+    fn sweep_ui(&mut self, ui: &mut egui::Ui, jobs: &Jobs) {
         let running = self.job.as_ref().is_some_and(|j| j.training);
         let Some(loaded) = &mut self.loaded else {
             return;
@@ -712,9 +712,9 @@ impl SweepView {
         grid_ui(ui, loaded, &self.cells);
         let out = loaded.sweep.out.clone();
         match clicked {
-            (true, _, _) => self.run(tasks),
+            (true, _, _) => self.run(jobs),
             (_, true, _) => self.stop(),
-            (_, _, true) => self.collect(tasks, out),
+            (_, _, true) => self.collect(jobs, out),
             _ => {}
         }
     }
@@ -866,13 +866,13 @@ fn panel_plot(ui: &mut egui::Ui, figure: &Figure) {
 mod tests {
     use super::*;
 
-    /// A sweep's task reports the share of its cells that have ended, one step per cell.
+    /// A sweep's job reports the share of its cells that have ended, one step per cell.
     #[test]
     fn a_sweep_reports_its_progress_cell_by_cell() {
         let root = tempfile::tempdir().unwrap();
         let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("presets/mqar_softmax.toml");
-        let tiny = "model.d_model=8 task.seq_len=8 task.vocab_size=16 task.num_kv_pairs=1 \
-                    task.train_examples=16 task.test_examples=8 train.batch_size=8 \
+        let tiny = "model.d_model=8 job.seq_len=8 job.vocab_size=16 job.num_kv_pairs=1 \
+                    job.train_examples=16 job.test_examples=8 train.batch_size=8 \
                     train.max_steps=2 train.eval_every=0 train.warmup_steps=1";
         let set: Vec<String> = tiny.split_whitespace().map(|o| format!("{o:?}")).collect();
         let text = format!(
@@ -892,7 +892,7 @@ mod tests {
             &stop,
             &mut |p| seen.push(p),
             &sender,
-            &Tasks::default(),
+            &Jobs::default(),
         );
         assert_eq!(seen, [0.25, 0.5, 0.75, 1.0]);
         let ended = messages.try_iter().last();
@@ -903,16 +903,16 @@ mod tests {
     /// sweep runs, and the running sweep's file stays loaded.
     #[test]
     fn a_pick_arriving_while_a_sweep_runs_is_refused() {
-        let tasks = Tasks::default();
+        let jobs = Jobs::default();
         let mut view = SweepView::default();
         let (_keep, messages) = std::sync::mpsc::channel();
         view.path = "sweeps/running.toml".into();
-        view.job = Some(Job {
+        view.job = Some(SweepJob {
             messages,
-            task: tasks.run("sweep", || ()),
+            handle: jobs.run("sweep", || ()),
             training: true,
         });
-        view.take_pick(&tasks, Picked::SweepFile("sweeps/other.toml".into()));
+        view.take_pick(&jobs, Picked::SweepFile("sweeps/other.toml".into()));
         assert_eq!(view.path, "sweeps/running.toml");
         let error = view.error.unwrap_or_default();
         assert!(

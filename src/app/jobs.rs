@@ -1,10 +1,10 @@
-//! The window's one background-task service. Analyses, file reads, exports, native dialogs and
-//! sweeps all run as named tasks on threads of their own, so the UI never waits for them: each
-//! task reports progress (0..1), can be cancelled, and hands its outcome back over a channel that
-//! the app drains every frame, whichever view is shown. The status bar lists the live tasks.
-//! Dropping a handle cancels its task: a view that starts a new computation in place of a
-//! running one (a slider dragged) stops the old one; [`Task::detach`] lets one run on. Work
-//! started with [`Tasks::run`] takes no cancel flag and always runs to its end.
+//! The window's one background-job service. Analyses, file reads, exports, native dialogs and
+//! sweeps all run as named jobs on threads of their own, so the UI never waits for them: each
+//! job reports progress (0..1), can be cancelled, and hands its outcome back over a channel that
+//! the app drains every frame, whichever view is shown. The status bar lists the live jobs.
+//! Dropping a handle cancels its job: a view that starts a new computation in place of a
+//! running one (a slider dragged) stops the old one; [`Job::detach`] lets one run on. Work
+//! started with [`Jobs::run`] takes no cancel flag and always runs to its end.
 //! (Training runs on the library's own workers, `crate::train::spawn_with`.)
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -13,10 +13,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use eframe::egui;
 
-/// What a finished task hands back: its value, `None` when cancelled, or its error.
+/// What a finished job hands back: its value, `None` when cancelled, or its error.
 pub type Outcome<T> = crate::Result<Option<T>>;
 
-/// What every handle of a task shares: its name, progress and cancel flag.
+/// What every handle of a job shares: its name, progress and cancel flag.
 struct State {
     name: String,
     /// Progress as the bits of an f32 in 0..=1.
@@ -31,8 +31,8 @@ impl State {
     }
 }
 
-/// Marks a task ended when its thread finishes, also by a panic, and wakes the UI to see it.
-struct Ended(Arc<State>, Tasks);
+/// Marks a job ended when its thread finishes, also by a panic, and wakes the UI to see it.
+struct Ended(Arc<State>, Jobs);
 
 impl Drop for Ended {
     fn drop(&mut self) {
@@ -41,17 +41,17 @@ impl Drop for Ended {
     }
 }
 
-/// Starts tasks and knows which are live. Cheap to clone: every clone is the same service.
+/// Starts jobs and knows which are live. Cheap to clone: every clone is the same service.
 #[derive(Clone, Default)]
-pub struct Tasks {
-    /// Set on the first frame ([`Tasks::attach`]); tasks started before then wake the UI once
+pub struct Jobs {
+    /// Set on the first frame ([`Jobs::attach`]); jobs started before then wake the UI once
     /// it is known.
     ctx: Arc<OnceLock<egui::Context>>,
     live: Arc<Mutex<Vec<Arc<State>>>>,
 }
 
-impl Tasks {
-    /// Lets tasks wake `ctx` when they progress or end (called every frame; the first call wins).
+impl Jobs {
+    /// Lets jobs wake `ctx` when they progress or end (called every frame; the first call wins).
     pub fn attach(&self, ctx: &egui::Context) {
         let _ = self.ctx.set(ctx.clone());
     }
@@ -63,14 +63,14 @@ impl Tasks {
         }
     }
 
-    /// Runs `work` as a task named `name`: it gets a progress callback (0..1) and the cancel
+    /// Runs `work` as a job named `name`: it gets a progress callback (0..1) and the cancel
     /// flag, the shape of the library's analyses (`run_iou`, `run_spectrum`, …), and returns
     /// `Ok(None)` when cancelled.
     pub fn spawn<T: Send + 'static>(
         &self,
         name: impl Into<String>,
         work: impl FnOnce(&mut dyn FnMut(f32), &AtomicBool) -> Outcome<T> + Send + 'static,
-    ) -> Task<T> {
+    ) -> Job<T> {
         let state = Arc::new(State {
             name: name.into(),
             progress: AtomicU32::new(0f32.to_bits()),
@@ -78,16 +78,16 @@ impl Tasks {
             ended: AtomicBool::new(false),
         });
         let (sender, receiver) = std::sync::mpsc::channel();
-        let (shared, tasks) = (state.clone(), self.clone());
+        let (shared, jobs) = (state.clone(), self.clone());
         let spawned = std::thread::Builder::new()
             .name(state.name.clone())
             .spawn(move || {
-                let ended = Ended(shared.clone(), tasks.clone());
+                let ended = Ended(shared.clone(), jobs.clone());
                 let mut report = |p: f32| {
                     shared
                         .progress
                         .store(p.clamp(0.0, 1.0).to_bits(), Ordering::Relaxed);
-                    tasks.wake();
+                    jobs.wake();
                 };
                 let _ = sender.send(work(&mut report, &shared.cancel));
                 drop(ended);
@@ -99,7 +99,7 @@ impl Tasks {
                 name: state.name.clone(),
                 cause: e,
             }));
-            return Task {
+            return Job {
                 receiver: failed,
                 state,
                 detached: false,
@@ -109,23 +109,23 @@ impl Tasks {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(state.clone());
-        Task {
+        Job {
             receiver,
             state,
             detached: false,
         }
     }
 
-    /// Runs `work`, which neither reports progress nor can be cancelled, as a task.
+    /// Runs `work`, which neither reports progress nor can be cancelled, as a job.
     pub fn run<T: Send + 'static>(
         &self,
         name: impl Into<String>,
         work: impl FnOnce() -> T + Send + 'static,
-    ) -> Task<T> {
+    ) -> Job<T> {
         self.spawn(name, move |_, _| Ok(Some(work())))
     }
 
-    /// The live tasks' names and progress, oldest first (ended tasks are forgotten here).
+    /// The live jobs' names and progress, oldest first (ended jobs are forgotten here).
     pub fn live(&self) -> Vec<(String, f32)> {
         let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
         live.retain(|s| !s.ended.load(Ordering::Relaxed));
@@ -135,15 +135,15 @@ impl Tasks {
     }
 }
 
-/// One task's handle: poll it for the outcome, draw its progress, cancel it. Dropped, it cancels
-/// its task (unless detached).
-pub struct Task<T> {
+/// One job's handle: poll it for the outcome, draw its progress, cancel it. Dropped, it cancels
+/// its job (unless detached).
+pub struct Job<T> {
     receiver: Receiver<Outcome<T>>,
     state: Arc<State>,
     detached: bool,
 }
 
-impl<T> Drop for Task<T> {
+impl<T> Drop for Job<T> {
     fn drop(&mut self) {
         if !self.detached {
             self.cancel();
@@ -151,7 +151,7 @@ impl<T> Drop for Task<T> {
     }
 }
 
-impl<T> Task<T> {
+impl<T> Job<T> {
     /// The outcome, once the work has ended.
     pub fn poll(&self) -> Option<Outcome<T>> {
         match self.receiver.try_recv() {
@@ -169,13 +169,13 @@ impl<T> Task<T> {
         self.state.cancel.store(true, Ordering::Relaxed);
     }
 
-    /// Lets the task run to its end with nobody waiting for the outcome (work that reports
+    /// Lets the job run to its end with nobody waiting for the outcome (work that reports
     /// back another way, such as an export's status command).
     pub fn detach(mut self) {
         self.detached = true;
     }
 
-    /// A progress bar with the task's name and a Cancel button.
+    /// A progress bar with the job's name and a Cancel button.
     pub fn ui(&self, ui: &mut egui::Ui) {
         ui.horizontal(|ui| {
             let progress = self.state.progress();
@@ -191,21 +191,21 @@ impl<T> Task<T> {
     }
 }
 
-/// Polls `task` and, when it has ended, clears it and returns its outcome.
-pub fn take_finished<T>(task: &mut Option<Task<T>>) -> Option<Outcome<T>> {
-    let outcome = task.as_ref()?.poll()?;
-    *task = None;
+/// Polls `job` and, when it has ended, clears it and returns its outcome.
+pub fn take_finished<T>(job: &mut Option<Job<T>>) -> Option<Outcome<T>> {
+    let outcome = job.as_ref()?.poll()?;
+    *job = None;
     Some(outcome)
 }
 
-/// The result of `task` once it has ended, which a view shows: the error (or `cancelled`, if
-/// given, for a cancelled task) goes to the view's `error` line, a result clears it.
+/// The result of `job` once it has ended, which a view shows: the error (or `cancelled`, if
+/// given, for a cancelled job) goes to the view's `error` line, a result clears it.
 pub fn take_result<T>(
-    task: &mut Option<Task<T>>,
+    job: &mut Option<Job<T>>,
     error: &mut Option<String>,
     cancelled: Option<&str>,
 ) -> Option<T> {
-    match take_finished(task)? {
+    match take_finished(job)? {
         Ok(Some(value)) => {
             *error = None;
             Some(value)
@@ -227,39 +227,39 @@ pub fn take_result<T>(
 mod tests {
     use super::*;
 
-    fn wait<T>(task: &mut Option<Task<T>>) -> Outcome<T> {
+    fn wait<T>(job: &mut Option<Job<T>>) -> Outcome<T> {
         loop {
-            if let Some(outcome) = take_finished(task) {
+            if let Some(outcome) = take_finished(job) {
                 return outcome;
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
     }
 
-    /// [`take_result`] once the task has ended.
+    /// [`take_result`] once the job has ended.
     fn result_of<T>(
-        mut task: Option<Task<T>>,
+        mut job: Option<Job<T>>,
         error: &mut Option<String>,
         cancelled: Option<&str>,
     ) -> Option<T> {
-        while task
+        while job
             .as_ref()
             .is_some_and(|t| !t.state.ended.load(Ordering::Relaxed))
         {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        take_result(&mut task, error, cancelled)
+        take_result(&mut job, error, cancelled)
     }
 
     /// A result clears the view's error line; an error or a named cancellation fills it; an
     /// unnamed cancellation leaves it as it was.
     #[test]
     fn a_finished_task_gives_its_result_or_its_error_to_the_view() {
-        let tasks = Tasks::default();
+        let jobs = Jobs::default();
         let mut error = Some("old".to_string());
-        let value = result_of(Some(tasks.run("ok", || 5)), &mut error, None);
+        let value = result_of(Some(jobs.run("ok", || 5)), &mut error, None);
         assert_eq!((value, error.as_deref()), (Some(5), None));
-        let failed = tasks.spawn("fails", |_, _| -> Outcome<u8> {
+        let failed = jobs.spawn("fails", |_, _| -> Outcome<u8> {
             Err(crate::Error::Internal("broken".into()))
         });
         assert_eq!(result_of(Some(failed), &mut error, None), None);
@@ -267,7 +267,7 @@ mod tests {
             error.as_deref().is_some_and(|e| e.contains("broken")),
             "{error:?}"
         );
-        let cancelled = || tasks.spawn("cancelled", |_, _| -> Outcome<u8> { Ok(None) });
+        let cancelled = || jobs.spawn("cancelled", |_, _| -> Outcome<u8> { Ok(None) });
         assert_eq!(
             result_of(Some(cancelled()), &mut error, Some("stopped")),
             None
@@ -278,40 +278,39 @@ mod tests {
         assert_eq!(error, None);
     }
 
-    /// A task that spins until it is cancelled, then says so on the channel returned.
-    fn until_cancelled(tasks: &Tasks) -> (Task<()>, std::sync::mpsc::Receiver<()>) {
+    /// A job that spins until it is cancelled, then says so on the channel returned.
+    fn until_cancelled(jobs: &Jobs) -> (Job<()>, std::sync::mpsc::Receiver<()>) {
         let (saw, seen) = std::sync::mpsc::channel();
-        let task = tasks.spawn("spin", move |_, cancel| {
+        let job = jobs.spawn("spin", move |_, cancel| {
             while !cancel.load(Ordering::Relaxed) {
                 std::thread::yield_now();
             }
             let _ = saw.send(());
             Ok(None)
         });
-        (task, seen)
+        (job, seen)
     }
 
     #[test]
     fn dropping_a_handle_cancels_its_task_and_a_detached_one_runs_on() {
-        let tasks = Tasks::default();
+        let jobs = Jobs::default();
         let ((first, first_seen), (second, second_seen)) =
-            (until_cancelled(&tasks), until_cancelled(&tasks));
+            (until_cancelled(&jobs), until_cancelled(&jobs));
         drop(first); // as a view does when a new computation takes the old one's place
         let ten_seconds = std::time::Duration::from_secs(10);
         first_seen
             .recv_timeout(ten_seconds)
-            .expect("the dropped task saw its cancel flag");
-        assert!(second_seen.try_recv().is_err(), "the kept task runs on");
+            .expect("the dropped job saw its cancel flag");
+        assert!(second_seen.try_recv().is_err(), "the kept job runs on");
         drop(second);
         let (go, gate) = std::sync::mpsc::channel::<()>();
         let (done, finished) = std::sync::mpsc::channel();
-        tasks
-            .spawn("detached", move |_, cancel| {
-                gate.recv().ok();
-                let _ = done.send(cancel.load(Ordering::Relaxed));
-                Ok(Some(()))
-            })
-            .detach();
+        jobs.spawn("detached", move |_, cancel| {
+            gate.recv().ok();
+            let _ = done.send(cancel.load(Ordering::Relaxed));
+            Ok(Some(()))
+        })
+        .detach();
         go.send(()).unwrap();
         assert_eq!(
             finished.recv_timeout(ten_seconds),
@@ -322,34 +321,34 @@ mod tests {
 
     #[test]
     fn a_task_hands_back_its_value_and_leaves_the_live_list() {
-        let tasks = Tasks::default();
+        let jobs = Jobs::default();
         let (go, gate) = std::sync::mpsc::channel::<()>();
-        let mut task = Some(tasks.spawn("sum", move |progress, _| {
+        let mut job = Some(jobs.spawn("sum", move |progress, _| {
             progress(0.5);
             gate.recv().ok();
             Ok(Some(2 + 2))
         }));
-        assert_eq!(tasks.live().len(), 1);
-        assert_eq!(tasks.live()[0].0, "sum");
+        assert_eq!(jobs.live().len(), 1);
+        assert_eq!(jobs.live()[0].0, "sum");
         go.send(()).unwrap();
-        assert_eq!(wait(&mut task).unwrap(), Some(4));
-        assert!(task.is_none());
-        assert!(tasks.live().is_empty());
+        assert_eq!(wait(&mut job).unwrap(), Some(4));
+        assert!(job.is_none());
+        assert!(jobs.live().is_empty());
     }
 
     #[test]
     fn a_cancelled_task_ends_with_none() {
-        let tasks = Tasks::default();
-        let mut task = Some(until_cancelled(&tasks).0);
-        task.as_ref().unwrap().cancel();
-        assert_eq!(wait(&mut task).unwrap(), None);
+        let jobs = Jobs::default();
+        let mut job = Some(until_cancelled(&jobs).0);
+        job.as_ref().unwrap().cancel();
+        assert_eq!(wait(&mut job).unwrap(), None);
     }
 
     #[test]
     fn a_panicking_task_reports_an_error_naming_it() {
-        let tasks = Tasks::default();
-        let mut task = Some(tasks.run("doomed", || -> u8 { panic!("on purpose") }));
-        let error = wait(&mut task).unwrap_err();
+        let jobs = Jobs::default();
+        let mut job = Some(jobs.run("doomed", || -> u8 { panic!("on purpose") }));
+        let error = wait(&mut job).unwrap_err();
         assert!(
             matches!(&error, crate::Error::Internal(m) if m.contains("doomed")),
             "{error}"
