@@ -1,0 +1,217 @@
+//! The shell's command handling: what each [`Command`] does to the window's state (start and
+//! stop runs, open and save presets, native dialogs, the welcome page's experiments).
+
+use std::path::{Path, PathBuf};
+
+use super::{AttnlabApp, Awaiting, Command, DEFAULT_PRESET, Editor, default_preset, tab_of};
+use crate::Preset;
+use crate::experiments::{EXPERIMENTS, Experiment, shipped};
+
+impl AttnlabApp {
+    /// Starts the editor's preset, unless it is invalid.
+    pub fn start(&mut self) {
+        self.editor.refresh();
+        if let Some(problem) = self.editor.problem() {
+            self.status = problem.to_string();
+            return;
+        }
+        self.runs
+            .start(self.editor.preset.clone(), self.runs_root.clone());
+        self.status = format!("started {}", self.editor.preset.name);
+    }
+
+    /// Starts an experiment of the welcome page: its first preset into the editor (asking
+    /// about unsaved changes), every preset training, its view shown, and its analysis
+    /// awaited when it needs finished runs.
+    pub(super) fn run_experiment(&mut self, experiment: &Experiment) {
+        let presets = match experiment.presets() {
+            Ok(presets) => presets,
+            Err(e) => {
+                self.status = e.to_string();
+                return;
+            }
+        };
+        // The editor shows the experiment's first preset, unless it holds unsaved changes: the
+        // experiment trains its own presets either way, so nothing needs asking.
+        self.editor.refresh();
+        let keep_edits = self.editor.is_dirty();
+        if let Some(first) = presets.first().filter(|_| !keep_edits) {
+            self.editor = Editor::new(first.clone(), None);
+        }
+        let runs = presets
+            .into_iter()
+            .map(|preset| self.runs.start(preset, self.runs_root.clone()))
+            .collect();
+        self.tab = tab_of(experiment.analysis);
+        self.views.view_mut(self.tab).take_experiment(experiment);
+        self.awaiting = experiment
+            .analysis
+            .needs_finished_runs()
+            .then_some(Awaiting {
+                analysis: experiment.analysis,
+                runs,
+            });
+        self.status = match keep_edits {
+            true => format!(
+                "started {} (the editor keeps your unsaved preset)",
+                experiment.title
+            ),
+            false => format!("started {}", experiment.title),
+        };
+    }
+
+    /// Stops the selected run after its current step.
+    pub fn stop(&mut self) {
+        if let Some(run) = self.runs.selected() {
+            run.stop();
+            self.status = format!("stopping {}", run.name);
+        }
+    }
+
+    /// Loads a preset file into the editor (asking first if there are unsaved changes).
+    pub fn open_preset(&mut self, path: &Path) {
+        match Preset::load(path, &[]) {
+            Ok(preset) => self.replace_preset(preset, Some(path.to_path_buf())),
+            Err(e) => self.status = e.to_string(),
+        }
+    }
+
+    pub(super) fn replace_preset(&mut self, preset: Preset, path: Option<PathBuf>) {
+        self.editor.refresh();
+        if self.editor.is_dirty() {
+            self.confirm_replace = Some((preset, path));
+            return;
+        }
+        if let Some(path) = &path {
+            self.remember(path.clone());
+        }
+        self.editor = Editor::new(preset, path);
+    }
+
+    pub(super) fn remember(&mut self, path: PathBuf) {
+        self.recent.retain(|p| p != &path);
+        self.recent.insert(0, path);
+        self.recent.truncate(8);
+    }
+
+    /// Writes the editor's preset to `path` (atomically).
+    pub fn save_preset(&mut self, path: &Path) {
+        match self.editor.preset.save(path) {
+            Ok(()) => {
+                self.editor.mark_saved(path.to_path_buf());
+                self.remember(path.to_path_buf());
+                self.status = format!("saved {}", path.display());
+            }
+            Err(e) => self.status = e.to_string(),
+        }
+    }
+
+    /// Opens a native file dialog as a job; `answer` turns the chosen path into the command
+    /// to run (nothing when the dialog is cancelled).
+    pub(super) fn ask(
+        &mut self,
+        pick: impl FnOnce() -> Option<PathBuf> + Send + 'static,
+        answer: fn(PathBuf) -> Command,
+    ) {
+        if self.dialog.is_some() {
+            self.status = "a file dialog is already open".into();
+            return;
+        }
+        let commands = self.commands.clone();
+        self.dialog = Some(self.jobs.run("file dialog", move || {
+            if let Some(path) = pick() {
+                commands.push(answer(path));
+            }
+        }));
+    }
+
+    pub(super) fn ask_open_preset(&mut self) {
+        self.ask(
+            || {
+                rfd::FileDialog::new()
+                    .add_filter("attnlab preset", &["toml"])
+                    .set_directory("presets")
+                    .pick_file()
+            },
+            Command::OpenPreset,
+        );
+    }
+
+    pub(super) fn ask_save_preset(&mut self) {
+        let name = format!("{}.toml", self.editor.preset.slug());
+        self.ask(
+            move || {
+                rfd::FileDialog::new()
+                    .add_filter("attnlab preset", &["toml"])
+                    .set_file_name(name)
+                    .save_file()
+            },
+            Command::SavePreset,
+        );
+    }
+
+    pub(super) fn ask_open_run(&mut self) {
+        let root = self.runs_root.clone();
+        self.ask(
+            move || rfd::FileDialog::new().set_directory(root).pick_folder(),
+            Command::OpenRun,
+        );
+    }
+
+    /// Does what `command` asks.
+    pub fn execute(&mut self, command: Command) {
+        match command {
+            Command::Start => self.start(),
+            Command::Stop => self.stop(),
+            Command::NewPreset => self.replace_preset(default_preset(), None),
+            Command::AskOpenPreset => self.ask_open_preset(),
+            Command::OpenPreset(path) => self.open_preset(&path),
+            Command::OpenShipped(name) => match shipped(name).and_then(|s| s.preset(&[])) {
+                Ok(preset) => self.replace_preset(preset, None),
+                Err(e) => self.status = e.to_string(),
+            },
+            Command::RunExperiment(i) => match EXPERIMENTS.get(i) {
+                Some(experiment) => self.run_experiment(experiment),
+                None => self.status = format!("no experiment {i}"),
+            },
+            Command::Save => match self.editor.path.clone() {
+                Some(path) => self.save_preset(&path),
+                None => self.ask_save_preset(),
+            },
+            Command::AskSavePreset => self.ask_save_preset(),
+            Command::SavePreset(path) => self.save_preset(&path),
+            Command::AskOpenRun => self.ask_open_run(),
+            Command::OpenRun(dir) => self.runs.open(dir),
+            Command::Show(tab) => self.tab = tab,
+            Command::ToggleShortcuts => self.show_shortcuts = !self.show_shortcuts,
+            Command::CopyCliCommand => match self.cli_command() {
+                Ok(line) => {
+                    self.status = format!("copied: {line}");
+                    self.clipboard = Some(line);
+                }
+                Err(e) => self.status = e.to_string(),
+            },
+            Command::Status(message) => self.status = message,
+        }
+    }
+
+    /// The editor's preset as an `attnlab train` line, over the file it is closest to.
+    pub(super) fn cli_command(&self) -> crate::Result<String> {
+        let (file, base) = self.cli_base()?;
+        crate::preset::train_command(&self.editor.preset, &file, &base)
+    }
+
+    /// What the command line starts from: the preset's own file while it still loads, else
+    /// the shipped preset of the same name (a shipped preset opened from the menu has no
+    /// file of its own), else the default one.
+    pub(super) fn cli_base(&self) -> crate::Result<(String, Preset)> {
+        if let Some(path) = &self.editor.path
+            && let Ok(base) = Preset::load(path, &[])
+        {
+            return Ok((path.display().to_string(), base));
+        }
+        let same_name = self.editor.preset.name.replace('-', "_");
+        let base = shipped(&same_name).or_else(|_| shipped(DEFAULT_PRESET))?;
+        Ok((base.file.to_string(), base.preset(&[])?))
+    }
+}

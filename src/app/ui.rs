@@ -1,0 +1,225 @@
+//! The shell's panels: the menu bar, the editor and run list, the central view, the status
+//! bar and the dialogs. Drawing only: what a click asks for is pushed as a [`Command`].
+
+use eframe::egui;
+
+use super::{AttnlabApp, Command, Editor, RunView, Tab, keys};
+
+impl AttnlabApp {
+    /// The whole window (the same function runs under eframe and under egui_kittest).
+    pub fn show(&mut self, ui: &mut egui::Ui) {
+        self.logic(&ui.ctx().clone());
+        egui::Panel::top("menu").show(ui, |ui| self.top_bar(ui));
+        egui::Panel::bottom("status").show(ui, |ui| {
+            ui.horizontal(|ui| {
+                ui.label(&self.status);
+                for (name, progress) in self.jobs.live() {
+                    ui.separator();
+                    ui.weak(format!("{name} {:.0}%", 100.0 * progress));
+                }
+            });
+        });
+        egui::Panel::left("editor")
+            .resizable(true)
+            .default_size(320.0)
+            .show(ui, |ui| {
+                egui::ScrollArea::vertical().show(ui, |ui| {
+                    self.editor.ui(ui);
+                    ui.separator();
+                    self.runs_ui(ui);
+                });
+            });
+        egui::CentralPanel::default().show(ui, |ui| {
+            ui.horizontal(|ui| {
+                for &tab in Tab::ALL {
+                    ui.selectable_value(&mut self.tab, tab, tab.label());
+                }
+            });
+            ui.separator();
+            let ctx = ui.ctx().clone();
+            let tab = self.tab;
+            let (views, cx) = self.split(&ctx);
+            views.view_mut(tab).ui(ui, &cx);
+        });
+        self.confirm_ui(ui.ctx());
+        keys::overlay_ui(ui.ctx(), &mut self.show_shortcuts);
+    }
+
+    pub(super) fn top_bar(&mut self, ui: &mut egui::Ui) {
+        let commands = self.commands.clone();
+        let push = |response: egui::Response, command: Command| {
+            if response.clicked() {
+                commands.push(command);
+            }
+        };
+        ui.horizontal(|ui| {
+            ui.menu_button("Preset", |ui| {
+                push(ui.button("New"), Command::NewPreset);
+                push(ui.button("Open... (Ctrl+O)"), Command::AskOpenPreset);
+                push(ui.button("Save (Ctrl+S)"), Command::Save);
+                push(ui.button("Save as..."), Command::AskSavePreset);
+                let copy = ui
+                    .button("Copy as CLI command")
+                    .on_hover_text("an attnlab train line with a --set per change (Ctrl+Shift+C)");
+                push(copy, Command::CopyCliCommand);
+                ui.separator();
+                ui.label("Shipped");
+                for shipped in crate::experiments::PRESETS {
+                    let button = ui.button(shipped.name).on_hover_text(shipped.file);
+                    push(button, Command::OpenShipped(shipped.name));
+                }
+                if !self.recent.is_empty() {
+                    ui.separator();
+                    ui.label("Recent");
+                    for path in &self.recent {
+                        let button = ui.button(path.display().to_string());
+                        push(button, Command::OpenPreset(path.clone()));
+                    }
+                }
+            });
+            ui.menu_button("Help", |ui| {
+                push(ui.button("Welcome page"), Command::Show(Tab::Welcome));
+                push(
+                    ui.button("Keyboard shortcuts (F1)"),
+                    Command::ToggleShortcuts,
+                );
+            });
+            push(ui.button("Open run..."), Command::AskOpenRun);
+            ui.separator();
+            let problem = self.editor.problem().map(str::to_string);
+            let start = ui
+                .add_enabled(problem.is_none(), egui::Button::new("Start"))
+                .on_hover_text("train the preset (Ctrl+Enter)")
+                .on_disabled_hover_text(problem.unwrap_or_default());
+            push(start, Command::Start);
+            if let Some(memory) = self.editor.memory() {
+                let total = crate::preset::bytes(memory.total());
+                ui.weak(format!("≈ {total}"))
+                    .on_hover_text(format!("memory a run of this preset needs: {memory}"));
+            }
+            let running = self.runs.selected().is_some_and(RunView::is_running);
+            let stop = ui
+                .add_enabled(running, egui::Button::new("Stop"))
+                .on_hover_text("Ctrl+.");
+            push(stop, Command::Stop);
+            if let Some(run) = self.runs.selected() {
+                progress_ui(ui, run);
+            }
+            let title = match (&self.editor.path, self.editor.is_dirty()) {
+                (Some(path), dirty) => {
+                    format!("{}{}", path.display(), if dirty { " *" } else { "" })
+                }
+                (None, _) => "unsaved preset".into(),
+            };
+            ui.label(egui::RichText::new(title).weak());
+        });
+    }
+
+    pub(super) fn runs_ui(&mut self, ui: &mut egui::Ui) {
+        ui.strong("Runs");
+        if self.runs.runs.is_empty() {
+            ui.label("none yet: press Start, or open a run folder");
+        }
+        let mut clicked = None;
+        let mut removed = None;
+        let selected = self.runs.selected;
+        for (i, run) in self.runs.runs.iter_mut().enumerate() {
+            ui.horizontal(|ui| {
+                ui.add(egui::Checkbox::without_text(&mut run.compare))
+                    .on_hover_text("compare: draw this run's curves beside the selected run's");
+                let remove = ui
+                    .add_enabled(!run.is_running(), egui::Button::new("x").small())
+                    .on_hover_text("remove from the list (the run folder stays)");
+                if remove.clicked() {
+                    removed = Some(i);
+                }
+                // A failure's reason can be long: the entry is cut at the panel's edge and
+                // the whole of it, with the folder, is on hover.
+                let text = format!("{} ({})", run.name, run.status_text());
+                let button = egui::Button::selectable(selected == Some(i), text.as_str());
+                let response = ui.add(button.truncate());
+                let hover = match &run.dir {
+                    Some(dir) => format!("{text}\n{}", dir.display()),
+                    None => text,
+                };
+                if response.on_hover_text(hover).clicked() {
+                    clicked = Some(i);
+                }
+            });
+        }
+        if let Some(i) = clicked {
+            self.runs.selected = Some(i);
+        }
+        if let Some(i) = removed {
+            self.runs.remove(i);
+        }
+        if let Some(run) = self.runs.selected() {
+            if let Some(notice) = &run.notice {
+                ui.colored_label(ui.visuals().warn_fg_color, notice);
+            }
+            if let Some(error) = &run.error {
+                ui.colored_label(ui.visuals().error_fg_color, error);
+            }
+        }
+    }
+
+    pub(super) fn confirm_ui(&mut self, ctx: &egui::Context) {
+        let Some((_, path)) = &self.confirm_replace else {
+            return;
+        };
+        let target = path
+            .as_ref()
+            .map_or("a new preset".into(), |p| p.display().to_string());
+        let mut answer = None;
+        egui::Window::new("Unsaved changes")
+            .collapsible(false)
+            .resizable(false)
+            .show(ctx, |ui| {
+                ui.label(format!(
+                    "The preset has unsaved changes. Discard them and open {target}?"
+                ));
+                ui.horizontal(|ui| {
+                    if ui.button("Discard").clicked() {
+                        answer = Some(true);
+                    }
+                    if ui.button("Cancel").clicked() {
+                        answer = Some(false);
+                    }
+                });
+            });
+        if let Some(discard) = answer
+            && let Some((preset, path)) = self.confirm_replace.take()
+            && discard
+        {
+            if let Some(path) = &path {
+                self.remember(path.clone());
+            }
+            self.editor = Editor::new(preset, path);
+        }
+    }
+}
+
+/// The state, steps, ETA and throughput of a run: a live run's percentage and ETA, an ended
+/// one's state and where it ended (a run that reached its target ends early, so "12%" alone
+/// would read as unfinished).
+fn progress_ui(ui: &mut egui::Ui, run: &RunView) {
+    let progress = run.progress();
+    let mut text = run.status_text();
+    if let Some(last) = run.steps.last() {
+        if run.is_running() {
+            text.push_str(&format!(" {:.0}%", 100.0 * progress));
+            if progress > 0.0 {
+                let eta = last.elapsed_secs * (1.0 / f64::from(progress) - 1.0);
+                text.push_str(&format!(", eta {eta:.0} s"));
+            }
+        } else {
+            text.push_str(&format!(" at step {} of {}", last.step, run.total_steps));
+        }
+        text.push_str(&format!(", {:.0} tokens/s", last.tokens_per_s));
+    }
+    ui.add(
+        egui::ProgressBar::new(progress)
+            .desired_width(280.0)
+            .text(text),
+    );
+}
