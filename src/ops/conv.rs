@@ -136,19 +136,10 @@ impl CustomOp3 for Conv {
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::CudaStorage,
-        l1: &Layout,
-        s2: &candle_core::CudaStorage,
-        l2: &Layout,
-        s3: &candle_core::CudaStorage,
-        l3: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    cuda_fwd!(self, |s1, l1, s2, l2, s3, l3| {
         let y = super::cuda::causal_conv((s1, l1), (s2, l2), Some((s3, l3)), self.0.sizes())?;
         Ok((y, l1.shape().clone()))
-    }
+    });
 
     fn bwd(
         &self,
@@ -213,17 +204,10 @@ impl CustomOp2 for InputGrad {
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::CudaStorage,
-        l1: &Layout,
-        s2: &candle_core::CudaStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    cuda_fwd!(self, |s1, l1, s2, l2| {
         let du = super::cuda::causal_conv((s1, l1), (s2, l2), None, self.0.sizes())?;
         Ok((du, l1.shape().clone()))
-    }
+    });
 }
 
 /// ∂L/∂kernel and ∂L/∂bias, (R, k + 1, D): row j < k is Σ g[t] ⊙ u[t − (k − 1) + j] over the
@@ -293,14 +277,7 @@ impl CustomOp2 for KernelGrad {
         Ok((CpuStorage::F32(out), Shape::from((replicas, k + 1, d))))
     }
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::CudaStorage,
-        l1: &Layout,
-        s2: &candle_core::CudaStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    cuda_fwd!(self, |s1, l1, s2, l2| {
         let Geometry { replicas, k, d, .. } = self.0;
         let sums = super::cuda::causal_conv_kernel_grad(
             (s1, l1),
@@ -309,7 +286,7 @@ impl CustomOp2 for KernelGrad {
             SEQUENCES_PER_PARTIAL,
         )?;
         Ok((sums, Shape::from((replicas, k + 1, d))))
-    }
+    });
 }
 
 #[cfg(test)]

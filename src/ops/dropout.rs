@@ -175,12 +175,7 @@ impl CustomOp1 for Dropout {
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        storage: &candle_core::CudaStorage,
-        layout: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    cuda_fwd!(self, |storage, layout| {
         super::cuda::dropout(
             storage,
             layout,
@@ -188,7 +183,7 @@ impl CustomOp1 for Dropout {
             &self.keys,
             self.block,
         )
-    }
+    });
 
     /// The same mask on the gradient: the forward pass's bytes on the CPU, hashed again on a GPU.
     fn bwd(&self, _x: &Tensor, _y: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {

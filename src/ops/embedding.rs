@@ -77,16 +77,9 @@ impl CustomOp2 for Embed {
         Ok((CpuStorage::F32(out), Shape::from((ids.len(), d))))
     }
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::CudaStorage,
-        l1: &Layout,
-        s2: &candle_core::CudaStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    cuda_fwd!(self, |s1, l1, s2, l2| {
         super::cuda::embedding((s1, l1), (s2, l2))
-    }
+    });
 
     fn bwd(
         &self,
@@ -141,16 +134,9 @@ impl CustomOp2 for EmbedGrad {
         Ok((CpuStorage::F32(dw), Shape::from((self.vocab, d))))
     }
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::CudaStorage,
-        l1: &Layout,
-        s2: &candle_core::CudaStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    cuda_fwd!(self, |s1, l1, s2, l2| {
         super::cuda::embedding_grad((s1, l1), (s2, l2), self.vocab)
-    }
+    });
 }
 
 /// Tokens per partial sum of an id's gradient row (see the module docs): about the square root

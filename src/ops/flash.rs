@@ -111,16 +111,7 @@ impl CustomOp3 for FlashAttention {
         candle_core::bail!("{CUDA_ONLY}")
     }
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::CudaStorage,
-        l1: &Layout,
-        s2: &candle_core::CudaStorage,
-        l2: &Layout,
-        s3: &candle_core::CudaStorage,
-        l3: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    cuda_fwd!(self, |s1, l1, s2, l2, s3, l3| {
         let bias = self.bias.as_ref().map(Tensor::storage_and_layout);
         let bias = match &bias {
             Some((guard, layout)) => Some((cuda_storage(guard)?, *layout)),
@@ -134,7 +125,7 @@ impl CustomOp3 for FlashAttention {
             candle_core::bail!("flash attention takes q of rank 4");
         };
         Ok((out, Shape::from((*b, *t, h * l3.dims()[3]))))
-    }
+    });
 
     fn bwd(
         &self,

@@ -109,14 +109,9 @@ impl CustomOp1 for Standardise {
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        storage: &candle_core::CudaStorage,
-        layout: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    cuda_fwd!(self, |storage, layout| {
         super::cuda::standardise(storage, layout, self.eps)
-    }
+    });
 
     fn bwd(
         &self,
@@ -169,18 +164,9 @@ impl CustomOp3 for StandardiseGrad {
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::CudaStorage,
-        l1: &Layout,
-        s2: &candle_core::CudaStorage,
-        l2: &Layout,
-        s3: &candle_core::CudaStorage,
-        l3: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    cuda_fwd!(self, |s1, l1, s2, l2, s3, l3| {
         super::cuda::standardise_grad([(s1, l1), (s2, l2), (s3, l3)], self.eps)
-    }
+    });
 }
 
 /// Softmax of each row of the last dimension. With `causal`, query row i of a (…, Tq, Tk)
@@ -368,14 +354,9 @@ impl CustomOp1 for RowSoftmax {
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        storage: &candle_core::CudaStorage,
-        layout: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    cuda_fwd!(self, |storage, layout| {
         super::cuda::row_softmax(storage, layout, self.causal)
-    }
+    });
 
     fn bwd(
         &self,
@@ -428,16 +409,9 @@ impl CustomOp2 for BiasedRowSoftmax {
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::CudaStorage,
-        l1: &Layout,
-        s2: &candle_core::CudaStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    cuda_fwd!(self, |s1, l1, s2, l2| {
         super::cuda::row_softmax_bias((s1, l1), (s2, l2), self.causal)
-    }
+    });
 
     /// ds as for [`RowSoftmax`]; the bias's gradient sums ds over the repeats, and is only
     /// computed for a bias that trains (ALiBi's or a Type series' is a constant).
@@ -528,17 +502,10 @@ impl CustomOp2 for ChunkGrad {
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::CudaStorage,
-        l1: &Layout,
-        s2: &candle_core::CudaStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    cuda_fwd!(self, |s1, l1, s2, l2| {
         let per_row = self.chunk.is_none();
         super::cuda::pair_grad(self.kernel, per_row, (s1, l1), (s2, l2))
-    }
+    });
 }
 
 /// Column sums of a row-major (rows, d) slice, computed in parallel blocks of rows.
@@ -617,14 +584,9 @@ impl CustomOp1 for ColumnSums {
         Ok((CpuStorage::F32(sums), Shape::from(d)))
     }
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        storage: &candle_core::CudaStorage,
-        layout: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    cuda_fwd!(self, |storage, layout| {
         super::cuda::column_sums(storage, layout)
-    }
+    });
 }
 
 /// x + y for a y shaped like x's trailing dimensions (a position table added to every
@@ -657,17 +619,10 @@ impl CustomOp2 for AddBroadcast {
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::CudaStorage,
-        l1: &Layout,
-        s2: &candle_core::CudaStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    cuda_fwd!(self, |s1, l1, s2, l2| {
         check_trailing(l1, l2)?;
         super::cuda::add_broadcast((s1, l1), (s2, l2))
-    }
+    });
 
     fn bwd(
         &self,
@@ -718,14 +673,9 @@ impl CustomOp1 for GeluErf {
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        storage: &candle_core::CudaStorage,
-        layout: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    cuda_fwd!(self, |storage, layout| {
         super::cuda::gelu_erf(storage, layout)
-    }
+    });
 
     fn bwd(
         &self,
@@ -827,23 +777,14 @@ impl CustomOp3 for LayerNorm {
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::CudaStorage,
-        l1: &Layout,
-        s2: &candle_core::CudaStorage,
-        l2: &Layout,
-        s3: &candle_core::CudaStorage,
-        l3: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    cuda_fwd!(self, |s1, l1, s2, l2, s3, l3| {
         rows_per_replica(
             l1.shape().elem_count(),
             last_dim(l1),
             l2.shape().elem_count(),
         )?;
         super::cuda::layer_norm([(s1, l1), (s2, l2), (s3, l3)], self.eps)
-    }
+    });
 
     fn bwd(
         &self,
@@ -964,23 +905,14 @@ impl CustomOp3 for LayerNormGrad {
         ))
     }
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::CudaStorage,
-        l1: &Layout,
-        s2: &candle_core::CudaStorage,
-        l2: &Layout,
-        s3: &candle_core::CudaStorage,
-        l3: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    cuda_fwd!(self, |s1, l1, s2, l2, s3, l3| {
         rows_per_replica(
             l2.shape().elem_count(),
             last_dim(l2),
             l3.shape().elem_count(),
         )?;
         super::cuda::layer_norm_grad([(s1, l1), (s2, l2), (s3, l3)], self.eps)
-    }
+    });
 }
 
 #[cfg(test)]

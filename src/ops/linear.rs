@@ -78,16 +78,11 @@ impl CustomOp1 for SwapMiddleAxes {
         Ok((CpuStorage::F32(out), Shape::from((a, c, b, d))))
     }
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        storage: &candle_core::CudaStorage,
-        layout: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    cuda_fwd!(self, |storage, layout| {
         let (a, b, c, d) = layout.shape().dims4()?;
         let out = super::cuda::swap_middle_axes((storage, layout), None, (a, b, c, d))?;
         Ok((out, Shape::from((a, c, b, d))))
-    }
+    });
 
     fn bwd(
         &self,
@@ -159,21 +154,12 @@ impl CustomOp3 for LinearOp {
         Ok((CpuStorage::F32(y), shape))
     }
 
-    /// The product by cuBLAS, then the bias added (and the heads split) in one pass.
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::CudaStorage,
-        l1: &Layout,
-        s2: &candle_core::CudaStorage,
-        l2: &Layout,
-        s3: &candle_core::CudaStorage,
-        l3: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    // The product by cuBLAS, then the bias added (and the heads split) in one pass.
+    cuda_fwd!(self, |s1, l1, s2, l2, s3, l3| {
         let (rows, shape) = self.sizes(l1, l2, l3)?;
         let y = super::cuda::linear((s1, l1), (s2, l2), (s3, l3), rows, &shape, self.heads)?;
         Ok((y, shape))
-    }
+    });
 
     fn bwd(
         &self,

@@ -109,17 +109,10 @@ impl CustomOp2 for CrossEntropy {
         Ok((CpuStorage::F32(means), Shape::from(self.groups)))
     }
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::CudaStorage,
-        l1: &Layout,
-        s2: &candle_core::CudaStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    cuda_fwd!(self, |s1, l1, s2, l2| {
         rows_per_group(l2.shape().elem_count(), self.groups)?;
         super::cuda::cross_entropy((s1, l1), (s2, l2), self.groups)
-    }
+    });
 
     fn bwd(
         &self,
@@ -170,18 +163,9 @@ impl CustomOp3 for CrossEntropyGrad {
         Ok((CpuStorage::F32(dx), l1.shape().clone()))
     }
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::CudaStorage,
-        l1: &Layout,
-        s2: &candle_core::CudaStorage,
-        l2: &Layout,
-        s3: &candle_core::CudaStorage,
-        l3: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    cuda_fwd!(self, |s1, l1, s2, l2, s3, l3| {
         super::cuda::cross_entropy_grad((s1, l1), (s2, l2), (s3, l3))
-    }
+    });
 }
 
 #[cfg(test)]

@@ -8,6 +8,19 @@
 //! The matrix products of [`linear`] and [`matmul`] are the CPU's own (the gemm crate); on a
 //! GPU, candle's cuBLAS products run them.
 
+/// The `cuda_fwd` of a candle custom op (`CustomOp1`, `2` or `3`), its storages and layouts
+/// named as given: the signature candle's traits require, written once, compiled with
+/// `--features cuda` only. `self` is passed in so that the body may use it (macro hygiene).
+macro_rules! cuda_fwd {
+    ($this:ident, |$($storage:ident, $layout:ident),+| $body:block) => {
+        #[cfg(feature = "cuda")]
+        fn cuda_fwd(
+            &$this,
+            $($storage: &candle_core::CudaStorage, $layout: &candle_core::Layout),+
+        ) -> candle_core::Result<(candle_core::CudaStorage, candle_core::Shape)> $body
+    };
+}
+
 mod adamw;
 mod causal_products;
 mod conv;

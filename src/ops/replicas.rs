@@ -150,18 +150,11 @@ impl CustomOp2 for BlockBroadcast {
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::CudaStorage,
-        l1: &Layout,
-        s2: &candle_core::CudaStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    cuda_fwd!(self, |s1, l1, s2, l2| {
         let mul = self.combine == Combine::Mul;
         let out = super::cuda::block_broadcast((s1, l1), (s2, l2), self.replicas, mul)?;
         Ok((out, l1.shape().clone()))
-    }
+    });
 
     fn bwd(
         &self,
@@ -208,12 +201,7 @@ impl CustomOp1 for BlockColumnSums {
         Ok((CpuStorage::F32(sums), Shape::from((self.replicas, self.n))))
     }
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        storage: &candle_core::CudaStorage,
-        layout: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    cuda_fwd!(self, |storage, layout| {
         // Rows of n, the replicas' blocks of them summed each on its own.
         let rows = Layout::contiguous_with_offset(
             (layout.shape().elem_count() / self.n, self.n),
@@ -221,7 +209,7 @@ impl CustomOp1 for BlockColumnSums {
         );
         let sums = super::cuda::block_column_sums((storage, &rows), self.replicas)?;
         Ok((sums, Shape::from((self.replicas, self.n))))
-    }
+    });
 }
 
 #[cfg(test)]
