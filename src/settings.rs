@@ -257,14 +257,14 @@ pub fn parse_value(raw: &str) -> toml::Value {
 /// The test every catalogue passes: each entry's default finds its way back to its entry
 /// (`facts()`), names are unique, texts are not empty, and each default is within its ranges
 /// with every setting catalogued ([`assert_catalogued`]). `$catalogue` is a static array of
-/// entries with `name`, `formula`, `summary` and `default`.
+/// references to entries with `name`, `formula`, `summary` and `default`.
 #[cfg(test)]
 macro_rules! test_catalogue {
     ($catalogue:expr) => {
         #[test]
         fn every_entry_is_the_facts_of_its_own_default() {
             let mut names = std::collections::BTreeSet::new();
-            for facts in &$catalogue {
+            for &facts in &$catalogue {
                 let spec = (facts.default)();
                 assert!(std::ptr::eq(spec.facts(), facts), "{}", facts.name);
                 assert!(names.insert(facts.name), "{} twice", facts.name);

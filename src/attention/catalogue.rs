@@ -1,7 +1,8 @@
 //! Every mechanism's facts in one place: its name, formula and summary (help text, tooltips),
 //! what it can be combined with (validation), its settings with their ranges and choices
 //! (validation, `--set`, the GUI's widgets) and its default. The picker, validation and the
-//! tests read this table; a new mechanism adds its entry here, its variant and config in
+//! tests read this table; a new mechanism adds its facts here (a static, listed in
+//! [`CATALOGUE`], which `facts()` names: no look-up by position), its variant and config in
 //! `mod.rs`, and its arm of `MechanismSpec::build`.
 
 use super::{BasedConfig, LinformerConfig, MechanismSpec, RebasedConfig};
@@ -29,73 +30,83 @@ pub struct Facts {
 }
 
 /// Every mechanism, in the order pickers list them.
-pub static CATALOGUE: [Facts; 5] = [
-    Facts {
-        name: "softmax",
-        formula: "A = softmax(q k^T / sqrt(d) + bias), causal",
-        summary: "Vaswani et al. 2017: exact attention, O(n^2) time and memory.",
-        causal: true,
-        keys_have_positions: true,
-        settings: Settings::NONE,
-        default: || MechanismSpec::Softmax,
-    },
-    Facts {
-        name: "linear",
-        formula: "A_ij = phi(q_i).phi(k_j) / sum_n phi(q_i).phi(k_n), phi = elu + 1",
-        summary: "Katharopoulos et al. 2020: a kernel feature map, O(n) recurrent form.",
-        causal: true,
-        keys_have_positions: true,
-        settings: Settings::NONE,
-        default: || MechanismSpec::Linear,
-    },
-    Facts {
-        name: "based",
-        formula: "A_ij ~ 1 + s + s^2/2, s = q_i.k_j / sqrt(d_f)",
-        summary: "Arora et al. 2024: Taylor kernel; better recall than linear.",
-        causal: true,
-        keys_have_positions: true,
-        settings: Settings::of(&[FEATURE_DIM]),
-        default: || MechanismSpec::Based(BasedConfig::default()),
-    },
-    Facts {
-        name: "rebased",
-        formula: "A_ij ~ (q'_i.k'_j / sqrt(d_f))^2, q' = gamma*norm(q) + beta",
-        summary: "Aksenov et al. 2024: learnable kernel; better recall than Based.",
-        causal: true,
-        keys_have_positions: true,
-        settings: Settings {
-            numbers: &[FEATURE_DIM],
-            switches: &[Switch {
-                key: "variant",
-                label: "variant",
-                choices: Choices::Words(&["rebased", "x2", "norm", "gamma", "gamma-beta"]),
-            }],
-        },
-        default: || MechanismSpec::Rebased(RebasedConfig::default()),
-    },
-    Facts {
-        name: "linformer",
-        formula: "A = softmax(q (E k)^T / sqrt(d)), n x k, non-causal",
-        summary: "Wang et al. 2020: keys and values projected to k rows, O(nk).",
-        causal: false,
-        keys_have_positions: false,
-        settings: Settings {
-            numbers: &[real(
-                "proj_dim",
-                1.0,
-                65_536.0,
-                "projected length k; at most the task's sequence length",
-            )
-            .whole()],
-            switches: &[Switch {
-                key: "sharing",
-                label: "sharing",
-                choices: Choices::Words(&["none", "headwise", "kv", "layerwise"]),
-            }],
-        },
-        default: || MechanismSpec::Linformer(LinformerConfig::default()),
-    },
+pub static CATALOGUE: [&Facts; 5] = [
+    &SOFTMAX_FACTS,
+    &LINEAR_FACTS,
+    &BASED_FACTS,
+    &REBASED_FACTS,
+    &LINFORMER_FACTS,
 ];
+
+static SOFTMAX_FACTS: Facts = Facts {
+    name: "softmax",
+    formula: "A = softmax(q k^T / sqrt(d) + bias), causal",
+    summary: "Vaswani et al. 2017: exact attention, O(n^2) time and memory.",
+    causal: true,
+    keys_have_positions: true,
+    settings: Settings::NONE,
+    default: || MechanismSpec::Softmax,
+};
+
+static LINEAR_FACTS: Facts = Facts {
+    name: "linear",
+    formula: "A_ij = phi(q_i).phi(k_j) / sum_n phi(q_i).phi(k_n), phi = elu + 1",
+    summary: "Katharopoulos et al. 2020: a kernel feature map, O(n) recurrent form.",
+    causal: true,
+    keys_have_positions: true,
+    settings: Settings::NONE,
+    default: || MechanismSpec::Linear,
+};
+
+static BASED_FACTS: Facts = Facts {
+    name: "based",
+    formula: "A_ij ~ 1 + s + s^2/2, s = q_i.k_j / sqrt(d_f)",
+    summary: "Arora et al. 2024: Taylor kernel; better recall than linear.",
+    causal: true,
+    keys_have_positions: true,
+    settings: Settings::of(&[FEATURE_DIM]),
+    default: || MechanismSpec::Based(BasedConfig::default()),
+};
+
+static REBASED_FACTS: Facts = Facts {
+    name: "rebased",
+    formula: "A_ij ~ (q'_i.k'_j / sqrt(d_f))^2, q' = gamma*norm(q) + beta",
+    summary: "Aksenov et al. 2024: learnable kernel; better recall than Based.",
+    causal: true,
+    keys_have_positions: true,
+    settings: Settings {
+        numbers: &[FEATURE_DIM],
+        switches: &[Switch {
+            key: "variant",
+            label: "variant",
+            choices: Choices::Words(&["rebased", "x2", "norm", "gamma", "gamma-beta"]),
+        }],
+    },
+    default: || MechanismSpec::Rebased(RebasedConfig::default()),
+};
+
+static LINFORMER_FACTS: Facts = Facts {
+    name: "linformer",
+    formula: "A = softmax(q (E k)^T / sqrt(d)), n x k, non-causal",
+    summary: "Wang et al. 2020: keys and values projected to k rows, O(nk).",
+    causal: false,
+    keys_have_positions: false,
+    settings: Settings {
+        numbers: &[real(
+            "proj_dim",
+            1.0,
+            65_536.0,
+            "projected length k; at most the task's sequence length",
+        )
+        .whole()],
+        switches: &[Switch {
+            key: "sharing",
+            label: "sharing",
+            choices: Choices::Words(&["none", "headwise", "kv", "layerwise"]),
+        }],
+    },
+    default: || MechanismSpec::Linformer(LinformerConfig::default()),
+};
 
 const FEATURE_DIM: Hyperparameter = real(
     "feature_dim",
@@ -109,11 +120,11 @@ impl MechanismSpec {
     /// This mechanism's entry of the [`CATALOGUE`].
     pub fn facts(&self) -> &'static Facts {
         match self {
-            Self::Softmax => &CATALOGUE[0],
-            Self::Linear => &CATALOGUE[1],
-            Self::Based(_) => &CATALOGUE[2],
-            Self::Rebased(_) => &CATALOGUE[3],
-            Self::Linformer(_) => &CATALOGUE[4],
+            Self::Softmax => &SOFTMAX_FACTS,
+            Self::Linear => &LINEAR_FACTS,
+            Self::Based(_) => &BASED_FACTS,
+            Self::Rebased(_) => &REBASED_FACTS,
+            Self::Linformer(_) => &LINFORMER_FACTS,
         }
     }
 }

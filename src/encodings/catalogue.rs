@@ -2,8 +2,9 @@
 //! formula and summary (help text, tooltips, `attnlab encodings`), its numeric settings with
 //! their ranges (validation, `--set`, the GUI's sliders), its switches (the GUI's checkboxes
 //! and choices) and its default. The pickers, the CLI,
-//! validation and the tests all read this table; a new encoding adds its entry here, its
-//! variant and config in `mod.rs`, and its arm of `EncodingSpec::build`.
+//! validation and the tests all read this table; a new encoding adds its facts here (a static,
+//! listed in [`CATALOGUE`], which `facts()` names: no look-up by position), its variant and
+//! config in `mod.rs`, and its arm of `EncodingSpec::build`.
 
 use super::{EncodingSpec, Family};
 use crate::settings::{Choices, Hyperparameter, Section, Settings, Switch, real};
@@ -27,215 +28,255 @@ pub struct Facts {
 }
 
 /// Every encoding, in the order pickers and tables list them.
-pub static CATALOGUE: [Facts; 20] = [
-    Facts {
-        name: "none",
-        family: Family::None,
-        learnable: false,
-        formula: "no positional term",
-        summary: "NoPE: causal masking alone carries order (a baseline).",
-        settings: Settings::NONE,
-        default: || EncodingSpec::None,
-    },
-    Facts {
-        name: "learned",
-        family: Family::Absolute,
-        learnable: true,
-        formula: "x_t + p_t, p learned",
-        summary: "GPT-style learned table; cannot go past its trained length.",
-        settings: Settings::NONE,
-        default: || EncodingSpec::Learned,
-    },
-    Facts {
-        name: "sinusoidal",
-        family: Family::Absolute,
-        learnable: false,
-        formula: "x_t + [sin(t/10000^(2i/d)), cos(t/10000^(2i/d))]",
-        summary: "Vaswani et al. 2017: fixed sinusoids added to the input.",
-        settings: Settings::NONE,
-        default: || EncodingSpec::Sinusoidal,
-    },
-    Facts {
-        name: "alibi",
-        family: Family::Bias,
-        learnable: false,
-        formula: "bias = -m_h t, m_h = 2^(-8h/H) (or one k for all heads)",
-        summary: "Press et al. 2022: linear distance penalty, extrapolates well.",
-        settings: Settings::of(ALIBI),
-        default: || EncodingSpec::Alibi(Default::default()),
-    },
-    Facts {
-        name: "kerple-log",
-        family: Family::Bias,
-        learnable: true,
-        formula: "bias = -r_h ln(1 + k_h t), r_h, k_h learned from U(0,2), U(0,1)",
-        summary: "Chi et al. 2022: learned logarithmic kernel; converges iff r > 1.",
-        settings: Settings::of(KERPLE_LOG),
-        default: || EncodingSpec::KerpleLog(Default::default()),
-    },
-    Facts {
-        name: "kerple-power",
-        family: Family::Bias,
-        learnable: true,
-        formula: "bias = -k_h t^r_h, 0 < r_h <= 2, learned from U(0,2), U(0,1)",
-        summary: "Chi et al. 2022: learned power kernel; always converges.",
-        settings: Settings::of(KERPLE_POWER),
-        default: || EncodingSpec::KerplePower(Default::default()),
-    },
-    Facts {
-        name: "sandwich",
-        family: Family::Bias,
-        learnable: false,
-        formula: "bias = k (sum_j cos(t / r^(2j/d)) - d/2)",
-        summary: "Chi et al. 2023: the inner product of sinusoids as a bias.",
-        settings: Settings {
-            numbers: SANDWICH,
-            switches: SANDWICH_SWITCHES,
-        },
-        default: || EncodingSpec::Sandwich(Default::default()),
-    },
-    Facts {
-        name: "type1",
-        family: Family::Bias,
-        learnable: false,
-        formula: "exp(bias) = 1/n^2",
-        summary: "Qin et al. 2023: a converging series, 1/n^2 (extrapolates).",
-        settings: Settings {
-            numbers: SERIES,
-            switches: SERIES_SWITCHES,
-        },
-        default: || EncodingSpec::Type1(Default::default()),
-    },
-    Facts {
-        name: "type2",
-        family: Family::Bias,
-        learnable: false,
-        formula: "exp(bias) = exp(-ln^2 n)",
-        summary: "Qin et al. 2023: a faster converging series, exp(-ln^2 n).",
-        settings: Settings {
-            numbers: SERIES,
-            switches: SERIES_SWITCHES,
-        },
-        default: || EncodingSpec::Type2(Default::default()),
-    },
-    Facts {
-        name: "inv-n",
-        family: Family::Bias,
-        learnable: false,
-        formula: "exp(bias) = 1/n",
-        summary: "Qin et al. 2023: a diverging control, 1/n (fails past ~4L).",
-        settings: Settings {
-            numbers: SERIES,
-            switches: SERIES_SWITCHES,
-        },
-        default: || EncodingSpec::InvN(Default::default()),
-    },
-    Facts {
-        name: "inv-n-log-n",
-        family: Family::Bias,
-        learnable: false,
-        formula: "exp(bias) = 1/(n ln n)",
-        summary: "Qin et al. 2023: a slowly diverging control, 1/(n ln n).",
-        settings: Settings {
-            numbers: N_LOG_N,
-            switches: SERIES_SWITCHES,
-        },
-        default: || EncodingSpec::InvNLogN(Default::default()),
-    },
-    Facts {
-        name: "window",
-        family: Family::Bias,
-        learnable: false,
-        formula: "bias = 0 for t < w, -inf beyond",
-        summary: "Sliding-window attention: only the last w tokens are seen.",
-        settings: Settings::of(WINDOW),
-        default: || EncodingSpec::Window(Default::default()),
-    },
-    Facts {
-        name: "t5",
-        family: Family::Bias,
-        learnable: true,
-        formula: "bias = b_h[bucket(t)], log-spaced buckets, learned",
-        summary: "Raffel et al. 2020: learned bias per log-spaced distance bucket.",
-        settings: Settings::of(T5),
-        default: || EncodingSpec::T5(Default::default()),
-    },
-    Facts {
-        name: "diet-rel",
-        family: Family::Bias,
-        learnable: true,
-        formula: "bias = b_h[min(t, max_distance)], learned",
-        summary: "Chen et al. 2021 (DIET): learned bias per clipped distance.",
-        settings: Settings {
-            numbers: DIET_REL,
-            switches: DIET_SWITCHES,
-        },
-        default: || EncodingSpec::DietRel(Default::default()),
-    },
-    Facts {
-        name: "diet-abs",
-        family: Family::Bias,
-        learnable: true,
-        formula: "bias_ij = (P_Q P_K^T)_ij per head, learned",
-        summary: "Chen et al. 2021 (DIET): decoupled absolute positions in the scores.",
-        settings: Settings {
-            numbers: DIET_ABS,
-            switches: DIET_SWITCHES,
-        },
-        default: || EncodingSpec::DietAbs(Default::default()),
-    },
-    Facts {
-        name: "rope",
-        family: Family::Rotary,
-        learnable: false,
-        formula: "q_i, k_j rotated by angle pos*base^(-2c/d); relative position t",
-        summary: "Su et al. 2021: rotate q and k by position; relative by design.",
-        settings: Settings::of(ROPE),
-        default: || EncodingSpec::Rope(Default::default()),
-    },
-    Facts {
-        name: "pi",
-        family: Family::Rotary,
-        learnable: false,
-        formula: "RoPE at positions pos/k; relative position t/k",
-        summary: "Chen et al. 2023: interpolate positions by k to reach k times longer.",
-        settings: Settings::of(PI),
-        default: || EncodingSpec::Pi(Default::default()),
-    },
-    Facts {
-        name: "ntk",
-        family: Family::Rotary,
-        learnable: false,
-        formula: "RoPE with base*alpha^(d/(d-2)); relative position t",
-        summary: "bloc97 2023: stretch RoPE's base instead of the positions.",
-        settings: Settings::of(NTK),
-        default: || EncodingSpec::Ntk(Default::default()),
-    },
-    Facts {
-        name: "rerope",
-        family: Family::Rotary,
-        learnable: false,
-        formula: "RoPE with relative position min(t, w)",
-        summary: "Su 2023: clip relative positions at w at inference time.",
-        settings: Settings {
-            numbers: REROPE,
-            switches: REROPE_SWITCHES,
-        },
-        default: || EncodingSpec::Rerope(Default::default()),
-    },
-    Facts {
-        name: "leaky-rerope",
-        family: Family::Rotary,
-        learnable: false,
-        formula: "RoPE with relative position t below w, w + (t - w)/k beyond",
-        summary: "Su 2023: compress relative positions beyond w by 1/k.",
-        settings: Settings {
-            numbers: LEAKY_REROPE,
-            switches: REROPE_SWITCHES,
-        },
-        default: || EncodingSpec::LeakyRerope(Default::default()),
-    },
+pub static CATALOGUE: [&Facts; 20] = [
+    &NONE_FACTS,
+    &LEARNED_FACTS,
+    &SINUSOIDAL_FACTS,
+    &ALIBI_FACTS,
+    &KERPLE_LOG_FACTS,
+    &KERPLE_POWER_FACTS,
+    &SANDWICH_FACTS,
+    &TYPE1_FACTS,
+    &TYPE2_FACTS,
+    &INV_N_FACTS,
+    &INV_N_LOG_N_FACTS,
+    &WINDOW_FACTS,
+    &T5_FACTS,
+    &DIET_REL_FACTS,
+    &DIET_ABS_FACTS,
+    &ROPE_FACTS,
+    &PI_FACTS,
+    &NTK_FACTS,
+    &REROPE_FACTS,
+    &LEAKY_REROPE_FACTS,
 ];
+
+static NONE_FACTS: Facts = Facts {
+    name: "none",
+    family: Family::None,
+    learnable: false,
+    formula: "no positional term",
+    summary: "NoPE: causal masking alone carries order (a baseline).",
+    settings: Settings::NONE,
+    default: || EncodingSpec::None,
+};
+
+static LEARNED_FACTS: Facts = Facts {
+    name: "learned",
+    family: Family::Absolute,
+    learnable: true,
+    formula: "x_t + p_t, p learned",
+    summary: "GPT-style learned table; cannot go past its trained length.",
+    settings: Settings::NONE,
+    default: || EncodingSpec::Learned,
+};
+
+static SINUSOIDAL_FACTS: Facts = Facts {
+    name: "sinusoidal",
+    family: Family::Absolute,
+    learnable: false,
+    formula: "x_t + [sin(t/10000^(2i/d)), cos(t/10000^(2i/d))]",
+    summary: "Vaswani et al. 2017: fixed sinusoids added to the input.",
+    settings: Settings::NONE,
+    default: || EncodingSpec::Sinusoidal,
+};
+
+static ALIBI_FACTS: Facts = Facts {
+    name: "alibi",
+    family: Family::Bias,
+    learnable: false,
+    formula: "bias = -m_h t, m_h = 2^(-8h/H) (or one k for all heads)",
+    summary: "Press et al. 2022: linear distance penalty, extrapolates well.",
+    settings: Settings::of(ALIBI),
+    default: || EncodingSpec::Alibi(Default::default()),
+};
+
+static KERPLE_LOG_FACTS: Facts = Facts {
+    name: "kerple-log",
+    family: Family::Bias,
+    learnable: true,
+    formula: "bias = -r_h ln(1 + k_h t), r_h, k_h learned from U(0,2), U(0,1)",
+    summary: "Chi et al. 2022: learned logarithmic kernel; converges iff r > 1.",
+    settings: Settings::of(KERPLE_LOG),
+    default: || EncodingSpec::KerpleLog(Default::default()),
+};
+
+static KERPLE_POWER_FACTS: Facts = Facts {
+    name: "kerple-power",
+    family: Family::Bias,
+    learnable: true,
+    formula: "bias = -k_h t^r_h, 0 < r_h <= 2, learned from U(0,2), U(0,1)",
+    summary: "Chi et al. 2022: learned power kernel; always converges.",
+    settings: Settings::of(KERPLE_POWER),
+    default: || EncodingSpec::KerplePower(Default::default()),
+};
+
+static SANDWICH_FACTS: Facts = Facts {
+    name: "sandwich",
+    family: Family::Bias,
+    learnable: false,
+    formula: "bias = k (sum_j cos(t / r^(2j/d)) - d/2)",
+    summary: "Chi et al. 2023: the inner product of sinusoids as a bias.",
+    settings: Settings {
+        numbers: SANDWICH,
+        switches: SANDWICH_SWITCHES,
+    },
+    default: || EncodingSpec::Sandwich(Default::default()),
+};
+
+static TYPE1_FACTS: Facts = Facts {
+    name: "type1",
+    family: Family::Bias,
+    learnable: false,
+    formula: "exp(bias) = 1/n^2",
+    summary: "Qin et al. 2023: a converging series, 1/n^2 (extrapolates).",
+    settings: Settings {
+        numbers: SERIES,
+        switches: SERIES_SWITCHES,
+    },
+    default: || EncodingSpec::Type1(Default::default()),
+};
+
+static TYPE2_FACTS: Facts = Facts {
+    name: "type2",
+    family: Family::Bias,
+    learnable: false,
+    formula: "exp(bias) = exp(-ln^2 n)",
+    summary: "Qin et al. 2023: a faster converging series, exp(-ln^2 n).",
+    settings: Settings {
+        numbers: SERIES,
+        switches: SERIES_SWITCHES,
+    },
+    default: || EncodingSpec::Type2(Default::default()),
+};
+
+static INV_N_FACTS: Facts = Facts {
+    name: "inv-n",
+    family: Family::Bias,
+    learnable: false,
+    formula: "exp(bias) = 1/n",
+    summary: "Qin et al. 2023: a diverging control, 1/n (fails past ~4L).",
+    settings: Settings {
+        numbers: SERIES,
+        switches: SERIES_SWITCHES,
+    },
+    default: || EncodingSpec::InvN(Default::default()),
+};
+
+static INV_N_LOG_N_FACTS: Facts = Facts {
+    name: "inv-n-log-n",
+    family: Family::Bias,
+    learnable: false,
+    formula: "exp(bias) = 1/(n ln n)",
+    summary: "Qin et al. 2023: a slowly diverging control, 1/(n ln n).",
+    settings: Settings {
+        numbers: N_LOG_N,
+        switches: SERIES_SWITCHES,
+    },
+    default: || EncodingSpec::InvNLogN(Default::default()),
+};
+
+static WINDOW_FACTS: Facts = Facts {
+    name: "window",
+    family: Family::Bias,
+    learnable: false,
+    formula: "bias = 0 for t < w, -inf beyond",
+    summary: "Sliding-window attention: only the last w tokens are seen.",
+    settings: Settings::of(WINDOW),
+    default: || EncodingSpec::Window(Default::default()),
+};
+
+static T5_FACTS: Facts = Facts {
+    name: "t5",
+    family: Family::Bias,
+    learnable: true,
+    formula: "bias = b_h[bucket(t)], log-spaced buckets, learned",
+    summary: "Raffel et al. 2020: learned bias per log-spaced distance bucket.",
+    settings: Settings::of(T5),
+    default: || EncodingSpec::T5(Default::default()),
+};
+
+static DIET_REL_FACTS: Facts = Facts {
+    name: "diet-rel",
+    family: Family::Bias,
+    learnable: true,
+    formula: "bias = b_h[min(t, max_distance)], learned",
+    summary: "Chen et al. 2021 (DIET): learned bias per clipped distance.",
+    settings: Settings {
+        numbers: DIET_REL,
+        switches: DIET_SWITCHES,
+    },
+    default: || EncodingSpec::DietRel(Default::default()),
+};
+
+static DIET_ABS_FACTS: Facts = Facts {
+    name: "diet-abs",
+    family: Family::Bias,
+    learnable: true,
+    formula: "bias_ij = (P_Q P_K^T)_ij per head, learned",
+    summary: "Chen et al. 2021 (DIET): decoupled absolute positions in the scores.",
+    settings: Settings {
+        numbers: DIET_ABS,
+        switches: DIET_SWITCHES,
+    },
+    default: || EncodingSpec::DietAbs(Default::default()),
+};
+
+static ROPE_FACTS: Facts = Facts {
+    name: "rope",
+    family: Family::Rotary,
+    learnable: false,
+    formula: "q_i, k_j rotated by angle pos*base^(-2c/d); relative position t",
+    summary: "Su et al. 2021: rotate q and k by position; relative by design.",
+    settings: Settings::of(ROPE),
+    default: || EncodingSpec::Rope(Default::default()),
+};
+
+static PI_FACTS: Facts = Facts {
+    name: "pi",
+    family: Family::Rotary,
+    learnable: false,
+    formula: "RoPE at positions pos/k; relative position t/k",
+    summary: "Chen et al. 2023: interpolate positions by k to reach k times longer.",
+    settings: Settings::of(PI),
+    default: || EncodingSpec::Pi(Default::default()),
+};
+
+static NTK_FACTS: Facts = Facts {
+    name: "ntk",
+    family: Family::Rotary,
+    learnable: false,
+    formula: "RoPE with base*alpha^(d/(d-2)); relative position t",
+    summary: "bloc97 2023: stretch RoPE's base instead of the positions.",
+    settings: Settings::of(NTK),
+    default: || EncodingSpec::Ntk(Default::default()),
+};
+
+static REROPE_FACTS: Facts = Facts {
+    name: "rerope",
+    family: Family::Rotary,
+    learnable: false,
+    formula: "RoPE with relative position min(t, w)",
+    summary: "Su 2023: clip relative positions at w at inference time.",
+    settings: Settings {
+        numbers: REROPE,
+        switches: REROPE_SWITCHES,
+    },
+    default: || EncodingSpec::Rerope(Default::default()),
+};
+
+static LEAKY_REROPE_FACTS: Facts = Facts {
+    name: "leaky-rerope",
+    family: Family::Rotary,
+    learnable: false,
+    formula: "RoPE with relative position t below w, w + (t - w)/k beyond",
+    summary: "Su 2023: compress relative positions beyond w by 1/k.",
+    settings: Settings {
+        numbers: LEAKY_REROPE,
+        switches: REROPE_SWITCHES,
+    },
+    default: || EncodingSpec::LeakyRerope(Default::default()),
+};
 
 impl Section for EncodingSpec {
     const SECTION: &'static str = "encoding";
@@ -253,26 +294,26 @@ impl EncodingSpec {
     /// This encoding's entry of the [`CATALOGUE`].
     pub fn facts(&self) -> &'static Facts {
         match self {
-            Self::None => &CATALOGUE[0],
-            Self::Learned => &CATALOGUE[1],
-            Self::Sinusoidal => &CATALOGUE[2],
-            Self::Alibi(_) => &CATALOGUE[3],
-            Self::KerpleLog(_) => &CATALOGUE[4],
-            Self::KerplePower(_) => &CATALOGUE[5],
-            Self::Sandwich(_) => &CATALOGUE[6],
-            Self::Type1(_) => &CATALOGUE[7],
-            Self::Type2(_) => &CATALOGUE[8],
-            Self::InvN(_) => &CATALOGUE[9],
-            Self::InvNLogN(_) => &CATALOGUE[10],
-            Self::Window(_) => &CATALOGUE[11],
-            Self::T5(_) => &CATALOGUE[12],
-            Self::DietRel(_) => &CATALOGUE[13],
-            Self::DietAbs(_) => &CATALOGUE[14],
-            Self::Rope(_) => &CATALOGUE[15],
-            Self::Pi(_) => &CATALOGUE[16],
-            Self::Ntk(_) => &CATALOGUE[17],
-            Self::Rerope(_) => &CATALOGUE[18],
-            Self::LeakyRerope(_) => &CATALOGUE[19],
+            Self::None => &NONE_FACTS,
+            Self::Learned => &LEARNED_FACTS,
+            Self::Sinusoidal => &SINUSOIDAL_FACTS,
+            Self::Alibi(_) => &ALIBI_FACTS,
+            Self::KerpleLog(_) => &KERPLE_LOG_FACTS,
+            Self::KerplePower(_) => &KERPLE_POWER_FACTS,
+            Self::Sandwich(_) => &SANDWICH_FACTS,
+            Self::Type1(_) => &TYPE1_FACTS,
+            Self::Type2(_) => &TYPE2_FACTS,
+            Self::InvN(_) => &INV_N_FACTS,
+            Self::InvNLogN(_) => &INV_N_LOG_N_FACTS,
+            Self::Window(_) => &WINDOW_FACTS,
+            Self::T5(_) => &T5_FACTS,
+            Self::DietRel(_) => &DIET_REL_FACTS,
+            Self::DietAbs(_) => &DIET_ABS_FACTS,
+            Self::Rope(_) => &ROPE_FACTS,
+            Self::Pi(_) => &PI_FACTS,
+            Self::Ntk(_) => &NTK_FACTS,
+            Self::Rerope(_) => &REROPE_FACTS,
+            Self::LeakyRerope(_) => &LEAKY_REROPE_FACTS,
         }
     }
 }
