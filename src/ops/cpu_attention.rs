@@ -20,8 +20,9 @@ use rayon::prelude::*;
 
 use super::causal_products::{lower_product, triangular_product};
 use super::dropout::Dropout;
-use super::fused::{slice, softmax_from_stats, softmax_grad_in_place, softmax_in_place, zeros};
+use super::fused::{slice, zeros};
 use super::gemm::{MatMut, MatRef};
+use super::softmax::{softmax_from_stats, softmax_grad_in_place, softmax_in_place};
 use super::{RowKernel, cpu_f32, dot_scores, kernel_rows, matmul_merge_heads, softmax_rows};
 use crate::Result;
 

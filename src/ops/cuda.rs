@@ -1,6 +1,7 @@
 //! The GPU side of the fused ops: launches the kernels of `kernels.cu`, which build.rs compiles
-//! to PTX with `--features cuda`. Each function here is the `cuda_fwd` of one op in `fused.rs`,
-//! `embed.rs` or `adamw.rs`, taking and returning contiguous f32 storages like its CPU twin.
+//! to PTX with `--features cuda`. Each function here is the `cuda_fwd` of one op of `ops/`
+//! (`softmax.rs`, `layer_norm.rs`, `linear.rs`, `embedding.rs`, `adamw.rs`, …), taking and
+//! returning contiguous f32 storages like its CPU twin.
 //!
 //! `ATTNLAB_CUDA_KERNELS=0` turns them all off (the composed candle ops run instead): a switch
 //! for measuring what they buy, and a way round a kernel that misbehaves on some GPU.

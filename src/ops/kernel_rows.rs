@@ -8,7 +8,8 @@
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, D, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
-use super::fused::{causal_visible, last_dim, slice, zeros};
+use super::fused::{last_dim, slice, zeros};
+use super::softmax::causal_visible;
 use super::{causal_mask, cpu_f32};
 use crate::Result;
 

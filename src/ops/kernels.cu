@@ -1,4 +1,4 @@
-// attnlab's CUDA kernels: the GPU side of the fused ops in `fused.rs` and `train/optim.rs`.
+// attnlab's CUDA kernels: the GPU side of the fused ops of `src/ops/` and of AdamW's step.
 //
 // Compiled to PTX by build.rs, only with `--features cuda`. Every kernel takes contiguous f32
 // data (the Rust side makes inputs contiguous first) and is the GPU twin of a CPU kernel with

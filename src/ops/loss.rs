@@ -8,7 +8,8 @@
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
-use super::fused::{exp_shifted_scaled, indices, last_dim, max_and_exp_sum, slice, zeros};
+use super::fused::{indices, last_dim, slice, zeros};
+use super::softmax::{exp_shifted_scaled, max_and_exp_sum};
 use crate::Result;
 
 /// Mean over rows of −log softmax(logits)[target]: logits (rows, V) f32, targets (rows) u32.

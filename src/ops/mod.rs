@@ -28,17 +28,20 @@ mod cpu_attention;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod dropout;
+mod elementwise;
 mod embedding;
 mod flash;
 mod fused;
 mod gemm;
 mod kernel_rows;
+mod layer_norm;
 mod linear;
 mod loss;
 mod mask;
 mod matmul;
 mod precision;
 mod replicas;
+mod softmax;
 
 use candle_core::{D, DType, Device, Tensor};
 
@@ -102,7 +105,7 @@ fn cpu_f32(x: &Tensor) -> bool {
 /// keys j ≤ i + (Tk − Tq); masked weights are exactly 0.
 pub fn softmax_rows(x: &Tensor, causal: bool) -> Result<Tensor> {
     if fusable(x) {
-        return Ok(x.contiguous()?.apply_op1(fused::RowSoftmax { causal })?);
+        return Ok(x.contiguous()?.apply_op1(softmax::RowSoftmax { causal })?);
     }
     softmax_rows_composed(x, causal)
 }
@@ -112,7 +115,7 @@ pub fn softmax_rows(x: &Tensor, causal: bool) -> Result<Tensor> {
 /// added inside the softmax's pass instead of as a (B, H, Tq, Tk) tensor of its own.
 pub fn softmax_rows_biased(x: &Tensor, bias: &Tensor, causal: bool) -> Result<Tensor> {
     if fusable(x) && fusable(bias) && repeats_over_rows(bias, x) {
-        let op = fused::BiasedRowSoftmax { causal };
+        let op = softmax::BiasedRowSoftmax { causal };
         return Ok(x.contiguous()?.apply_op2(&bias.contiguous()?, op)?);
     }
     softmax_rows(&with_bias(x, bias, Combine::Add)?, causal)
@@ -197,7 +200,7 @@ pub fn add_broadcast(x: &Tensor, y: &Tensor) -> Result<Tensor> {
     if fusable(x) && fusable(y) {
         return Ok(x
             .contiguous()?
-            .apply_op2(&y.contiguous()?, fused::AddBroadcast)?);
+            .apply_op2(&y.contiguous()?, elementwise::AddBroadcast)?);
     }
     Ok(x.broadcast_add(y)?)
 }
@@ -205,7 +208,7 @@ pub fn add_broadcast(x: &Tensor, y: &Tensor) -> Result<Tensor> {
 /// GELU, exact erf form (PyTorch's `nn.GELU()`).
 pub fn gelu_erf(x: &Tensor) -> Result<Tensor> {
     if fusable(x) {
-        return Ok(x.contiguous()?.apply_op1(fused::GeluErf)?);
+        return Ok(x.contiguous()?.apply_op1(elementwise::GeluErf)?);
     }
     Ok(x.gelu_erf()?)
 }
@@ -215,7 +218,7 @@ pub fn gelu_erf(x: &Tensor) -> Result<Tensor> {
 /// takes row r.
 pub fn layer_norm(x: &Tensor, gamma: &Tensor, beta: &Tensor, eps: f64) -> Result<Tensor> {
     if fusable(x) {
-        let op = fused::LayerNorm { eps: eps as f32 };
+        let op = layer_norm::LayerNorm { eps: eps as f32 };
         return Ok(x
             .contiguous()?
             .apply_op3(&gamma.contiguous()?, &beta.contiguous()?, op)?);
@@ -238,7 +241,7 @@ pub fn standardise(x: &Tensor, eps: f64) -> Result<Tensor> {
     if fusable(x) {
         return Ok(x
             .contiguous()?
-            .apply_op1(fused::Standardise { eps: eps as f32 })?);
+            .apply_op1(layer_norm::Standardise { eps: eps as f32 })?);
     }
     standardise_composed(x, eps)
 }
@@ -626,11 +629,11 @@ mod tests {
     fn fast_erf_is_within_1e_6_of_libm() {
         let worst = (-60_000..=60_000)
             .map(|i| i as f32 * 1e-4)
-            .map(|x| (fused::erf(x) - libm::erff(x)).abs())
+            .map(|x| (elementwise::erf(x) - libm::erff(x)).abs())
             .fold(0f32, f32::max);
         assert!(worst < 1e-6, "max |erf − erff| = {worst}");
-        assert!((fused::erf(100.0) - 1.0).abs() < 1e-6);
-        assert!((fused::erf(-100.0) + 1.0).abs() < 1e-6);
+        assert!((elementwise::erf(100.0) - 1.0).abs() < 1e-6);
+        assert!((elementwise::erf(-100.0) + 1.0).abs() < 1e-6);
     }
 
     #[test]

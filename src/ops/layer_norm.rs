@@ -1,0 +1,302 @@
+//! Row standardisation and LayerNorm (one model's γ and β, or a row of them per replica), one
+//! pass forward and one backward.
+
+use candle_core::{CpuStorage, CustomOp1, CustomOp3, Layout, Shape, Tensor};
+use rayon::prelude::*;
+
+use super::fused::{last_dim, slice, zeros};
+use super::softmax::{dot_lanes, sum_lanes};
+
+/// (x − mean) / √(var + eps) per row of the last dimension.
+pub struct Standardise {
+    pub eps: f32,
+}
+
+/// A row's mean and 1/√(var + eps), summed in partial sums that vectorise.
+#[inline(always)]
+fn mean_and_inv_std(row: &[f32], eps: f32) -> (f32, f32) {
+    let n = row.len() as f32;
+    let mean = sum_lanes(row, |x| x) / n;
+    let var = sum_lanes(row, |x| (x - mean) * (x - mean)) / n;
+    (mean, 1.0 / (var + eps).sqrt())
+}
+
+impl CustomOp1 for Standardise {
+    fn name(&self) -> &'static str {
+        "attnlab-standardise"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let x = slice(storage, layout)?;
+        let d = last_dim(layout);
+        let mut out = zeros(x.len());
+        out.par_chunks_mut(d)
+            .zip(x.par_chunks(d))
+            .for_each(|(o, row)| {
+                let (mean, inv) = mean_and_inv_std(row, self.eps);
+                for (o, x) in o.iter_mut().zip(row) {
+                    *o = (x - mean) * inv;
+                }
+            });
+        Ok((CpuStorage::F32(out), layout.shape().clone()))
+    }
+
+    cuda_fwd!(self, |storage, layout| {
+        super::cuda::standardise(storage, layout, self.eps)
+    });
+
+    fn bwd(
+        &self,
+        arg: &Tensor,
+        res: &Tensor,
+        grad_res: &Tensor,
+    ) -> candle_core::Result<Option<Tensor>> {
+        let grad = grad_res.contiguous()?.apply_op3_no_bwd(
+            &arg.contiguous()?,
+            &res.contiguous()?,
+            &StandardiseGrad { eps: self.eps },
+        )?;
+        Ok(Some(grad))
+    }
+}
+
+/// dx = (dy − mean(dy) − y·mean(dy·y)) / σ, inputs (dy, x, y).
+struct StandardiseGrad {
+    eps: f32,
+}
+
+impl CustomOp3 for StandardiseGrad {
+    fn name(&self) -> &'static str {
+        "attnlab-standardise-grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (dy, x, y) = (slice(s1, l1)?, slice(s2, l2)?, slice(s3, l3)?);
+        let d = last_dim(l1);
+        let mut out = zeros(dy.len());
+        out.par_chunks_mut(d)
+            .zip(dy.par_chunks(d).zip(x.par_chunks(d).zip(y.par_chunks(d))))
+            .for_each(|(o, (dy, (x, y)))| {
+                let (_, inv) = mean_and_inv_std(x, self.eps);
+                let n = d as f32;
+                let mean_dy = dy.iter().sum::<f32>() / n;
+                let mean_dyy = dy.iter().zip(y).map(|(a, b)| a * b).sum::<f32>() / n;
+                for ((o, dy), y) in o.iter_mut().zip(dy).zip(y) {
+                    *o = inv * (dy - mean_dy - y * mean_dyy);
+                }
+            });
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    cuda_fwd!(self, |s1, l1, s2, l2, s3, l3| {
+        super::cuda::standardise_grad([(s1, l1), (s2, l2), (s3, l3)], self.eps)
+    });
+}
+
+/// LayerNorm over the last dimension, y = γ ⊙ (x − mean)/σ + β, inputs (x, γ, β). γ and β are
+/// (d), or (R, d) for R replicas of a model: x's rows are R blocks, block r normalised
+/// with row r. One pass each way on the CPU, where standardising and then applying γᵣ and βᵣ as
+/// ops of their own took three passes forward and nine backward: a fifth of a replica group's
+/// step at d 32.
+pub struct LayerNorm {
+    pub eps: f32,
+}
+
+/// Rows a task of [`LayerNorm`] handles at once: one vector-dispatch per task, not per row.
+const ROWS_PER_TASK: usize = 64;
+
+/// x's rows per replica for γ of `params` elements (one replica: every row), checked.
+fn rows_per_replica(x: usize, d: usize, params: usize) -> candle_core::Result<usize> {
+    let (rows, replicas) = (x / d, params / d);
+    if replicas == 0 || !params.is_multiple_of(d) || !rows.is_multiple_of(replicas) {
+        candle_core::bail!("layer norm: γ of {params} does not fit {rows} rows of {d}");
+    }
+    Ok(rows / replicas)
+}
+
+impl CustomOp3 for LayerNorm {
+    fn name(&self) -> &'static str {
+        "attnlab-layer-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (x, gamma, beta) = (slice(s1, l1)?, slice(s2, l2)?, slice(s3, l3)?);
+        let d = last_dim(l1);
+        let per_replica = rows_per_replica(x.len(), d, gamma.len())?;
+        let mut out = zeros(x.len());
+        out.par_chunks_mut(d * ROWS_PER_TASK)
+            .zip(x.par_chunks(d * ROWS_PER_TASK))
+            .enumerate()
+            .for_each(|(task, (out, x))| {
+                super::vectorised(
+                    #[inline(always)]
+                    || {
+                        let rows = out.chunks_mut(d).zip(x.chunks(d));
+                        for (i, (out, x)) in rows.enumerate() {
+                            let r = (task * ROWS_PER_TASK + i) / per_replica;
+                            let params = (&gamma[r * d..][..d], &beta[r * d..][..d]);
+                            layer_norm_row(out, x, params, self.eps);
+                        }
+                    },
+                )
+            });
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    cuda_fwd!(self, |s1, l1, s2, l2, s3, l3| {
+        rows_per_replica(
+            l1.shape().elem_count(),
+            last_dim(l1),
+            l2.shape().elem_count(),
+        )?;
+        super::cuda::layer_norm([(s1, l1), (s2, l2), (s3, l3)], self.eps)
+    });
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        gamma: &Tensor,
+        beta: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let x = x.contiguous()?;
+        let grad = grad.contiguous()?;
+        let op = LayerNormGrad { eps: self.eps };
+        let grads = grad.apply_op3_no_bwd(&x, &gamma.contiguous()?, &op)?;
+        let (n, p) = (x.elem_count(), gamma.elem_count());
+        let dx = grads.narrow(0, 0, n)?.reshape(x.shape())?;
+        let d_gamma = grads.narrow(0, n, p)?.reshape(gamma.shape())?;
+        let d_beta = grads.narrow(0, n + p, p)?.reshape(beta.shape())?;
+        Ok((Some(dx), Some(d_gamma), Some(d_beta)))
+    }
+}
+
+/// One row of [`LayerNorm`]: `out` = γ ⊙ (x − mean)/σ + β.
+#[inline(always)]
+fn layer_norm_row(out: &mut [f32], x: &[f32], (gamma, beta): (&[f32], &[f32]), eps: f32) {
+    let (mean, inv) = mean_and_inv_std(x, eps);
+    for (((o, x), g), b) in out.iter_mut().zip(x).zip(gamma).zip(beta) {
+        *o = (x - mean) * inv * g + b;
+    }
+}
+
+/// [`LayerNorm`]'s gradients on the CPU in one pass, inputs (dy, x, γ) → [dx | dγ | dβ] flat:
+/// dx = (dŷ − mean(dŷ) − ŷ·mean(dŷ·ŷ)) / σ with dŷ = dy ⊙ γ; dγ = Σ dy ⊙ ŷ and dβ = Σ dy over
+/// each replica's rows.
+struct LayerNormGrad {
+    eps: f32,
+}
+
+impl LayerNormGrad {
+    /// Gradients of one task's rows (all of one replica, with γ its row): dx written, the
+    /// task's share of dγ and dβ returned side by side.
+    #[inline(always)]
+    fn rows(&self, dx: &mut [f32], dy: &[f32], x: &[f32], gamma: &[f32]) -> Vec<f32> {
+        let d = gamma.len();
+        let mut sums = vec![0f32; 2 * d];
+        let (d_gamma, d_beta) = sums.split_at_mut(d);
+        let mut d_y_hat = vec![0f32; d];
+        let rows = dx.chunks_mut(d).zip(dy.chunks(d)).zip(x.chunks(d));
+        for ((dx, dy), x) in rows {
+            let (mean, inv) = mean_and_inv_std(x, self.eps);
+            // dx holds ŷ until the last loop.
+            for (y, x) in dx.iter_mut().zip(x) {
+                *y = (x - mean) * inv;
+            }
+            for (((dg, db), y), dy) in d_gamma.iter_mut().zip(&mut *d_beta).zip(&*dx).zip(dy) {
+                *dg += dy * y;
+                *db += dy;
+            }
+            for ((g, dy), gamma) in d_y_hat.iter_mut().zip(dy).zip(gamma) {
+                *g = dy * gamma;
+            }
+            let n = d as f32;
+            let mean_g = sum_lanes(&d_y_hat, |g| g) / n;
+            let mean_gy = dot_lanes(&d_y_hat, dx) / n;
+            for (dx, g) in dx.iter_mut().zip(&d_y_hat) {
+                *dx = inv * (g - mean_g - *dx * mean_gy);
+            }
+        }
+        sums
+    }
+}
+
+impl CustomOp3 for LayerNormGrad {
+    fn name(&self) -> &'static str {
+        "attnlab-layer-norm-grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (dy, x, gamma) = (slice(s1, l1)?, slice(s2, l2)?, slice(s3, l3)?);
+        let d = last_dim(l1);
+        let per_replica = rows_per_replica(x.len(), d, gamma.len())? * d;
+        let mut grads = zeros(dy.len() + 2 * gamma.len());
+        let (dx, params) = grads.split_at_mut(dy.len());
+        let (d_gamma, d_beta) = params.split_at_mut(gamma.len());
+        let task = d * ROWS_PER_TASK;
+        let replicas = dx.chunks_mut(per_replica).zip(dy.chunks(per_replica));
+        for (r, (dx, dy)) in replicas.enumerate() {
+            let (x, gamma) = (&x[r * per_replica..][..per_replica], &gamma[r * d..][..d]);
+            let sums = dx
+                .par_chunks_mut(task)
+                .zip(dy.par_chunks(task).zip(x.par_chunks(task)))
+                .map(|(dx, (dy, x))| {
+                    super::vectorised(
+                        #[inline(always)]
+                        || self.rows(dx, dy, x, gamma),
+                    )
+                })
+                .reduce(
+                    || vec![0f32; 2 * d],
+                    |mut a, b| {
+                        a.iter_mut().zip(&b).for_each(|(a, b)| *a += b);
+                        a
+                    },
+                );
+            d_gamma[r * d..][..d].copy_from_slice(&sums[..d]);
+            d_beta[r * d..][..d].copy_from_slice(&sums[d..]);
+        }
+        Ok((
+            CpuStorage::F32(grads),
+            Shape::from(dy.len() + 2 * gamma.len()),
+        ))
+    }
+
+    cuda_fwd!(self, |s1, l1, s2, l2, s3, l3| {
+        rows_per_replica(
+            l2.shape().elem_count(),
+            last_dim(l2),
+            l3.shape().elem_count(),
+        )?;
+        super::cuda::layer_norm_grad([(s1, l1), (s2, l2), (s3, l3)], self.eps)
+    });
+}
