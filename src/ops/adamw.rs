@@ -232,11 +232,7 @@ impl CustomOp1 for SumSquares {
         "attnlab-sum-squares"
     }
 
-    fn cpu_fwd(
-        &self,
-        storage: &CpuStorage,
-        layout: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(self, |storage, layout| {
         let x = slice(storage, layout)?;
         let sum: f32 = x
             .par_chunks(CHUNK)
@@ -245,7 +241,7 @@ impl CustomOp1 for SumSquares {
             .iter()
             .sum();
         Ok((CpuStorage::F32(vec![sum]), Shape::from(())))
-    }
+    });
 }
 
 #[cfg(test)]

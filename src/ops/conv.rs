@@ -8,7 +8,7 @@
 //! Replicas (kernel (R, k, D), bias (R, D), rows (R·B, T, D)) apply replica r's kernel to its
 //! block of rows; a lone model is the case R = 1.
 
-use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, Shape, Tensor};
 use rayon::prelude::*;
 
 use super::fused::{slice, zeros};
@@ -107,15 +107,7 @@ impl CustomOp3 for Conv {
         "attnlab-causal-conv"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(self, |s1, l1, s2, l2, s3, l3| {
         let Geometry { k, t, d, .. } = self.0;
         let (u, kernel, bias) = (slice(s1, l1)?, slice(s2, l2)?, slice(s3, l3)?);
         let mut out = zeros(u.len());
@@ -134,7 +126,7 @@ impl CustomOp3 for Conv {
                 }
             });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
-    }
+    });
 
     cuda_fwd!(self, |s1, l1, s2, l2, s3, l3| {
         let y = super::cuda::causal_conv((s1, l1), (s2, l2), Some((s3, l3)), self.0.sizes())?;
@@ -177,13 +169,7 @@ impl CustomOp2 for InputGrad {
         "attnlab-causal-conv-input-grad"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(self, |s1, l1, s2, l2| {
         let Geometry { k, t, d, .. } = self.0;
         let (g, kernel) = (slice(s1, l1)?, slice(s2, l2)?);
         let mut out = zeros(g.len());
@@ -202,7 +188,7 @@ impl CustomOp2 for InputGrad {
                 }
             });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
-    }
+    });
 
     cuda_fwd!(self, |s1, l1, s2, l2| {
         let du = super::cuda::causal_conv((s1, l1), (s2, l2), None, self.0.sizes())?;
@@ -244,13 +230,7 @@ impl CustomOp2 for KernelGrad {
         "attnlab-causal-conv-kernel-grad"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(self, |s1, l1, s2, l2| {
         let Geometry {
             replicas,
             per_replica,
@@ -275,7 +255,7 @@ impl CustomOp2 for KernelGrad {
             out.extend(sums);
         }
         Ok((CpuStorage::F32(out), Shape::from((replicas, k + 1, d))))
-    }
+    });
 
     cuda_fwd!(self, |s1, l1, s2, l2| {
         let Geometry { replicas, k, d, .. } = self.0;

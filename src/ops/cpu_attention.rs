@@ -288,15 +288,7 @@ impl CustomOp3 for CpuAttention {
         "attnlab-cpu-attention"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(self, |s1, l1, s2, l2, s3, l3| {
         let (q, k, v) = (slice(s1, l1)?, slice(s2, l2)?, slice(s3, l3)?);
         let d = Dims::of(l1, l3)?;
         let batch = l1.dims()[0];
@@ -334,7 +326,7 @@ impl CustomOp3 for CpuAttention {
         // One forward pass per op; a second (none is made) would keep the first's, the same.
         let _ = self.saved.set(Saved { rows, kept });
         Ok((CpuStorage::F32(out), Shape::from((batch, d.t, d.h * d.dv))))
-    }
+    });
 
     fn bwd(
         &self,
@@ -422,15 +414,7 @@ impl CustomOp3 for CpuAttentionGrad<'_> {
         "attnlab-cpu-attention-grad"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(self, |s1, l1, s2, l2, s3, l3| {
         let inputs = (slice(s1, l1)?, slice(s2, l2)?, slice(s3, l3)?);
         let (dout, dout_layout) = self.dout.storage_and_layout();
         let candle_core::Storage::Cpu(dout) = &*dout else {
@@ -455,7 +439,7 @@ impl CustomOp3 for CpuAttentionGrad<'_> {
                 });
             });
         Ok((CpuStorage::F32(grads), Shape::from(2 * n_q + n_v)))
-    }
+    });
 }
 
 #[cfg(test)]

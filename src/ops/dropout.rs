@@ -12,7 +12,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, Tensor};
 use rayon::prelude::*;
 
 use super::fused::{slice, zeros};
@@ -157,11 +157,7 @@ impl CustomOp1 for Dropout {
         "attnlab-dropout"
     }
 
-    fn cpu_fwd(
-        &self,
-        storage: &CpuStorage,
-        layout: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(self, |storage, layout| {
         let x = slice(storage, layout)?;
         let mut out = zeros(x.len());
         let mut kept = vec![0u8; x.len()];
@@ -173,7 +169,7 @@ impl CustomOp1 for Dropout {
         // Applied once per op; a second forward (none is made) would keep the first mask, the same.
         let _ = self.kept.set(kept);
         Ok((CpuStorage::F32(out), layout.shape().clone()))
-    }
+    });
 
     cuda_fwd!(self, |storage, layout| {
         super::cuda::dropout(
@@ -212,11 +208,7 @@ impl CustomOp1 for Masked {
         "attnlab-dropout-masked"
     }
 
-    fn cpu_fwd(
-        &self,
-        storage: &CpuStorage,
-        layout: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(self, |storage, layout| {
         let x = slice(storage, layout)?;
         let Some(kept) = self.kept.get().filter(|k| k.len() == x.len()) else {
             candle_core::bail!("dropout's backward pass has no mask of {} entries", x.len());
@@ -230,7 +222,7 @@ impl CustomOp1 for Masked {
                 }
             });
         Ok((CpuStorage::F32(out), layout.shape().clone()))
-    }
+    });
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! Element-wise fused ops: GELU (with a branch-free erf) and a trailing-shape broadcast add.
 
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Tensor};
 use rayon::prelude::*;
 
 use super::fused::{ChunkGrad, column_sums, slice, zeros};
@@ -48,13 +48,7 @@ impl CustomOp2 for AddBroadcast {
         "attnlab-add-broadcast"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(self, |s1, l1, s2, l2| {
         let (x, y) = (slice(s1, l1)?, slice(s2, l2)?);
         check_trailing(l1, l2)?;
         let mut out = zeros(x.len());
@@ -66,7 +60,7 @@ impl CustomOp2 for AddBroadcast {
                 }
             });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
-    }
+    });
 
     cuda_fwd!(self, |s1, l1, s2, l2| {
         check_trailing(l1, l2)?;
@@ -105,11 +99,7 @@ impl CustomOp1 for GeluErf {
         "attnlab-gelu-erf"
     }
 
-    fn cpu_fwd(
-        &self,
-        storage: &CpuStorage,
-        layout: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(self, |storage, layout| {
         let x = slice(storage, layout)?;
         let mut out = zeros(x.len());
         out.par_chunks_mut(4096)
@@ -120,7 +110,7 @@ impl CustomOp1 for GeluErf {
                 }
             });
         Ok((CpuStorage::F32(out), layout.shape().clone()))
-    }
+    });
 
     cuda_fwd!(self, |storage, layout| {
         super::cuda::gelu_erf(storage, layout)

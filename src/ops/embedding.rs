@@ -59,13 +59,7 @@ impl CustomOp2 for Embed {
         "attnlab-embedding"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(self, |s1, l1, s2, l2| {
         let weight = slice(s1, l1)?;
         let ids = ids_of(s2, l2, self.vocab)?;
         let d = last_dim(l1);
@@ -75,7 +69,7 @@ impl CustomOp2 for Embed {
             row.copy_from_slice(&weight[id * d..(id + 1) * d]);
         });
         Ok((CpuStorage::F32(out), Shape::from((ids.len(), d))))
-    }
+    });
 
     cuda_fwd!(self, |s1, l1, s2, l2| {
         super::cuda::embedding((s1, l1), (s2, l2))
@@ -104,13 +98,7 @@ impl CustomOp2 for EmbedGrad {
         "attnlab-embedding-grad"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(self, |s1, l1, s2, l2| {
         let dy = slice(s1, l1)?;
         let ids = ids_of(s2, l2, self.vocab)?;
         let d = last_dim(l1);
@@ -132,7 +120,7 @@ impl CustomOp2 for EmbedGrad {
             }
         });
         Ok((CpuStorage::F32(dw), Shape::from((self.vocab, d))))
-    }
+    });
 
     cuda_fwd!(self, |s1, l1, s2, l2| {
         super::cuda::embedding_grad((s1, l1), (s2, l2), self.vocab)

@@ -10,7 +10,7 @@
 //! weights from `Mechanism::attend`. Training uses it only when asked ([`flash_enabled`]): on an
 //! H200 the explicit path was 3-5x faster at T = 1024.
 
-use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
+use candle_core::{CustomOp3, Tensor};
 
 use crate::Result;
 
@@ -99,17 +99,9 @@ impl CustomOp3 for FlashAttention {
         "attnlab-flash-attention"
     }
 
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(self, |_, _, _, _, _, _| {
         candle_core::bail!("{CUDA_ONLY}")
-    }
+    });
 
     cuda_fwd!(self, |s1, l1, s2, l2, s3, l3| {
         let bias = self.bias.as_ref().map(Tensor::storage_and_layout);
@@ -124,7 +116,7 @@ impl CustomOp3 for FlashAttention {
         let [b, h, t, _] = l1.dims() else {
             candle_core::bail!("flash attention takes q of rank 4");
         };
-        Ok((out, Shape::from((*b, *t, h * l3.dims()[3]))))
+        Ok((out, candle_core::Shape::from((*b, *t, h * l3.dims()[3]))))
     });
 
     fn bwd(
@@ -193,27 +185,19 @@ impl CustomOp3 for FlashGrad {
         "attnlab-flash-attention-grad"
     }
 
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(self, |_, _, _, _, _, _| {
         candle_core::bail!("{CUDA_ONLY}")
-    }
+    });
 
     fn cuda_fwd(
         &self,
         s1: &candle_core::CudaStorage,
-        l1: &Layout,
+        l1: &candle_core::Layout,
         s2: &candle_core::CudaStorage,
-        l2: &Layout,
+        l2: &candle_core::Layout,
         s3: &candle_core::CudaStorage,
-        l3: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        l3: &candle_core::Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, candle_core::Shape)> {
         let (out, out_l) = self.out.storage_and_layout();
         let (dout, dout_l) = self.dout.storage_and_layout();
         let bias = self.bias.as_ref().map(Tensor::storage_and_layout);
@@ -231,6 +215,6 @@ impl CustomOp3 for FlashGrad {
             shape,
         )?;
         let n = 2 * l1.shape().elem_count() + l3.shape().elem_count();
-        Ok((grads, Shape::from(n)))
+        Ok((grads, candle_core::Shape::from(n)))
     }
 }

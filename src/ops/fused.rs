@@ -105,17 +105,11 @@ impl CustomOp2 for ChunkGrad {
         self.name
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(self, |s1, l1, s2, l2| {
         let chunk = self.chunk.unwrap_or_else(|| last_dim(l1));
         let out = zip_chunks(slice(s1, l1)?, slice(s2, l2)?, chunk, self.f);
         Ok((CpuStorage::F32(out), l1.shape().clone()))
-    }
+    });
 
     cuda_fwd!(self, |s1, l1, s2, l2| {
         let per_row = self.chunk.is_none();
@@ -156,15 +150,11 @@ impl CustomOp1 for ColumnSums {
         "attnlab-column-sums"
     }
 
-    fn cpu_fwd(
-        &self,
-        storage: &CpuStorage,
-        layout: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(self, |storage, layout| {
         let d = last_dim(layout);
         let sums = column_sums_of(slice(storage, layout)?, d);
         Ok((CpuStorage::F32(sums), Shape::from(d)))
-    }
+    });
 
     cuda_fwd!(self, |storage, layout| {
         super::cuda::column_sums(storage, layout)

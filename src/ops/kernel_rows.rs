@@ -5,7 +5,7 @@
 //! T 64, six replicas). Here the forward pass writes the weights only, and the backward pass
 //! rebuilds κ and the row sums from the scores instead of keeping them.
 
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, D, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, D, Layout, Tensor};
 use rayon::prelude::*;
 
 use super::fused::{last_dim, slice, zeros};
@@ -122,11 +122,7 @@ impl CustomOp1 for KernelRows {
         "attnlab-kernel-rows"
     }
 
-    fn cpu_fwd(
-        &self,
-        storage: &CpuStorage,
-        layout: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(self, |storage, layout| {
         let scores = slice(storage, layout)?;
         let (tq, tk) = queries_and_keys(layout);
         let mut out = zeros(scores.len());
@@ -139,7 +135,7 @@ impl CustomOp1 for KernelRows {
                 self.kernel.normalise(&mut o[..n]);
             });
         Ok((CpuStorage::F32(out), layout.shape().clone()))
-    }
+    });
 
     fn bwd(
         &self,
@@ -168,13 +164,7 @@ impl CustomOp2 for KernelRowsGrad {
         "attnlab-kernel-rows-grad"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(self, |s1, l1, s2, l2| {
         let (upstream, scores) = (slice(s1, l1)?, slice(s2, l2)?);
         let (tq, tk) = queries_and_keys(l2);
         let mut out = zeros(scores.len());
@@ -189,7 +179,7 @@ impl CustomOp2 for KernelRowsGrad {
                 self.kernel.grad_in_place(o, dw, s, inv);
             });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
-    }
+    });
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Row standardisation and LayerNorm (one model's γ and β, or a row of them per replica), one
 //! pass forward and one backward.
 
-use candle_core::{CpuStorage, CustomOp1, CustomOp3, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp3, Shape, Tensor};
 use rayon::prelude::*;
 
 use super::fused::{last_dim, slice, zeros};
@@ -26,11 +26,7 @@ impl CustomOp1 for Standardise {
         "attnlab-standardise"
     }
 
-    fn cpu_fwd(
-        &self,
-        storage: &CpuStorage,
-        layout: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(self, |storage, layout| {
         let x = slice(storage, layout)?;
         let d = last_dim(layout);
         let mut out = zeros(x.len());
@@ -43,7 +39,7 @@ impl CustomOp1 for Standardise {
                 }
             });
         Ok((CpuStorage::F32(out), layout.shape().clone()))
-    }
+    });
 
     cuda_fwd!(self, |storage, layout| {
         super::cuda::standardise(storage, layout, self.eps)
@@ -74,15 +70,7 @@ impl CustomOp3 for StandardiseGrad {
         "attnlab-standardise-grad"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(self, |s1, l1, s2, l2, s3, l3| {
         let (dy, x, y) = (slice(s1, l1)?, slice(s2, l2)?, slice(s3, l3)?);
         let d = last_dim(l1);
         let mut out = zeros(dy.len());
@@ -98,7 +86,7 @@ impl CustomOp3 for StandardiseGrad {
                 }
             });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
-    }
+    });
 
     cuda_fwd!(self, |s1, l1, s2, l2, s3, l3| {
         super::cuda::standardise_grad([(s1, l1), (s2, l2), (s3, l3)], self.eps)
@@ -131,15 +119,7 @@ impl CustomOp3 for LayerNorm {
         "attnlab-layer-norm"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(self, |s1, l1, s2, l2, s3, l3| {
         let (x, gamma, beta) = (slice(s1, l1)?, slice(s2, l2)?, slice(s3, l3)?);
         let d = last_dim(l1);
         let per_replica = rows_per_replica(x.len(), d, gamma.len())?;
@@ -161,7 +141,7 @@ impl CustomOp3 for LayerNorm {
                 )
             });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
-    }
+    });
 
     cuda_fwd!(self, |s1, l1, s2, l2, s3, l3| {
         rows_per_replica(
@@ -247,15 +227,7 @@ impl CustomOp3 for LayerNormGrad {
         "attnlab-layer-norm-grad"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(self, |s1, l1, s2, l2, s3, l3| {
         let (dy, x, gamma) = (slice(s1, l1)?, slice(s2, l2)?, slice(s3, l3)?);
         let d = last_dim(l1);
         let per_replica = rows_per_replica(x.len(), d, gamma.len())? * d;
@@ -289,7 +261,7 @@ impl CustomOp3 for LayerNormGrad {
             CpuStorage::F32(grads),
             Shape::from(dy.len() + 2 * gamma.len()),
         ))
-    }
+    });
 
     cuda_fwd!(self, |s1, l1, s2, l2, s3, l3| {
         rows_per_replica(

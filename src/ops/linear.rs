@@ -68,15 +68,11 @@ impl CustomOp1 for SwapMiddleAxes {
         "attnlab-swap-middle-axes"
     }
 
-    fn cpu_fwd(
-        &self,
-        storage: &CpuStorage,
-        layout: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(self, |storage, layout| {
         let (a, b, c, d) = layout.shape().dims4()?;
         let out = swap_middle_axes(slice(storage, layout)?, (a, b, c, d));
         Ok((CpuStorage::F32(out), Shape::from((a, c, b, d))))
-    }
+    });
 
     cuda_fwd!(self, |storage, layout| {
         let (a, b, c, d) = layout.shape().dims4()?;
@@ -126,15 +122,7 @@ impl CustomOp3 for LinearOp {
         "attnlab-linear"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(self, |s1, l1, s2, l2, s3, l3| {
         let (rows, shape) = self.sizes(l1, l2, l3)?;
         let (x, w, b) = (slice(s1, l1)?, slice(s2, l2)?, slice(s3, l3)?);
         let (out_dim, in_dim) = l2.shape().dims2()?;
@@ -152,7 +140,7 @@ impl CustomOp3 for LinearOp {
             _ => y,
         };
         Ok((CpuStorage::F32(y), shape))
-    }
+    });
 
     // The product by cuBLAS, then the bias added (and the heads split) in one pass.
     cuda_fwd!(self, |s1, l1, s2, l2, s3, l3| {

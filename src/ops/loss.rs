@@ -78,13 +78,7 @@ impl CustomOp2 for CrossEntropy {
         "attnlab-cross-entropy"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(self, |s1, l1, s2, l2| {
         let logits = slice(s1, l1)?;
         let v = last_dim(l1);
         let targets = targets_of(s2, l2, v)?;
@@ -108,7 +102,7 @@ impl CustomOp2 for CrossEntropy {
             .map(|g| per_row[g * rows..][..rows].iter().sum::<f32>() / rows.max(1) as f32)
             .collect();
         Ok((CpuStorage::F32(means), Shape::from(self.groups)))
-    }
+    });
 
     cuda_fwd!(self, |s1, l1, s2, l2| {
         rows_per_group(l2.shape().elem_count(), self.groups)?;
@@ -137,15 +131,7 @@ impl CustomOp3 for CrossEntropyGrad {
         "attnlab-cross-entropy-grad"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(self, |s1, l1, s2, l2, s3, l3| {
         let logits = slice(s1, l1)?;
         let v = last_dim(l1);
         let targets = targets_of(s2, l2, v)?;
@@ -162,7 +148,7 @@ impl CustomOp3 for CrossEntropyGrad {
                 out[t as usize] -= scale;
             });
         Ok((CpuStorage::F32(dx), l1.shape().clone()))
-    }
+    });
 
     cuda_fwd!(self, |s1, l1, s2, l2, s3, l3| {
         super::cuda::cross_entropy_grad((s1, l1), (s2, l2), (s3, l3))

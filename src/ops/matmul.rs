@@ -164,13 +164,7 @@ impl CustomOp2 for BatchedMatmul {
         "attnlab-batched-matmul"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(self, |s1, l1, s2, l2| {
         let (CpuStorage::F32(a), CpuStorage::F32(b)) = (s1, s2) else {
             candle_core::bail!("batched matmul takes f32 tensors");
         };
@@ -210,7 +204,7 @@ impl CustomOp2 for BatchedMatmul {
             }
         }
         Ok((CpuStorage::F32(out), self.output_shape(l1.dims(), n)))
-    }
+    });
 
     fn bwd(
         &self,

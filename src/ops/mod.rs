@@ -8,11 +8,21 @@
 //! The matrix products of [`linear`] and [`matmul`] are the CPU's own (the gemm crate); on a
 //! GPU, candle's cuBLAS products run them.
 
-/// The `cuda_fwd` of a candle custom op (`CustomOp1`, `2` or `3`), its storages and layouts
-/// named as given: the signature candle's traits require, written once, compiled with
-/// `--features cuda` only. `self` is passed in so that the body may use it (macro hygiene).
+/// The `cpu_fwd` of a candle custom op (`CustomOp1`, `2` or `3`), its storages and layouts
+/// named as given: the signature candle's traits require, written once. `self` is passed in
+/// so that the body may use it (macro hygiene).
+macro_rules! cpu_fwd {
+    ($this:ident, |$($storage:tt, $layout:tt),+| $body:block) => {
+        fn cpu_fwd(
+            &$this,
+            $($storage: &candle_core::CpuStorage, $layout: &candle_core::Layout),+
+        ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> $body
+    };
+}
+
+/// [`cpu_fwd!`]'s twin for `cuda_fwd`, compiled with `--features cuda` only.
 macro_rules! cuda_fwd {
-    ($this:ident, |$($storage:ident, $layout:ident),+| $body:block) => {
+    ($this:ident, |$($storage:tt, $layout:tt),+| $body:block) => {
         #[cfg(feature = "cuda")]
         fn cuda_fwd(
             &$this,

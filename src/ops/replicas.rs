@@ -4,7 +4,7 @@
 //! of its parameters to replica r's block of rows, as one batched product or broadcast, so R
 //! small models cost about what one R-times-larger batch costs.
 
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, Shape, Tensor};
 use rayon::prelude::*;
 
 use super::fused::{column_sums_of, slice, zeros};
@@ -139,16 +139,10 @@ impl CustomOp2 for BlockBroadcast {
         "attnlab-replica-broadcast"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(self, |s1, l1, s2, l2| {
         let out = self.forward(slice(s1, l1)?, slice(s2, l2)?);
         Ok((CpuStorage::F32(out), l1.shape().clone()))
-    }
+    });
 
     cuda_fwd!(self, |s1, l1, s2, l2| {
         let mul = self.combine == Combine::Mul;
@@ -188,22 +182,18 @@ impl CustomOp1 for BlockColumnSums {
         "attnlab-replica-column-sums"
     }
 
-    fn cpu_fwd(
-        &self,
-        storage: &CpuStorage,
-        layout: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(self, |storage, layout| {
         let x = slice(storage, layout)?;
         let sums = x
             .chunks(x.len() / self.replicas)
             .flat_map(|block| column_sums_of(block, self.n))
             .collect();
         Ok((CpuStorage::F32(sums), Shape::from((self.replicas, self.n))))
-    }
+    });
 
     cuda_fwd!(self, |storage, layout| {
         // Rows of n, the replicas' blocks of them summed each on its own.
-        let rows = Layout::contiguous_with_offset(
+        let rows = candle_core::Layout::contiguous_with_offset(
             (layout.shape().elem_count() / self.n, self.n),
             layout.start_offset(),
         );

@@ -1,7 +1,7 @@
 //! Row softmax with an optional causal mask and an additive bias, one pass each way, and the
 //! row arithmetic other ops share with it (a vectorised exp, lane-wise maxima and sums).
 
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, Tensor};
 use rayon::prelude::*;
 
 use super::fused::{ChunkGrad, column_sums, last_dim, slice, zeros};
@@ -166,11 +166,7 @@ impl CustomOp1 for RowSoftmax {
         "attnlab-row-softmax"
     }
 
-    fn cpu_fwd(
-        &self,
-        storage: &CpuStorage,
-        layout: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(self, |storage, layout| {
         let x = slice(storage, layout)?;
         let dims = layout.dims();
         let tk = last_dim(layout);
@@ -189,7 +185,7 @@ impl CustomOp1 for RowSoftmax {
                 softmax_in_place(&mut o[..n]);
             });
         Ok((CpuStorage::F32(out), layout.shape().clone()))
-    }
+    });
 
     cuda_fwd!(self, |storage, layout| {
         super::cuda::row_softmax(storage, layout, self.causal)
@@ -217,13 +213,7 @@ impl CustomOp2 for BiasedRowSoftmax {
         "attnlab-biased-row-softmax"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(self, |s1, l1, s2, l2| {
         let (x, bias) = (slice(s1, l1)?, slice(s2, l2)?);
         let dims = l1.dims();
         let tk = last_dim(l1);
@@ -244,7 +234,7 @@ impl CustomOp2 for BiasedRowSoftmax {
                 softmax_in_place(&mut o[..n]);
             });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
-    }
+    });
 
     cuda_fwd!(self, |s1, l1, s2, l2| {
         super::cuda::row_softmax_bias((s1, l1), (s2, l2), self.causal)
