@@ -871,8 +871,8 @@ mod tests {
     fn a_sweep_reports_its_progress_cell_by_cell() {
         let root = tempfile::tempdir().unwrap();
         let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("presets/mqar_softmax.toml");
-        let tiny = "model.d_model=8 job.seq_len=8 job.vocab_size=16 job.num_kv_pairs=1 \
-                    job.train_examples=16 job.test_examples=8 train.batch_size=8 \
+        let tiny = "model.d_model=8 task.seq_len=8 task.vocab_size=16 task.num_kv_pairs=1 \
+                    task.train_examples=16 task.test_examples=8 train.batch_size=8 \
                     train.max_steps=2 train.eval_every=0 train.warmup_steps=1";
         let set: Vec<String> = tiny.split_whitespace().map(|o| format!("{o:?}")).collect();
         let text = format!(
