@@ -3,8 +3,7 @@
 
 use eframe::egui;
 
-use std::path::PathBuf;
-
+use super::views::RunList;
 use super::{AttnlabApp, Command, RunState, RunView, Tab, ViewContext, Views, jobs, keys, tab_of};
 
 impl AttnlabApp {
@@ -48,7 +47,7 @@ impl AttnlabApp {
         if runs.iter().any(|r| r.is_running()) {
             return;
         }
-        let list: Vec<(String, PathBuf)> = runs
+        let list: RunList = runs
             .iter()
             .filter(|r| r.status != RunState::Trainer(crate::train::RunStatus::Failed))
             .filter_map(|r| Some((r.name.clone(), r.dir.clone()?)))

@@ -1,5 +1,6 @@
 //! The shell's panels: the menu bar, the editor and run list, the central view, the status
-//! bar and the dialogs. Drawing only: what a click asks for is pushed as a [`Command`].
+//! bar and the dialogs. Menus and buttons push [`Command`]s; widgets change what they show
+//! in place (the tab, the selected or removed run, the answer to "discard unsaved changes?").
 
 use eframe::egui;
 
