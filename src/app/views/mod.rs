@@ -4,8 +4,8 @@
 //! jobs, and exports its figures through the shared exporter. The shell reaches a view only
 //! through the trait, by its [`Tab`].
 //!
-//! Adding a view: a file here with a type implementing [`View`] (and `Default`), and one line in
-//! the registry: its tab, its field, its type and its title.
+//! Adding a view: a file here with a type implementing [`View`] (and `Default`), its `mod`
+//! line, and one line in the registry: its tab, its field, its type and its title.
 
 pub mod attention;
 mod colour;
