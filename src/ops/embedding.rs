@@ -203,14 +203,7 @@ mod tests {
         let upstream = Tensor::from_vec(data, (n, 4), &Device::Cpu).unwrap();
         let grad = |f: fn(&Tensor, &Tensor) -> Result<Tensor>| {
             let y = f(weight.as_tensor(), &ids).unwrap();
-            let grads = (&y * &upstream)
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .backward()
-                .unwrap();
-            let g = grads.get(weight.as_tensor()).unwrap();
-            g.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+            crate::ops::testing::value_and_grads(&y, &upstream, &[&weight]).swap_remove(1)
         };
         let (fused, composed) = (grad(embedding), grad(embedding_composed));
         for (a, b) in fused.iter().zip(&composed) {

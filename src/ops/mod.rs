@@ -340,7 +340,21 @@ pub fn dot_scores(q: &Tensor, k: &Tensor, scale: f64) -> Result<Tensor> {
 /// What the ops' tests share.
 #[cfg(test)]
 pub(crate) mod testing {
-    use candle_core::{Device, Tensor};
+    use candle_core::{Device, Tensor, Var};
+
+    /// `y`, then the gradient of each of `vars`, under the upstream gradient, flattened.
+    pub fn value_and_grads(y: &Tensor, upstream: &Tensor, vars: &[&Var]) -> Vec<Vec<f32>> {
+        let grads = (y * upstream)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        std::iter::once(flat(y))
+            .chain(vars.iter().map(|v| flat(grads.get(v.as_tensor()).unwrap())))
+            .collect()
+    }
 
     /// N(0, 1) values of `shape` on the CPU, from the stream `(seed, what)`.
     pub fn random(shape: &[usize], seed: u64, what: &str) -> Tensor {
@@ -364,6 +378,7 @@ pub(crate) mod testing {
 
 #[cfg(test)]
 mod tests {
+    use super::testing::value_and_grads;
     use super::*;
     use candle_core::{Device, Var};
 
@@ -376,20 +391,6 @@ mod tests {
         let mut flat = value_and_grads(&f(x.as_tensor()).unwrap(), upstream, &[x]);
         let grad = flat.pop().unwrap();
         (flat.pop().unwrap(), grad)
-    }
-
-    /// `y`, then the gradient of each of `vars`, under the upstream gradient, flattened.
-    fn value_and_grads(y: &Tensor, upstream: &Tensor, vars: &[&Var]) -> Vec<Vec<f32>> {
-        let grads = (y * upstream)
-            .unwrap()
-            .sum_all()
-            .unwrap()
-            .backward()
-            .unwrap();
-        let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-        std::iter::once(flat(y))
-            .chain(vars.iter().map(|v| flat(grads.get(v.as_tensor()).unwrap())))
-            .collect()
     }
 
     /// Asserts each pair of flattened tensors agree, naming the first that does not.

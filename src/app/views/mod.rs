@@ -4,18 +4,10 @@
 //! jobs, and exports its figures through the shared exporter. The shell reaches a view only
 //! through the trait, by its [`Tab`].
 //!
-//! Adding a view: a file here with a type implementing [`View`] (and `Default`), its `mod`
-//! line, and one line in the registry: its tab, its field, its type and its title.
+//! Adding a view: a file here with a type implementing [`View`] (and `Default`), and one line
+//! in the registry: its tab, its file (module and field of [`Views`]), its type and its title.
 
-pub mod attention;
 mod colour;
-pub mod encodings;
-pub mod extrapolation;
-pub mod iou;
-pub mod spectra;
-pub mod sweep;
-pub mod training;
-pub mod welcome;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -78,12 +70,16 @@ pub trait View {
     }
 }
 
-/// The registry of views, one line each: tab, field of [`Views`], type, title. The first is
-/// the view of a first start. Generates [`Tab`] (which view is shown; saved by its variant's
-/// name), [`Tab::ALL`] in this order, [`Tab::label`], and [`Views`] with [`Views::view_mut`].
+/// The registry of views, one line each: tab, file (its module, and its field of [`Views`]),
+/// type, title. The first is the view of a first start. Declares each view's module and
+/// generates [`Tab`] (which view is shown; saved by its variant's name), [`Tab::ALL`] in this
+/// order, [`Tab::label`], and [`Views`] with [`Views::view_mut`].
 macro_rules! views {
-    ($first:ident, $first_field:ident: $first_view:ty, $first_title:literal;
-     $($tab:ident, $field:ident: $view:ty, $title:literal;)*) => {
+    ($first:ident, $first_field:ident: $first_view:ident, $first_title:literal;
+     $($tab:ident, $field:ident: $view:ident, $title:literal;)*) => {
+        pub mod $first_field;
+        $(pub mod $field;)*
+
         /// Which view the central panel shows.
         #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
         pub enum Tab {
@@ -106,8 +102,8 @@ macro_rules! views {
         /// One view per tab.
         #[derive(Default)]
         pub struct Views {
-            pub $first_field: $first_view,
-            $(pub $field: $view,)*
+            pub $first_field: $first_field::$first_view,
+            $(pub $field: $field::$view,)*
         }
 
         impl Views {
@@ -123,14 +119,14 @@ macro_rules! views {
 }
 
 views! {
-    Welcome, welcome: welcome::WelcomeView, "Welcome";
-    Training, training: training::TrainingView, "Training";
-    Attention, attention: attention::AttentionView, "Attention maps";
-    Encodings, encodings: encodings::EncodingsView, "Encodings";
-    Iou, iou: iou::IouView, "IoU";
-    Spectra, spectra: spectra::SpectraView, "Spectra";
-    Sweep, sweep: sweep::SweepView, "Sweep";
-    Extrapolation, extrapolation: extrapolation::ExtrapolationView, "Extrapolation";
+    Welcome, welcome: WelcomeView, "Welcome";
+    Training, training: TrainingView, "Training";
+    Attention, attention: AttentionView, "Attention maps";
+    Encodings, encodings: EncodingsView, "Encodings";
+    Iou, iou: IouView, "IoU";
+    Spectra, spectra: SpectraView, "Spectra";
+    Sweep, sweep: SweepView, "Sweep";
+    Extrapolation, extrapolation: ExtrapolationView, "Extrapolation";
 }
 
 impl Views {
