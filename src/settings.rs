@@ -93,6 +93,12 @@ impl Settings {
     /// No settings at all.
     pub(crate) const NONE: Self = Self::of(&[]);
 
+    /// Every setting's key, numbers first.
+    pub fn keys(&self) -> impl Iterator<Item = &'static str> {
+        let numbers = self.numbers.iter().map(|h| h.key);
+        numbers.chain(self.switches.iter().map(|s| s.key))
+    }
+
     /// Numeric settings only.
     pub(crate) const fn of(numbers: &'static [Hyperparameter]) -> Self {
         Self {

@@ -143,11 +143,11 @@ fn explicit_matrices_match_the_papers_formulas() {
     };
     let cases: Vec<(MechanismSpec, Box<Kernel>)> = vec![
         (
-            MechanismSpec::Softmax,
+            MechanismSpec::Softmax(Default::default()),
             Box::new(move |a, b| (dot(a, b) * scale).exp()),
         ),
         (
-            MechanismSpec::Linear,
+            MechanismSpec::Linear(Default::default()),
             Box::new(move |a, b| a.iter().zip(b).map(|(x, y)| elu1(*x) * elu1(*y)).sum()),
         ),
         (
@@ -194,7 +194,7 @@ fn linear_attention_recurrent_form_matches_the_matrix() {
         max_len: t,
         precision: attnlab::ops::Precision::F32,
     };
-    let mechanism = MechanismSpec::Linear
+    let mechanism = MechanismSpec::Linear(Default::default())
         .build(&shape, &Params::new(0, &Device::Cpu))
         .unwrap();
     let attention = mechanism.attend(&q, &k, &v, &NoEncoding).unwrap();

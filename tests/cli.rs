@@ -413,7 +413,7 @@ fn curves_compares_run_folders_as_lines_points_and_figures() {
     use attnlab::encodings::EncodingSpec;
     let root = tempfile::tempdir().unwrap();
     let preset = common::tiny(
-        MechanismSpec::Softmax,
+        MechanismSpec::Softmax(Default::default()),
         EncodingSpec::Rope(Default::default()),
     );
     let runs = [

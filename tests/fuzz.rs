@@ -220,8 +220,8 @@ fn analyse(dir: &Path) {
 fn corrupted_run_folder_files_give_errors_not_panics() {
     let root = tempfile::tempdir().unwrap();
     let preset = common::tiny(
-        attnlab::attention::MechanismSpec::Softmax,
-        attnlab::encodings::EncodingSpec::Learned,
+        attnlab::attention::MechanismSpec::Softmax(Default::default()),
+        attnlab::encodings::EncodingSpec::Learned(Default::default()),
     );
     let dir = common::trained_run(&preset, root.path());
     let mut originals = Vec::new();

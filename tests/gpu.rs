@@ -609,7 +609,7 @@ fn replicas_train_on_the_gpu_as_on_the_cpu() {
     for mechanism in common::small_mechanisms() {
         let mut preset = common::hybrid(common::tiny(
             mechanism,
-            attnlab::encodings::EncodingSpec::Learned,
+            attnlab::encodings::EncodingSpec::Learned(Default::default()),
         ));
         preset.model.layout = attnlab::model::Layout::Zoology;
         let cells: Vec<Preset> = (0..3)

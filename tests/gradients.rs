@@ -58,7 +58,7 @@ fn hybrid_models_with_short_convolutions_train() {
     for mechanism in common::small_mechanisms() {
         let preset = common::hybrid(common::tiny(
             mechanism,
-            attnlab::encodings::EncodingSpec::Learned,
+            attnlab::encodings::EncodingSpec::Learned(Default::default()),
         ));
         assert_every_parameter_gets_a_gradient(&preset);
     }
@@ -80,7 +80,7 @@ fn every_rebased_ablation_trains() {
         });
         assert_every_parameter_gets_a_gradient(&common::tiny(
             mechanism,
-            attnlab::encodings::EncodingSpec::None,
+            attnlab::encodings::EncodingSpec::None(Default::default()),
         ));
     }
 }
@@ -98,7 +98,10 @@ fn every_linformer_sharing_mode_trains() {
             proj_dim: 4,
             sharing,
         });
-        let preset = common::tiny(mechanism, attnlab::encodings::EncodingSpec::Sinusoidal);
+        let preset = common::tiny(
+            mechanism,
+            attnlab::encodings::EncodingSpec::Sinusoidal(Default::default()),
+        );
         assert_every_parameter_gets_a_gradient(&preset);
         let (_, params) = common::build(&preset);
         let projections = params
@@ -124,7 +127,10 @@ fn per_layer_encodings_train_in_hybrid_models() {
             max_distance: Some(8),
             sharing,
         });
-        let mut preset = common::tiny(attnlab::attention::MechanismSpec::Softmax, encoding);
+        let mut preset = common::tiny(
+            attnlab::attention::MechanismSpec::Softmax(Default::default()),
+            encoding,
+        );
         preset.model.n_layers = 3;
         preset.model.mixers = vec![
             attnlab::model::MixerKind::Attention,

@@ -33,7 +33,10 @@ fn protocol(examples: usize) -> IouProtocol {
 #[test]
 fn iou_of_a_trained_run_uses_the_saved_attention_and_ground_truth() {
     let root = tempfile::tempdir().unwrap();
-    let dir = trained_run(&protocol_preset(MechanismSpec::Softmax), root.path());
+    let dir = trained_run(
+        &protocol_preset(MechanismSpec::Softmax(Default::default())),
+        root.path(),
+    );
     let run = TrainedRun::open(&dir).unwrap();
 
     // 40 rows: more than the 16 of the test set, which the generator continues.
@@ -98,7 +101,10 @@ fn iou_of_a_trained_run_uses_the_saved_attention_and_ground_truth() {
 #[test]
 fn cancelled_iou_returns_nothing_and_linformer_is_refused() {
     let root = tempfile::tempdir().unwrap();
-    let dir = trained_run(&protocol_preset(MechanismSpec::Softmax), root.path());
+    let dir = trained_run(
+        &protocol_preset(MechanismSpec::Softmax(Default::default())),
+        root.path(),
+    );
     let run = TrainedRun::open(&dir).unwrap();
     let cancelled = run_iou(&run, &protocol(10), &mut |_| {}, &AtomicBool::new(true)).unwrap();
     assert!(cancelled.is_none());
@@ -116,7 +122,10 @@ fn cancelled_iou_returns_nothing_and_linformer_is_refused() {
 #[test]
 fn iou_command_prints_the_table_and_writes_figures() {
     let root = tempfile::tempdir().unwrap();
-    let dir = trained_run(&protocol_preset(MechanismSpec::Softmax), root.path());
+    let dir = trained_run(
+        &protocol_preset(MechanismSpec::Softmax(Default::default())),
+        root.path(),
+    );
     let figure = root.path().join("iou.svg");
     let example = root.path().join("example.svg");
     let o = attnlab(&[
@@ -163,7 +172,10 @@ fn iou_command_prints_the_table_and_writes_figures() {
 #[test]
 fn iou_command_compares_runs_as_bars() {
     let root = tempfile::tempdir().unwrap();
-    let softmax = trained_run(&protocol_preset(MechanismSpec::Softmax), root.path());
+    let softmax = trained_run(
+        &protocol_preset(MechanismSpec::Softmax(Default::default())),
+        root.path(),
+    );
     let based = trained_run(
         &protocol_preset(MechanismSpec::all_defaults()[2].clone()),
         root.path(),

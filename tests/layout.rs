@@ -17,7 +17,10 @@ use candle_core::{Device, Tensor};
 /// zoology's basic MQAR configuration: d_model 64, 2 layers, one head, no MLP (Identity state
 /// mixer), learned positions for 64 tokens, vocabulary 256.
 fn zoology_preset(layout: Layout) -> Preset {
-    let mut preset = common::tiny(MechanismSpec::Softmax, EncodingSpec::Learned);
+    let mut preset = common::tiny(
+        MechanismSpec::Softmax(Default::default()),
+        EncodingSpec::Learned(Default::default()),
+    );
     preset.model.d_model = 64;
     preset.model.n_heads = 1;
     preset.model.mlp_ratio = 0;

@@ -25,7 +25,7 @@ fn relative_error(a: &[f32], b: &[f32]) -> f32 {
 #[test]
 fn bf16_stays_within_its_tolerance_of_f32_for_every_mechanism() {
     let encodings = [
-        EncodingSpec::None,
+        EncodingSpec::None(Default::default()),
         EncodingSpec::Alibi(Default::default()),
         EncodingSpec::Rope(Default::default()),
     ];
@@ -64,8 +64,8 @@ fn bf16_stays_within_its_tolerance_of_f32_for_every_mechanism() {
 #[test]
 fn tf32_is_f32_on_the_cpu_and_bf16_is_not() {
     let preset = common::tiny(
-        attnlab::attention::MechanismSpec::Softmax,
-        EncodingSpec::Learned,
+        attnlab::attention::MechanismSpec::Softmax(Default::default()),
+        EncodingSpec::Learned(Default::default()),
     );
     let run = |precision| {
         let mut p = preset.clone();

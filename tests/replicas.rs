@@ -114,7 +114,7 @@ fn the_zoology_layout_with_dropout_trains_as_replicas_exactly_as_alone() {
     for mechanism in common::small_mechanisms() {
         let mut preset = common::hybrid(common::tiny(
             mechanism,
-            attnlab::encodings::EncodingSpec::Learned,
+            attnlab::encodings::EncodingSpec::Learned(Default::default()),
         ));
         preset.model.layout = Layout::Zoology;
         preset.model.mixers = vec![MixerKind::ShortConv, MixerKind::Attention];
@@ -126,7 +126,7 @@ fn the_zoology_layout_with_dropout_trains_as_replicas_exactly_as_alone() {
 #[test]
 fn presets_of_other_shapes_do_not_group() {
     let base = common::tiny(
-        attnlab::attention::MechanismSpec::Softmax,
+        attnlab::attention::MechanismSpec::Softmax(Default::default()),
         attnlab::encodings::EncodingSpec::Rope(Default::default()),
     );
     let mut wider = base.clone();
@@ -147,7 +147,7 @@ fn presets_of_other_shapes_do_not_group() {
 #[test]
 fn a_diverging_replica_is_frozen_and_the_others_train_on() {
     let base = common::tiny(
-        attnlab::attention::MechanismSpec::Softmax,
+        attnlab::attention::MechanismSpec::Softmax(Default::default()),
         attnlab::encodings::EncodingSpec::Alibi(Default::default()),
     );
     let cells = cells(&base);
@@ -228,7 +228,7 @@ fn run_dir_of(events: &[TrainEvent]) -> RunDir {
 #[test]
 fn a_group_run_finishes_each_replica_as_a_lone_run_would() {
     let mut base = common::tiny(
-        attnlab::attention::MechanismSpec::Softmax,
+        attnlab::attention::MechanismSpec::Softmax(Default::default()),
         attnlab::encodings::EncodingSpec::Rope(Default::default()),
     );
     base.train.max_steps = Some(6);
@@ -336,7 +336,7 @@ fn a_group_run_finishes_each_replica_as_a_lone_run_would() {
 #[test]
 fn a_replica_of_a_stopped_group_resumes_as_a_lone_run() {
     let mut base = common::tiny(
-        attnlab::attention::MechanismSpec::Softmax,
+        attnlab::attention::MechanismSpec::Softmax(Default::default()),
         attnlab::encodings::EncodingSpec::Rope(Default::default()),
     );
     base.train.max_steps = Some(12);

@@ -21,7 +21,7 @@ fn learned() -> EncodingSpec {
 fn spectra_have_one_curve_per_layer_and_head_ending_at_one() {
     let root = tempfile::tempdir().unwrap();
     let run = TrainedRun::open(&trained_run(
-        &tiny(MechanismSpec::Softmax, learned()),
+        &tiny(MechanismSpec::Softmax(Default::default()), learned()),
         root.path(),
     ))
     .unwrap();
@@ -57,7 +57,10 @@ fn linformer_spectra_are_bounded_by_k_and_the_command_overlays_runs() {
         .find(|m| m.name() == "linformer")
         .unwrap();
     let lin = trained_run(&tiny(linformer, learned()), root.path());
-    let soft = trained_run(&tiny(MechanismSpec::Softmax, learned()), root.path());
+    let soft = trained_run(
+        &tiny(MechanismSpec::Softmax(Default::default()), learned()),
+        root.path(),
+    );
     let figure = root.path().join("spectrum.svg");
     let o = attnlab(&[
         "spectrum",

@@ -21,7 +21,7 @@ fn losses(preset: &Preset, steps: usize) -> Vec<f32> {
 #[test]
 fn same_preset_and_seed_give_the_same_numbers() {
     let preset = common::tiny(
-        attnlab::attention::MechanismSpec::Softmax,
+        attnlab::attention::MechanismSpec::Softmax(Default::default()),
         EncodingSpec::Alibi(Default::default()),
     );
     assert_eq!(losses(&preset, 3), losses(&preset, 3));
@@ -55,8 +55,8 @@ fn softmax_learns_mqar() {
 #[test]
 fn non_finite_loss_is_an_error_naming_the_step() {
     let preset = common::tiny(
-        attnlab::attention::MechanismSpec::Softmax,
-        EncodingSpec::Learned,
+        attnlab::attention::MechanismSpec::Softmax(Default::default()),
+        EncodingSpec::Learned(Default::default()),
     );
     let mut trainer = Trainer::new(&preset).unwrap();
     trainer.train_step().unwrap();
@@ -95,8 +95,8 @@ fn failed_run(preset: &Preset, root: &Path) -> (String, std::path::PathBuf) {
 fn divergence_names_the_step_and_the_finite_checkpoint_kept() {
     let root = tempfile::tempdir().unwrap();
     let mut preset = common::tiny(
-        attnlab::attention::MechanismSpec::Softmax,
-        EncodingSpec::Learned,
+        attnlab::attention::MechanismSpec::Softmax(Default::default()),
+        EncodingSpec::Learned(Default::default()),
     );
     preset.train.eval_every = 1;
     // ε = 5e-324 divides the first update by zero: parameters are NaN after step 1.
@@ -146,7 +146,7 @@ fn divergence_names_the_step_and_the_finite_checkpoint_kept() {
 fn stopping_a_run_keeps_its_results() {
     let dir = tempfile::tempdir().unwrap();
     let mut preset = common::tiny(
-        attnlab::attention::MechanismSpec::Softmax,
+        attnlab::attention::MechanismSpec::Softmax(Default::default()),
         EncodingSpec::Rope(Default::default()),
     );
     preset.train.max_steps = Some(100_000);
@@ -188,8 +188,8 @@ fn stopping_a_run_keeps_its_results() {
 fn checkpoint_restores_the_model() {
     let dir = tempfile::tempdir().unwrap();
     let preset = common::tiny(
-        attnlab::attention::MechanismSpec::Linear,
-        EncodingSpec::Sinusoidal,
+        attnlab::attention::MechanismSpec::Linear(Default::default()),
+        EncodingSpec::Sinusoidal(Default::default()),
     );
     let mut trainer = Trainer::new(&preset).unwrap();
     trainer.train_step().unwrap();
@@ -237,7 +237,7 @@ fn trained(
 /// must continue exactly. On [`common::test_device`], so the GPU machine checks resuming there.
 fn resumable_preset() -> Preset {
     let mut preset = common::tiny(
-        attnlab::attention::MechanismSpec::Softmax,
+        attnlab::attention::MechanismSpec::Softmax(Default::default()),
         EncodingSpec::Rope(Default::default()),
     );
     preset.train.max_steps = Some(20);

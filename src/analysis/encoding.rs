@@ -370,7 +370,8 @@ mod tests {
 
     #[test]
     fn nope_has_a_flat_heatmap_and_diverges() {
-        let none = StudiedEncoding::untrained(&EncodingSpec::None, 2, 8).unwrap();
+        let none =
+            StudiedEncoding::untrained(&EncodingSpec::None(Default::default()), 2, 8).unwrap();
         let m = none.exp_bias_matrix(3, Heads::Mean).unwrap().unwrap();
         assert_eq!(m[2 * 3], 1.0);
         assert_eq!(none.verdict().unwrap().verdict, "diverges");

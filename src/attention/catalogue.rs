@@ -1,12 +1,102 @@
-//! Every mechanism's facts in one place: its name, formula and summary (help text, tooltips),
-//! what it can be combined with (validation), its settings with their ranges and choices
-//! (validation, `--set`, the GUI's widgets) and its default. The picker, validation and the
-//! tests read this table; a new mechanism adds its facts here (a static, listed in
-//! [`CATALOGUE`], which `facts()` names: no look-up by position), its variant and config in
-//! `mod.rs`, and its arm of `MechanismSpec::build`.
+//! The one list of mechanisms. Each mechanism's file states everything about it: its config
+//! (its `[attention]` settings), its [`Facts`] (name, formula, summary, what it combines with,
+//! its settings' ranges), how to build a layer of it and what memory that layer takes, as an
+//! implementation of [`Variant`]. The list below turns those files into [`MechanismSpec`] (the
+//! preset section), [`CATALOGUE`] (what pickers, validation, `attnlab catalogue` and the tests
+//! read) and the dispatch of every [`Variant`] method. A new mechanism is its file, its `mod`
+//! line and one line here; [`Variant::memory`] has no default, so it does not compile until it
+//! states its memory terms.
 
-use super::{BasedConfig, LinformerConfig, MechanismSpec, RebasedConfig};
-use crate::settings::{Choices, Hyperparameter, Section, Settings, Switch, real};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    BasedConfig, LinearConfig, LinformerConfig, Mechanism, MechanismShape, RebasedConfig,
+    SoftmaxConfig,
+};
+use crate::Result;
+use crate::params::Params;
+use crate::settings::{Section, Settings};
+
+/// Writes [`MechanismSpec`], [`CATALOGUE`] and the dispatch of [`Variant`] from the list of
+/// variants and their configs.
+macro_rules! mechanisms {
+    ($($(#[$doc:meta])* $variant:ident($config:ty),)+) => {
+        /// The `[attention]` section of a preset: `kind` names the mechanism, the other keys
+        /// are its config's.
+        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+        #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+        pub enum MechanismSpec {
+            $($(#[$doc])* $variant($config),)+
+        }
+
+        /// Every mechanism, in the order pickers list them.
+        pub static CATALOGUE: [&Facts; [$(stringify!($variant)),+].len()] =
+            [$(<$config as Variant>::FACTS),+];
+
+        impl MechanismSpec {
+            /// This mechanism's entry of the [`CATALOGUE`].
+            pub fn facts(&self) -> &'static Facts {
+                match self {
+                    $(Self::$variant(_) => <$config as Variant>::FACTS,)+
+                }
+            }
+
+            /// Builds the mechanism of one layer; its parameters go under `params`.
+            pub fn build(
+                &self,
+                shape: &MechanismShape,
+                params: &Params,
+            ) -> Result<Arc<dyn Mechanism>> {
+                match self {
+                    $(Self::$variant(c) => c.build(shape, params),)+
+                }
+            }
+
+            /// What one layer adds to memory beyond the projections ([`Variant::memory`]).
+            pub fn memory(&self, layer: &LayerSize) -> MemoryTerms {
+                match self {
+                    $(Self::$variant(c) => c.memory(layer),)+
+                }
+            }
+
+            /// Per-head width of queries and keys; Based/ReBased use their feature dimension.
+            pub fn qk_dim(&self, head_dim: usize) -> usize {
+                match self {
+                    $(Self::$variant(c) => c.qk_dim(head_dim),)+
+                }
+            }
+
+            /// Checks the mechanism's own settings; errors name `attention.…`.
+            pub fn validate(&self, seq_len: usize) -> Result<()> {
+                self.validate_ranges()?;
+                match self {
+                    $(Self::$variant(c) => c.validate(seq_len),)+
+                }
+            }
+        }
+    };
+}
+
+mechanisms! {
+    /// Causal softmax attention.
+    Softmax(SoftmaxConfig),
+    /// Linear attention with the elu(x) + 1 feature map.
+    Linear(LinearConfig),
+    /// Based: the 2nd-order Taylor kernel of exp.
+    Based(BasedConfig),
+    /// ReBased: learnable affine + normalisation, squared similarity.
+    Rebased(RebasedConfig),
+    /// Linformer: keys and values projected along the sequence to `proj_dim` rows (non-causal).
+    Linformer(LinformerConfig),
+}
+
+impl Default for MechanismSpec {
+    fn default() -> Self {
+        Self::Softmax(SoftmaxConfig::default())
+    }
+}
 
 /// What there is to know about one mechanism, apart from how to build it.
 #[derive(Debug)]
@@ -29,102 +119,62 @@ pub struct Facts {
     pub default: fn() -> MechanismSpec,
 }
 
-/// Every mechanism, in the order pickers list them.
-pub static CATALOGUE: [&Facts; 5] = [
-    &SOFTMAX_FACTS,
-    &LINEAR_FACTS,
-    &BASED_FACTS,
-    &REBASED_FACTS,
-    &LINFORMER_FACTS,
-];
+/// What a mechanism's config states about it: the rest of attnlab reaches a mechanism only
+/// through these, dispatched by the list above.
+pub trait Variant {
+    /// Its entry of the [`CATALOGUE`].
+    const FACTS: &'static Facts;
 
-static SOFTMAX_FACTS: Facts = Facts {
-    name: "softmax",
-    formula: "A = softmax(q k^T / sqrt(d) + bias), causal",
-    summary: "Vaswani et al. 2017: exact attention, O(n^2) time and memory.",
-    causal: true,
-    keys_have_positions: true,
-    settings: Settings::NONE,
-    default: || MechanismSpec::Softmax,
-};
+    /// The mechanism of one layer; its parameters go under `params`.
+    fn build(&self, shape: &MechanismShape, params: &Params) -> Result<Arc<dyn Mechanism>>;
 
-static LINEAR_FACTS: Facts = Facts {
-    name: "linear",
-    formula: "A_ij = phi(q_i).phi(k_j) / sum_n phi(q_i).phi(k_n), phi = elu + 1",
-    summary: "Katharopoulos et al. 2020: a kernel feature map, O(n) recurrent form.",
-    causal: true,
-    keys_have_positions: true,
-    settings: Settings::NONE,
-    default: || MechanismSpec::Linear,
-};
+    /// What one layer of it adds to memory beyond the projections every mechanism has
+    /// (`preset::estimate` sums it). No default: a new mechanism states its own.
+    fn memory(&self, layer: &LayerSize) -> MemoryTerms;
 
-static BASED_FACTS: Facts = Facts {
-    name: "based",
-    formula: "A_ij ~ 1 + s + s^2/2, s = q_i.k_j / sqrt(d_f)",
-    summary: "Arora et al. 2024: Taylor kernel; better recall than linear.",
-    causal: true,
-    keys_have_positions: true,
-    settings: Settings::of(&[FEATURE_DIM]),
-    default: || MechanismSpec::Based(BasedConfig::default()),
-};
+    /// Per-head width of queries and keys, given the model's head width.
+    fn qk_dim(&self, head_dim: usize) -> usize {
+        head_dim
+    }
 
-static REBASED_FACTS: Facts = Facts {
-    name: "rebased",
-    formula: "A_ij ~ (q'_i.k'_j / sqrt(d_f))^2, q' = gamma*norm(q) + beta",
-    summary: "Aksenov et al. 2024: learnable kernel; better recall than Based.",
-    causal: true,
-    keys_have_positions: true,
-    settings: Settings {
-        numbers: &[FEATURE_DIM],
-        switches: &[Switch {
-            key: "variant",
-            label: "variant",
-            choices: Choices::Words(&["rebased", "x2", "norm", "gamma", "gamma-beta"]),
-        }],
-    },
-    default: || MechanismSpec::Rebased(RebasedConfig::default()),
-};
+    /// Checks what its settings' ranges alone cannot (against the task's sequence length);
+    /// errors name `attention.…`.
+    fn validate(&self, _seq_len: usize) -> Result<()> {
+        Ok(())
+    }
+}
 
-static LINFORMER_FACTS: Facts = Facts {
-    name: "linformer",
-    formula: "A = softmax(q (E k)^T / sqrt(d)), n x k, non-causal",
-    summary: "Wang et al. 2020: keys and values projected to k rows, O(nk).",
-    causal: false,
-    keys_have_positions: false,
-    settings: Settings {
-        numbers: &[real(
-            "proj_dim",
-            1.0,
-            65_536.0,
-            "projected length k; at most the task's sequence length",
-        )
-        .whole()],
-        switches: &[Switch {
-            key: "sharing",
-            label: "sharing",
-            choices: Choices::Words(&["none", "headwise", "kv", "layerwise"]),
-        }],
-    },
-    default: || MechanismSpec::Linformer(LinformerConfig::default()),
-};
+/// The sizes of one attention layer that memory terms depend on, as floats for the estimate.
+#[derive(Clone, Copy, Debug)]
+pub struct LayerSize {
+    pub heads: f64,
+    /// Per-head width of queries and keys.
+    pub qk: f64,
+    /// The sequence length.
+    pub len: f64,
+}
 
-const FEATURE_DIM: Hyperparameter = real(
-    "feature_dim",
-    1.0,
-    256.0,
-    "width d_f of q and k per head (zoology's configs use 8, 16, 24)",
-)
-.whole();
+/// What a mechanism adds to one layer's memory beyond the projections every mechanism has.
+#[derive(Clone, Copy, Debug)]
+pub struct MemoryTerms {
+    /// Its own parameters in one layer.
+    pub parameters: f64,
+    /// The keys each query is scored against (the sequence, or Linformer's projected rows).
+    pub keys: f64,
+    /// Floats per query or key of its feature maps (kernel mechanisms), per head.
+    pub features: f64,
+    /// Floats per token that normalising its features keeps.
+    pub norms: f64,
+}
 
-impl MechanismSpec {
-    /// This mechanism's entry of the [`CATALOGUE`].
-    pub fn facts(&self) -> &'static Facts {
-        match self {
-            Self::Softmax => &SOFTMAX_FACTS,
-            Self::Linear => &LINEAR_FACTS,
-            Self::Based(_) => &BASED_FACTS,
-            Self::Rebased(_) => &REBASED_FACTS,
-            Self::Linformer(_) => &LINFORMER_FACTS,
+impl MemoryTerms {
+    /// A mechanism with no parameters or feature maps of its own that scores every key.
+    pub fn plain(layer: &LayerSize) -> Self {
+        Self {
+            parameters: 0.0,
+            keys: layer.len,
+            features: 0.0,
+            norms: 0.0,
         }
     }
 }

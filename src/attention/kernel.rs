@@ -14,10 +14,14 @@
 //! over φ(q_i)·Σ_{j≤i} φ(k_j), with the explicit feature maps of the three kernels; encodings with
 //! a bias (or ReRoPE) keep the quadratic form, evaluated over blocks of queries.
 
+use std::sync::Arc;
+
 use candle_core::{D, Tensor};
 use serde::{Deserialize, Serialize};
 
-use super::{Attention, Mechanism, MechanismShape};
+use super::{
+    Attention, Facts, LayerSize, Mechanism, MechanismShape, MechanismSpec, MemoryTerms, Variant,
+};
 use crate::Result;
 use crate::encodings::{Encoding, LengthCache, QueryBlock};
 use crate::ops::{
@@ -26,6 +30,94 @@ use crate::ops::{
     normalise_rows, standardise, with_bias,
 };
 use crate::params::{Init, Params};
+use crate::settings::{Choices, Hyperparameter, Settings, Switch, real};
+
+/// Linear attention's settings (none yet).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LinearConfig {}
+
+static LINEAR_FACTS: Facts = Facts {
+    name: "linear",
+    formula: "A_ij = phi(q_i).phi(k_j) / sum_n phi(q_i).phi(k_n), phi = elu + 1",
+    summary: "Katharopoulos et al. 2020: a kernel feature map, O(n) recurrent form.",
+    causal: true,
+    keys_have_positions: true,
+    settings: Settings::NONE,
+    default: || MechanismSpec::Linear(LinearConfig::default()),
+};
+
+impl Variant for LinearConfig {
+    const FACTS: &'static Facts = &LINEAR_FACTS;
+
+    fn build(&self, shape: &MechanismShape, params: &Params) -> Result<Arc<dyn Mechanism>> {
+        Ok(Arc::new(KernelAttention::new(
+            KernelKind::Linear,
+            shape,
+            params,
+        )?))
+    }
+
+    fn memory(&self, layer: &LayerSize) -> MemoryTerms {
+        MemoryTerms::plain(layer)
+    }
+}
+
+/// Based settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BasedConfig {
+    /// Width d_f of q and k per head (zoology's configs use 8, 16, 24).
+    pub feature_dim: usize,
+}
+
+impl Default for BasedConfig {
+    fn default() -> Self {
+        Self { feature_dim: 16 }
+    }
+}
+
+static BASED_FACTS: Facts = Facts {
+    name: "based",
+    formula: "A_ij ~ 1 + s + s^2/2, s = q_i.k_j / sqrt(d_f)",
+    summary: "Arora et al. 2024: Taylor kernel; better recall than linear.",
+    causal: true,
+    keys_have_positions: true,
+    settings: Settings::of(&[FEATURE_DIM]),
+    default: || MechanismSpec::Based(BasedConfig::default()),
+};
+
+impl Variant for BasedConfig {
+    const FACTS: &'static Facts = &BASED_FACTS;
+
+    fn build(&self, shape: &MechanismShape, params: &Params) -> Result<Arc<dyn Mechanism>> {
+        Ok(Arc::new(KernelAttention::new(
+            KernelKind::Based,
+            shape,
+            params,
+        )?))
+    }
+
+    /// The 2nd-order Taylor features: 1, x and x ⊗ x.
+    fn memory(&self, layer: &LayerSize) -> MemoryTerms {
+        MemoryTerms {
+            features: 1.0 + layer.qk + layer.qk * layer.qk,
+            ..MemoryTerms::plain(layer)
+        }
+    }
+
+    fn qk_dim(&self, _head_dim: usize) -> usize {
+        self.feature_dim
+    }
+}
+
+const FEATURE_DIM: Hyperparameter = real(
+    "feature_dim",
+    1.0,
+    256.0,
+    "width d_f of q and k per head (zoology's configs use 8, 16, 24)",
+)
+.whole();
 
 /// ReBased settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -43,6 +135,48 @@ impl Default for RebasedConfig {
             feature_dim: 16,
             variant: RebasedVariant::Rebased,
         }
+    }
+}
+
+static REBASED_FACTS: Facts = Facts {
+    name: "rebased",
+    formula: "A_ij ~ (q'_i.k'_j / sqrt(d_f))^2, q' = gamma*norm(q) + beta",
+    summary: "Aksenov et al. 2024: learnable kernel; better recall than Based.",
+    causal: true,
+    keys_have_positions: true,
+    settings: Settings {
+        numbers: &[FEATURE_DIM],
+        switches: &[Switch {
+            key: "variant",
+            label: "variant",
+            choices: Choices::Words(&["rebased", "x2", "norm", "gamma", "gamma-beta"]),
+        }],
+    },
+    default: || MechanismSpec::Rebased(RebasedConfig::default()),
+};
+
+impl Variant for RebasedConfig {
+    const FACTS: &'static Facts = &REBASED_FACTS;
+
+    fn build(&self, shape: &MechanismShape, params: &Params) -> Result<Arc<dyn Mechanism>> {
+        let kind = KernelKind::Rebased(self.variant);
+        Ok(Arc::new(KernelAttention::new(kind, shape, params)?))
+    }
+
+    /// Feature norms of queries and keys (at most a weight and a bias each), squared
+    /// features; the norm runs over all heads' features: copies of both, standardised,
+    /// scaled and back in head order.
+    fn memory(&self, layer: &LayerSize) -> MemoryTerms {
+        MemoryTerms {
+            parameters: 4.0 * layer.heads * layer.qk,
+            features: layer.qk * layer.qk,
+            norms: 6.0 * layer.heads * layer.qk,
+            ..MemoryTerms::plain(layer)
+        }
+    }
+
+    fn qk_dim(&self, _head_dim: usize) -> usize {
+        self.feature_dim
     }
 }
 

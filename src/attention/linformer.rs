@@ -9,13 +9,18 @@
 //! The projection mixes future positions into every key, so Linformer is not causal: tasks
 //! that need causality (language modelling) reject it.
 
+use std::sync::Arc;
+
 use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
-use super::{Attention, Mechanism, MechanismShape};
+use super::{
+    Attention, Facts, LayerSize, Mechanism, MechanismShape, MechanismSpec, MemoryTerms, Variant,
+};
 use crate::encodings::{Encoding, QueryBlock};
 use crate::ops::{Precision, dot_scores, softmax_rows};
 use crate::params::{Init, Params};
+use crate::settings::{Choices, Settings, Switch, real};
 use crate::{Error, Result};
 
 /// Linformer settings.
@@ -51,8 +56,52 @@ pub enum LinformerSharing {
     Layerwise,
 }
 
-impl LinformerConfig {
-    pub fn validate(&self, seq_len: usize) -> Result<()> {
+static FACTS: Facts = Facts {
+    name: "linformer",
+    formula: "A = softmax(q (E k)^T / sqrt(d)), n x k, non-causal",
+    summary: "Wang et al. 2020: keys and values projected to k rows, O(nk).",
+    causal: false,
+    keys_have_positions: false,
+    settings: Settings {
+        numbers: &[real(
+            "proj_dim",
+            1.0,
+            65_536.0,
+            "projected length k; at most the task's sequence length",
+        )
+        .whole()],
+        switches: &[Switch {
+            key: "sharing",
+            label: "sharing",
+            choices: Choices::Words(&["none", "headwise", "kv", "layerwise"]),
+        }],
+    },
+    default: || MechanismSpec::Linformer(LinformerConfig::default()),
+};
+
+impl Variant for LinformerConfig {
+    const FACTS: &'static Facts = &FACTS;
+
+    fn build(&self, shape: &MechanismShape, params: &Params) -> Result<Arc<dyn Mechanism>> {
+        Ok(Arc::new(Linformer::new(self, shape, params)?))
+    }
+
+    /// E and F, one (k, n) projection each per head, per layer or shared; each query scores
+    /// the k projected rows.
+    fn memory(&self, layer: &LayerSize) -> MemoryTerms {
+        let projection = self.proj_dim as f64 * layer.len;
+        MemoryTerms {
+            parameters: match self.sharing {
+                LinformerSharing::None => 2.0 * layer.heads * projection,
+                LinformerSharing::Headwise => 2.0 * projection,
+                LinformerSharing::Kv | LinformerSharing::Layerwise => projection,
+            },
+            keys: self.proj_dim as f64,
+            ..MemoryTerms::plain(layer)
+        }
+    }
+
+    fn validate(&self, seq_len: usize) -> Result<()> {
         if self.proj_dim == 0 || self.proj_dim > seq_len {
             return Err(Error::preset(
                 "attention.proj_dim",

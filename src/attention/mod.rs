@@ -21,53 +21,19 @@ mod linformer;
 mod softmax;
 mod weights;
 
-use std::sync::Arc;
-
 use candle_core::Tensor;
-use serde::{Deserialize, Serialize};
 
-pub use catalogue::{CATALOGUE, Facts};
-pub use kernel::{KernelAttention, KernelKind, RebasedConfig, RebasedVariant};
+pub use catalogue::{CATALOGUE, Facts, LayerSize, MechanismSpec, MemoryTerms, Variant};
+pub use kernel::{
+    BasedConfig, KernelAttention, KernelKind, LinearConfig, RebasedConfig, RebasedVariant,
+};
 pub use linformer::{Linformer, LinformerConfig, LinformerSharing};
-pub use softmax::SoftmaxAttention;
+pub use softmax::{SoftmaxAttention, SoftmaxConfig};
 pub use weights::AttentionWeights;
 
 use crate::Result;
 use crate::encodings::{Encoding, QueryBlock};
 use crate::ops::WeightDropout;
-use crate::params::Params;
-use crate::settings::Section;
-
-/// The `[attention]` section of a preset.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
-pub enum MechanismSpec {
-    /// Causal softmax attention.
-    #[default]
-    Softmax,
-    /// Linear attention with the elu(x) + 1 feature map.
-    Linear,
-    /// Based: the 2nd-order Taylor kernel of exp.
-    Based(BasedConfig),
-    /// ReBased: learnable affine + normalisation, squared similarity.
-    Rebased(RebasedConfig),
-    /// Linformer: keys and values projected along the sequence to `proj_dim` rows (non-causal).
-    Linformer(LinformerConfig),
-}
-
-/// Based settings.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct BasedConfig {
-    /// Width d_f of q and k per head (zoology's configs use 8, 16, 24).
-    pub feature_dim: usize,
-}
-
-impl Default for BasedConfig {
-    fn default() -> Self {
-        Self { feature_dim: 16 }
-    }
-}
 
 /// The attention of one layer on one batch.
 pub struct Attention {
@@ -176,42 +142,9 @@ impl MechanismSpec {
         self.facts().summary
     }
 
-    /// Per-head width of queries and keys; Based/ReBased use their feature dimension.
-    pub fn qk_dim(&self, head_dim: usize) -> usize {
-        match self {
-            Self::Based(c) => c.feature_dim,
-            Self::Rebased(c) => c.feature_dim,
-            _ => head_dim,
-        }
-    }
-
     /// Whether every position sees only itself and earlier positions.
     pub fn is_causal(&self) -> bool {
         self.facts().causal
-    }
-
-    /// Checks the mechanism's own settings; errors name `attention.…`.
-    pub fn validate(&self, seq_len: usize) -> Result<()> {
-        self.validate_ranges()?;
-        match self {
-            Self::Linformer(c) => c.validate(seq_len),
-            _ => Ok(()),
-        }
-    }
-
-    /// Builds the mechanism of one layer; its parameters go under `params`.
-    pub fn build(&self, shape: &MechanismShape, params: &Params) -> Result<Arc<dyn Mechanism>> {
-        Ok(match self {
-            Self::Softmax => Arc::new(SoftmaxAttention::new(shape)),
-            Self::Linear => Arc::new(KernelAttention::new(KernelKind::Linear, shape, params)?),
-            Self::Based(_) => Arc::new(KernelAttention::new(KernelKind::Based, shape, params)?),
-            Self::Rebased(c) => Arc::new(KernelAttention::new(
-                KernelKind::Rebased(c.variant),
-                shape,
-                params,
-            )?),
-            Self::Linformer(c) => Arc::new(Linformer::new(c, shape, params)?),
-        })
     }
 }
 

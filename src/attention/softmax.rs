@@ -1,14 +1,48 @@
 //! Causal softmax attention: A = softmax(q kᵀ / √d + bias), keys after the query masked out.
 
-use candle_core::Tensor;
+use std::sync::Arc;
 
-use super::{Attention, Mechanism, MechanismShape};
+use candle_core::Tensor;
+use serde::{Deserialize, Serialize};
+
+use super::{
+    Attention, Facts, LayerSize, Mechanism, MechanismShape, MechanismSpec, MemoryTerms, Variant,
+};
 use crate::Result;
 use crate::encodings::{Encoding, QueryBlock};
 use crate::ops::{
     Precision, RowFunction, WeightDropout, cpu_attention, cpu_attention_available, dot_scores,
     flash_attention, flash_available, flash_enabled, softmax_rows, softmax_rows_biased,
 };
+use crate::params::Params;
+use crate::settings::Settings;
+
+/// Softmax settings (none yet).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SoftmaxConfig {}
+
+static FACTS: Facts = Facts {
+    name: "softmax",
+    formula: "A = softmax(q k^T / sqrt(d) + bias), causal",
+    summary: "Vaswani et al. 2017: exact attention, O(n^2) time and memory.",
+    causal: true,
+    keys_have_positions: true,
+    settings: Settings::NONE,
+    default: || MechanismSpec::Softmax(SoftmaxConfig::default()),
+};
+
+impl Variant for SoftmaxConfig {
+    const FACTS: &'static Facts = &FACTS;
+
+    fn build(&self, shape: &MechanismShape, _params: &Params) -> Result<Arc<dyn Mechanism>> {
+        Ok(Arc::new(SoftmaxAttention::new(shape)))
+    }
+
+    fn memory(&self, layer: &LayerSize) -> MemoryTerms {
+        MemoryTerms::plain(layer)
+    }
+}
 
 pub struct SoftmaxAttention {
     scale: f64,

@@ -2,11 +2,15 @@
 //! (Vaswani et al. 2017, arXiv 1706.03762): P[t, 2i] = sin(t / 10000^(2i/d)),
 //! P[t, 2i+1] = cos(t / 10000^(2i/d)).
 
-use candle_core::{Device, Tensor};
+use std::sync::Arc;
 
-use super::{Encoding, EncodingShape};
+use candle_core::{Device, Tensor};
+use serde::{Deserialize, Serialize};
+
+use super::{Encoding, EncodingShape, EncodingSpec, Facts, Family, Variant};
 use crate::ops::add_broadcast;
 use crate::params::{Init, Params};
+use crate::settings::Settings;
 use crate::{Error, Result};
 
 /// A learned table of `max_len` position vectors, initialised like the token embedding
@@ -89,6 +93,61 @@ pub fn sinusoidal_table(len: usize, d: usize) -> Vec<f32> {
         }
     }
     table
+}
+
+/// Learned absolute positions' settings (none).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LearnedConfig {}
+
+static LEARNED_FACTS: Facts = Facts {
+    name: "learned",
+    family: Family::Absolute,
+    learnable: true,
+    formula: "x_t + p_t, p learned",
+    summary: "GPT-style learned table; cannot go past its trained length.",
+    settings: Settings::NONE,
+    default: || EncodingSpec::Learned(LearnedConfig::default()),
+};
+
+impl Variant for LearnedConfig {
+    const FACTS: &'static Facts = &LEARNED_FACTS;
+
+    fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
+        Ok(Arc::new(Learned::new(shape, params)?))
+    }
+
+    /// One d-wide vector per position.
+    fn parameters(&self, shape: &EncodingShape) -> usize {
+        shape.max_len * shape.d_model
+    }
+}
+
+/// Sinusoidal positions' settings (none).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SinusoidalConfig {}
+
+static SINUSOIDAL_FACTS: Facts = Facts {
+    name: "sinusoidal",
+    family: Family::Absolute,
+    learnable: false,
+    formula: "x_t + [sin(t/10000^(2i/d)), cos(t/10000^(2i/d))]",
+    summary: "Vaswani et al. 2017: fixed sinusoids added to the input.",
+    settings: Settings::NONE,
+    default: || EncodingSpec::Sinusoidal(SinusoidalConfig::default()),
+};
+
+impl Variant for SinusoidalConfig {
+    const FACTS: &'static Facts = &SINUSOIDAL_FACTS;
+
+    fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
+        Ok(Arc::new(Sinusoidal::new(shape, params.device())?))
+    }
+
+    fn parameters(&self, _shape: &EncodingShape) -> usize {
+        0
+    }
 }
 
 #[cfg(test)]

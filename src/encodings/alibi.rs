@@ -7,7 +7,13 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::{DistanceBias, Verdict, known};
+use super::relative::fixed;
+use super::{
+    DistanceBias, Encoding, EncodingShape, EncodingSpec, Facts, Family, Variant, Verdict, known,
+};
+use crate::Result;
+use crate::params::Params;
+use crate::settings::{Settings, real};
 
 /// ALiBi settings.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -57,6 +63,34 @@ pub fn alibi_slopes(n_heads: usize) -> Vec<f64> {
             .take(n_heads - closest),
     );
     slopes
+}
+
+static FACTS: Facts = Facts {
+    name: "alibi",
+    family: Family::Bias,
+    learnable: false,
+    formula: "bias = -m_h t, m_h = 2^(-8h/H) (or one k for all heads)",
+    summary: "Press et al. 2022: linear distance penalty, extrapolates well.",
+    settings: Settings::of(&[real(
+        "k",
+        1e-4,
+        10.0,
+        "one slope for every head; unset = geometric per-head slopes",
+    )
+    .log()]),
+    default: || EncodingSpec::Alibi(AlibiConfig::default()),
+};
+
+impl Variant for AlibiConfig {
+    const FACTS: &'static Facts = &FACTS;
+
+    fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
+        fixed(alibi_heads(self, shape.n_heads), shape, params.device())
+    }
+
+    fn parameters(&self, _shape: &EncodingShape) -> usize {
+        0
+    }
 }
 
 #[cfg(test)]

@@ -1,13 +1,25 @@
-//! Every encoding's facts in one place: its name, family, whether training changes it, its
-//! formula and summary (help text, tooltips, `attnlab encodings`), its numeric settings with
-//! their ranges (validation, `--set`, the GUI's sliders), its switches (the GUI's checkboxes
-//! and choices) and its default. The pickers, the CLI,
-//! validation and the tests all read this table; a new encoding adds its facts here (a static,
-//! listed in [`CATALOGUE`], which `facts()` names: no look-up by position), its variant and
-//! config in `mod.rs`, and its arm of `EncodingSpec::build`.
+//! The one list of encodings. Each encoding's file states everything about it: its config
+//! (its `[encoding]` settings), its [`Facts`] (name, family, formula, summary, its settings'
+//! ranges and switches), how to build it and the parameters it holds, as an implementation of
+//! [`Variant`]. The list below turns those files into [`EncodingSpec`] (the preset section),
+//! [`CATALOGUE`] (what the pickers, the CLI, validation and the tests read) and the dispatch of
+//! every [`Variant`] method. A new encoding is its file (or a section of its family's file),
+//! its `mod` line and one line here; [`Variant::parameters`] has no default, so it does not
+//! compile until it states what the memory estimate should count.
 
-use super::{EncodingSpec, Family};
-use crate::settings::{Choices, Hyperparameter, Section, Settings, Switch, real};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    AlibiConfig, DietAbsConfig, DietRelConfig, Encoding, EncodingShape, Family, InvN,
+    KerpleLogConfig, KerplePowerConfig, LeakyReropeConfig, LearnedConfig, NLogNConfig, NoneConfig,
+    NtkConfig, PiConfig, ReropeConfig, RopeConfig, SandwichConfig, SeriesConfig, SinusoidalConfig,
+    T5Config, Type1, Type2, WindowConfig,
+};
+use crate::params::Params;
+use crate::settings::{Section, Settings};
+use crate::{Error, Result};
 
 /// What there is to know about one encoding, apart from how to build it.
 #[derive(Debug)]
@@ -27,256 +39,168 @@ pub struct Facts {
     pub default: fn() -> EncodingSpec,
 }
 
-/// Every encoding, in the order pickers and tables list them.
-pub static CATALOGUE: [&Facts; 20] = [
-    &NONE_FACTS,
-    &LEARNED_FACTS,
-    &SINUSOIDAL_FACTS,
-    &ALIBI_FACTS,
-    &KERPLE_LOG_FACTS,
-    &KERPLE_POWER_FACTS,
-    &SANDWICH_FACTS,
-    &TYPE1_FACTS,
-    &TYPE2_FACTS,
-    &INV_N_FACTS,
-    &INV_N_LOG_N_FACTS,
-    &WINDOW_FACTS,
-    &T5_FACTS,
-    &DIET_REL_FACTS,
-    &DIET_ABS_FACTS,
-    &ROPE_FACTS,
-    &PI_FACTS,
-    &NTK_FACTS,
-    &REROPE_FACTS,
-    &LEAKY_REROPE_FACTS,
-];
+/// What an encoding's config states about it: the rest of attnlab reaches an encoding only
+/// through these, dispatched by the list below.
+pub trait Variant {
+    /// Its entry of the [`CATALOGUE`].
+    const FACTS: &'static Facts;
 
-static NONE_FACTS: Facts = Facts {
-    name: "none",
-    family: Family::None,
-    learnable: false,
-    formula: "no positional term",
-    summary: "NoPE: causal masking alone carries order (a baseline).",
-    settings: Settings::NONE,
-    default: || EncodingSpec::None,
-};
+    /// Builds the encoding; learned parameters come from `params` (the model passes
+    /// `blocks.{l}.pos` for per-layer encodings, the root otherwise).
+    fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>>;
 
-static LEARNED_FACTS: Facts = Facts {
-    name: "learned",
-    family: Family::Absolute,
-    learnable: true,
-    formula: "x_t + p_t, p learned",
-    summary: "GPT-style learned table; cannot go past its trained length.",
-    settings: Settings::NONE,
-    default: || EncodingSpec::Learned,
-};
+    /// The parameters one copy holds (`preset::estimate` counts them). No default: a new
+    /// encoding states its own.
+    fn parameters(&self, shape: &EncodingShape) -> usize;
 
-static SINUSOIDAL_FACTS: Facts = Facts {
-    name: "sinusoidal",
-    family: Family::Absolute,
-    learnable: false,
-    formula: "x_t + [sin(t/10000^(2i/d)), cos(t/10000^(2i/d))]",
-    summary: "Vaswani et al. 2017: fixed sinusoids added to the input.",
-    settings: Settings::NONE,
-    default: || EncodingSpec::Sinusoidal,
-};
+    /// Checks what its settings' ranges alone cannot, against the model's shape; errors
+    /// name `encoding.…`.
+    fn validate(&self, _shape: &EncodingShape) -> Result<()> {
+        Ok(())
+    }
 
-static ALIBI_FACTS: Facts = Facts {
-    name: "alibi",
-    family: Family::Bias,
-    learnable: false,
-    formula: "bias = -m_h t, m_h = 2^(-8h/H) (or one k for all heads)",
-    summary: "Press et al. 2022: linear distance penalty, extrapolates well.",
-    settings: Settings::of(ALIBI),
-    default: || EncodingSpec::Alibi(Default::default()),
-};
+    /// Whether every attention layer gets its own copy rather than one shared by all.
+    fn is_per_layer(&self) -> bool {
+        false
+    }
 
-static KERPLE_LOG_FACTS: Facts = Facts {
-    name: "kerple-log",
-    family: Family::Bias,
-    learnable: true,
-    formula: "bias = -r_h ln(1 + k_h t), r_h, k_h learned from U(0,2), U(0,1)",
-    summary: "Chi et al. 2022: learned logarithmic kernel; converges iff r > 1.",
-    settings: Settings::of(KERPLE_LOG),
-    default: || EncodingSpec::KerpleLog(Default::default()),
-};
+    /// Fills in the settings whose default is the length the model trained at.
+    fn at_training_length(&mut self, _len: usize) {}
+}
 
-static KERPLE_POWER_FACTS: Facts = Facts {
-    name: "kerple-power",
-    family: Family::Bias,
-    learnable: true,
-    formula: "bias = -k_h t^r_h, 0 < r_h <= 2, learned from U(0,2), U(0,1)",
-    summary: "Chi et al. 2022: learned power kernel; always converges.",
-    settings: Settings::of(KERPLE_POWER),
-    default: || EncodingSpec::KerplePower(Default::default()),
-};
+/// Writes [`EncodingSpec`], [`CATALOGUE`] and the dispatch of [`Variant`] from the list of
+/// variants and their configs.
+macro_rules! encodings {
+    ($($(#[$doc:meta])* $variant:ident($config:ty),)+) => {
+        /// The `[encoding]` section of a preset: `kind` names the encoding, the other keys are
+        /// its config's. [`EncodingSpec::formula`] and the module docs say what each computes.
+        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+        #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+        pub enum EncodingSpec {
+            $($(#[$doc])* $variant($config),)+
+        }
 
-static SANDWICH_FACTS: Facts = Facts {
-    name: "sandwich",
-    family: Family::Bias,
-    learnable: false,
-    formula: "bias = k (sum_j cos(t / r^(2j/d)) - d/2)",
-    summary: "Chi et al. 2023: the inner product of sinusoids as a bias.",
-    settings: Settings {
-        numbers: SANDWICH,
-        switches: SANDWICH_SWITCHES,
-    },
-    default: || EncodingSpec::Sandwich(Default::default()),
-};
+        /// Every encoding, in the order pickers and tables list them.
+        pub static CATALOGUE: [&Facts; [$(stringify!($variant)),+].len()] =
+            [$(<$config as Variant>::FACTS),+];
 
-static TYPE1_FACTS: Facts = Facts {
-    name: "type1",
-    family: Family::Bias,
-    learnable: false,
-    formula: "exp(bias) = 1/n^2",
-    summary: "Qin et al. 2023: a converging series, 1/n^2 (extrapolates).",
-    settings: Settings {
-        numbers: SERIES,
-        switches: SERIES_SWITCHES,
-    },
-    default: || EncodingSpec::Type1(Default::default()),
-};
+        impl EncodingSpec {
+            /// This encoding's entry of the [`CATALOGUE`].
+            pub fn facts(&self) -> &'static Facts {
+                match self {
+                    $(Self::$variant(_) => <$config as Variant>::FACTS,)+
+                }
+            }
 
-static TYPE2_FACTS: Facts = Facts {
-    name: "type2",
-    family: Family::Bias,
-    learnable: false,
-    formula: "exp(bias) = exp(-ln^2 n)",
-    summary: "Qin et al. 2023: a faster converging series, exp(-ln^2 n).",
-    settings: Settings {
-        numbers: SERIES,
-        switches: SERIES_SWITCHES,
-    },
-    default: || EncodingSpec::Type2(Default::default()),
-};
+            /// Builds the encoding ([`Variant::build`]).
+            pub fn build(
+                &self,
+                shape: &EncodingShape,
+                params: &Params,
+            ) -> Result<Arc<dyn Encoding>> {
+                match self {
+                    $(Self::$variant(c) => c.build(shape, params),)+
+                }
+            }
 
-static INV_N_FACTS: Facts = Facts {
-    name: "inv-n",
-    family: Family::Bias,
-    learnable: false,
-    formula: "exp(bias) = 1/n",
-    summary: "Qin et al. 2023: a diverging control, 1/n (fails past ~4L).",
-    settings: Settings {
-        numbers: SERIES,
-        switches: SERIES_SWITCHES,
-    },
-    default: || EncodingSpec::InvN(Default::default()),
-};
+            /// The parameters one copy holds ([`Variant::parameters`]).
+            pub fn parameters(&self, shape: &EncodingShape) -> usize {
+                match self {
+                    $(Self::$variant(c) => c.parameters(shape),)+
+                }
+            }
 
-static INV_N_LOG_N_FACTS: Facts = Facts {
-    name: "inv-n-log-n",
-    family: Family::Bias,
-    learnable: false,
-    formula: "exp(bias) = 1/(n ln n)",
-    summary: "Qin et al. 2023: a slowly diverging control, 1/(n ln n).",
-    settings: Settings {
-        numbers: N_LOG_N,
-        switches: SERIES_SWITCHES,
-    },
-    default: || EncodingSpec::InvNLogN(Default::default()),
-};
+            /// Whether every attention layer gets its own copy (DIET without sharing) rather
+            /// than one encoding shared by all.
+            pub fn is_per_layer(&self) -> bool {
+                match self {
+                    $(Self::$variant(c) => c.is_per_layer(),)+
+                }
+            }
 
-static WINDOW_FACTS: Facts = Facts {
-    name: "window",
-    family: Family::Bias,
-    learnable: false,
-    formula: "bias = 0 for t < w, -inf beyond",
-    summary: "Sliding-window attention: only the last w tokens are seen.",
-    settings: Settings::of(WINDOW),
-    default: || EncodingSpec::Window(Default::default()),
-};
+            /// The settings whose default is the length the model trained at, filled in with
+            /// `len`: ReRoPE's log-n `training_length`, and an unclipped DIET-REL's
+            /// `max_distance` (one scalar per distance training saw; farther distances share
+            /// the last). Model builders pass the training length, so a model evaluated at
+            /// other lengths keeps its own.
+            pub fn at_training_length(&self, len: usize) -> Self {
+                let mut spec = self.clone();
+                match &mut spec {
+                    $(Self::$variant(c) => c.at_training_length(len),)+
+                }
+                spec
+            }
 
-static T5_FACTS: Facts = Facts {
-    name: "t5",
-    family: Family::Bias,
-    learnable: true,
-    formula: "bias = b_h[bucket(t)], log-spaced buckets, learned",
-    summary: "Raffel et al. 2020: learned bias per log-spaced distance bucket.",
-    settings: Settings::of(T5),
-    default: || EncodingSpec::T5(Default::default()),
-};
+            /// Checks the encoding's own settings against the model shape; errors name
+            /// `encoding.…`.
+            pub fn validate(&self, shape: &EncodingShape) -> Result<()> {
+                self.validate_ranges()?;
+                if self.family() == Family::Rotary && !shape.qk_dim.is_multiple_of(2) {
+                    return Err(Error::preset(
+                        "encoding.kind",
+                        self.name(),
+                        format!(
+                            "rotates channel pairs, so the per-head query/key width must be even (it is {})",
+                            shape.qk_dim
+                        ),
+                    ));
+                }
+                match self {
+                    $(Self::$variant(c) => c.validate(shape),)+
+                }
+            }
+        }
+    };
+}
 
-static DIET_REL_FACTS: Facts = Facts {
-    name: "diet-rel",
-    family: Family::Bias,
-    learnable: true,
-    formula: "bias = b_h[min(t, max_distance)], learned",
-    summary: "Chen et al. 2021 (DIET): learned bias per clipped distance.",
-    settings: Settings {
-        numbers: DIET_REL,
-        switches: DIET_SWITCHES,
-    },
-    default: || EncodingSpec::DietRel(Default::default()),
-};
+encodings! {
+    /// NoPE: no positional encoding (causal masking alone carries order).
+    None(NoneConfig),
+    /// Learned absolute position embeddings, one vector per position (GPT-2, zoology).
+    Learned(LearnedConfig),
+    /// Fixed sinusoidal absolute embeddings (Vaswani et al. 2017).
+    Sinusoidal(SinusoidalConfig),
+    /// ALiBi: bias −m_h·t with geometric per-head slopes (Press et al. 2022).
+    Alibi(AlibiConfig),
+    /// KERPLE log kernel −r·ln(1 + k·t), learnable per head.
+    KerpleLog(KerpleLogConfig),
+    /// KERPLE power kernel −k·t^r, learnable per head.
+    KerplePower(KerplePowerConfig),
+    /// Sandwich: inner product of sinusoidal embeddings t apart.
+    Sandwich(SandwichConfig),
+    /// The Rpe paper's Type 1: exp(bias) = 1/n².
+    Type1(SeriesConfig<Type1>),
+    /// The Rpe paper's Type 2: exp(bias) = exp(−ln² n).
+    Type2(SeriesConfig<Type2>),
+    /// Divergent control: exp(bias) = 1/n.
+    InvN(SeriesConfig<InvN>),
+    /// Divergent control: exp(bias) = 1/(n ln n).
+    InvNLogN(NLogNConfig),
+    /// Sliding window of `width` tokens.
+    Window(WindowConfig),
+    /// T5's learned bias per log-spaced distance bucket.
+    T5(T5Config),
+    /// DIET-REL: a learned scalar per (clipped) distance.
+    DietRel(DietRelConfig),
+    /// DIET-ABS: a learned low-rank positional term P_Q P_Kᵀ per head.
+    DietAbs(DietAbsConfig),
+    /// RoPE: rotate q and k by position-dependent angles (Su et al. 2021).
+    Rope(RopeConfig),
+    /// RoPE with position interpolation (positions / k).
+    Pi(PiConfig),
+    /// RoPE with NTK-aware base scaling.
+    Ntk(NtkConfig),
+    /// ReRoPE: relative positions clipped at the window.
+    Rerope(ReropeConfig),
+    /// Leaky ReRoPE: slope 1/k beyond the window.
+    LeakyRerope(LeakyReropeConfig),
+}
 
-static DIET_ABS_FACTS: Facts = Facts {
-    name: "diet-abs",
-    family: Family::Bias,
-    learnable: true,
-    formula: "bias_ij = (P_Q P_K^T)_ij per head, learned",
-    summary: "Chen et al. 2021 (DIET): decoupled absolute positions in the scores.",
-    settings: Settings {
-        numbers: DIET_ABS,
-        switches: DIET_SWITCHES,
-    },
-    default: || EncodingSpec::DietAbs(Default::default()),
-};
-
-static ROPE_FACTS: Facts = Facts {
-    name: "rope",
-    family: Family::Rotary,
-    learnable: false,
-    formula: "q_i, k_j rotated by angle pos*base^(-2c/d); relative position t",
-    summary: "Su et al. 2021: rotate q and k by position; relative by design.",
-    settings: Settings::of(ROPE),
-    default: || EncodingSpec::Rope(Default::default()),
-};
-
-static PI_FACTS: Facts = Facts {
-    name: "pi",
-    family: Family::Rotary,
-    learnable: false,
-    formula: "RoPE at positions pos/k; relative position t/k",
-    summary: "Chen et al. 2023: interpolate positions by k to reach k times longer.",
-    settings: Settings::of(PI),
-    default: || EncodingSpec::Pi(Default::default()),
-};
-
-static NTK_FACTS: Facts = Facts {
-    name: "ntk",
-    family: Family::Rotary,
-    learnable: false,
-    formula: "RoPE with base*alpha^(d/(d-2)); relative position t",
-    summary: "bloc97 2023: stretch RoPE's base instead of the positions.",
-    settings: Settings::of(NTK),
-    default: || EncodingSpec::Ntk(Default::default()),
-};
-
-static REROPE_FACTS: Facts = Facts {
-    name: "rerope",
-    family: Family::Rotary,
-    learnable: false,
-    formula: "RoPE with relative position min(t, w)",
-    summary: "Su 2023: clip relative positions at w at inference time.",
-    settings: Settings {
-        numbers: REROPE,
-        switches: REROPE_SWITCHES,
-    },
-    default: || EncodingSpec::Rerope(Default::default()),
-};
-
-static LEAKY_REROPE_FACTS: Facts = Facts {
-    name: "leaky-rerope",
-    family: Family::Rotary,
-    learnable: false,
-    formula: "RoPE with relative position t below w, w + (t - w)/k beyond",
-    summary: "Su 2023: compress relative positions beyond w by 1/k.",
-    settings: Settings {
-        numbers: LEAKY_REROPE,
-        switches: REROPE_SWITCHES,
-    },
-    default: || EncodingSpec::LeakyRerope(Default::default()),
-};
+impl Default for EncodingSpec {
+    fn default() -> Self {
+        Self::None(NoneConfig::default())
+    }
+}
 
 impl Section for EncodingSpec {
     const SECTION: &'static str = "encoding";
@@ -289,157 +213,6 @@ impl Section for EncodingSpec {
         &self.facts().settings
     }
 }
-
-impl EncodingSpec {
-    /// This encoding's entry of the [`CATALOGUE`].
-    pub fn facts(&self) -> &'static Facts {
-        match self {
-            Self::None => &NONE_FACTS,
-            Self::Learned => &LEARNED_FACTS,
-            Self::Sinusoidal => &SINUSOIDAL_FACTS,
-            Self::Alibi(_) => &ALIBI_FACTS,
-            Self::KerpleLog(_) => &KERPLE_LOG_FACTS,
-            Self::KerplePower(_) => &KERPLE_POWER_FACTS,
-            Self::Sandwich(_) => &SANDWICH_FACTS,
-            Self::Type1(_) => &TYPE1_FACTS,
-            Self::Type2(_) => &TYPE2_FACTS,
-            Self::InvN(_) => &INV_N_FACTS,
-            Self::InvNLogN(_) => &INV_N_LOG_N_FACTS,
-            Self::Window(_) => &WINDOW_FACTS,
-            Self::T5(_) => &T5_FACTS,
-            Self::DietRel(_) => &DIET_REL_FACTS,
-            Self::DietAbs(_) => &DIET_ABS_FACTS,
-            Self::Rope(_) => &ROPE_FACTS,
-            Self::Pi(_) => &PI_FACTS,
-            Self::Ntk(_) => &NTK_FACTS,
-            Self::Rerope(_) => &REROPE_FACTS,
-            Self::LeakyRerope(_) => &LEAKY_REROPE_FACTS,
-        }
-    }
-}
-
-const ALIBI: &[Hyperparameter] = &[real(
-    "k",
-    1e-4,
-    10.0,
-    "one slope for every head; unset = geometric per-head slopes",
-)
-.log()];
-const KERPLE_LOG: &[Hyperparameter] = &[
-    real(
-        "r",
-        0.01,
-        10.0,
-        "initial power r of every head; Σ exp(bias) converges for r > 1; unset = U(0, 2) per head",
-    )
-    .log(),
-    real(
-        "k",
-        0.01,
-        10.0,
-        "initial distance scale k of every head; unset = U(0, 1) per head",
-    )
-    .log(),
-];
-const KERPLE_POWER: &[Hyperparameter] = &[
-    real(
-        "r",
-        0.01,
-        2.0,
-        "initial exponent r of every head; unset = U(0, 2) per head",
-    ),
-    real(
-        "k",
-        0.01,
-        10.0,
-        "initial scale k of every head; unset = U(0, 1) per head",
-    )
-    .log(),
-];
-const SANDWICH: &[Hyperparameter] = &[
-    real("k", 0.001, 10.0, "scale of the bias").log(),
-    real("r", 2.0, 1e9, "frequency base").log(),
-    real(
-        "dim",
-        2.0,
-        4096.0,
-        "width d of the sinusoidal embeddings (even); unset = 2 x the head width (fairseq-evo)",
-    )
-    .whole(),
-];
-const SERIES: &[Hyperparameter] = &[real("offset", 1.0, 1000.0, "n = t + offset at distance t")];
-const N_LOG_N: &[Hyperparameter] = &[real("offset", 1.1, 1000.0, "n = t + offset; needs n > 1")];
-const WINDOW: &[Hyperparameter] = &[real("width", 1.0, 1_048_576.0, "tokens a query sees").whole()];
-const T5: &[Hyperparameter] = &[
-    real("num_buckets", 2.0, 1024.0, "distance buckets per head").whole(),
-    real(
-        "max_distance",
-        1.0,
-        1_048_576.0,
-        "distances from here share the last bucket",
-    )
-    .whole(),
-];
-const DIET_REL: &[Hyperparameter] = &[real(
-    "max_distance",
-    1.0,
-    65_536.0,
-    "distances from here share one scalar; unset = unclipped (the paper), one per trained distance",
-)
-.whole()];
-const DIET_ABS: &[Hyperparameter] =
-    &[real("rank", 1.0, 1024.0, "d_p, the rank of P_Q P_K^T").whole()];
-const BASE: Hyperparameter =
-    real("base", 2.0, 1e9, "RoPE frequency base (10000 in the paper)").log();
-const REROPE_WINDOW: Hyperparameter = real(
-    "window",
-    1.0,
-    1_048_576.0,
-    "distances from w on are clipped",
-)
-.whole();
-const TRAINING_LENGTH: Hyperparameter = real(
-    "training_length",
-    2.0,
-    1_048_576.0,
-    "L of the log-n query scaling max(1, ln(i+1)/ln L); unset = the length the model trained at",
-)
-.whole();
-const ROPE: &[Hyperparameter] = &[BASE];
-const PI: &[Hyperparameter] = &[
-    BASE,
-    real("scale", 1.0, 1024.0, "positions are divided by k").log(),
-];
-const NTK: &[Hyperparameter] = &[BASE, real("alpha", 1.0, 1024.0, "length scale alpha").log()];
-const REROPE: &[Hyperparameter] = &[BASE, REROPE_WINDOW, TRAINING_LENGTH];
-const LEAKY_REROPE: &[Hyperparameter] = &[
-    BASE,
-    REROPE_WINDOW,
-    real("scale", 1.0, 1e6, "slope 1/k beyond the window").log(),
-    TRAINING_LENGTH,
-];
-
-const PER_HEAD: &str = "per_head";
-const SANDWICH_SWITCHES: &[Switch] = &[Switch {
-    key: PER_HEAD,
-    label: "per-head scale k*H/(8h) (fairseq-evo)",
-    choices: Choices::Toggle,
-}];
-const SERIES_SWITCHES: &[Switch] = &[Switch {
-    key: PER_HEAD,
-    label: "per-head n = k_h t + offset, ALiBi slopes (fairseq-evo)",
-    choices: Choices::Toggle,
-}];
-const REROPE_SWITCHES: &[Switch] = &[Switch {
-    key: "log_n",
-    label: "log-n: queries scaled by max(1, ln(i+1)/ln L) (the post's patches)",
-    choices: Choices::Toggle,
-}];
-const DIET_SWITCHES: &[Switch] = &[Switch {
-    key: "sharing",
-    label: "sharing",
-    choices: Choices::Words(&["none", "layerwise"]),
-}];
 
 #[cfg(test)]
 mod tests {

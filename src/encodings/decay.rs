@@ -18,30 +18,53 @@
 //! Type 2 forms are −ln(1 + (k t)²) and −ln²(3 + k t), close to these but not equal. The text
 //! does not say which of the two its tables used.
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::{DistanceBias, Verdict, alibi_slopes, known};
+use super::relative::fixed;
+use super::{
+    DistanceBias, Encoding, EncodingShape, EncodingSpec, Facts, Family, Variant, Verdict,
+    alibi_slopes, known,
+};
+use crate::Result;
+use crate::params::Params;
+use crate::settings::{Choices, Settings, Switch, real};
 
 /// The offset n = t + offset of `type1`, `type2` and `inv-n`, and their per-head scaling.
+/// `S` names the series ([`Type1`], [`Type2`] or [`InvN`]), so each is a variant of its own
+/// with the same settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct SeriesConfig {
+#[serde(default, deny_unknown_fields, bound = "")]
+pub struct SeriesConfig<S> {
     /// n at the diagonal (t = 0); 1 makes the diagonal bias 0.
     pub offset: f64,
     /// n = k_h·t + offset with ALiBi's slopes k_h per head (fairseq-evo), instead of one bias.
     pub per_head: bool,
+    #[serde(skip)]
+    series: PhantomData<S>,
 }
 
-impl Default for SeriesConfig {
+impl<S> Default for SeriesConfig<S> {
     fn default() -> Self {
         Self {
             offset: 1.0,
             per_head: false,
+            series: PhantomData,
         }
     }
 }
+
+/// The series 1/n² (the Rpe paper's Type 1).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Type1 {}
+/// The series exp(−ln² n) (the Rpe paper's Type 2).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Type2 {}
+/// The divergent series 1/n.
+#[derive(Clone, Debug, PartialEq)]
+pub enum InvN {}
 
 /// The offset of `inv-n-log-n`, which needs n > 1 (ln 1 = 0), and its per-head scaling.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -107,7 +130,7 @@ fn series(
 }
 
 /// Type 1: b = 1/n².
-pub fn type1(c: &SeriesConfig, n_heads: usize) -> Vec<Arc<dyn DistanceBias>> {
+pub fn type1<S>(c: &SeriesConfig<S>, n_heads: usize) -> Vec<Arc<dyn DistanceBias>> {
     series(
         |n| -2.0 * n.ln(),
         (c.offset, c.per_head),
@@ -118,7 +141,7 @@ pub fn type1(c: &SeriesConfig, n_heads: usize) -> Vec<Arc<dyn DistanceBias>> {
 }
 
 /// Type 2: b = exp(−ln² n).
-pub fn type2(c: &SeriesConfig, n_heads: usize) -> Vec<Arc<dyn DistanceBias>> {
+pub fn type2<S>(c: &SeriesConfig<S>, n_heads: usize) -> Vec<Arc<dyn DistanceBias>> {
     series(
         |n| -n.ln().powi(2),
         (c.offset, c.per_head),
@@ -129,7 +152,7 @@ pub fn type2(c: &SeriesConfig, n_heads: usize) -> Vec<Arc<dyn DistanceBias>> {
 }
 
 /// The first divergent control: b = 1/n.
-pub fn inv_n(c: &SeriesConfig, n_heads: usize) -> Vec<Arc<dyn DistanceBias>> {
+pub fn inv_n<S>(c: &SeriesConfig<S>, n_heads: usize) -> Vec<Arc<dyn DistanceBias>> {
     series(
         |n| -n.ln(),
         (c.offset, c.per_head),
@@ -160,13 +183,136 @@ pub fn window(c: &WindowConfig) -> Vec<Arc<dyn DistanceBias>> {
     )
 }
 
+const PER_HEAD: &[Switch] = &[Switch {
+    key: "per_head",
+    label: "per-head n = k_h t + offset, ALiBi slopes (fairseq-evo)",
+    choices: Choices::Toggle,
+}];
+const SERIES: Settings = Settings {
+    numbers: &[real("offset", 1.0, 1000.0, "n = t + offset at distance t")],
+    switches: PER_HEAD,
+};
+
+static TYPE1_FACTS: Facts = Facts {
+    name: "type1",
+    family: Family::Bias,
+    learnable: false,
+    formula: "exp(bias) = 1/n^2",
+    summary: "Qin et al. 2023: a converging series, 1/n^2 (extrapolates).",
+    settings: SERIES,
+    default: || EncodingSpec::Type1(SeriesConfig::default()),
+};
+
+impl Variant for SeriesConfig<Type1> {
+    const FACTS: &'static Facts = &TYPE1_FACTS;
+
+    fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
+        fixed(type1(self, shape.n_heads), shape, params.device())
+    }
+
+    fn parameters(&self, _shape: &EncodingShape) -> usize {
+        0
+    }
+}
+
+static TYPE2_FACTS: Facts = Facts {
+    name: "type2",
+    family: Family::Bias,
+    learnable: false,
+    formula: "exp(bias) = exp(-ln^2 n)",
+    summary: "Qin et al. 2023: a faster converging series, exp(-ln^2 n).",
+    settings: SERIES,
+    default: || EncodingSpec::Type2(SeriesConfig::default()),
+};
+
+impl Variant for SeriesConfig<Type2> {
+    const FACTS: &'static Facts = &TYPE2_FACTS;
+
+    fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
+        fixed(type2(self, shape.n_heads), shape, params.device())
+    }
+
+    fn parameters(&self, _shape: &EncodingShape) -> usize {
+        0
+    }
+}
+
+static INV_N_FACTS: Facts = Facts {
+    name: "inv-n",
+    family: Family::Bias,
+    learnable: false,
+    formula: "exp(bias) = 1/n",
+    summary: "Qin et al. 2023: a diverging control, 1/n (fails past ~4L).",
+    settings: SERIES,
+    default: || EncodingSpec::InvN(SeriesConfig::default()),
+};
+
+impl Variant for SeriesConfig<InvN> {
+    const FACTS: &'static Facts = &INV_N_FACTS;
+
+    fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
+        fixed(inv_n(self, shape.n_heads), shape, params.device())
+    }
+
+    fn parameters(&self, _shape: &EncodingShape) -> usize {
+        0
+    }
+}
+
+static INV_N_LOG_N_FACTS: Facts = Facts {
+    name: "inv-n-log-n",
+    family: Family::Bias,
+    learnable: false,
+    formula: "exp(bias) = 1/(n ln n)",
+    summary: "Qin et al. 2023: a slowly diverging control, 1/(n ln n).",
+    settings: Settings {
+        numbers: &[real("offset", 1.1, 1000.0, "n = t + offset; needs n > 1")],
+        switches: PER_HEAD,
+    },
+    default: || EncodingSpec::InvNLogN(NLogNConfig::default()),
+};
+
+impl Variant for NLogNConfig {
+    const FACTS: &'static Facts = &INV_N_LOG_N_FACTS;
+
+    fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
+        fixed(inv_n_log_n(self, shape.n_heads), shape, params.device())
+    }
+
+    fn parameters(&self, _shape: &EncodingShape) -> usize {
+        0
+    }
+}
+
+static WINDOW_FACTS: Facts = Facts {
+    name: "window",
+    family: Family::Bias,
+    learnable: false,
+    formula: "bias = 0 for t < w, -inf beyond",
+    summary: "Sliding-window attention: only the last w tokens are seen.",
+    settings: Settings::of(&[real("width", 1.0, 1_048_576.0, "tokens a query sees").whole()]),
+    default: || EncodingSpec::Window(WindowConfig::default()),
+};
+
+impl Variant for WindowConfig {
+    const FACTS: &'static Facts = &WINDOW_FACTS;
+
+    fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
+        fixed(window(self), shape, params.device())
+    }
+
+    fn parameters(&self, _shape: &EncodingShape) -> usize {
+        0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn series_follow_the_paper_at_n_equals_t_plus_offset() {
-        let c = SeriesConfig::default();
+        let c = SeriesConfig::<Type1>::default();
         // t = 3 → n = 4
         assert!((type1(&c, 8)[0].at(3.0).exp() - 1.0 / 16.0).abs() < 1e-12);
         assert!((type2(&c, 8)[0].at(3.0) + 4f64.ln().powi(2)).abs() < 1e-12);
@@ -181,7 +327,7 @@ mod tests {
     /// (k = 1/4) at t = 8 has n = 3; 1/n and 1/(n ln n) are fairseq-evo's rpe types 7 and 13.
     #[test]
     fn per_head_series_scale_the_distance_by_alibis_slopes() {
-        let c = SeriesConfig {
+        let c = SeriesConfig::<Type1> {
             per_head: true,
             ..Default::default()
         };

@@ -7,12 +7,15 @@
 //! Defaults follow the paper: d_p = the per-head query width, shared across layers
 //! (`sharing = "layerwise"`, its recommendation), separate per head.
 
+use std::sync::Arc;
+
 use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
-use super::table::DietSharing;
-use super::{Encoding, EncodingShape, QueryBlock};
+use super::table::{DIET_SHARING, DietSharing};
+use super::{Encoding, EncodingShape, EncodingSpec, Facts, Family, QueryBlock, Variant};
 use crate::params::{Init, Params};
+use crate::settings::{Settings, real};
 use crate::{Error, Result};
 
 /// `diet-abs` settings.
@@ -81,6 +84,36 @@ impl Encoding for DietAbs {
         let p_k = self.p_k.narrow(positions, 0, t)?;
         let p_k_t = p_k.transpose(positions, positions + 1)?.contiguous()?;
         Ok(Some(p_q.contiguous()?.matmul(&p_k_t)?))
+    }
+}
+
+static FACTS: Facts = Facts {
+    name: "diet-abs",
+    family: Family::Bias,
+    learnable: true,
+    formula: "bias_ij = (P_Q P_K^T)_ij per head, learned",
+    summary: "Chen et al. 2021 (DIET): decoupled absolute positions in the scores.",
+    settings: Settings {
+        numbers: &[real("rank", 1.0, 1024.0, "d_p, the rank of P_Q P_K^T").whole()],
+        switches: DIET_SHARING,
+    },
+    default: || EncodingSpec::DietAbs(DietAbsConfig::default()),
+};
+
+impl Variant for DietAbsConfig {
+    const FACTS: &'static Facts = &FACTS;
+
+    fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
+        Ok(Arc::new(DietAbs::new(self, shape, params)?))
+    }
+
+    /// P_Q and P_K: a rank-d_p row per head and position.
+    fn parameters(&self, shape: &EncodingShape) -> usize {
+        2 * shape.n_heads * shape.max_len * self.rank.unwrap_or(shape.qk_dim)
+    }
+
+    fn is_per_layer(&self) -> bool {
+        self.sharing == DietSharing::None
     }
 }
 

@@ -16,10 +16,13 @@ use std::sync::Arc;
 use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
-use super::relative::{LearnedDistance, distance_row, head_values};
-use super::{DistanceBias, Verdict, known};
+use super::relative::{LearnedBias, LearnedDistance, distance_row, head_values};
+use super::{
+    DistanceBias, Encoding, EncodingShape, EncodingSpec, Facts, Family, Variant, Verdict, known,
+};
 use crate::Result;
 use crate::params::{Init, Params};
+use crate::settings::{Settings, real};
 
 /// The clamp of the reference implementation.
 const MIN: f64 = 0.01;
@@ -172,6 +175,81 @@ impl LearnedDistance for Kerple {
             .zip(ks)
             .map(|(r, k)| head_bias(self.kernel, r.clamp(MIN, self.max_r()), k.max(MIN)))
             .collect())
+    }
+}
+
+static LOG_FACTS: Facts = Facts {
+    name: "kerple-log",
+    family: Family::Bias,
+    learnable: true,
+    formula: "bias = -r_h ln(1 + k_h t), r_h, k_h learned from U(0,2), U(0,1)",
+    summary: "Chi et al. 2022: learned logarithmic kernel; converges iff r > 1.",
+    settings: Settings::of(&[
+        real(
+            "r",
+            0.01,
+            10.0,
+            "initial power r of every head; Σ exp(bias) converges for r > 1; unset = U(0, 2) per head",
+        )
+        .log(),
+        real(
+            "k",
+            0.01,
+            10.0,
+            "initial distance scale k of every head; unset = U(0, 1) per head",
+        )
+        .log(),
+    ]),
+    default: || EncodingSpec::KerpleLog(KerpleLogConfig::default()),
+};
+
+impl Variant for KerpleLogConfig {
+    const FACTS: &'static Facts = &LOG_FACTS;
+
+    fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
+        LearnedBias::shared(params.device(), Kerple::log(self, shape.n_heads, params))
+    }
+
+    /// r and k per head.
+    fn parameters(&self, shape: &EncodingShape) -> usize {
+        2 * shape.n_heads
+    }
+}
+
+static POWER_FACTS: Facts = Facts {
+    name: "kerple-power",
+    family: Family::Bias,
+    learnable: true,
+    formula: "bias = -k_h t^r_h, 0 < r_h <= 2, learned from U(0,2), U(0,1)",
+    summary: "Chi et al. 2022: learned power kernel; always converges.",
+    settings: Settings::of(&[
+        real(
+            "r",
+            0.01,
+            2.0,
+            "initial exponent r of every head; unset = U(0, 2) per head",
+        ),
+        real(
+            "k",
+            0.01,
+            10.0,
+            "initial scale k of every head; unset = U(0, 1) per head",
+        )
+        .log(),
+    ]),
+    default: || EncodingSpec::KerplePower(KerplePowerConfig::default()),
+};
+
+impl Variant for KerplePowerConfig {
+    const FACTS: &'static Facts = &POWER_FACTS;
+
+    fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
+        LearnedBias::shared(params.device(), Kerple::power(self, shape.n_heads, params))
+    }
+
+    /// r and k per head.
+    fn parameters(&self, shape: &EncodingShape) -> usize {
+        2 * shape.n_heads
     }
 }
 

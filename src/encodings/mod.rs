@@ -15,6 +15,7 @@ mod catalogue;
 mod decay;
 mod diet_abs;
 mod kerple;
+mod none;
 mod profile;
 mod relative;
 mod rope;
@@ -24,14 +25,14 @@ mod table;
 use std::sync::Arc;
 
 use candle_core::Tensor;
-use serde::{Deserialize, Serialize};
 
-pub use absolute::{Learned, Sinusoidal, sinusoidal_table};
+pub use absolute::{Learned, LearnedConfig, Sinusoidal, SinusoidalConfig, sinusoidal_table};
 pub use alibi::{AlibiConfig, alibi_heads, alibi_slopes};
-pub use catalogue::{CATALOGUE, Facts};
-pub use decay::{NLogNConfig, SeriesConfig, WindowConfig};
+pub use catalogue::{CATALOGUE, EncodingSpec, Facts, Variant};
+pub use decay::{InvN, NLogNConfig, SeriesConfig, Type1, Type2, WindowConfig};
 pub use diet_abs::DietAbsConfig;
 pub use kerple::{KerpleLogConfig, KerplePowerConfig};
+pub use none::NoneConfig;
 pub use profile::{DistanceBias, Known, Verdict, known};
 pub use rope::{
     LeakyReropeConfig, NtkConfig, PiConfig, Positions, ReropeConfig, RopeConfig, RotaryProfile,
@@ -39,8 +40,6 @@ pub use rope::{
 pub use sandwich::SandwichConfig;
 pub use table::{DietRelConfig, DietSharing, T5Config, t5_bucket};
 
-use crate::params::Params;
-use crate::settings::Section;
 use crate::{Error, Result};
 
 /// Where an encoding acts; decides where the model builds it and what it may combine with.
@@ -54,54 +53,6 @@ pub enum Family {
     Bias,
     /// A rotation of queries and keys.
     Rotary,
-}
-
-/// The `[encoding]` section of a preset. The names are the ones used everywhere (CLI, GUI,
-/// files); [`EncodingSpec::formula`] and the module docs say what each computes.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
-pub enum EncodingSpec {
-    /// NoPE: no positional encoding (causal masking alone carries order).
-    #[default]
-    None,
-    /// Learned absolute position embeddings, one vector per position (GPT-2, zoology).
-    Learned,
-    /// Fixed sinusoidal absolute embeddings (Vaswani et al. 2017).
-    Sinusoidal,
-    /// ALiBi: bias −m_h·t with geometric per-head slopes (Press et al. 2022).
-    Alibi(AlibiConfig),
-    /// KERPLE log kernel −r·ln(1 + k·t), learnable per head.
-    KerpleLog(KerpleLogConfig),
-    /// KERPLE power kernel −k·t^r, learnable per head.
-    KerplePower(KerplePowerConfig),
-    /// Sandwich: inner product of sinusoidal embeddings t apart.
-    Sandwich(SandwichConfig),
-    /// The Rpe paper's Type 1: exp(bias) = 1/n².
-    Type1(SeriesConfig),
-    /// The Rpe paper's Type 2: exp(bias) = exp(−ln² n).
-    Type2(SeriesConfig),
-    /// Divergent control: exp(bias) = 1/n.
-    InvN(SeriesConfig),
-    /// Divergent control: exp(bias) = 1/(n ln n).
-    InvNLogN(NLogNConfig),
-    /// Sliding window of `width` tokens.
-    Window(WindowConfig),
-    /// T5's learned bias per log-spaced distance bucket.
-    T5(T5Config),
-    /// DIET-REL: a learned scalar per (clipped) distance.
-    DietRel(DietRelConfig),
-    /// DIET-ABS: a learned low-rank positional term P_Q P_Kᵀ per head.
-    DietAbs(DietAbsConfig),
-    /// RoPE: rotate q and k by position-dependent angles (Su et al. 2021).
-    Rope(RopeConfig),
-    /// RoPE with position interpolation (positions / k).
-    Pi(PiConfig),
-    /// RoPE with NTK-aware base scaling.
-    Ntk(NtkConfig),
-    /// ReRoPE: relative positions clipped at the window.
-    Rerope(ReropeConfig),
-    /// Leaky ReRoPE: slope 1/k beyond the window.
-    LeakyRerope(LeakyReropeConfig),
 }
 
 /// What the model needs to build an encoding.
@@ -229,22 +180,6 @@ pub trait Encoding: Send + Sync {
 pub struct NoEncoding;
 impl Encoding for NoEncoding {}
 
-/// NoPE seen as a relative bias: p(t) = 0 at every distance.
-struct ZeroBias {
-    n_heads: usize,
-}
-
-impl Encoding for ZeroBias {
-    fn distance_biases(&self) -> Result<Option<Vec<Arc<dyn DistanceBias>>>> {
-        let zero = known(
-            |_t: f64| 0.0,
-            Verdict::Diverges,
-            "a zero bias sums 1 + 1 + 1 + …",
-        );
-        Ok(Some(vec![zero; self.n_heads]))
-    }
-}
-
 impl EncodingSpec {
     /// Every encoding with its default settings, for pickers and for tests that loop over all.
     pub fn all_defaults() -> Vec<Self> {
@@ -288,144 +223,6 @@ impl EncodingSpec {
     /// Whether training changes the encoding.
     pub fn is_learnable(&self) -> bool {
         self.facts().learnable
-    }
-
-    /// Whether every attention layer gets its own copy (DIET without sharing) rather than one
-    /// encoding shared by all.
-    pub fn is_per_layer(&self) -> bool {
-        matches!(
-            self,
-            Self::DietRel(DietRelConfig {
-                sharing: DietSharing::None,
-                ..
-            }) | Self::DietAbs(DietAbsConfig {
-                sharing: DietSharing::None,
-                ..
-            })
-        )
-    }
-
-    /// Checks the encoding's own settings against the model shape; errors name `encoding.…`.
-    pub fn validate(&self, shape: &EncodingShape) -> Result<()> {
-        self.validate_ranges()?;
-        let rotary_width_error =
-            |reason: String| Err(Error::preset("encoding.kind", self.name(), reason));
-        match self {
-            _ if self.family() == Family::Rotary && !shape.qk_dim.is_multiple_of(2) => {
-                rotary_width_error(format!(
-                    "rotates channel pairs, so the per-head query/key width must be even (it is {})",
-                    shape.qk_dim
-                ))
-            }
-            Self::Ntk(_) if shape.qk_dim < 4 => rotary_width_error(format!(
-                "scales the base by alpha^(d/(d-2)), which needs a per-head width of at least 4 (it is {})",
-                shape.qk_dim
-            )),
-            Self::Sandwich(SandwichConfig { dim: Some(d), .. }) if !d.is_multiple_of(2) => {
-                Err(Error::preset("encoding.dim", d, "must be even"))
-            }
-            Self::T5(c) if c.max_distance <= c.num_buckets / 2 => Err(Error::preset(
-                "encoding.max_distance",
-                c.max_distance,
-                format!(
-                    "must exceed num_buckets / 2 = {} (the exact buckets)",
-                    c.num_buckets / 2
-                ),
-            )),
-            _ => Ok(()),
-        }
-    }
-
-    /// Builds the encoding; learned parameters come from `params` (the model passes
-    /// `blocks.{l}.pos` for per-layer encodings, the root otherwise).
-    pub fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
-        use relative::{FixedBias, LearnedBias};
-        let device = params.device();
-        let h = shape.n_heads;
-        let fixed =
-            |heads| -> Result<Arc<dyn Encoding>> { Ok(Arc::new(FixedBias::new(heads, h, device))) };
-        let rotary = |base: f64, positions: Positions| -> Result<Arc<dyn Encoding>> {
-            Ok(rope::rotary(
-                RotaryProfile::new(base, shape.qk_dim, positions),
-                device,
-            ))
-        };
-        let linear = Positions::Linear { scale: 1.0 };
-        match self {
-            Self::None => Ok(Arc::new(ZeroBias { n_heads: h })),
-            Self::Learned => Ok(Arc::new(Learned::new(shape, params)?)),
-            Self::Sinusoidal => Ok(Arc::new(Sinusoidal::new(shape, device)?)),
-            Self::Alibi(c) => fixed(alibi_heads(c, h)),
-            Self::KerpleLog(c) => LearnedBias::shared(device, kerple::Kerple::log(c, h, params)),
-            Self::KerplePower(c) => {
-                LearnedBias::shared(device, kerple::Kerple::power(c, h, params))
-            }
-            Self::Sandwich(c) => fixed(sandwich::sandwich(c, h, shape.d_model / h.max(1))),
-            Self::Type1(c) => fixed(decay::type1(c, h)),
-            Self::Type2(c) => fixed(decay::type2(c, h)),
-            Self::InvN(c) => fixed(decay::inv_n(c, h)),
-            Self::InvNLogN(c) => fixed(decay::inv_n_log_n(c, h)),
-            Self::Window(c) => fixed(decay::window(c)),
-            Self::T5(c) => LearnedBias::shared(device, table::TableBias::t5(c, h, params)),
-            Self::DietRel(c) => LearnedBias::shared(
-                device,
-                table::TableBias::diet_rel(c, h, shape.max_len, params),
-            ),
-            Self::DietAbs(c) => Ok(Arc::new(diet_abs::DietAbs::new(c, shape, params)?)),
-            Self::Rope(c) => rotary(c.base, linear),
-            Self::Pi(c) => rotary(c.base, Positions::Linear { scale: c.scale }),
-            Self::Ntk(c) => rotary(
-                RotaryProfile::ntk_base(c.base, c.alpha, shape.qk_dim),
-                linear,
-            ),
-            Self::Rerope(c) => Ok(rope::rectified(
-                RotaryProfile::new(
-                    c.base,
-                    shape.qk_dim,
-                    Positions::Rectified {
-                        window: c.window,
-                        leak: None,
-                    },
-                ),
-                c.log_n.then(|| c.training_length.unwrap_or(shape.max_len)),
-                device,
-            )),
-            Self::LeakyRerope(c) => Ok(rope::rectified(
-                RotaryProfile::new(
-                    c.base,
-                    shape.qk_dim,
-                    Positions::Rectified {
-                        window: c.window,
-                        leak: Some(c.scale),
-                    },
-                ),
-                c.log_n.then(|| c.training_length.unwrap_or(shape.max_len)),
-                device,
-            )),
-        }
-    }
-}
-
-impl EncodingSpec {
-    /// The settings whose default is the length the model trained at, filled in with `len`:
-    /// ReRoPE's log-n `training_length`, and an unclipped DIET-REL's `max_distance` (one
-    /// scalar per distance training saw; farther distances share the last). Model builders
-    /// pass the training length, so a model evaluated at other lengths keeps its own.
-    pub fn at_training_length(&self, len: usize) -> Self {
-        let mut spec = self.clone();
-        match &mut spec {
-            Self::DietRel(c) => {
-                c.max_distance.get_or_insert(len.saturating_sub(1).max(1));
-            }
-            Self::Rerope(c) => {
-                c.training_length.get_or_insert(len);
-            }
-            Self::LeakyRerope(c) => {
-                c.training_length.get_or_insert(len);
-            }
-            _ => {}
-        }
-        spec
     }
 }
 

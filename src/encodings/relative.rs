@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
 
-use super::{DistanceBias, Encoding, LengthCache, QueryBlock};
+use super::{DistanceBias, Encoding, EncodingShape, LengthCache, QueryBlock};
 use crate::Result;
 
 /// Per-distance values (…, H, ≥ keys) → (…, H, len, keys) with entry [h, r, j] = v[h, i − j]
@@ -78,6 +78,16 @@ impl FixedBias {
             .get_or(block.total, || self.per_distance(block.total))?;
         toeplitz(&per_distance, &distance_index(block, &self.device)?, block)
     }
+}
+
+/// The fixed bias of `heads` (one shared by every head, or one per head) as the encoding of a
+/// model of `shape`.
+pub(crate) fn fixed(
+    heads: Vec<Arc<dyn DistanceBias>>,
+    shape: &EncodingShape,
+    device: &Device,
+) -> Result<Arc<dyn Encoding>> {
+    Ok(Arc::new(FixedBias::new(heads, shape.n_heads, device)))
 }
 
 impl Encoding for FixedBias {

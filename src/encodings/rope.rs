@@ -31,8 +31,12 @@ use std::sync::Arc;
 use candle_core::{D, Device, Tensor};
 use serde::{Deserialize, Serialize};
 
-use super::{Encoding, LengthCache, QueryBlock, ScoreFn};
-use crate::Result;
+use super::{
+    Encoding, EncodingShape, EncodingSpec, Facts, Family, LengthCache, QueryBlock, ScoreFn, Variant,
+};
+use crate::params::Params;
+use crate::settings::{Choices, Hyperparameter, Settings, Switch, real};
+use crate::{Error, Result};
 
 const DEFAULT_BASE: f64 = 10_000.0;
 
@@ -425,6 +429,219 @@ pub fn rectified(
         log_n,
         ..Rotary::new(profile, device)
     })
+}
+
+const BASE: Hyperparameter =
+    real("base", 2.0, 1e9, "RoPE frequency base (10000 in the paper)").log();
+const REROPE_WINDOW: Hyperparameter = real(
+    "window",
+    1.0,
+    1_048_576.0,
+    "distances from w on are clipped",
+)
+.whole();
+const TRAINING_LENGTH: Hyperparameter = real(
+    "training_length",
+    2.0,
+    1_048_576.0,
+    "L of the log-n query scaling max(1, ln(i+1)/ln L); unset = the length the model trained at",
+)
+.whole();
+const LOG_N: &[Switch] = &[Switch {
+    key: "log_n",
+    label: "log-n: queries scaled by max(1, ln(i+1)/ln L) (the post's patches)",
+    choices: Choices::Toggle,
+}];
+
+/// The rotary encoding of `profile` for a model of `shape`.
+fn rotary_at(
+    base: f64,
+    positions: Positions,
+    shape: &EncodingShape,
+    params: &Params,
+) -> Arc<dyn Encoding> {
+    rotary(
+        RotaryProfile::new(base, shape.qk_dim, positions),
+        params.device(),
+    )
+}
+
+static ROPE_FACTS: Facts = Facts {
+    name: "rope",
+    family: Family::Rotary,
+    learnable: false,
+    formula: "q_i, k_j rotated by angle pos*base^(-2c/d); relative position t",
+    summary: "Su et al. 2021: rotate q and k by position; relative by design.",
+    settings: Settings::of(&[BASE]),
+    default: || EncodingSpec::Rope(RopeConfig::default()),
+};
+
+impl Variant for RopeConfig {
+    const FACTS: &'static Facts = &ROPE_FACTS;
+
+    fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
+        Ok(rotary_at(
+            self.base,
+            Positions::Linear { scale: 1.0 },
+            shape,
+            params,
+        ))
+    }
+
+    fn parameters(&self, _shape: &EncodingShape) -> usize {
+        0
+    }
+}
+
+static PI_FACTS: Facts = Facts {
+    name: "pi",
+    family: Family::Rotary,
+    learnable: false,
+    formula: "RoPE at positions pos/k; relative position t/k",
+    summary: "Chen et al. 2023: interpolate positions by k to reach k times longer.",
+    settings: Settings::of(&[
+        BASE,
+        real("scale", 1.0, 1024.0, "positions are divided by k").log(),
+    ]),
+    default: || EncodingSpec::Pi(PiConfig::default()),
+};
+
+impl Variant for PiConfig {
+    const FACTS: &'static Facts = &PI_FACTS;
+
+    fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
+        let positions = Positions::Linear { scale: self.scale };
+        Ok(rotary_at(self.base, positions, shape, params))
+    }
+
+    fn parameters(&self, _shape: &EncodingShape) -> usize {
+        0
+    }
+}
+
+static NTK_FACTS: Facts = Facts {
+    name: "ntk",
+    family: Family::Rotary,
+    learnable: false,
+    formula: "RoPE with base*alpha^(d/(d-2)); relative position t",
+    summary: "bloc97 2023: stretch RoPE's base instead of the positions.",
+    settings: Settings::of(&[BASE, real("alpha", 1.0, 1024.0, "length scale alpha").log()]),
+    default: || EncodingSpec::Ntk(NtkConfig::default()),
+};
+
+impl Variant for NtkConfig {
+    const FACTS: &'static Facts = &NTK_FACTS;
+
+    fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
+        let base = RotaryProfile::ntk_base(self.base, self.alpha, shape.qk_dim);
+        Ok(rotary_at(
+            base,
+            Positions::Linear { scale: 1.0 },
+            shape,
+            params,
+        ))
+    }
+
+    fn parameters(&self, _shape: &EncodingShape) -> usize {
+        0
+    }
+
+    fn validate(&self, shape: &EncodingShape) -> Result<()> {
+        if shape.qk_dim >= 4 {
+            return Ok(());
+        }
+        Err(Error::preset(
+            "encoding.kind",
+            "ntk",
+            format!(
+                "scales the base by alpha^(d/(d-2)), which needs a per-head width of at least 4 (it is {})",
+                shape.qk_dim
+            ),
+        ))
+    }
+}
+
+/// ReRoPE or Leaky ReRoPE (`leak` = its k) for a model of `shape`.
+fn rectified_at(
+    (base, window, leak): (f64, usize, Option<f64>),
+    (log_n, training_length): (bool, Option<usize>),
+    shape: &EncodingShape,
+    params: &Params,
+) -> Arc<dyn Encoding> {
+    let profile = RotaryProfile::new(base, shape.qk_dim, Positions::Rectified { window, leak });
+    let log_n = log_n.then(|| training_length.unwrap_or(shape.max_len));
+    rectified(profile, log_n, params.device())
+}
+
+static REROPE_FACTS: Facts = Facts {
+    name: "rerope",
+    family: Family::Rotary,
+    learnable: false,
+    formula: "RoPE with relative position min(t, w)",
+    summary: "Su 2023: clip relative positions at w at inference time.",
+    settings: Settings {
+        numbers: &[BASE, REROPE_WINDOW, TRAINING_LENGTH],
+        switches: LOG_N,
+    },
+    default: || EncodingSpec::Rerope(ReropeConfig::default()),
+};
+
+impl Variant for ReropeConfig {
+    const FACTS: &'static Facts = &REROPE_FACTS;
+
+    fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
+        let log_n = (self.log_n, self.training_length);
+        Ok(rectified_at(
+            (self.base, self.window, None),
+            log_n,
+            shape,
+            params,
+        ))
+    }
+
+    fn parameters(&self, _shape: &EncodingShape) -> usize {
+        0
+    }
+
+    fn at_training_length(&mut self, len: usize) {
+        self.training_length.get_or_insert(len);
+    }
+}
+
+static LEAKY_REROPE_FACTS: Facts = Facts {
+    name: "leaky-rerope",
+    family: Family::Rotary,
+    learnable: false,
+    formula: "RoPE with relative position t below w, w + (t - w)/k beyond",
+    summary: "Su 2023: compress relative positions beyond w by 1/k.",
+    settings: Settings {
+        numbers: &[
+            BASE,
+            REROPE_WINDOW,
+            real("scale", 1.0, 1e6, "slope 1/k beyond the window").log(),
+            TRAINING_LENGTH,
+        ],
+        switches: LOG_N,
+    },
+    default: || EncodingSpec::LeakyRerope(LeakyReropeConfig::default()),
+};
+
+impl Variant for LeakyReropeConfig {
+    const FACTS: &'static Facts = &LEAKY_REROPE_FACTS;
+
+    fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
+        let rectified = (self.base, self.window, Some(self.scale));
+        let log_n = (self.log_n, self.training_length);
+        Ok(rectified_at(rectified, log_n, shape, params))
+    }
+
+    fn parameters(&self, _shape: &EncodingShape) -> usize {
+        0
+    }
+
+    fn at_training_length(&mut self, len: usize) {
+        self.training_length.get_or_insert(len);
+    }
 }
 
 #[cfg(test)]

@@ -14,7 +14,11 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::DistanceBias;
+use super::relative::fixed;
+use super::{DistanceBias, Encoding, EncodingShape, EncodingSpec, Facts, Family, Variant};
+use crate::params::Params;
+use crate::settings::{Choices, Settings, Switch, real};
+use crate::{Error, Result};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -104,6 +108,59 @@ pub fn sandwich(
             Arc::new(Sandwich::new(k, c.r, dim)) as Arc<dyn DistanceBias>
         })
         .collect()
+}
+
+static FACTS: Facts = Facts {
+    name: "sandwich",
+    family: Family::Bias,
+    learnable: false,
+    formula: "bias = k (sum_j cos(t / r^(2j/d)) - d/2)",
+    summary: "Chi et al. 2023: the inner product of sinusoids as a bias.",
+    settings: Settings {
+        numbers: &[
+            real("k", 0.001, 10.0, "scale of the bias").log(),
+            real("r", 2.0, 1e9, "frequency base").log(),
+            real(
+                "dim",
+                2.0,
+                4096.0,
+                "width d of the sinusoidal embeddings (even); unset = 2 x the head width (fairseq-evo)",
+            )
+            .whole(),
+        ],
+        switches: &[Switch {
+            key: "per_head",
+            label: "per-head scale k*H/(8h) (fairseq-evo)",
+            choices: Choices::Toggle,
+        }],
+    },
+    default: || EncodingSpec::Sandwich(SandwichConfig::default()),
+};
+
+impl Variant for SandwichConfig {
+    const FACTS: &'static Facts = &FACTS;
+
+    fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
+        let h = shape.n_heads;
+        fixed(
+            sandwich(self, h, shape.d_model / h.max(1)),
+            shape,
+            params.device(),
+        )
+    }
+
+    fn parameters(&self, _shape: &EncodingShape) -> usize {
+        0
+    }
+
+    fn validate(&self, _shape: &EncodingShape) -> Result<()> {
+        match self.dim {
+            Some(d) if !d.is_multiple_of(2) => {
+                Err(Error::preset("encoding.dim", d, "must be even"))
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -13,10 +13,14 @@ use std::sync::Arc;
 use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
-use super::relative::LearnedDistance;
-use super::{DistanceBias, LengthCache, Verdict, known};
-use crate::Result;
+use super::relative::{LearnedBias, LearnedDistance};
+use super::{
+    DistanceBias, Encoding, EncodingShape, EncodingSpec, Facts, Family, LengthCache, Variant,
+    Verdict, known,
+};
 use crate::params::{Init, Params};
+use crate::settings::{Choices, Settings, Switch, real};
+use crate::{Error, Result};
 
 /// `t5` settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -153,6 +157,101 @@ impl LearnedDistance for TableBias {
                 known(bias, Verdict::Diverges, reason)
             })
             .collect())
+    }
+}
+
+/// The sharing switch of both DIET encodings.
+pub(super) const DIET_SHARING: &[Switch] = &[Switch {
+    key: "sharing",
+    label: "sharing",
+    choices: Choices::Words(&["none", "layerwise"]),
+}];
+
+static T5_FACTS: Facts = Facts {
+    name: "t5",
+    family: Family::Bias,
+    learnable: true,
+    formula: "bias = b_h[bucket(t)], log-spaced buckets, learned",
+    summary: "Raffel et al. 2020: learned bias per log-spaced distance bucket.",
+    settings: Settings::of(&[
+        real("num_buckets", 2.0, 1024.0, "distance buckets per head").whole(),
+        real(
+            "max_distance",
+            1.0,
+            1_048_576.0,
+            "distances from here share the last bucket",
+        )
+        .whole(),
+    ]),
+    default: || EncodingSpec::T5(T5Config::default()),
+};
+
+impl Variant for T5Config {
+    const FACTS: &'static Facts = &T5_FACTS;
+
+    fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
+        LearnedBias::shared(params.device(), TableBias::t5(self, shape.n_heads, params))
+    }
+
+    /// One scalar per head and bucket.
+    fn parameters(&self, shape: &EncodingShape) -> usize {
+        shape.n_heads * self.num_buckets
+    }
+
+    fn validate(&self, _shape: &EncodingShape) -> Result<()> {
+        if self.max_distance > self.num_buckets / 2 {
+            return Ok(());
+        }
+        Err(Error::preset(
+            "encoding.max_distance",
+            self.max_distance,
+            format!(
+                "must exceed num_buckets / 2 = {} (the exact buckets)",
+                self.num_buckets / 2
+            ),
+        ))
+    }
+}
+
+static DIET_REL_FACTS: Facts = Facts {
+    name: "diet-rel",
+    family: Family::Bias,
+    learnable: true,
+    formula: "bias = b_h[min(t, max_distance)], learned",
+    summary: "Chen et al. 2021 (DIET): learned bias per clipped distance.",
+    settings: Settings {
+        numbers: &[real(
+            "max_distance",
+            1.0,
+            65_536.0,
+            "distances from here share one scalar; unset = unclipped (the paper), one per trained distance",
+        )
+        .whole()],
+        switches: DIET_SHARING,
+    },
+    default: || EncodingSpec::DietRel(DietRelConfig::default()),
+};
+
+impl Variant for DietRelConfig {
+    const FACTS: &'static Facts = &DIET_REL_FACTS;
+
+    fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
+        let table = TableBias::diet_rel(self, shape.n_heads, shape.max_len, params);
+        LearnedBias::shared(params.device(), table)
+    }
+
+    /// One scalar per head and distance up to the clip (unclipped: every trained distance).
+    fn parameters(&self, shape: &EncodingShape) -> usize {
+        shape.n_heads * self.max_distance.map_or(shape.max_len, |m| m + 1)
+    }
+
+    fn is_per_layer(&self) -> bool {
+        self.sharing == DietSharing::None
+    }
+
+    fn at_training_length(&mut self, len: usize) {
+        self.max_distance
+            .get_or_insert(len.saturating_sub(1).max(1));
     }
 }
 

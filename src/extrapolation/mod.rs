@@ -352,7 +352,7 @@ fn validation_tokens(preset: &Preset) -> Result<Vec<u32>> {
 fn position_limit(preset: &Preset) -> Option<usize> {
     matches!(
         preset.encoding,
-        EncodingSpec::Learned | EncodingSpec::DietAbs(_)
+        EncodingSpec::Learned(_) | EncodingSpec::DietAbs(_)
     )
     .then(|| preset.task.seq_len())
 }

@@ -170,7 +170,7 @@ impl Transformer {
         };
         // zoology's MHA has attention dropout; its other mixers have none.
         let attention_dropout = match mechanism {
-            MechanismSpec::Softmax => config.attention_dropout(),
+            MechanismSpec::Softmax(_) => config.attention_dropout(),
             _ => 0.0,
         };
         let blocks = (0..config.n_layers)

@@ -11,7 +11,7 @@
 //! the peak resident memory of real runs (`tests/memory.rs`).
 
 use super::Preset;
-use crate::attention::{LinformerSharing, MechanismSpec};
+use crate::attention::{LayerSize, MechanismSpec};
 use crate::encodings::{EncodingSpec, Family};
 use crate::model::{Layout, MixerKind};
 use crate::tasks::TaskSpec;
@@ -247,7 +247,10 @@ fn parameter_count(preset: &Preset) -> f64 {
     let len = preset.task.seq_len() as f64;
     let attention = linear(d, heads * (2.0 * qk + head_dim))
         + linear(heads * head_dim, d)
-        + mechanism_terms(&preset.attention, heads, qk, len).parameters;
+        + preset
+            .attention
+            .memory(&LayerSize { heads, qk, len })
+            .parameters;
     let mut blocks = 0.0;
     for layer in 0..m.n_layers {
         blocks += 2.0 * d; // the block's LayerNorm
@@ -268,90 +271,13 @@ fn parameter_count(preset: &Preset) -> f64 {
         Layout::Attnlab if m.tie_embeddings => vocab,
         Layout::Attnlab => linear(d, vocab),
     };
-    let encodings = encoding_parameters(&preset.encoding, d, heads, qk, len)
+    let encodings = preset.encoding.parameters(&preset.encoding_shape()) as f64
         * if preset.encoding.is_per_layer() {
             attention_layers(preset)
         } else {
             1.0
         };
     vocab * d + blocks + 2.0 * d + head + encodings
-}
-
-/// What a mechanism adds to a layer's memory beyond the projections every mechanism has. One
-/// exhaustive match, so a new mechanism does not compile until it states its terms.
-struct MechanismTerms {
-    /// Its own parameters in one layer.
-    parameters: f64,
-    /// The keys each query is scored against (the sequence, or Linformer's projected rows).
-    keys: f64,
-    /// Floats per query or key of its feature maps (kernel mechanisms), per head.
-    features: f64,
-    /// Floats per token that normalising its features keeps.
-    norms: f64,
-}
-
-fn mechanism_terms(spec: &MechanismSpec, heads: f64, qk: f64, len: f64) -> MechanismTerms {
-    let plain = MechanismTerms {
-        parameters: 0.0,
-        keys: len,
-        features: 0.0,
-        norms: 0.0,
-    };
-    match spec {
-        MechanismSpec::Softmax | MechanismSpec::Linear => plain,
-        // The 2nd-order Taylor features: 1, x and x ⊗ x.
-        MechanismSpec::Based(_) => MechanismTerms {
-            features: 1.0 + qk + qk * qk,
-            ..plain
-        },
-        // Feature norms of queries and keys (at most a weight and a bias each), squared
-        // features; the norm runs over all heads' features: copies of both, standardised, scaled
-        // and back in head order.
-        MechanismSpec::Rebased(_) => MechanismTerms {
-            parameters: 4.0 * heads * qk,
-            features: qk * qk,
-            norms: 6.0 * heads * qk,
-            ..plain
-        },
-        MechanismSpec::Linformer(c) => {
-            let projection = c.proj_dim as f64 * len;
-            MechanismTerms {
-                parameters: match c.sharing {
-                    LinformerSharing::None => 2.0 * heads * projection,
-                    LinformerSharing::Headwise => 2.0 * projection,
-                    LinformerSharing::Kv | LinformerSharing::Layerwise => projection,
-                },
-                keys: c.proj_dim as f64,
-                ..plain
-            }
-        }
-    }
-}
-
-/// An encoding's parameters (one copy); the large ones are tables over positions. Exhaustive:
-/// a new encoding does not compile until it states them.
-fn encoding_parameters(spec: &EncodingSpec, d: f64, heads: f64, qk: f64, len: f64) -> f64 {
-    match spec {
-        EncodingSpec::Learned => len * d,
-        EncodingSpec::DietAbs(c) => 2.0 * heads * len * c.rank.map_or(qk, |r| r as f64),
-        EncodingSpec::DietRel(c) => heads * c.max_distance.map_or(len, |m| (m + 1) as f64),
-        EncodingSpec::T5(c) => heads * c.num_buckets as f64,
-        EncodingSpec::KerpleLog(_) | EncodingSpec::KerplePower(_) => 2.0 * heads,
-        EncodingSpec::None
-        | EncodingSpec::Sinusoidal
-        | EncodingSpec::Alibi(_)
-        | EncodingSpec::Sandwich(_)
-        | EncodingSpec::Type1(_)
-        | EncodingSpec::Type2(_)
-        | EncodingSpec::InvN(_)
-        | EncodingSpec::InvNLogN(_)
-        | EncodingSpec::Window(_)
-        | EncodingSpec::Rope(_)
-        | EncodingSpec::Pi(_)
-        | EncodingSpec::Ntk(_)
-        | EncodingSpec::Rerope(_)
-        | EncodingSpec::LeakyRerope(_) => 0.0,
-    }
 }
 
 /// What one training step keeps alive at its peak in its layers: per layer the normalised
@@ -364,7 +290,7 @@ fn activation_bytes(preset: &Preset) -> f64 {
     let tokens = batch * len;
     let (d, heads) = (m.d_model as f64, m.n_heads as f64);
     let qk = preset.attention.qk_dim(m.head_dim()) as f64;
-    let terms = mechanism_terms(&preset.attention, heads, qk, len);
+    let terms = preset.attention.memory(&LayerSize { heads, qk, len });
     let per_layer = tokens * (6.0 * d + 2.0 * heads * qk + 2.0 * (m.mlp_ratio as f64) * d);
     let norms = tokens * terms.norms;
     let attention = norms
@@ -385,7 +311,7 @@ fn saved_for_backward(preset: &Preset) -> f64 {
     }
     let (batch, len) = (preset.train.batch_size as f64, preset.task.seq_len() as f64);
     // Only softmax attention has dropout (as in zoology); the kernel mechanisms keep no mask.
-    let dropout = matches!(preset.attention, MechanismSpec::Softmax)
+    let dropout = matches!(preset.attention, MechanismSpec::Softmax(_))
         && preset.model.attention_dropout() > 0.0;
     let mask = match dropout {
         true => len,

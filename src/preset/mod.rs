@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use crate::attention::MechanismSpec;
 use crate::encodings::{EncodingShape, EncodingSpec, Family};
 use crate::model::ModelConfig;
+use crate::settings::Settings;
 use crate::tasks::TaskSpec;
 use crate::{Error, Result};
 pub use command::train_command;
@@ -123,6 +124,8 @@ impl Preset {
             overridden = toml::to_string(&table).map_err(|e| syntax(e.to_string()))?;
             &overridden
         };
+        let raw: toml::Table = toml::from_str(text).map_err(|e| syntax(e.to_string()))?;
+        Self::check_section_keys(&raw)?;
         let deserializer = toml::Deserializer::parse(text).map_err(|e| syntax(e.to_string()))?;
         let preset: Self = serde_path_to_error::deserialize(deserializer).map_err(|e| {
             let mut path = e.path().to_string();
@@ -136,44 +139,46 @@ impl Preset {
                 format!("at key {path}: {message}")
             })
         })?;
-        let raw: toml::Table = toml::from_str(text).map_err(|e| syntax(e.to_string()))?;
-        preset.check_section_keys(&raw)?;
         preset.validate()?;
         Ok(preset)
     }
 
-    /// Keys in `[attention]` and `[encoding]` that the chosen kind does not have. serde's
-    /// `deny_unknown_fields` cannot see them for kinds without settings (`kind = "alibi"`
-    /// with a stray `slope = 0.5` would otherwise be silently ignored).
-    fn check_section_keys(&self, raw: &toml::Table) -> Result<()> {
-        let sections = [
+    /// Keys in `[attention]` and `[encoding]` that the chosen kind does not have, checked
+    /// against the catalogue before serde reads the text, so the error lists the settings the
+    /// kind does have (serde would say only "unknown field"). An unknown kind is left to serde.
+    fn check_section_keys(raw: &toml::Table) -> Result<()> {
+        let kinds = [
             (
                 "attention",
-                toml::Table::try_from(&self.attention),
-                self.attention.name(),
+                kind_settings(raw, "attention", |name| {
+                    crate::attention::CATALOGUE
+                        .iter()
+                        .find(|f| f.name == name)
+                        .map(|f| &f.settings)
+                }),
             ),
             (
                 "encoding",
-                toml::Table::try_from(&self.encoding),
-                self.encoding.name(),
+                kind_settings(raw, "encoding", |name| {
+                    crate::encodings::CATALOGUE
+                        .iter()
+                        .find(|f| f.name == name)
+                        .map(|f| &f.settings)
+                }),
             ),
         ];
-        for (section, known, kind) in sections {
-            let known =
-                known.map_err(|e| Error::Internal(format!("cannot serialise [{section}]: {e}")))?;
-            let Some(toml::Value::Table(given)) = raw.get(section) else {
+        for (section, found) in kinds {
+            let Some((kind, settings, given)) = found else {
                 continue;
             };
-            if let Some((key, value)) = given.iter().find(|(k, _)| !known.contains_key(*k)) {
-                let keys: Vec<&str> = known
-                    .keys()
-                    .map(String::as_str)
-                    .filter(|k| *k != "kind")
-                    .collect();
-                let has = if keys.is_empty() {
-                    "it has no settings".to_string()
-                } else {
-                    format!("it has: {}", keys.join(", "))
+            let keys: Vec<&str> = settings.keys().collect();
+            let stray = given
+                .iter()
+                .find(|(k, _)| *k != "kind" && !keys.contains(&k.as_str()));
+            if let Some((key, value)) = stray {
+                let has = match keys.is_empty() {
+                    true => "it has no settings".to_string(),
+                    false => format!("it has: {}", keys.join(", ")),
                 };
                 return Err(Error::preset(
                     format!("{section}.{key}"),
@@ -411,6 +416,18 @@ fn apply_override(table: &mut toml::Table, item: &str) -> Result<()> {
     }
     current.insert(leaf.to_string(), value);
     Ok(())
+}
+
+/// The kind named in `[section]` of `raw`, its catalogued settings (`lookup` by name) and the
+/// keys given there; `None` when the section, its kind or the kind's entry is missing.
+fn kind_settings<'a>(
+    raw: &'a toml::Table,
+    section: &str,
+    lookup: impl Fn(&str) -> Option<&'static Settings>,
+) -> Option<(&'a str, &'static Settings, &'a toml::Table)> {
+    let given = raw.get(section)?.as_table()?;
+    let kind = given.get("kind")?.as_str()?;
+    Some((kind, lookup(kind)?, given))
 }
 
 #[cfg(test)]
