@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::{Convergence, Heads, ReceptiveField, Rows, Verdict};
 use crate::encodings::{DistanceBias, Encoding, EncodingShape, EncodingSpec, RotaryProfile};
 use crate::params::Params;
-use crate::train::RunDir;
+use crate::train::{LoadedRun, Opening, RunDir};
 use crate::{Error, Result};
 
 /// Positions an untrained absolute table (learned, DIET-ABS) is built for, which bounds the
@@ -63,12 +63,9 @@ impl StudiedEncoding {
     /// heatmap), which a GPU would only slow down with transfers; the run's device matters for
     /// analyses that run the model (IoU, spectra, extrapolation: `DeviceName::open_or_fallback`).
     pub fn from_run(run: &RunDir, layer: Option<usize>) -> Result<Self> {
-        let preset = run.read_preset()?;
-        let params = Params::new(preset.train.seed, &Device::Cpu);
-        let model = preset.build_model(&params)?;
-        if preset.encoding.is_learnable() {
-            run.load_checkpoint(&params)?;
-        }
+        let learnable = run.read_preset()?.encoding.is_learnable();
+        let opening = Opening::default().on(&Device::Cpu).checkpoint(learnable);
+        let LoadedRun { preset, model, .. } = LoadedRun::open(run, &opening)?;
         let layers = model.layer_encodings();
         let (index, encoding) = match layer {
             Some(l) => layers

@@ -8,10 +8,9 @@ use candle_core::{Device, Tensor};
 
 use crate::attention::AttentionWeights;
 use crate::model::Transformer;
-use crate::params::Params;
 use crate::preset::Preset;
 use crate::tasks::mqar::{Example, MqarConfig, Split};
-use crate::train::RunDir;
+use crate::train::{LoadedRun, Opening, RunDir};
 use crate::{Error, Result};
 
 /// Rows per forward pass: large enough to keep the matrix products busy, small enough that a
@@ -39,17 +38,17 @@ pub struct TrainedRun {
 impl TrainedRun {
     /// Loads the preset and checkpoint of the run folder at `path`.
     pub fn open(path: &Path) -> Result<Self> {
-        let run = RunDir::open(path)?;
-        let preset = run.read_preset()?;
-        let opened = preset.train.device.open_or_fallback()?;
-        let device = opened.device;
-        let params = Params::new(preset.train.seed, &device);
-        let model = preset.build_model(&params)?;
-        run.load_checkpoint(&params)?;
+        let LoadedRun {
+            run,
+            preset,
+            model,
+            device,
+            device_notice,
+        } = LoadedRun::open(&RunDir::open(path)?, &Opening::default())?;
         Ok(Self {
             run,
             preset,
-            device_notice: opened.notice,
+            device_notice,
             model,
             device,
         })

@@ -6,14 +6,18 @@ use std::path::Path;
 
 use serde_json::json;
 
-use crate::train::{RunDir, Trainer};
+use crate::train::{LoadedRun, Opening, RunDir, evaluate};
 
 pub fn eval(run: &Path, overrides: &[String], json_output: bool) -> anyhow::Result<()> {
     let run = RunDir::open(run)?;
-    let preset = run.preset_with(overrides)?;
-    let trainer = Trainer::new(&preset)?;
-    run.load_checkpoint(trainer.params())?;
-    let stats = trainer.evaluate()?;
+    let LoadedRun {
+        preset,
+        model,
+        device,
+        ..
+    } = LoadedRun::open(&run, &Opening::default().overrides(overrides))?;
+    let (_, test) = preset.task.datasets()?;
+    let stats = evaluate(&model, &test, &device, 1)?[0];
     if json_output {
         outln!(
             "{}",

@@ -32,9 +32,8 @@ pub use variants::{Variant, inference_variants};
 
 use crate::analysis::StudiedEncoding;
 use crate::encodings::EncodingSpec;
-use crate::params::Params;
 use crate::preset::Preset;
-use crate::train::{RunDir, TrainEvent};
+use crate::train::{LoadedRun, Opening, RunDir, TrainEvent};
 use crate::{Error, Result};
 
 /// How to evaluate.
@@ -400,7 +399,7 @@ fn evaluate_curve(
         };
         points.push(evaluate_length(
             run,
-            &evaluated,
+            (&evaluated, &overrides),
             &pass,
             (n, device),
             &mut tick,
@@ -441,11 +440,11 @@ fn evaluate_curve(
     })
 }
 
-/// Builds the model for length `n` on `device` (opened once per run), loads the checkpoint and
-/// scores it.
+/// Builds the model of `preset` (the run's with `overrides`) for length `n` on `device`
+/// (opened once per run), loads the checkpoint and scores it.
 fn evaluate_length(
     run: &RunDir,
-    preset: &Preset,
+    (preset, overrides): (&Preset, &[String]),
     pass: &perplexity::Pass<'_>,
     (n, device): (usize, &Device),
     tick: &mut dyn FnMut(usize, usize),
@@ -470,17 +469,11 @@ fn evaluate_length(
         ));
         return Ok(point);
     }
-    let params = Params::new(preset.train.seed, device);
-    let model = crate::model::Transformer::new(
-        &preset.model,
-        &preset.attention,
-        &preset.encoding,
-        preset.task.vocab_size(),
-        limit.unwrap_or(n.max(preset.task.seq_len())),
-        preset.train.precision,
-        &params,
-    )?;
-    run.load_checkpoint(&params)?;
+    let opening = Opening::default()
+        .overrides(overrides)
+        .on(device)
+        .max_len(limit.unwrap_or(n.max(preset.task.seq_len())));
+    let model = LoadedRun::open(run, &opening)?.model;
     let reset = crate::memory::reset_peak();
     let started = Instant::now();
     let scored = perplexity::score(&model, device, pass, n, tick, cancel)?;

@@ -214,12 +214,22 @@ impl Preset {
 
     /// The model this preset describes, with its parameters created in `params`.
     pub fn build_model(&self, params: &crate::params::Params) -> Result<crate::model::Transformer> {
+        self.build_model_at(self.task.seq_len(), params)
+    }
+
+    /// [`Preset::build_model`] for sequences of up to `max_len` tokens (evaluated past the
+    /// training length). Settings that default to the training length keep it.
+    pub fn build_model_at(
+        &self,
+        max_len: usize,
+        params: &crate::params::Params,
+    ) -> Result<crate::model::Transformer> {
         crate::model::Transformer::new(
             &self.model,
             &self.attention,
             &self.encoding.at_training_length(self.task.seq_len()),
             self.task.vocab_size(),
-            self.task.seq_len(),
+            max_len,
             self.train.precision,
             params,
         )

@@ -7,6 +7,7 @@
 
 pub mod events;
 pub mod figures;
+pub mod loaded;
 pub mod optim;
 pub mod replicas;
 pub mod run;
@@ -16,7 +17,8 @@ pub mod worker;
 
 pub use crate::preset::{Schedule, TrainConfig};
 pub use events::{EvalRecord, MetricRecord, RunStatus, StepRecord, Summary, TrainEvent};
+pub use loaded::{LoadedRun, Opening};
 pub use optim::AdamW;
 pub use run_dir::RunDir;
-pub use trainer::{ReplicaStep, Trainer};
+pub use trainer::{ReplicaStep, Trainer, evaluate};
 pub use worker::{Priority, TrainHandle, lower_thread_priority, spawn, spawn_resume, spawn_with};

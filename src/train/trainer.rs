@@ -521,55 +521,8 @@ impl Trainer {
     }
 
     fn evaluate_in_pool(&self) -> Result<Vec<(usize, EvalStats)>> {
-        let replicas = self.computed.len();
-        if replicas == 0 {
-            return Ok(Vec::new());
-        }
-        let (mut correct, mut loss_sum) = (vec![0f64; replicas], vec![0f64; replicas]);
-        let mut scored = 0usize;
-        let rows: Vec<usize> = (0..self.test.len()).collect();
-        let rows_per_pass = (EVAL_TOKENS / (self.test.seq_len.max(1) * replicas)).max(1);
-        for chunk in rows.chunks(rows_per_pass) {
-            let batch = self
-                .test
-                .batch(&self.for_each_replica(chunk), &self.device)?;
-            if batch.n_scored == 0 {
-                continue;
-            }
-            let per_replica = batch.n_scored / replicas;
-            let logits = self.model.logits_at(&batch.inputs, &batch.rows)?.detach();
-            let losses = (0..replicas)
-                .map(|r| {
-                    cross_entropy(
-                        &logits.narrow(0, r * per_replica, per_replica)?,
-                        &batch.targets.narrow(0, r * per_replica, per_replica)?,
-                    )
-                })
-                .collect::<Result<Vec<_>>>()?;
-            let hits = logits
-                .argmax(D::Minus1)?
-                .eq(&batch.targets)?
-                .to_dtype(DType::F32)?
-                .reshape((replicas, per_replica))?
-                .sum(1)?;
-            // One copy to the host per pass: the losses and hit counts side by side.
-            let read = Tensor::cat(&[Tensor::stack(&losses, 0)?, hits], 0)?.to_vec1::<f32>()?;
-            for r in 0..replicas {
-                loss_sum[r] += f64::from(read[r]) * per_replica as f64;
-                correct[r] += f64::from(read[replicas + r]);
-            }
-            scored += per_replica;
-        }
-        let scored = scored.max(1) as f64;
-        Ok((0..replicas)
-            .map(|slot| {
-                let stats = EvalStats {
-                    accuracy: correct[slot] / scored,
-                    loss: loss_sum[slot] / scored,
-                };
-                (self.computed[slot], stats)
-            })
-            .collect())
+        let stats = evaluate(&self.model, &self.test, &self.device, self.computed.len())?;
+        Ok(self.computed.iter().copied().zip(stats).collect())
     }
 
     /// Attention of every layer for test rows `rows` of a lone model: per layer,
@@ -604,4 +557,58 @@ impl Trainer {
             })
             .collect()
     }
+}
+
+/// Accuracy and loss over the whole test split of a model computing `replicas` models side by
+/// side (1 for a lone model; every replica sees every row), one entry per replica. Each pass
+/// holds about [`EVAL_TOKENS`] tokens.
+pub fn evaluate(
+    model: &Transformer,
+    test: &Dataset,
+    device: &Device,
+    replicas: usize,
+) -> Result<Vec<EvalStats>> {
+    if replicas == 0 {
+        return Ok(Vec::new());
+    }
+    let (mut correct, mut loss_sum) = (vec![0f64; replicas], vec![0f64; replicas]);
+    let mut scored = 0usize;
+    let rows: Vec<usize> = (0..test.len()).collect();
+    let rows_per_pass = (EVAL_TOKENS / (test.seq_len.max(1) * replicas)).max(1);
+    for chunk in rows.chunks(rows_per_pass) {
+        let batch = test.batch(&chunk.repeat(replicas), device)?;
+        if batch.n_scored == 0 {
+            continue;
+        }
+        let per_replica = batch.n_scored / replicas;
+        let logits = model.logits_at(&batch.inputs, &batch.rows)?.detach();
+        let losses = (0..replicas)
+            .map(|r| {
+                cross_entropy(
+                    &logits.narrow(0, r * per_replica, per_replica)?,
+                    &batch.targets.narrow(0, r * per_replica, per_replica)?,
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let hits = logits
+            .argmax(D::Minus1)?
+            .eq(&batch.targets)?
+            .to_dtype(DType::F32)?
+            .reshape((replicas, per_replica))?
+            .sum(1)?;
+        // One copy to the host per pass: the losses and hit counts side by side.
+        let read = Tensor::cat(&[Tensor::stack(&losses, 0)?, hits], 0)?.to_vec1::<f32>()?;
+        for r in 0..replicas {
+            loss_sum[r] += f64::from(read[r]) * per_replica as f64;
+            correct[r] += f64::from(read[replicas + r]);
+        }
+        scored += per_replica;
+    }
+    let scored = scored.max(1) as f64;
+    Ok((0..replicas)
+        .map(|r| EvalStats {
+            accuracy: correct[r] / scored,
+            loss: loss_sum[r] / scored,
+        })
+        .collect())
 }
