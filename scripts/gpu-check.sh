@@ -52,9 +52,12 @@ limited() {
   [ $rc -eq 124 ] || [ $rc -eq 137 ] && echo "!! time limit of ${secs} s reached: $*"
   return $rc
 }
+one_line() { # the JSON object on stdin as one line (nothing if it is not JSON)
+  "$PYTHON" -c 'import json, sys; print(json.dumps(json.load(sys.stdin)))' 2>/dev/null
+}
 bench() { # bench LABEL ARGS...: one JSON line, prefixed with the label (alone if it failed)
   local label="$1" out; shift
-  out=$("$ATTNLAB" bench --format json "$@" 2>>"$RESULTS/bench.err" | tail -1)
+  out=$("$ATTNLAB" bench --format json "$@" 2>>"$RESULTS/bench.err" | one_line)
   printf '%s %s\n' "$label" "$out" | tee -a "$RESULTS/bench.jsonl"
 }
 
@@ -145,8 +148,8 @@ run_oom() {
 
 run_to99() {
   for p in f32 tf32; do
-    "$ATTNLAB" bench --set train.device=cuda:0 --set train.precision=$p --format json 2>&1 \
-      | tail -1 | sed "s/^/to99-$p /" | tee -a "$RESULTS/to99.jsonl"
+    "$ATTNLAB" bench --set train.device=cuda:0 --set train.precision=$p --format json \
+      2>>"$RESULTS/bench.err" | one_line | sed "s/^/to99-$p /" | tee -a "$RESULTS/to99.jsonl"
   done
   "$PYTHON" "$DIST/ref_mqar_torch_cuda.py" 2>&1 | tail -1 | sed 's/^/to99-torch /' | tee -a "$RESULTS/to99.jsonl"
 }

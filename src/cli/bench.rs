@@ -8,10 +8,11 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::Context as _;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::Format;
 use crate::Preset;
+use crate::report::bench::{BenchReport, FastMode, ReplicaTiming, TargetTime, TorchTiming};
+use crate::report::{Format, render};
 use crate::train::Trainer;
 
 /// The reference configuration, compiled in so `attnlab bench` works from any folder.
@@ -19,7 +20,7 @@ pub const REFERENCE_PRESET: &str = include_str!("../../presets/bench_mqar.toml")
 
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
-    /// `json` prints one JSON object on the last line.
+    /// `json` prints the report as one JSON object, `csv` as one row.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
     /// Timed training steps for the step time (after 5 warm-up steps), at most 100000.
@@ -219,118 +220,94 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
             Path::new("presets/bench_mqar.toml"),
         )?,
     };
-    let text = args.format == Format::Text;
-    let measured = step_time(&preset, args.steps)?;
+    let report = measure(&preset, args)?;
+    out!("{}", render(&report, args.format)?);
+    Ok(())
+}
+
+/// Every measurement `args` asks for, on `preset`.
+fn measure(preset: &Preset, args: &BenchArgs) -> anyhow::Result<BenchReport> {
+    let measured = step_time(preset, args.steps)?;
     let ms = measured.ms;
     let tokens = (preset.train.batch_size * preset.task.seq_len()) as f64;
-    let mut result = json!({
-        "config": preset.name,
-        "device": preset.train.device,
-        "precision": preset.train.precision.name(),
-        "threads": candle_core::utils::get_num_threads(),
-        "ms_per_step": ms,
-        "tokens_per_s": tokens / (ms / 1e3),
-        "graph_nodes": measured.graph_nodes,
-    });
-    if text {
-        outln!(
-            "{} ({}, {}): {ms:.1} ms per training step ({:.0} tokens/s, {} autograd nodes per step)",
-            preset.name,
-            preset.train.device,
-            preset.train.precision,
-            tokens / (ms / 1e3),
-            measured.graph_nodes,
-        );
-    }
+    let mut report = BenchReport {
+        config: preset.name.clone(),
+        device: preset.train.device.to_string(),
+        precision: preset.train.precision.name().to_string(),
+        threads: candle_core::utils::get_num_threads(),
+        ms_per_step: ms,
+        tokens_per_s: tokens / (ms / 1e3),
+        graph_nodes: measured.graph_nodes,
+        replicas: None,
+        target: None,
+        torch: None,
+        step_ratio: None,
+        time_to_99_ratio: None,
+        torch_fast: Default::default(),
+    };
     if let Some(n) = args.replicas {
-        let group = group_step_time(&replica_presets(&preset, n), args.steps)?;
-        let speedup = n as f64 * ms / group.ms;
-        result["replicas"] = json!({
-            "n": n,
-            "ms_per_group_step": group.ms,
-            "ms_per_model_step": group.ms / n as f64,
-            "speedup": speedup,
+        let group = group_step_time(&replica_presets(preset, n), args.steps)?;
+        report.replicas = Some(ReplicaTiming {
+            n,
+            ms_per_group_step: group.ms,
+            ms_per_model_step: group.ms / n as f64,
+            speedup: n as f64 * ms / group.ms,
         });
-        if text {
-            outln!(
-                "{n} replicas as one group: {:.1} ms per step of all ({:.1} ms per model, {speedup:.2}x faster than one after another)",
-                group.ms,
-                group.ms / n as f64
-            );
-        }
     }
     if !args.steps_only {
-        let reached = time_to_target(&preset, text)?;
-        result["time_to_99_s"] = json!(reached.map(|r| r.0));
-        result["epochs_to_99"] = json!(reached.map(|r| r.1));
-        if text {
-            match reached {
-                Some((secs, epochs)) => outln!(
-                    "time to {:.0}% test accuracy: {secs:.1} s ({epochs} epochs)",
-                    100.0 * preset.train.target_accuracy
-                ),
-                None => outln!(
-                    "did not reach the target accuracy in {} epochs",
-                    preset.train.epochs
-                ),
-            }
-        }
+        let reached = time_to_target(preset, args.format == Format::Text)?;
+        report.target = Some(TargetTime {
+            accuracy: preset.train.target_accuracy,
+            epochs: preset.train.epochs,
+            time_to_99_s: reached.map(|r| r.0),
+            epochs_to_99: reached.map(|r| r.1),
+        });
     }
     if let Some(script) = &args.torch {
-        let steps = run_torch_last(&args.python, script, &preset, &["--steps-only"])?;
-        let mut torch = json!({ "ms_per_step": steps["ms_per_step"] });
-        if let Some(torch_ms) = steps["ms_per_step"].as_f64() {
-            result["step_ratio"] = json!(ms / torch_ms);
-        }
-        if !args.steps_only {
-            let full = run_torch_last(&args.python, script, &preset, &[])?;
-            torch["time_to_99_s"] = full["time_to_99_s"].clone();
-            if let (Some(ours), Some(theirs)) = (
-                result["time_to_99_s"].as_f64(),
-                full["time_to_99_s"].as_f64(),
-            ) {
-                result["time_to_99_ratio"] = json!(ours / theirs);
-            }
-        }
-        if text {
-            outln!("PyTorch reference: {torch}");
-            outln!(
-                "ratio attnlab / PyTorch: step {}, time to 99% {}",
-                result["step_ratio"],
-                result["time_to_99_ratio"]
-            );
-        }
-        result["torch"] = torch;
+        torch_reference(&mut report, preset, args, script)?;
     }
     if let Some(script) = &args.torch_fast {
-        let modes = run_torch(
-            &args.python,
-            script,
-            &torch_fast_args(&preset, &args.torch_modes),
-        )?;
-        let mut fast = serde_json::Map::new();
-        for mode in &modes {
+        let fast_args = torch_fast_args(preset, &args.torch_modes);
+        for mode in run_torch(&args.python, script, &fast_args)? {
             let (Some(name), Some(torch_ms)) =
                 (mode["mode"].as_str(), mode["ms_per_step"].as_f64())
             else {
                 continue;
             };
-            if text {
-                outln!(
-                    "PyTorch {name}: {torch_ms:.1} ms per step; ratio attnlab / PyTorch {:.2}",
-                    ms / torch_ms
-                );
-            }
-            fast.insert(
-                name.to_string(),
-                json!({ "ms_per_step": torch_ms, "ratio": ms / torch_ms }),
-            );
+            let timing = FastMode {
+                ms_per_step: torch_ms,
+                ratio: ms / torch_ms,
+            };
+            report.torch_fast.insert(name.to_string(), timing);
         }
-        result["torch_fast"] = Value::Object(fast);
     }
-    if !text {
-        outln!("{result}");
+    Ok(report)
+}
+
+/// The plain PyTorch reference `script` on `preset`, and attnlab's ratios to it.
+fn torch_reference(
+    report: &mut BenchReport,
+    preset: &Preset,
+    args: &BenchArgs,
+    script: &Path,
+) -> anyhow::Result<()> {
+    let steps = run_torch_last(&args.python, script, preset, &["--steps-only"])?;
+    report.step_ratio = steps["ms_per_step"]
+        .as_f64()
+        .map(|torch_ms| report.ms_per_step / torch_ms);
+    let mut torch = TorchTiming {
+        ms_per_step: steps["ms_per_step"].clone(),
+        time_to_99_s: None,
+    };
+    if !args.steps_only {
+        let full = run_torch_last(&args.python, script, preset, &[])?;
+        let ours = report.target.as_ref().and_then(|t| t.time_to_99_s);
+        report.time_to_99_ratio = ours
+            .zip(full["time_to_99_s"].as_f64())
+            .map(|(ours, theirs)| ours / theirs);
+        torch.time_to_99_s = Some(full["time_to_99_s"].clone());
     }
+    report.torch = Some(torch);
     Ok(())
 }
 

@@ -6,7 +6,8 @@ use crate::Preset;
 use crate::tasks::IGNORE;
 use crate::tasks::mqar::{Example, Split};
 
-use super::{Format, SplitArg};
+use super::SplitArg;
+use crate::report::{Format, Table};
 
 pub fn mqar(
     path: &Path,
@@ -30,6 +31,7 @@ pub fn mqar(
     let examples = config.examples(split, n);
     match format {
         Format::Json => outln!("{}", serde_json::to_string_pretty(&examples)?),
+        Format::Csv => out!("{}", tidy_rows(&examples).csv()),
         Format::Text => {
             for e in &examples {
                 outln!("{}", text_row(e));
@@ -37,6 +39,23 @@ pub fn mqar(
         }
     }
     Ok(())
+}
+
+/// One line per token: its row, position, id and target (empty where nothing is scored).
+fn tidy_rows(examples: &[Example]) -> Table {
+    let mut table = Table::new(&["row", "position", "input", "label"]);
+    for (row, e) in examples.iter().enumerate() {
+        for (position, (&input, &label)) in e.inputs.iter().zip(&e.labels).enumerate() {
+            let label = (label != IGNORE).then_some(label);
+            table.push(vec![
+                row.into(),
+                position.into(),
+                input.into(),
+                label.into(),
+            ]);
+        }
+    }
+    table
 }
 
 /// Two aligned lines: tokens, and the targets under their query positions.

@@ -4,11 +4,11 @@
 
 use std::path::Path;
 
-use serde_json::json;
-
+use crate::report::training::EvalReport;
+use crate::report::{Format, render};
 use crate::train::{LoadedRun, Opening, RunDir, evaluate};
 
-pub fn eval(run: &Path, overrides: &[String], json_output: bool) -> anyhow::Result<()> {
+pub fn eval(run: &Path, overrides: &[String], format: Format) -> anyhow::Result<()> {
     let run = RunDir::open(run)?;
     let LoadedRun {
         preset,
@@ -18,20 +18,13 @@ pub fn eval(run: &Path, overrides: &[String], json_output: bool) -> anyhow::Resu
     } = LoadedRun::open(&run, &Opening::default().overrides(overrides))?;
     let (_, test) = preset.task.datasets()?;
     let stats = evaluate(&model, &test, &device, 1)?[0];
-    if json_output {
-        outln!(
-            "{}",
-            json!({"run": run.path(), "encoding": preset.encoding, "overrides": overrides,
-                   "accuracy": stats.accuracy, "loss": stats.loss})
-        );
-    } else {
-        outln!(
-            "{} with {}: test accuracy {:.2}%, loss {:.4}",
-            run.path().display(),
-            preset.encoding.name(),
-            100.0 * stats.accuracy,
-            stats.loss
-        );
-    }
+    let report = EvalReport {
+        run: run.path().to_path_buf(),
+        encoding: preset.encoding,
+        overrides: overrides.to_vec(),
+        accuracy: stats.accuracy,
+        loss: stats.loss,
+    };
+    out!("{}", render(&report, format)?);
     Ok(())
 }

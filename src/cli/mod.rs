@@ -31,6 +31,7 @@ mod train;
 
 use std::path::PathBuf;
 
+use crate::report::Format;
 use clap::{Parser, Subcommand, ValueEnum};
 
 /// attnlab: train small models with a chosen attention mechanism and positional encoding,
@@ -84,21 +85,23 @@ pub enum Command {
         run: PathBuf,
         #[arg(long = "set", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
-        /// One JSON object instead of a sentence.
-        #[arg(long)]
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// The same as `--format json` (kept for scripts written before `--format`).
+        #[arg(long, hide = true, conflicts_with = "format")]
         json: bool,
     },
     /// List the devices this build supports and whether each opens here (driver, GPU, kernels).
     Devices,
     /// List every positional encoding: family, formula, settings and their ranges.
     Encodings {
-        #[arg(long, value_enum, default_value_t = crate::report::Format::Text)]
-        format: crate::report::Format,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
     },
     /// List every attention mechanism: causality, formula, settings and their ranges.
     Mechanisms {
-        #[arg(long, value_enum, default_value_t = crate::report::Format::Text)]
-        format: crate::report::Format,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
     },
     /// Loss, test accuracy and learning rate against the step of one or more run folders
     /// (the Training view's curves): a line per run, the points, or figures.
@@ -151,12 +154,6 @@ pub enum DataCommand {
 pub enum SplitArg {
     Train,
     Test,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    Text,
-    Json,
 }
 
 /// Whether `error` is a write to a closed pipe (the reader of our output went away), which
@@ -242,8 +239,15 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Eval {
             run,
             overrides,
+            format,
             json,
-        }) => eval::eval(&run, &overrides, json),
+        }) => {
+            let format = match json {
+                true => Format::Json,
+                false => format,
+            };
+            eval::eval(&run, &overrides, format)
+        }
         Some(Command::Devices) => devices(),
         Some(Command::Encodings { format }) => catalogue::encodings(format),
         Some(Command::Mechanisms { format }) => catalogue::mechanisms(format),

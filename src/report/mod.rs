@@ -3,15 +3,19 @@
 //! ([`save_figures`]); the window draws the same figures and exports them with the same
 //! renderers. A command is then its arguments, one call that builds the report, and these two.
 
+pub mod bench;
 pub mod encodings;
 pub mod extrapolation;
 pub mod recall;
 pub mod sweep;
+pub mod table;
 pub mod training;
 
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
+
+pub use table::Table;
 
 use crate::Result;
 use crate::figures::{self, Figure};

@@ -2,11 +2,13 @@
 //! series per run, read from the runs' records without copying them (the window builds it
 //! every frame while a run trains).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
+use serde_json::json;
 
-use super::Report;
+use super::{Report, Table};
+use crate::encodings::EncodingSpec;
 use crate::figures::Figure;
 use crate::train::figures::{Curve, RunCurves};
 use crate::train::run_dir::{RunDir, folder_name};
@@ -217,5 +219,51 @@ mod tests {
             runs: vec![run("a"), run("b")],
         };
         assert_eq!(two.figure(Curve::Accuracy).title, "test accuracy: 2 runs");
+    }
+}
+
+/// A run's checkpoint scored on its test split (`attnlab eval`), with the preset keys changed
+/// for the evaluation.
+#[derive(Clone, Debug, Serialize)]
+pub struct EvalReport {
+    pub run: PathBuf,
+    /// The encoding evaluated (the run's, or what the overrides made it).
+    pub encoding: EncodingSpec,
+    pub overrides: Vec<String>,
+    pub accuracy: f64,
+    pub loss: f64,
+}
+
+impl EvalReport {
+    fn table(&self) -> Table {
+        let mut table = Table::new(&["run", "encoding", "overrides", "accuracy", "loss"]);
+        table.push(vec![
+            json!(self.run.display().to_string()),
+            json!(self.encoding.name()),
+            json!(self.overrides.join(" ")),
+            json!(self.accuracy),
+            json!(self.loss),
+        ]);
+        table
+    }
+}
+
+impl Report for EvalReport {
+    fn text(&self) -> Vec<String> {
+        vec![format!(
+            "{} with {}: test accuracy {:.2}%, loss {:.4}",
+            self.run.display(),
+            self.encoding.name(),
+            100.0 * self.accuracy,
+            self.loss
+        )]
+    }
+
+    fn figures(&self) -> Vec<(String, Figure)> {
+        Vec::new()
+    }
+
+    fn csv(&self) -> String {
+        self.table().csv()
     }
 }

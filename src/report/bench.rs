@@ -1,0 +1,181 @@
+//! The report of `attnlab bench`: step time, replicas, time to the target accuracy and the
+//! PyTorch references beside them. Its JSON is what `scripts/gpu-check.sh` and the tables of
+//! docs/performance.md and docs/gpu.md are read from.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::{Report, Table};
+use crate::figures::Figure;
+
+/// One benchmark of a preset.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchReport {
+    /// The preset's name.
+    pub config: String,
+    pub device: String,
+    pub precision: String,
+    /// Rayon's threads (the CPU path's parallelism).
+    pub threads: usize,
+    /// Mean milliseconds per training step over the timed steps.
+    pub ms_per_step: f64,
+    pub tokens_per_s: f64,
+    /// Autograd nodes of one step.
+    pub graph_nodes: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<ReplicaTiming>,
+    /// Time to the target accuracy, unless only steps were timed.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub target: Option<TargetTime>,
+    /// The plain PyTorch reference (`--torch`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub torch: Option<TorchTiming>,
+    /// attnlab's step time over PyTorch's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step_ratio: Option<f64>,
+    /// attnlab's time to the target over PyTorch's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_to_99_ratio: Option<f64>,
+    /// The fast GPU reference's modes (`--torch-fast`: eager, tf32, bf16, compile).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub torch_fast: BTreeMap<String, FastMode>,
+}
+
+/// N replicas trained as one group against N steps of one model alone.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReplicaTiming {
+    pub n: usize,
+    pub ms_per_group_step: f64,
+    pub ms_per_model_step: f64,
+    /// N × the lone step time over the group's.
+    pub speedup: f64,
+}
+
+/// Training with an evaluation per epoch until the target accuracy.
+#[derive(Clone, Debug, Serialize)]
+pub struct TargetTime {
+    /// The target (0.99 in the reference preset), for the text.
+    #[serde(skip)]
+    pub accuracy: f64,
+    /// The epochs trained when it was never reached.
+    #[serde(skip)]
+    pub epochs: usize,
+    /// Seconds to the target, evaluation included; `None`: not reached.
+    pub time_to_99_s: Option<f64>,
+    pub epochs_to_99: Option<usize>,
+}
+
+/// The plain PyTorch reference's numbers.
+#[derive(Clone, Debug, Serialize)]
+pub struct TorchTiming {
+    pub ms_per_step: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_to_99_s: Option<Value>,
+}
+
+/// One mode of the fast GPU reference.
+#[derive(Clone, Debug, Serialize)]
+pub struct FastMode {
+    pub ms_per_step: f64,
+    /// attnlab's step time over this mode's.
+    pub ratio: f64,
+}
+
+impl BenchReport {
+    /// The numbers as one row of a table, for CSV.
+    fn table(&self) -> Table {
+        let mut table = Table::new(&[
+            "config",
+            "device",
+            "precision",
+            "threads",
+            "ms_per_step",
+            "tokens_per_s",
+            "graph_nodes",
+            "replicas",
+            "ms_per_group_step",
+            "replica_speedup",
+            "time_to_99_s",
+            "epochs_to_99",
+            "step_ratio",
+            "time_to_99_ratio",
+        ]);
+        let replicas = self.replicas.as_ref();
+        let target = self.target.as_ref();
+        table.push(vec![
+            json!(self.config),
+            json!(self.device),
+            json!(self.precision),
+            json!(self.threads),
+            json!(self.ms_per_step),
+            json!(self.tokens_per_s),
+            json!(self.graph_nodes),
+            json!(replicas.map(|r| r.n)),
+            json!(replicas.map(|r| r.ms_per_group_step)),
+            json!(replicas.map(|r| r.speedup)),
+            json!(target.and_then(|t| t.time_to_99_s)),
+            json!(target.and_then(|t| t.epochs_to_99)),
+            json!(self.step_ratio),
+            json!(self.time_to_99_ratio),
+        ]);
+        table
+    }
+}
+
+impl Report for BenchReport {
+    fn text(&self) -> Vec<String> {
+        let mut lines = vec![format!(
+            "{} ({}, {}): {:.1} ms per training step ({:.0} tokens/s, {} autograd nodes per step)",
+            self.config,
+            self.device,
+            self.precision,
+            self.ms_per_step,
+            self.tokens_per_s,
+            self.graph_nodes
+        )];
+        if let Some(r) = &self.replicas {
+            lines.push(format!(
+                "{} replicas as one group: {:.1} ms per step of all ({:.1} ms per model, {:.2}x faster than one after another)",
+                r.n, r.ms_per_group_step, r.ms_per_model_step, r.speedup
+            ));
+        }
+        if let Some(t) = &self.target {
+            let percent = 100.0 * t.accuracy;
+            lines.push(match (t.time_to_99_s, t.epochs_to_99) {
+                (Some(secs), Some(epochs)) => {
+                    format!("time to {percent:.0}% test accuracy: {secs:.1} s ({epochs} epochs)")
+                }
+                _ => format!("did not reach the target accuracy in {} epochs", t.epochs),
+            });
+        }
+        if let Some(torch) = &self.torch {
+            lines.push(format!(
+                "PyTorch reference: {}",
+                serde_json::to_string(torch).unwrap_or_default()
+            ));
+            let ratio = |r: Option<f64>| r.map_or("null".to_string(), |r| r.to_string());
+            lines.push(format!(
+                "ratio attnlab / PyTorch: step {}, time to 99% {}",
+                ratio(self.step_ratio),
+                ratio(self.time_to_99_ratio)
+            ));
+        }
+        for (name, mode) in &self.torch_fast {
+            lines.push(format!(
+                "PyTorch {name}: {:.1} ms per step; ratio attnlab / PyTorch {:.2}",
+                mode.ms_per_step, mode.ratio
+            ));
+        }
+        lines
+    }
+
+    fn figures(&self) -> Vec<(String, Figure)> {
+        Vec::new()
+    }
+
+    fn csv(&self) -> String {
+        self.table().csv()
+    }
+}
