@@ -64,7 +64,10 @@ impl AttnlabApp {
     pub fn stop(&mut self) {
         if let Some(run) = self.runs.selected() {
             run.stop();
-            self.status = format!("stopping {}", run.name);
+            self.status = match run.trained_by() {
+                Some(owner) => format!("{} is trained by {owner}: stop it there", run.name),
+                None => format!("stopping {}", run.name),
+            };
         }
     }
 

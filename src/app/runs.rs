@@ -2,8 +2,9 @@
 //! ones (read from their run folders). Everything slow happens elsewhere: training on the
 //! library's workers, file reads as jobs ([`Jobs`]); the UI only drains channels.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::TryRecvError;
+use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 
 use super::jobs::{Job, Jobs, take_finished};
 
@@ -58,8 +59,28 @@ pub struct RunView {
     pub attention: Option<LoadedAttention>,
     /// Bumped whenever `attention` changes, so views can cache what they derive from it.
     pub attention_version: u64,
-    handle: Option<TrainHandle>,
+    source: Option<Source>,
     loading: Option<Job<Loaded>>,
+}
+
+/// Where a live run's events come from.
+enum Source {
+    /// A worker the run list started (the editor's Start, an experiment).
+    Own(TrainHandle),
+    /// Another job that trains it (a sweep, "train and evaluate"), named here.
+    Followed {
+        events: Receiver<TrainEvent>,
+        owner: String,
+    },
+}
+
+impl Source {
+    fn events(&self) -> &Receiver<TrainEvent> {
+        match self {
+            Self::Own(handle) => &handle.events,
+            Self::Followed { events, .. } => events,
+        }
+    }
 }
 
 /// What a background read of a run folder returns.
@@ -85,13 +106,22 @@ impl RunView {
             notice: None,
             attention: None,
             attention_version: 0,
-            handle: None,
+            source: None,
             loading: None,
         }
     }
 
     pub fn is_running(&self) -> bool {
-        self.handle.is_some()
+        self.source.is_some()
+    }
+
+    /// The job that trains this live run when it is not the run list's own (a sweep):
+    /// stopping is done there.
+    pub fn trained_by(&self) -> Option<&str> {
+        match &self.source {
+            Some(Source::Followed { owner, .. }) => Some(owner),
+            _ => None,
+        }
     }
 
     /// The state in words, as the run list, the progress bar and the sweep grid say it
@@ -118,7 +148,7 @@ impl RunView {
 
     /// Asks a live run to stop after its current step.
     pub fn stop(&self) {
-        if let Some(handle) = &self.handle {
+        if let Some(Source::Own(handle)) = &self.source {
             handle.stop();
         }
     }
@@ -154,23 +184,95 @@ fn read_folder(dir: &Path) -> crate::Result<Folder> {
     ))
 }
 
+/// A run trained by another job, handed to the run list.
+struct Followed {
+    preset: Preset,
+    events: Receiver<TrainEvent>,
+    owner: String,
+}
+
+/// Where jobs that train (a sweep, "train and evaluate") hand their runs to the run list, from
+/// any thread, so every training shows in the list while it trains. Cheap to clone.
+#[derive(Clone)]
+pub struct RunFeed {
+    sender: Sender<Followed>,
+    jobs: Jobs,
+}
+
+impl RunFeed {
+    /// The forwarder of the runs one job named `owner` trains.
+    pub fn forwarder(&self, owner: impl Into<String>) -> Forwarder {
+        Forwarder {
+            feed: self.clone(),
+            owner: owner.into(),
+            live: HashMap::new(),
+        }
+    }
+}
+
+/// Passes the training events of one job's runs (told apart by a key: a sweep's cell, a
+/// preset's index) to the run list: a run joins the list at its `Started` and leaves the
+/// forwarder after its last event.
+pub struct Forwarder {
+    feed: RunFeed,
+    owner: String,
+    live: HashMap<usize, Sender<TrainEvent>>,
+}
+
+impl Forwarder {
+    /// Forwards `event` of run `key`, whose preset `preset` gives when it starts.
+    pub fn forward(&mut self, key: usize, event: &TrainEvent, preset: impl FnOnce() -> Preset) {
+        if matches!(event, TrainEvent::Started { .. }) {
+            let (sender, events) = std::sync::mpsc::channel();
+            let followed = Followed {
+                preset: preset(),
+                events,
+                owner: self.owner.clone(),
+            };
+            // The receiver lives as long as the app; a send fails only while it shuts down.
+            let _ = self.feed.sender.send(followed);
+            self.live.insert(key, sender);
+        }
+        if let Some(sender) = self.live.get(&key) {
+            let _ = sender.send(event.clone());
+            self.feed.jobs.wake();
+        }
+        if matches!(event, TrainEvent::Finished(_) | TrainEvent::Failed { .. }) {
+            self.live.remove(&key);
+        }
+    }
+}
+
 /// The run list.
 pub struct RunStore {
     pub runs: Vec<RunView>,
     pub selected: Option<usize>,
     jobs: Jobs,
     next_id: u64,
+    feed: RunFeed,
+    followed: Receiver<Followed>,
 }
 
 impl RunStore {
     /// An empty list whose folder reads run as `jobs`.
     pub fn new(jobs: Jobs) -> Self {
+        let (sender, followed) = std::sync::mpsc::channel();
         Self {
             runs: Vec::new(),
             selected: None,
+            feed: RunFeed {
+                sender,
+                jobs: jobs.clone(),
+            },
             jobs,
             next_id: 0,
+            followed,
         }
+    }
+
+    /// Where jobs that train hand their runs to this list.
+    pub fn feed(&self) -> RunFeed {
+        self.feed.clone()
     }
 
     fn new_id(&mut self) -> u64 {
@@ -189,13 +291,19 @@ impl RunStore {
 
     /// Adds the run `handle` trains, selected, and returns its id.
     fn push_live(&mut self, preset: Preset, handle: TrainHandle) -> u64 {
+        let id = self.push_source(preset, Source::Own(handle));
+        self.selected = Some(self.runs.len() - 1);
+        id
+    }
+
+    /// Adds a live run whose events come from `source`, and returns its id.
+    fn push_source(&mut self, preset: Preset, source: Source) -> u64 {
         let id = self.new_id();
         let name = preset.name.clone();
         self.runs.push(RunView {
-            handle: Some(handle),
+            source: Some(source),
             ..RunView::blank(id, name, preset, RunState::Starting)
         });
-        self.selected = Some(self.runs.len() - 1);
         id
     }
 
@@ -254,6 +362,14 @@ impl RunStore {
 
     /// Applies everything the workers and loaders sent since the last frame.
     pub fn drain(&mut self) {
+        while let Ok(followed) = self.followed.try_recv() {
+            let source = Source::Followed {
+                events: followed.events,
+                owner: followed.owner,
+            };
+            self.push_source(followed.preset, source);
+            self.selected.get_or_insert(self.runs.len() - 1);
+        }
         for run in &mut self.runs {
             drain_events(run, &self.jobs);
             drain_loads(run, &self.jobs);
@@ -267,13 +383,13 @@ impl RunStore {
 }
 
 fn drain_events(run: &mut RunView, jobs: &Jobs) {
-    let Some(handle) = &run.handle else {
+    let Some(source) = &run.source else {
         return;
     };
     let mut ended = false;
     let mut evaluated = false;
     loop {
-        match handle.events.try_recv() {
+        match source.events().try_recv() {
             Ok(TrainEvent::Started {
                 run_dir,
                 total_steps,
@@ -321,15 +437,22 @@ fn drain_events(run: &mut RunView, jobs: &Jobs) {
         run.load_attention(jobs);
     }
     if ended {
-        run.handle = None;
+        run.source = None;
     }
 }
 
 /// A worker that hung up without `Finished` or `Failed` never ran (its thread could not be
-/// started): its handle says why. Without this the run stayed "starting" with no message.
+/// started): its handle says why. Without this the run stayed "starting" with no message. A
+/// followed run whose job ended first (it failed or was stopped) says so.
 fn report_silent_end(run: &mut RunView) {
-    let Some(handle) = run.handle.take() else {
-        return;
+    let handle = match run.source.take() {
+        Some(Source::Own(handle)) => handle,
+        Some(Source::Followed { owner, .. }) => {
+            run.status = RunState::Trainer(RunStatus::Stopped);
+            run.error = Some(format!("{owner} ended before this run reported its end"));
+            return;
+        }
+        None => return,
     };
     match handle.join() {
         Ok(summary) => {
@@ -406,5 +529,33 @@ mod tests {
         assert_eq!(run.status, RunState::Trainer(RunStatus::Failed));
         let error = run.error.as_deref().unwrap_or_default();
         assert!(error.contains("no more threads"), "{error}");
+    }
+
+    /// A run another job trains joins the list at its start, says who stops it, and ends
+    /// with a message when that job ends without the run's last event.
+    #[test]
+    fn a_followed_run_joins_at_its_start_and_ends_with_its_job() {
+        let mut store = RunStore::new(Jobs::default());
+        let mut forwarder = store.feed().forwarder("sweep s");
+        let started = TrainEvent::Started {
+            run_dir: PathBuf::from("runs/cell"),
+            total_steps: 10,
+            steps_per_epoch: 5,
+            n_params: 1,
+            device_notice: None,
+            precision_note: None,
+        };
+        forwarder.forward(3, &started, Preset::default);
+        store.drain();
+        let run = &store.runs[0];
+        assert!(run.is_running());
+        assert_eq!(run.trained_by(), Some("sweep s"));
+        assert_eq!(run.dir.as_deref(), Some(Path::new("runs/cell")));
+        drop(forwarder);
+        store.drain();
+        let run = &store.runs[0];
+        assert!(!run.is_running());
+        let error = run.error.as_deref().unwrap_or_default();
+        assert!(error.contains("sweep s ended"), "{error}");
     }
 }

@@ -139,10 +139,13 @@ impl AttnlabApp {
                 let text = format!("{} ({})", run.name, run.status_text());
                 let button = egui::Button::selectable(selected == Some(i), text.as_str());
                 let response = ui.add(button.truncate());
-                let hover = match &run.dir {
+                let mut hover = match &run.dir {
                     Some(dir) => format!("{text}\n{}", dir.display()),
                     None => text,
                 };
+                if let Some(owner) = run.trained_by() {
+                    hover.push_str(&format!("\ntrained by {owner}: stop it there"));
+                }
                 if response.on_hover_text(hover).clicked() {
                     clicked = Some(i);
                 }

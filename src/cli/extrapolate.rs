@@ -91,6 +91,7 @@ pub fn extrapolate(args: &ExtrapolateArgs) -> anyhow::Result<()> {
             &presets,
             &args.runs,
             &mut |f| progress("training", f),
+            &mut |_, _| {},
             cancel,
         )?;
         runs.splice(0..0, trained);

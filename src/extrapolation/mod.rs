@@ -278,24 +278,29 @@ pub fn extrapolate_runs(
 }
 
 /// Trains each preset into a new run folder under `runs_root`; `progress` gets the fraction
-/// of all planned steps done. Returns the run folders in preset order, or
+/// of all planned steps done, `events` every training event with its preset's index (the
+/// window's run list follows them). Returns the run folders in preset order, or
 /// [`Error::Cancelled`] once `cancel` is set.
 pub fn train_presets(
     presets: &[Preset],
     runs_root: &Path,
     progress: &mut dyn FnMut(f32),
+    events: &mut dyn FnMut(usize, &TrainEvent),
     cancel: &AtomicBool,
 ) -> Result<Vec<RunDir>> {
     let mut runs = Vec::new();
     let steps = |p: &Preset| p.train.total_steps(p.task.train_examples()).max(1);
     let total: usize = presets.iter().map(steps).sum();
     let mut before = 0;
-    for preset in presets {
+    for (index, preset) in presets.iter().enumerate() {
         let mut run_dir = None;
-        crate::train::run::run(preset, runs_root, cancel, &mut |event| match event {
-            TrainEvent::Started { run_dir: dir, .. } => run_dir = Some(dir),
-            TrainEvent::Step(step) => progress((before + step.step) as f32 / total as f32),
-            _ => {}
+        crate::train::run::run(preset, runs_root, cancel, &mut |event| {
+            events(index, &event);
+            match event {
+                TrainEvent::Started { run_dir: dir, .. } => run_dir = Some(dir),
+                TrainEvent::Step(step) => progress((before + step.step) as f32 / total as f32),
+                _ => {}
+            }
         })?;
         if cancel.load(std::sync::atomic::Ordering::Relaxed) {
             // The stopped run is kept; the presets after it are not started.
@@ -311,15 +316,18 @@ pub fn train_presets(
 }
 
 /// Trains each preset, then evaluates them all: what the GUI's "train and evaluate" button
-/// calls. Progress: the first half is training, the second evaluation.
+/// calls. Progress: the first half is training, the second evaluation; `events` as
+/// [`train_presets`] gives them.
 pub fn train_and_extrapolate(
     presets: &[Preset],
     runs_root: &Path,
     options: &Options,
     progress: &mut dyn FnMut(f32),
+    events: &mut dyn FnMut(usize, &TrainEvent),
     cancel: &AtomicBool,
 ) -> Result<(Vec<RunDir>, Extrapolation)> {
-    let runs = train_presets(presets, runs_root, &mut |f| progress(0.5 * f), cancel)?;
+    let halved = &mut |f| progress(0.5 * f);
+    let runs = train_presets(presets, runs_root, halved, events, cancel)?;
     let sweep = extrapolate_runs(&runs, options, &mut |f| progress(0.5 + 0.5 * f), cancel)?;
     Ok((runs, sweep))
 }

@@ -21,7 +21,7 @@ use crate::extrapolation::{
 };
 use crate::figures::Plot as FigPlot;
 use crate::report::extrapolation::ExtrapolationReport;
-use crate::train::RunDir;
+use crate::train::{RunDir, TrainEvent};
 
 /// What a job of this view hands back: the sweep, and run folders that are new to the list.
 type Done = (Extrapolation, Vec<PathBuf>);
@@ -250,10 +250,15 @@ impl ExtrapolationView {
             }
         };
         let root = cx.runs_root.to_path_buf();
+        let mut runs = cx.runs.feed().forwarder("train and evaluate");
         self.job = Some(
             cx.jobs
                 .spawn("train and evaluate", move |progress, cancel| {
-                    let done = train_and_extrapolate(&presets, &root, &options, progress, cancel);
+                    let events = &mut |i: usize, event: &TrainEvent| {
+                        runs.forward(i, event, || presets[i].clone());
+                    };
+                    let done =
+                        train_and_extrapolate(&presets, &root, &options, progress, events, cancel);
                     Ok(unless_cancelled(done)?.map(|(dirs, sweep)| {
                         (sweep, dirs.iter().map(|d| d.path().to_path_buf()).collect())
                     }))

@@ -11,6 +11,7 @@ use egui_plot::{Legend, Line, LineStyle, PlotPoints};
 
 use super::super::export::Exporter;
 use super::super::jobs::{Job, Jobs, take_finished};
+use super::super::runs::{Forwarder, RunFeed};
 use super::{View, ViewContext, titled_plot};
 use crate::figures::{Figure, Plot as FigPlot};
 use crate::report::Report;
@@ -374,13 +375,17 @@ fn train(
     sweep: &Sweep,
     stop: &AtomicBool,
     progress: &mut dyn FnMut(f32),
-    sender: &Sender<Message>,
+    (sender, runs): (&Sender<Message>, &mut Forwarder),
     jobs: &Jobs,
 ) {
     crate::train::lower_thread_priority();
     let mut totals = vec![0; sweep.cells.len()];
     let mut ended = 0;
     let result = run_sweep(sweep, stop, &mut |event| {
+        if let SweepEvent::Train { cell, event } = &event {
+            let preset = || sweep.preset(&sweep.cells[*cell]).unwrap_or_default();
+            runs.forward(*cell, event, preset);
+        }
         if let Some(message) = message(event, &mut totals) {
             if let Message::Cell(_, state) = &message
                 && state.has_ended()
@@ -438,8 +443,9 @@ impl SweepView {
         self.report = report;
     }
 
-    /// Trains the loaded sweep's unfinished cells as a job.
-    pub fn run(&mut self, jobs: &Jobs) {
+    /// Trains the loaded sweep's unfinished cells as a job; its runs join the run list of
+    /// `feed` while they train.
+    pub fn run(&mut self, jobs: &Jobs, feed: &RunFeed) {
         let Some(loaded) = &self.loaded else { return };
         if self.job.is_some() {
             return;
@@ -447,8 +453,10 @@ impl SweepView {
         let sweep = loaded.sweep.clone();
         let (sender, messages) = std::sync::mpsc::channel();
         let waker = jobs.clone();
-        let handle = jobs.spawn(format!("sweep {}", sweep.name), move |progress, stop| {
-            train(&sweep, stop, progress, &sender, &waker);
+        let name = format!("sweep {}", sweep.name);
+        let mut runs = feed.forwarder(&name);
+        let handle = jobs.spawn(name, move |progress, stop| {
+            train(&sweep, stop, progress, (&sender, &mut runs), &waker);
             Ok(Some(()))
         });
         self.cells = vec![CellState::Pending; self.cells.len()];
@@ -585,7 +593,7 @@ impl View for SweepView {
         }
         egui::ScrollArea::both().show(ui, |ui| {
             if self.loaded.is_some() {
-                self.sweep_ui(ui, jobs);
+                self.sweep_ui(ui, cx);
                 ui.separator();
             }
             self.summary_ui(ui, exporter);
@@ -637,7 +645,8 @@ impl SweepView {
     }
 
     /// The loaded sweep: its settings, the run controls, progress and the grid.
-    fn sweep_ui(&mut self, ui: &mut egui::Ui, jobs: &Jobs) {
+    fn sweep_ui(&mut self, ui: &mut egui::Ui, cx: &ViewContext) {
+        let jobs = cx.jobs;
         let running = self.job.as_ref().is_some_and(|j| j.training);
         let Some(loaded) = &mut self.loaded else {
             return;
@@ -712,7 +721,7 @@ impl SweepView {
         grid_ui(ui, loaded, &self.cells);
         let out = loaded.sweep.out.clone();
         match clicked {
-            (true, _, _) => self.run(jobs),
+            (true, _, _) => self.run(jobs, &cx.runs.feed()),
             (_, true, _) => self.stop(),
             (_, _, true) => self.collect(jobs, out),
             _ => {}
@@ -865,10 +874,11 @@ fn panel_plot(ui: &mut egui::Ui, figure: &Figure) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::app::RunStore;
 
     /// A sweep's job reports the share of its cells that have ended, one step per cell.
     #[test]
-    fn a_sweep_reports_its_progress_cell_by_cell() {
+    fn a_sweep_reports_its_progress_cell_by_cell_and_its_runs_to_the_run_list() {
         let root = tempfile::tempdir().unwrap();
         let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("presets/mqar_softmax.toml");
         let tiny = "model.d_model=8 task.seq_len=8 task.vocab_size=16 task.num_kv_pairs=1 \
@@ -887,14 +897,20 @@ mod tests {
         let (sender, messages) = std::sync::mpsc::channel();
         let mut seen = Vec::new();
         let stop = AtomicBool::new(false);
+        let mut list = RunStore::new(Jobs::default());
+        let mut runs = list.feed().forwarder("sweep t");
         train(
             &sweep,
             &stop,
             &mut |p| seen.push(p),
-            &sender,
+            (&sender, &mut runs),
             &Jobs::default(),
         );
         assert_eq!(seen, [0.25, 0.5, 0.75, 1.0]);
+        list.drain();
+        assert_eq!(list.runs.len(), 4, "every cell joins the run list");
+        assert!(list.runs.iter().all(|r| !r.is_running() && r.dir.is_some()));
+        assert_eq!(list.runs[0].trained_by(), None, "ended");
         let ended = messages.try_iter().last();
         assert!(matches!(ended, Some(Message::Ended { error: None, .. })));
     }
