@@ -6,7 +6,9 @@
 
 mod common;
 
-use attnlab::attention::{MechanismShape, MechanismSpec, RebasedConfig, RebasedVariant};
+use attnlab::attention::{
+    MechanismShape, MechanismSpec, RebasedConfig, RebasedVariant, SoftmaxConfig,
+};
 use attnlab::encodings::NoEncoding;
 use attnlab::params::Params;
 use attnlab::tasks::mqar::Split;
@@ -94,20 +96,23 @@ fn plane(x: &Tensor) -> Vec<Vec<f32>> {
         .unwrap()
 }
 
-/// y_i = Σ_{j≤i} κ(q_i, k_j) v_j / Σ_{j≤i} κ(q_i, k_j), computed with loops in f64.
+/// y_i = Σ_j κ(q_i, k_j) v_j / Σ_j κ(q_i, k_j) over the `window` keys up to i (itself
+/// included), computed with loops in f64.
 fn naive(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
+    window: usize,
     kernel: impl Fn(&[f32], &[f32]) -> f64,
 ) -> Vec<Vec<f64>> {
     let (q, k, v) = (plane(q), plane(k), plane(v));
     (0..q.len())
         .map(|i| {
-            let w: Vec<f64> = (0..=i).map(|j| kernel(&q[i], &k[j])).collect();
-            let z: f64 = w.iter().sum();
+            let keys = i + 1 - window.min(i + 1)..=i;
+            let w: Vec<(usize, f64)> = keys.map(|j| (j, kernel(&q[i], &k[j]))).collect();
+            let z: f64 = w.iter().map(|(_, w)| w).sum();
             (0..v[0].len())
-                .map(|c| (0..=i).map(|j| w[j] * v[j][c] as f64).sum::<f64>() / z)
+                .map(|c| w.iter().map(|&(j, w)| w * v[j][c] as f64).sum::<f64>() / z)
                 .collect()
         })
         .collect()
@@ -141,10 +146,16 @@ fn explicit_matrices_match_the_papers_formulas() {
             (x as f64).exp()
         }
     };
+    let softmax = move |a: &[f32], b: &[f32]| (dot(a, b) * scale).exp();
     let cases: Vec<(MechanismSpec, Box<Kernel>)> = vec![
         (
             MechanismSpec::Softmax(Default::default()),
-            Box::new(move |a, b| (dot(a, b) * scale).exp()),
+            Box::new(softmax),
+        ),
+        // Sliding-window softmax: 3 keys, the query's own included.
+        (
+            MechanismSpec::Softmax(SoftmaxConfig { window: Some(3) }),
+            Box::new(softmax),
         ),
         (
             MechanismSpec::Linear(Default::default()),
@@ -170,10 +181,14 @@ fn explicit_matrices_match_the_papers_formulas() {
         let attention = mechanism.attend(&q, &k, &v, &NoEncoding).unwrap();
         let y = attention.weights.matmul(&attention.values).unwrap();
         let y = plane(&y);
-        let want = naive(&q, &k, &v, kernel);
+        let window = match &spec {
+            MechanismSpec::Softmax(c) => c.window.unwrap_or(t),
+            _ => t,
+        };
+        let want = naive(&q, &k, &v, window, kernel);
         for (row_y, row_want) in y.iter().zip(&want) {
             for (a, b) in row_y.iter().zip(row_want) {
-                assert!((*a as f64 - b).abs() < 1e-4, "{}: {a} vs {b}", spec.name());
+                assert!((*a as f64 - b).abs() < 1e-4, "{spec:?}: {a} vs {b}");
             }
         }
     }

@@ -68,6 +68,13 @@ macro_rules! mechanisms {
                 }
             }
 
+            /// Whether training may skip the weights ([`Variant::trains_fused`]).
+            pub fn trains_fused(&self) -> bool {
+                match self {
+                    $(Self::$variant(c) => c.trains_fused(),)+
+                }
+            }
+
             /// Checks the mechanism's own settings; errors name `attention.…`.
             pub fn validate(&self, seq_len: usize) -> Result<()> {
                 self.validate_ranges()?;
@@ -141,6 +148,13 @@ pub trait Variant {
     /// errors name `attention.…`.
     fn validate(&self, _seq_len: usize) -> Result<()> {
         Ok(())
+    }
+
+    /// Whether training may take a fused path that never builds the weights
+    /// ([`Mechanism::fused_output`], where the device and encoding allow it); the memory
+    /// estimate counts the weights when not.
+    fn trains_fused(&self) -> bool {
+        true
     }
 }
 

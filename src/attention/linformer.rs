@@ -101,6 +101,11 @@ impl Variant for LinformerConfig {
         }
     }
 
+    /// Linformer has no fused path.
+    fn trains_fused(&self) -> bool {
+        false
+    }
+
     fn validate(&self, seq_len: usize) -> Result<()> {
         if self.proj_dim == 0 || self.proj_dim > seq_len {
             return Err(Error::preset(

@@ -1,4 +1,10 @@
-//! Causal softmax attention: A = softmax(q kᵀ / √d + bias), keys after the query masked out.
+//! Causal softmax attention: A = softmax(q kᵀ / √d + bias), keys after the query masked out,
+//! optionally within a sliding window.
+//!
+//! The window counts keys: `window = w` lets query i see keys j with i − j < w, itself
+//! included (w keys; the `window` encoding's convention). zoology's sliding-window attention
+//! with window b sees b + 1 keys (w = b + 1), and MAD's window of 32 is 33 keys here. The window
+//! is a mask added after whichever encoding, so RoPE, ALiBi or NoPE combine with it.
 
 use std::sync::Arc;
 
@@ -9,52 +15,99 @@ use super::{
     Attention, Facts, LayerSize, Mechanism, MechanismShape, MechanismSpec, MemoryTerms, Variant,
 };
 use crate::Result;
-use crate::encodings::{Encoding, QueryBlock};
+use crate::encodings::{Encoding, EncodingShape, EncodingSpec, QueryBlock, WindowConfig};
 use crate::ops::{
     Precision, RowFunction, WeightDropout, cpu_attention, cpu_attention_available, dot_scores,
     flash_attention, flash_available, flash_enabled, softmax_rows, softmax_rows_biased,
 };
 use crate::params::Params;
-use crate::settings::Settings;
+use crate::settings::{Settings, real};
 
-/// Softmax settings (none yet).
+/// Softmax settings.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct SoftmaxConfig {}
+pub struct SoftmaxConfig {
+    /// Keys each query sees, itself included (sliding-window attention); unset: every
+    /// earlier key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<usize>,
+}
 
 static FACTS: Facts = Facts {
     name: "softmax",
-    formula: "A = softmax(q k^T / sqrt(d) + bias), causal",
-    summary: "Vaswani et al. 2017: exact attention, O(n^2) time and memory.",
+    formula: "A = softmax(q k^T / sqrt(d) + bias), causal (within the last w keys with a window)",
+    summary: "Vaswani et al. 2017: exact attention, O(n^2) time and memory; with a window, \
+              sliding-window attention (Longformer, Mistral; zoology, MAD).",
     causal: true,
     keys_have_positions: true,
-    settings: Settings::NONE,
+    settings: Settings::of(&[real(
+        "window",
+        1.0,
+        1_048_576.0,
+        "keys each query sees, itself included (zoology's window b = w - 1; MAD's 32 = 33 \
+         keys); unset = every earlier key",
+    )
+    .whole()]),
     default: || MechanismSpec::Softmax(SoftmaxConfig::default()),
 };
 
 impl Variant for SoftmaxConfig {
     const FACTS: &'static Facts = &FACTS;
 
-    fn build(&self, shape: &MechanismShape, _params: &Params) -> Result<Arc<dyn Mechanism>> {
-        Ok(Arc::new(SoftmaxAttention::new(shape)))
+    fn build(&self, shape: &MechanismShape, params: &Params) -> Result<Arc<dyn Mechanism>> {
+        Ok(Arc::new(SoftmaxAttention::new(shape, self.window, params)?))
     }
 
     fn memory(&self, layer: &LayerSize) -> MemoryTerms {
         MemoryTerms::plain(layer)
+    }
+
+    /// A window is a mask the fused kernels do not take: its weights are built.
+    fn trains_fused(&self) -> bool {
+        self.window.is_none()
     }
 }
 
 pub struct SoftmaxAttention {
     scale: f64,
     precision: Precision,
+    /// The sliding window as a 0 / −∞ bias over distances (cached per length and block).
+    window: Option<Arc<dyn Encoding>>,
 }
 
 impl SoftmaxAttention {
-    pub fn new(shape: &MechanismShape) -> Self {
-        Self {
+    /// Softmax attention of a layer of `shape`, within the last `window` keys when given.
+    pub fn new(shape: &MechanismShape, window: Option<usize>, params: &Params) -> Result<Self> {
+        let window = window
+            .map(|width| {
+                let spec = EncodingSpec::Window(WindowConfig { width });
+                let encoding = EncodingShape {
+                    d_model: shape.n_heads * shape.head_dim,
+                    n_heads: shape.n_heads,
+                    qk_dim: shape.qk_dim,
+                    max_len: shape.max_len,
+                    embedding_std: 0.0,
+                };
+                spec.build(&encoding, params)
+            })
+            .transpose()?;
+        Ok(Self {
             scale: 1.0 / (shape.qk_dim as f64).sqrt(),
             precision: shape.precision,
-        }
+            window,
+        })
+    }
+
+    /// The encoding's bias plus the window's, whichever exist, for one block of queries.
+    fn bias(&self, pos: &dyn Encoding, block: QueryBlock) -> Result<Option<Tensor>> {
+        let window = match &self.window {
+            Some(window) => window.block_bias(block)?,
+            None => None,
+        };
+        Ok(match (pos.block_bias(block)?, window) {
+            (Some(bias), Some(window)) => Some(bias.broadcast_add(&window)?),
+            (bias, window) => bias.or(window),
+        })
     }
 
     /// q·kᵀ/√d in the layer's precision, f32 out.
@@ -79,7 +132,7 @@ impl SoftmaxAttention {
 impl Mechanism for SoftmaxAttention {
     fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, pos: &dyn Encoding) -> Result<Attention> {
         let scores = pos.scores(q, k, &|q, k| self.scores(q, k))?; // (B, H, T, T)
-        Self::attention(scores, pos.logit_bias(q.dim(2)?)?, v)
+        Self::attention(scores, self.bias(pos, QueryBlock::whole(q.dim(2)?))?, v)
     }
 
     /// The output without the weights where a kernel runs it: flash attention on a CUDA GPU when
@@ -96,6 +149,9 @@ impl Mechanism for SoftmaxAttention {
         pos: &dyn Encoding,
         dropout: Option<WeightDropout>,
     ) -> Result<Option<Tensor>> {
+        if self.window.is_some() {
+            return Ok(None);
+        }
         if dropout.is_none() && flash_enabled() && flash_available(q, v, None) {
             let bias = pos.logit_bias(q.dim(2)?)?;
             if !flash_available(q, v, bias.as_ref()) {
@@ -129,6 +185,6 @@ impl Mechanism for SoftmaxAttention {
         block: QueryBlock,
     ) -> Result<Attention> {
         let scores = pos.block_scores(q, k, block, &|q, k| self.scores(q, k))?;
-        Self::attention(scores, pos.block_bias(block)?, v)
+        Self::attention(scores, self.bias(pos, block)?, v)
     }
 }

@@ -321,14 +321,14 @@ fn saved_for_backward(preset: &Preset) -> f64 {
 }
 
 /// Whether a training step computes attention without its (B, H, T, T) scores and weights and
-/// without kernel feature maps ([`crate::ops::cpu_attention`]): on the CPU in f32, for every mechanism but Linformer, with
+/// without kernel feature maps ([`crate::ops::cpu_attention`]): on the CPU in f32, for a mechanism that trains fused (not Linformer, not a softmax window), with
 /// an encoding that adds no bias and positions q and k alone (not ReRoPE's two score matrices),
 /// as the mechanisms' `fused_output` decides. A GPU run is estimated with them, flash attention
 /// or not.
 fn trains_without_weights(preset: &Preset) -> bool {
     preset.train.device == crate::device::DeviceName::Cpu
         && preset.train.precision != crate::ops::Precision::Bf16
-        && !matches!(preset.attention, MechanismSpec::Linformer(_))
+        && preset.attention.trains_fused()
         && preset.encoding.family() != Family::Bias
         && !matches!(
             preset.encoding,

@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used)] // test helpers: a panic is the failure report
 
 use attnlab::Preset;
-use attnlab::attention::MechanismSpec;
+use attnlab::attention::{MechanismSpec, SoftmaxConfig};
 use attnlab::encodings::EncodingSpec;
 use attnlab::model::{MixerKind, Transformer};
 use attnlab::params::Params;
@@ -68,6 +68,8 @@ pub fn small_mechanisms() -> Vec<MechanismSpec> {
             }
             other => other,
         })
+        // Sliding-window softmax: a window shorter than the tiny presets' 16 tokens.
+        .chain([MechanismSpec::Softmax(SoftmaxConfig { window: Some(5) })])
         .collect()
 }
 
