@@ -61,6 +61,13 @@ macro_rules! mechanisms {
                 }
             }
 
+            /// One layer's recurrent state ([`Variant::state`]).
+            pub fn state(&self, layer: &StateShape) -> Option<StateSize> {
+                match self {
+                    $(Self::$variant(c) => c.state(layer),)+
+                }
+            }
+
             /// Per-head width of queries and keys; Based/ReBased use their feature dimension.
             pub fn qk_dim(&self, head_dim: usize) -> usize {
                 match self {
@@ -120,6 +127,8 @@ pub struct Facts {
     /// Whether each key keeps its position, so a bias or rotary encoding has a distance
     /// i − j to act on (Linformer's keys are mixed along the sequence).
     pub keys_have_positions: bool,
+    /// Its recurrent state per layer as a formula (d_k, d_v per head, H heads, L tokens).
+    pub state: &'static str,
     /// Its settings under `[attention]`.
     pub settings: Settings,
     /// The mechanism with its default settings.
@@ -138,6 +147,11 @@ pub trait Variant {
     /// What one layer of it adds to memory beyond the projections every mechanism has
     /// (`preset::estimate` sums it). No default: a new mechanism states its own.
     fn memory(&self, layer: &LayerSize) -> MemoryTerms;
+
+    /// The recurrent state one layer carries from token to token at the end of a sequence
+    /// (the recall-vs-state axis of the Based paper and zoology); `None` for a mechanism that
+    /// has none (Linformer is not causal). No default: a new mechanism states its own.
+    fn state(&self, layer: &StateShape) -> Option<StateSize>;
 
     /// Per-head width of queries and keys, given the model's head width.
     fn qk_dim(&self, head_dim: usize) -> usize {
@@ -166,6 +180,38 @@ pub struct LayerSize {
     pub qk: f64,
     /// The sequence length.
     pub len: f64,
+}
+
+/// The sizes of one layer that its recurrent state depends on.
+#[derive(Clone, Copy, Debug)]
+pub struct StateShape {
+    pub heads: usize,
+    /// Per-head width of queries and keys.
+    pub qk_dim: usize,
+    /// Per-head width of values.
+    pub head_dim: usize,
+    /// The longest sequence (zoology counts the state at the longest test length).
+    pub len: usize,
+}
+
+/// One layer's recurrent state, in floats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StateSize {
+    /// What attnlab's recurrent form keeps: its exact count.
+    pub floats: usize,
+    /// zoology's `state_size` formula for the same mixer (which its plots multiply by 4), so
+    /// points compare with the Based paper's and zoology's figures.
+    pub zoology: usize,
+}
+
+impl StateSize {
+    /// A state both counts agree on.
+    pub fn same(floats: usize) -> Self {
+        Self {
+            floats,
+            zoology: floats,
+        }
+    }
 }
 
 /// What a mechanism adds to one layer's memory beyond the projections every mechanism has.

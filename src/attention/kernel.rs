@@ -20,7 +20,8 @@ use candle_core::{D, Tensor};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Attention, Facts, LayerSize, Mechanism, MechanismShape, MechanismSpec, MemoryTerms, Variant,
+    Attention, Facts, LayerSize, Mechanism, MechanismShape, MechanismSpec, MemoryTerms, StateShape,
+    StateSize, Variant,
 };
 use crate::Result;
 use crate::encodings::{Encoding, LengthCache, QueryBlock};
@@ -43,6 +44,7 @@ static LINEAR_FACTS: Facts = Facts {
     summary: "Katharopoulos et al. 2020: a kernel feature map, O(n) recurrent form.",
     causal: true,
     keys_have_positions: true,
+    state: "S = sum phi(k) v^T and z = sum phi(k): H d_k d_v + H d_k",
     settings: Settings::NONE,
     default: || MechanismSpec::Linear(LinearConfig::default()),
 };
@@ -61,6 +63,16 @@ impl Variant for LinearConfig {
     fn memory(&self, layer: &LayerSize) -> MemoryTerms {
         MemoryTerms::plain(layer)
     }
+
+    fn state(&self, layer: &StateShape) -> Option<StateSize> {
+        Some(StateSize::same(feature_state(layer, layer.qk_dim)))
+    }
+}
+
+/// The recurrent state of a kernel mechanism whose feature map has `features` entries per
+/// head: Σ φ(k) vᵀ (features × d_v) and the normaliser Σ φ(k), per head.
+fn feature_state(layer: &StateShape, features: usize) -> usize {
+    layer.heads * features * (layer.head_dim + 1)
 }
 
 /// Based settings.
@@ -83,6 +95,7 @@ static BASED_FACTS: Facts = Facts {
     summary: "Arora et al. 2024: Taylor kernel; better recall than linear.",
     causal: true,
     keys_have_positions: true,
+    state: "H d_v E + H E over the features, E = 1 + f + f^2 (zoology: E = f(f+1)/2 + f + 1)",
     settings: Settings::of(&[FEATURE_DIM]),
     default: || MechanismSpec::Based(BasedConfig::default()),
 };
@@ -108,6 +121,15 @@ impl Variant for BasedConfig {
 
     fn qk_dim(&self, _head_dim: usize) -> usize {
         self.feature_dim
+    }
+
+    /// attnlab's features are 1, x and x ⊗ x; zoology keeps the symmetric half of x ⊗ x.
+    fn state(&self, layer: &StateShape) -> Option<StateSize> {
+        let f = self.feature_dim;
+        Some(StateSize {
+            floats: feature_state(layer, 1 + f + f * f),
+            zoology: feature_state(layer, f * (f + 1) / 2 + f + 1),
+        })
     }
 }
 
@@ -144,6 +166,7 @@ static REBASED_FACTS: Facts = Facts {
     summary: "Aksenov et al. 2024: learnable kernel; better recall than Based.",
     causal: true,
     keys_have_positions: true,
+    state: "H d_v E + H E over the features, E = f^2 (zoology-style: E = f(f+1)/2)",
     settings: Settings {
         numbers: &[FEATURE_DIM],
         switches: &[Switch {
@@ -177,6 +200,16 @@ impl Variant for RebasedConfig {
 
     fn qk_dim(&self, _head_dim: usize) -> usize {
         self.feature_dim
+    }
+
+    /// The features are x ⊗ x (κ = s² has no constant or linear term); counted
+    /// symmetrically, as zoology counts Based's, they are f(f + 1)/2.
+    fn state(&self, layer: &StateShape) -> Option<StateSize> {
+        let f = self.feature_dim;
+        Some(StateSize {
+            floats: feature_state(layer, f * f),
+            zoology: feature_state(layer, f * (f + 1) / 2),
+        })
     }
 }
 

@@ -15,7 +15,8 @@ use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Attention, Facts, LayerSize, Mechanism, MechanismShape, MechanismSpec, MemoryTerms, Variant,
+    Attention, Facts, LayerSize, Mechanism, MechanismShape, MechanismSpec, MemoryTerms, StateShape,
+    StateSize, Variant,
 };
 use crate::encodings::{Encoding, QueryBlock};
 use crate::ops::{Precision, dot_scores, softmax_rows};
@@ -62,6 +63,7 @@ static FACTS: Facts = Facts {
     summary: "Wang et al. 2020: keys and values projected to k rows, O(nk).",
     causal: false,
     keys_have_positions: false,
+    state: "n/a: not causal, no recurrent form",
     settings: Settings {
         numbers: &[real(
             "proj_dim",
@@ -99,6 +101,11 @@ impl Variant for LinformerConfig {
             keys: self.proj_dim as f64,
             ..MemoryTerms::plain(layer)
         }
+    }
+
+    /// Every key mixes the whole sequence: there is no state to carry.
+    fn state(&self, _layer: &StateShape) -> Option<StateSize> {
+        None
     }
 
     /// Linformer has no fused path.

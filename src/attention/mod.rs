@@ -23,7 +23,9 @@ mod weights;
 
 use candle_core::Tensor;
 
-pub use catalogue::{CATALOGUE, Facts, LayerSize, MechanismSpec, MemoryTerms, Variant};
+pub use catalogue::{
+    CATALOGUE, Facts, LayerSize, MechanismSpec, MemoryTerms, StateShape, StateSize, Variant,
+};
 pub use kernel::{
     BasedConfig, KernelAttention, KernelKind, LinearConfig, RebasedConfig, RebasedVariant,
 };

@@ -12,7 +12,8 @@ use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Attention, Facts, LayerSize, Mechanism, MechanismShape, MechanismSpec, MemoryTerms, Variant,
+    Attention, Facts, LayerSize, Mechanism, MechanismShape, MechanismSpec, MemoryTerms, StateShape,
+    StateSize, Variant,
 };
 use crate::Result;
 use crate::encodings::{Encoding, EncodingShape, EncodingSpec, QueryBlock, WindowConfig};
@@ -40,6 +41,8 @@ static FACTS: Facts = Facts {
               sliding-window attention (Longformer, Mistral; zoology, MAD).",
     causal: true,
     keys_have_positions: true,
+    state: "the keys and values seen: H (d_k + d_v) L, or H (d_k + d_v) w with a window \
+            (zoology: 2 d L, and 2 d b with b = w - 1)",
     settings: Settings::of(&[real(
         "window",
         1.0,
@@ -60,6 +63,18 @@ impl Variant for SoftmaxConfig {
 
     fn memory(&self, layer: &LayerSize) -> MemoryTerms {
         MemoryTerms::plain(layer)
+    }
+
+    /// The key-value cache: the whole sequence, or the window's last w tokens.
+    fn state(&self, layer: &StateShape) -> Option<StateSize> {
+        let kept = self.window.map_or(layer.len, |w| w.min(layer.len));
+        let per_token = layer.heads * (layer.qk_dim + layer.head_dim);
+        // zoology's sliding window of b counts b tokens though it attends b + 1.
+        let zoology_tokens = self.window.map_or(layer.len, |w| w.saturating_sub(1));
+        Some(StateSize {
+            floats: per_token * kept,
+            zoology: 2 * layer.heads * layer.head_dim * zoology_tokens,
+        })
     }
 
     /// A window is a mask the fused kernels do not take: its weights are built.

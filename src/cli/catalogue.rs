@@ -68,10 +68,12 @@ fn mechanism_row(spec: &MechanismSpec) -> Row {
         csv_tags: causal.to_string(),
         formula: spec.formula(),
         summary: spec.summary(),
-        settings: settings(spec),
+        settings: std::iter::once(format!("state: {}", spec.facts().state))
+            .chain(settings(spec))
+            .collect(),
         json: json!({"name": spec.name(), "causal": causal, "formula": spec.formula(),
-                     "summary": spec.summary(), "settings": numbers(spec),
-                     "switches": switches(spec)}),
+                     "summary": spec.summary(), "state": spec.facts().state,
+                     "settings": numbers(spec), "switches": switches(spec)}),
     }
 }
 

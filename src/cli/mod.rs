@@ -156,6 +156,22 @@ pub enum SplitArg {
     Test,
 }
 
+/// The model's recurrent state in words, for `attnlab check`.
+fn state_line(preset: &crate::Preset) -> String {
+    match preset.state() {
+        Some(state) => format!(
+            "recurrent state: {} floats at length {} (zoology units: {})",
+            state.floats,
+            preset.task.seq_len(),
+            state.zoology_units
+        ),
+        None => format!(
+            "recurrent state: n/a ({} has no recurrent form)",
+            preset.attention.name()
+        ),
+    }
+}
+
 /// Whether `error` is a write to a closed pipe (the reader of our output went away), which
 /// ends a command quietly rather than as a failure.
 pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
@@ -223,6 +239,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 "# memory: {}; available here: {available}",
                 preset.memory_estimate()
             );
+            outln!("# {}", state_line(&preset));
             preset.check_fits_here()?;
             Ok(())
         }

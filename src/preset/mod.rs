@@ -19,6 +19,7 @@
 
 mod command;
 mod estimate;
+mod state;
 mod train;
 
 use std::path::Path;
@@ -33,6 +34,7 @@ use crate::tasks::TaskSpec;
 use crate::{Error, Result};
 pub use command::train_command;
 pub use estimate::{MemoryEstimate, bytes};
+pub use state::ModelState;
 pub use train::{Schedule, TrainConfig};
 
 /// The preset schema this build reads and writes.

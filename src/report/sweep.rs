@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::{Report, with_suffix};
+use serde_json::json;
+
+use super::{Report, Table, with_suffix};
 use crate::figures::{self, Figure};
 use crate::sweep::SweepSummary;
 use crate::sweep::figures::accuracy_panels;
@@ -39,7 +41,7 @@ impl SweepReport {
 impl Report for SweepReport {
     /// The best-lr table; it is printed as CSV, so that it pastes into a spreadsheet.
     fn text(&self) -> Vec<String> {
-        self.csv().lines().map(str::to_string).collect()
+        self.table().text()
     }
 
     /// One panel per (length, pairs) as `NAME-L<len>-N<pairs>`: no panel stands for the sweep.
@@ -50,24 +52,40 @@ impl Report for SweepReport {
             .collect()
     }
 
-    /// One line per point: its cell, best lr, and the mean and spread over seeds there.
     fn csv(&self) -> String {
-        let mut csv =
-            String::from("mechanism,seq_len,num_kv_pairs,d_model,best_lr,mean,std,seeds\n");
+        self.table().csv()
+    }
+}
+
+impl SweepReport {
+    /// One row per point: its cell, best lr, the mean and spread over seeds there, and the
+    /// model's recurrent state.
+    fn table(&self) -> Table {
+        let mut table = Table::new(&[
+            "mechanism",
+            "seq_len",
+            "num_kv_pairs",
+            "d_model",
+            "best_lr",
+            "mean",
+            "std",
+            "seeds",
+            "state_zoology",
+        ]);
         for p in &self.summary.points {
-            csv.push_str(&format!(
-                "{},{},{},{},{},{},{},{}\n",
-                p.mechanism,
-                p.seq_len,
-                p.num_kv_pairs,
-                p.d_model,
-                p.best_lr,
-                p.mean,
-                p.std,
-                p.seeds
-            ));
+            table.push(vec![
+                json!(p.mechanism),
+                json!(p.seq_len),
+                json!(p.num_kv_pairs),
+                json!(p.d_model),
+                json!(p.best_lr),
+                json!(p.mean),
+                json!(p.std),
+                json!(p.seeds),
+                json!(p.state_zoology),
+            ]);
         }
-        csv
+        table
     }
 }
 
@@ -87,6 +105,7 @@ mod tests {
             lr: 1e-3,
             seed,
             accuracy,
+            state_zoology: None,
         }
     }
 
@@ -104,18 +123,19 @@ mod tests {
     #[test]
     fn the_table_has_a_row_per_point_and_a_figure_per_length() {
         let report = report();
+        let csv: Vec<String> = report.csv().lines().map(str::to_string).collect();
+        assert_eq!(
+            csv[0],
+            "mechanism,seq_len,num_kv_pairs,d_model,best_lr,mean,std,seeds,state_zoology"
+        );
+        assert!(csv[1].starts_with("based,64,4,32,0.001,"), "{csv:?}");
+        assert!(csv[1].ends_with(",2,"), "two seeds, no state: {csv:?}");
+        assert_eq!(csv.len(), 4);
+        assert_eq!(render(&report, Format::Csv).unwrap(), csv.join("\n") + "\n");
         let text = report.text();
-        assert_eq!(
-            text[0],
-            "mechanism,seq_len,num_kv_pairs,d_model,best_lr,mean,std,seeds"
-        );
-        assert!(text[1].starts_with("based,64,4,32,0.001,"), "{text:?}");
-        assert!(text[1].ends_with(",2"), "two seeds: {text:?}");
         assert_eq!(text.len(), 4);
-        assert_eq!(
-            render(&report, Format::Csv).unwrap(),
-            text.join("\n") + "\n"
-        );
+        let header: Vec<&str> = text[0].split_whitespace().collect();
+        assert_eq!(header.join(","), csv[0]);
         let suffixes: Vec<String> = report.figures().into_iter().map(|(s, _)| s).collect();
         assert_eq!(suffixes, ["L64-N4", "L128-N4"]);
         let json = render(&report, Format::Json).unwrap();

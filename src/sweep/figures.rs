@@ -85,6 +85,7 @@ mod tests {
             mean: 0.9,
             std: 0.05,
             seeds: 2,
+            state_zoology: None,
             by_lr: vec![(1e-3, 0.9, 2)],
         };
         let summary = SweepSummary {

@@ -31,6 +31,8 @@ pub struct CellResult {
     pub seed: u64,
     /// Best test accuracy over the run's evaluations.
     pub accuracy: f64,
+    /// The model's recurrent state in zoology's units (`None`: it has none, as Linformer).
+    pub state_zoology: Option<usize>,
 }
 
 /// One point of the Figure-1 plot: a mechanism at one length and width, at its best lr.
@@ -46,6 +48,8 @@ pub struct SummaryPoint {
     /// Sample standard deviation over seeds at `best_lr`.
     pub std: f64,
     pub seeds: usize,
+    /// The model's recurrent state in zoology's units: the x axis of the recall-vs-state plot.
+    pub state_zoology: Option<usize>,
     /// Every lr tried: (lr, mean over seeds, seeds).
     pub by_lr: Vec<(f64, f64, usize)>,
 }
@@ -106,6 +110,7 @@ fn find_runs(dir: &Path, depth: usize, runs: &mut Vec<CellResult>) -> Result<()>
                 lr: preset.train.lr,
                 seed: preset.train.seed,
                 accuracy: summary.best_accuracy.unwrap_or(0.0),
+                state_zoology: preset.state().map(|s| s.zoology_units),
             });
         }
         return Ok(());
@@ -145,7 +150,15 @@ pub fn summarise(runs: Vec<CellResult>) -> SweepSummary {
     }
     let runs: Vec<CellResult> = unique.into_values().collect();
     let mut cells: BTreeMap<CellKey, BTreeMap<u64, Vec<f64>>> = BTreeMap::new();
+    let mut states: BTreeMap<CellKey, Option<usize>> = BTreeMap::new();
     for run in &runs {
+        let key = (
+            run.mechanism.clone(),
+            run.seq_len,
+            run.num_kv_pairs,
+            run.d_model,
+        );
+        states.insert(key, run.state_zoology);
         cells
             .entry((
                 run.mechanism.clone(),
@@ -166,7 +179,12 @@ pub fn summarise(runs: Vec<CellResult>) -> SweepSummary {
                 .max_by(|a, b| mean(a.1).total_cmp(&mean(b.1)))
                 .map(|(lr, accs)| (f64::from_bits(*lr), accs.as_slice()))
                 .unwrap_or((0.0, &[]));
+            let state_zoology = states
+                .get(&(mechanism.clone(), seq_len, num_kv_pairs, d_model))
+                .copied()
+                .flatten();
             SummaryPoint {
+                state_zoology,
                 mechanism,
                 seq_len,
                 num_kv_pairs,
@@ -216,6 +234,7 @@ mod tests {
             lr,
             seed,
             accuracy,
+            state_zoology: Some(4 * d_model),
         }
     }
 

@@ -173,6 +173,13 @@ pub struct Summary {
     #[serde(default)]
     pub precision: crate::ops::Precision,
     pub n_params: usize,
+    /// The model's recurrent state in floats at the task's length (`None`: it has none, or
+    /// the run predates it), and in zoology's units (4 × its per-mixer formulas), the x axis
+    /// of the recall-vs-state plots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_floats: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_zoology: Option<usize>,
     /// Models in the batched computation this run trained in, when it trained as a replica of
     /// a group (see `train::replicas`); its results are its own either way.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -497,6 +497,8 @@ fn initial_summary(trainer: &Trainer, r: usize) -> Summary {
         device_notice: trainer.device_notice().map(str::to_string),
         precision: preset.train.precision,
         n_params: trainer.params().count(),
+        state_floats: preset.state().map(|s| s.floats),
+        state_zoology: preset.state().map(|s| s.zoology_units),
         replicas: (trainer.replicas() > 1).then_some(trainer.replicas()),
         steps: 0,
         total_steps: trainer.total_steps(),

@@ -1,0 +1,103 @@
+//! A model's recurrent state: what it carries from token to token at the end of a sequence,
+//! summed over its layers. The recall-vs-state plots of the Based paper and zoology put MQAR
+//! accuracy against it; zoology reports 4 × Σ of its per-mixer formulas (fp32 bytes) at the
+//! longest test length, which [`ModelState::zoology_units`] reproduces.
+
+use serde::{Deserialize, Serialize};
+
+use super::Preset;
+use crate::attention::StateShape;
+use crate::model::MixerKind;
+
+/// A model's recurrent state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelState {
+    /// Floats attnlab's recurrent forms keep, over all layers.
+    pub floats: usize,
+    /// zoology's count: 4 × the sum of its per-mixer `state_size` formulas.
+    pub zoology_units: usize,
+}
+
+impl Preset {
+    /// The model's recurrent state at the task's sequence length; `None` when a layer has
+    /// none (Linformer). A short convolution keeps its k last inputs (d·k, zoology's count),
+    /// the previous-token layer its last input (d); MLPs keep nothing.
+    pub fn state(&self) -> Option<ModelState> {
+        let m = &self.model;
+        let layer = StateShape {
+            heads: m.n_heads,
+            qk_dim: self.attention.qk_dim(m.head_dim()),
+            head_dim: m.head_dim(),
+            len: self.task.seq_len(),
+        };
+        let (mut floats, mut zoology) = (0, 0);
+        for l in 0..m.n_layers {
+            let (exact, zoology_count) = match m.mixer(l) {
+                MixerKind::Attention => {
+                    let state = self.attention.state(&layer)?;
+                    (state.floats, state.zoology)
+                }
+                MixerKind::ShortConv => (m.d_model * m.conv_kernel, m.d_model * m.conv_kernel),
+                MixerKind::PrevToken => (m.d_model, m.d_model),
+            };
+            floats += exact;
+            zoology += zoology_count;
+        }
+        Some(ModelState {
+            floats,
+            zoology_units: 4 * zoology,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attention::{BasedConfig, MechanismSpec, SoftmaxConfig};
+
+    /// The Based paper's Figure 2 models: 2 layers, a BaseConv (k = 3) and the mixer, at the
+    /// longest test length 1,024.
+    fn figure2(mechanism: MechanismSpec, d_model: usize, n_heads: usize) -> Preset {
+        let mut preset = Preset {
+            attention: mechanism,
+            ..Preset::default()
+        };
+        preset.model.d_model = d_model;
+        preset.model.n_heads = n_heads;
+        preset.model.n_layers = 2;
+        preset.model.conv_kernel = 3;
+        preset.model.mixers = vec![MixerKind::ShortConv, MixerKind::Attention];
+        if let crate::tasks::TaskSpec::Mqar(c) = &mut preset.task {
+            c.seq_len = 1024;
+        }
+        preset
+    }
+
+    /// zoology's anchor points (its `state_size` formulas, × 4).
+    #[test]
+    fn zoology_units_match_its_anchor_points() {
+        let softmax = MechanismSpec::Softmax(SoftmaxConfig::default());
+        let units = |p: &Preset| p.state().unwrap().zoology_units;
+        assert_eq!(units(&figure2(softmax.clone(), 64, 1)), 525_056);
+        assert_eq!(units(&figure2(softmax, 128, 2)), 1_050_112);
+        // zoology's window b = 8 is attnlab's w = 9.
+        let window = MechanismSpec::Softmax(SoftmaxConfig { window: Some(9) });
+        assert_eq!(units(&figure2(window, 128, 2)), 9_728);
+        // Based keeps one key-value head in zoology: d_v = d, H = 1.
+        let based = |f| MechanismSpec::Based(BasedConfig { feature_dim: f });
+        assert_eq!(units(&figure2(based(8), 48, 1)), 9_396);
+        assert_eq!(units(&figure2(based(24), 128, 1)), 169_236);
+    }
+
+    /// attnlab's own count: softmax keeps every key and value, a window w of them.
+    #[test]
+    fn exact_floats_count_what_the_recurrent_forms_keep() {
+        let window = MechanismSpec::Softmax(SoftmaxConfig { window: Some(9) });
+        let state = figure2(window, 128, 2).state().unwrap();
+        assert_eq!(state.floats, 128 * 3 + 9 * 2 * 128);
+        let mut linformer = figure2(MechanismSpec::default(), 64, 1);
+        linformer.attention = MechanismSpec::all_defaults().pop().unwrap();
+        assert_eq!(linformer.attention.name(), "linformer");
+        assert_eq!(linformer.state(), None);
+    }
+}
