@@ -19,6 +19,7 @@ mod export;
 mod jobs;
 mod keys;
 mod logic;
+mod plot;
 mod runs;
 mod shell;
 mod ui;

@@ -4,7 +4,7 @@
 use super::Extrapolation;
 use crate::figures::{Figure, LinePlot, Plot, Series};
 
-/// Axis titles (x, y) of the figure, shared with the window's plot.
+/// Axis titles (x, y) of the figure, which the window's plot of it shows too.
 pub const PERPLEXITY_AXES: [&str; 2] = ["evaluation length n (tokens)", "validation perplexity"];
 
 /// The perplexity-vs-length figure of a sweep; `log_ppl` puts perplexity on a log axis too.

@@ -83,6 +83,13 @@ impl ValueFormatter<f64> for Axis {
     }
 }
 
+/// The exports' tick positions for an axis over `range` (positive ends when `log`), at most
+/// about `max_ticks` of them: public so the window's log axes are marked where the saved
+/// figure's are.
+pub fn axis_ticks(range: Range<f64>, log: bool, max_ticks: usize) -> Vec<f64> {
+    Axis { range, log }.key_points(max_ticks)
+}
+
 /// Mantissas per decade for log ticks, finest first.
 const MANTISSAS: [&[f64]; 3] = [
     &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0],
@@ -124,7 +131,7 @@ fn decade_ticks(range: &Range<f64>, mantissas: &[f64], step: i32) -> Vec<f64> {
 }
 
 /// A short tick label: plain decimals for ordinary magnitudes, `1.5e-4` style otherwise.
-pub(super) fn tick_label(value: f64) -> String {
+pub fn tick_label(value: f64) -> String {
     let magnitude = value.abs();
     if magnitude != 0.0 && !(1e-3..1e5).contains(&magnitude) {
         let text = format!("{value:.2e}");

@@ -9,7 +9,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::BarPlot;
 use super::axis::{Axis, extent, padded};
-use super::lines::{PALETTE, X_LABEL_AREA, Y_LABEL_AREA, axes_chart, draw_legend};
+use super::lines::{X_LABEL_AREA, Y_LABEL_AREA, axes_chart, draw_legend, palette};
 use super::svg::{Area, FONT, TICK_SIZE, draw_error};
 use crate::{Error, Result};
 
@@ -81,7 +81,7 @@ pub(super) fn draw(area: &Area, plot: &BarPlot) -> Result<()> {
         )?;
     }
     for (s, series) in plot.series.iter().enumerate() {
-        let colour = PALETTE[s % PALETTE.len()];
+        let colour = palette(s);
         let mine = bars.iter().filter(|b| b.series == s);
         let annotation =
             chart
@@ -232,7 +232,7 @@ mod tests {
 
     /// How many elements filled with the colour of series `s` the SVG holds.
     fn filled_with(svg: &str, s: usize) -> usize {
-        let RGBColor(r, g, b) = PALETTE[s];
+        let RGBColor(r, g, b) = palette(s);
         svg.matches(&format!("fill=\"#{r:02X}{g:02X}{b:02X}\""))
             .count()
     }

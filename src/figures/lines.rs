@@ -11,7 +11,7 @@ use super::svg::{AXIS_LABEL_SIZE, Area, FONT, TICK_SIZE, draw_error};
 use crate::Result;
 
 /// Matplotlib's tab10: ten colours that stay distinct from each other, cycled for more series.
-pub(super) const PALETTE: [RGBColor; 10] = [
+const PALETTE: [RGBColor; 10] = [
     RGBColor(0x1f, 0x77, 0xb4),
     RGBColor(0xff, 0x7f, 0x0e),
     RGBColor(0x2c, 0xa0, 0x2c),
@@ -34,18 +34,29 @@ const GAP: u32 = 5;
 
 /// Draws `plot` filling `area`.
 pub(super) fn draw(area: &Area, plot: &LinePlot) -> Result<()> {
-    let visible: Vec<Vec<(f64, f64)>> = plot
-        .series
-        .iter()
-        .map(|s| drawable_points(&s.points, plot.x_log, plot.y_log))
-        .collect();
-    let x = Axis::covering(visible.iter().flatten().map(|p| p.0), plot.x_log);
-    let y = Axis::covering(visible.iter().flatten().map(|p| p.1), plot.y_log);
+    let visible = visible_points(plot);
+    let (x, y) = covering_axes(plot, &visible);
     draw_chart(area, plot, &visible, x, y)
 }
 
+/// The drawable points of each series of `plot`.
+fn visible_points(plot: &LinePlot) -> Vec<Vec<(f64, f64)>> {
+    plot.series
+        .iter()
+        .map(|s| drawable_points(&s.points, plot.x_log, plot.y_log))
+        .collect()
+}
+
+/// The axes (x, y) covering the `visible` points of `plot`.
+fn covering_axes(plot: &LinePlot, visible: &[Vec<(f64, f64)>]) -> (Axis, Axis) {
+    let x = Axis::covering(visible.iter().flatten().map(|p| p.0), plot.x_log);
+    let y = Axis::covering(visible.iter().flatten().map(|p| p.1), plot.y_log);
+    (x, y)
+}
+
 /// The points of `points` that can be placed on the axes: finite, and positive on log axes.
-fn drawable_points(points: &[(f64, f64)], x_log: bool, y_log: bool) -> Vec<(f64, f64)> {
+/// Public so the window leaves out the same points the exports do.
+pub fn drawable_points(points: &[(f64, f64)], x_log: bool, y_log: bool) -> Vec<(f64, f64)> {
     let fits = |v: f64, log: bool| v.is_finite() && (!log || v > 0.0);
     points
         .iter()
@@ -64,8 +75,12 @@ fn draw_chart(
 ) -> Result<()> {
     let titles = [plot.x_label.as_str(), plot.y_label.as_str()];
     let mut chart = axes_chart(area, (x, y), titles, X_LABEL_AREA, 8)?;
-    for (series, (points, colour)) in plot.series.iter().zip(visible.iter().zip(colours(plot))) {
-        let style = PALETTE[colour % PALETTE.len()].stroke_width(2);
+    for (series, (points, group)) in plot
+        .series
+        .iter()
+        .zip(visible.iter().zip(series_groups(plot)))
+    {
+        let style = palette(group).stroke_width(2);
         let dashed = series.dashed && points.len() > 1;
         let annotation = if dashed {
             chart.draw_series(DashedLineSeries::new(
@@ -95,12 +110,7 @@ fn draw_chart(
             }
         }
     }
-    let names: Vec<&str> = plot
-        .series
-        .iter()
-        .map(|s| s.name.as_str())
-        .filter(|name| !name.is_empty())
-        .collect();
+    let names = legend_names(plot);
     if !names.is_empty() {
         let paths: Vec<Vec<(i32, i32)>> = visible
             .iter()
@@ -109,6 +119,47 @@ fn draw_chart(
         draw_legend(&mut chart, &paths, &names)?;
     }
     Ok(())
+}
+
+/// The names in `plot`'s legend: its named series'.
+fn legend_names(plot: &LinePlot) -> Vec<&str> {
+    plot.series
+        .iter()
+        .map(|s| s.name.as_str())
+        .filter(|name| !name.is_empty())
+        .collect()
+}
+
+/// A corner of a plotting area.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Corner {
+    UpperLeft,
+    UpperRight,
+    LowerLeft,
+    LowerRight,
+}
+
+/// A line figure's plotting area in pixels, about as the exports lay it out.
+const NOMINAL_AREA: (i32, i32) = (870, 450);
+
+/// The corner where the exports put `plot`'s legend, the one hiding the least of its curves
+/// (on a nominal plotting area): public so the window puts its legend there too.
+pub fn legend_corner(plot: &LinePlot) -> Corner {
+    let visible = visible_points(plot);
+    let (x, y) = covering_axes(plot, &visible);
+    let (width, height) = NOMINAL_AREA;
+    let pixel = |(px, py): &(f64, f64)| (x.map(px, (0, width)), y.map(py, (height, 0)));
+    let paths: Vec<Vec<(i32, i32)>> = visible
+        .iter()
+        .map(|points| points.iter().map(pixel).collect())
+        .collect();
+    let size = legend_size(&legend_names(plot));
+    match least_covered_corner(&paths, (0..width, 0..height), size) {
+        SeriesLabelPosition::UpperLeft => Corner::UpperLeft,
+        SeriesLabelPosition::LowerLeft => Corner::LowerLeft,
+        SeriesLabelPosition::LowerRight => Corner::LowerRight,
+        _ => Corner::UpperRight,
+    }
 }
 
 /// The chart line and bar plots are drawn on.
@@ -172,9 +223,10 @@ pub(super) fn draw_legend<'a, 'b: 'a>(
     Ok(())
 }
 
-/// The palette index of each series: named series take the next colour, an unnamed one keeps the
-/// colour of the series before it (e.g. the second bound of an error band).
-fn colours(plot: &LinePlot) -> Vec<usize> {
+/// The legend entry each series belongs to, which is also its palette index: named series open
+/// the next, an unnamed one joins the series before it (e.g. the second bound of an error band).
+/// Public so the window groups (and colours) series as the exports do.
+pub fn series_groups(plot: &LinePlot) -> Vec<usize> {
     let mut next = 0;
     plot.series
         .iter()
@@ -185,6 +237,26 @@ fn colours(plot: &LinePlot) -> Vec<usize> {
             next - 1
         })
         .collect()
+}
+
+/// The RGB colour each series of `plot` is drawn in: one assignment for the exports and the
+/// window, so a curve has the same colour on screen as in its saved figure.
+pub fn series_colours(plot: &LinePlot) -> Vec<[u8; 3]> {
+    series_groups(plot)
+        .into_iter()
+        .map(palette_colour)
+        .collect()
+}
+
+/// Colour `index` of the palette as RGB (cycled), for the window's bars and lines.
+pub fn palette_colour(index: usize) -> [u8; 3] {
+    let RGBColor(r, g, b) = palette(index);
+    [r, g, b]
+}
+
+/// Colour `index` of the palette, cycled for more series than it has.
+pub(super) fn palette(index: usize) -> RGBColor {
+    PALETTE[index % PALETTE.len()]
 }
 
 /// The legend box's approximate size in pixels, as plotters lays it out: the longest name, the
@@ -273,6 +345,60 @@ mod tests {
         };
         edit(plot);
         fig
+    }
+
+    /// The line plot of `fig`.
+    fn plot_of(fig: Figure) -> LinePlot {
+        let Plot::Lines(plot) = fig.plot else {
+            unreachable!()
+        };
+        plot
+    }
+
+    /// A series named `name` with one point.
+    fn series(name: &str) -> Series {
+        Series {
+            name: name.into(),
+            points: vec![(1.0, 1.0)],
+            dashed: false,
+        }
+    }
+
+    #[test]
+    fn unnamed_series_take_the_colour_of_the_named_one_before() {
+        let fig = edited(|plot| {
+            plot.series = ["", "mean a", "", "", "mean b", ""].map(series).to_vec();
+        });
+        let plot = plot_of(fig);
+        assert_eq!(series_groups(&plot), [0, 1, 1, 1, 2, 2]);
+        let [first, a, b] = [0, 1, 2].map(palette_colour);
+        assert_eq!(series_colours(&plot), [first, a, a, a, b, b]);
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn a_series_keeps_its_colour_whatever_its_points() {
+        // Loss and accuracy plots of the same runs colour them alike, also before a run's
+        // first evaluation, when its accuracy series is empty.
+        let before = series_colours(&plot_of(lines_figure()));
+        let emptied = edited(|plot| {
+            plot.series[0].points.clear();
+            plot.y_log = true;
+        });
+        assert_eq!(series_colours(&plot_of(emptied)), before);
+        assert_eq!(before, [palette_colour(0), palette_colour(1)]);
+        assert_eq!(palette_colour(PALETTE.len()), palette_colour(0));
+    }
+
+    #[test]
+    fn the_legend_corner_avoids_the_curves() {
+        // A rising line through lower left and upper right, as in `lines_figure`.
+        assert_eq!(legend_corner(&plot_of(lines_figure())), Corner::UpperLeft);
+        let falling = edited(|plot| {
+            plot.series[0].points = vec![(0.0, 3.0), (1.0, 2.0), (2.0, 1.0)];
+            plot.series[1].points.clear();
+        });
+        assert_eq!(legend_corner(&plot_of(falling)), Corner::UpperRight);
     }
 
     #[test]

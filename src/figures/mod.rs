@@ -1,8 +1,10 @@
 //! Figures as data, rendered to SVG, PNG and CSV without a GPU.
 //!
 //! A [`Figure`] says *what* to plot (series, a matrix, labels, the protocol in the caption); the
-//! renderers here decide *how*, once, so the GUI's picture, an exported SVG and an exported PNG
-//! always look the same. The PNG is rasterised from the SVG (with an embedded font, so no system
+//! renderers here decide *how*, once, so an exported SVG and an exported PNG always look the
+//! same, and the window, which draws the same figures with egui, takes its series' colours, log
+//! ticks, legend corner and drawable points from here ([`series_colours`], [`axis_ticks`],
+//! [`legend_corner`], [`drawable_points`]) to look like them. The PNG is rasterised from the SVG (with an embedded font, so no system
 //! fonts are needed), and the CSV holds the same numbers in tidy form for other tools.
 
 mod axis;
@@ -16,8 +18,12 @@ mod svg;
 
 use std::path::Path;
 
+pub use axis::{axis_ticks, tick_label};
 pub use colormap::{MISSING, viridis};
 pub use csv::render_csv;
+pub use lines::{
+    Corner, drawable_points, legend_corner, palette_colour, series_colours, series_groups,
+};
 pub use png::render_png;
 pub use svg::render_svg;
 

@@ -3,7 +3,7 @@
 use super::SweepSummary;
 use crate::figures::{Figure, LinePlot, Plot, Series};
 
-/// Axis titles (x, y) of every panel, shared with the window's plots.
+/// Axis titles (x, y) of every panel, which the window's plots of them show too.
 pub const ACCURACY_AXES: [&str; 2] = ["d_model (model width)", "best test accuracy"];
 
 /// One figure per (sequence length, pairs) panel, in increasing length: a solid line per

@@ -5,7 +5,7 @@
 use crate::analysis::ReceptiveField;
 use crate::figures::{Figure, HeatmapPlot, LinePlot, Plot, QUERY_KEY_AXES, Series};
 
-/// Axis titles (x, y) of each figure, shared with the window's plots of the same data.
+/// Axis titles (x, y) of each figure, which the window's plots of them show too.
 pub const TRF_AXES: [&str; 2] = ["ε", "receptive field / m"];
 pub const EXP_BIAS_AXES: [&str; 2] = ["distance t (tokens)", "exp(bias)"];
 pub const DECAY_AXES: [&str; 2] = ["distance t (tokens)", "relative upper bound of |q·k|"];

@@ -10,7 +10,8 @@ use egui_plot::{GridMark, HoverPosition, PlotImage, PlotPoint, PlotPoints, Polyg
 use super::super::export::Exporter;
 use super::super::runs::{LoadedAttention, RunView};
 use super::colour::{ColourScale, axes_note, own_range_legend};
-use super::{View, ViewContext, titled_plot};
+use super::super::plot::titled_plot;
+use super::{View, ViewContext};
 use crate::figures::{Figure, HeatmapPlot, Plot, QUERY_KEY_AXES};
 
 /// What the textures were made from; a change re-uploads them.

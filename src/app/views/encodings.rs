@@ -6,18 +6,18 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use eframe::egui;
-use egui_plot::{Legend, Line, PlotPoints};
 
 use super::super::export::Exporter;
 use super::super::jobs::{Job, take_result};
+use super::super::plot::{PlotOptions, show_figure};
 use super::colour::{ColourScale, axes_note};
-use super::{View, ViewContext, empty_plot, titled_plot};
+use super::{View, ViewContext, empty_plot};
 use crate::analysis::figures::encodings as fig;
 use crate::analysis::{Heads, ReceptiveField, Rows, StudiedEncoding, erf, mean_mass_by_distance};
 use crate::attention::AttentionWeights;
 use crate::encodings::EncodingSpec;
 use crate::experiments::Experiment;
-use crate::figures::QUERY_KEY_AXES;
+use crate::figures::{Figure, QUERY_KEY_AXES};
 use crate::train::RunDir;
 
 /// Points of the TRF curves.
@@ -158,7 +158,7 @@ fn run_curves(
     Ok((erf(&mass, POINTS), trf))
 }
 
-/// A curve the view draws and exports.
+/// A curve of the view's figures, owning the name a [`fig::Curve`] borrows.
 struct Named {
     name: String,
     points: Vec<(f64, f64)>,
@@ -181,11 +181,6 @@ impl Named {
             dashed: self.dashed,
         }
     }
-}
-
-fn line(name: &str, points: &[(f64, f64)]) -> Line<'static> {
-    let points: PlotPoints = points.iter().map(|&(x, y)| [x, y]).collect();
-    Line::new(name.to_string(), points)
 }
 
 impl EncodingsView {
@@ -336,45 +331,44 @@ fn trf_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &Export
             });
         }
     }
+    let figure = fig::receptive_field(
+        "Theoretical receptive field (TRF)",
+        results.length,
+        curves.iter().map(Named::curve).collect(),
+        "mean over heads",
+    );
     ui.horizontal(|ui| {
         ui.strong("TRF: receptive field / m against ε");
-        exporter.buttons(ui, "trf", || {
-            fig::receptive_field(
-                "Theoretical receptive field (TRF)",
-                results.length,
-                curves.iter().map(Named::curve).collect(),
-                "mean over heads",
-            )
-        });
+        exporter.buttons(ui, "trf", || figure.clone());
     });
     if curves.is_empty() {
         let what = "no theoretical receptive field (TRF)";
         empty_plot(ui, height, no_bias_note(results, what));
         return;
     }
-    titled_plot("trf", fig::TRF_AXES)
-        .height(height)
-        .legend(Legend::default())
-        .show(ui, |plot| {
-            for c in &curves {
-                plot.line(line(&c.name, &c.points));
-            }
-        });
+    curves_plot(ui, &figure, height);
+}
+
+/// A figure of curves at the height the view gives its plots.
+fn curves_plot(ui: &mut egui::Ui, figure: &Figure, height: f32) {
+    let options = PlotOptions {
+        height,
+        ..PlotOptions::default()
+    };
+    show_figure(ui, figure, &options);
 }
 
 fn exp_bias_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &Exporter) {
-    // log10 of both axes: egui_plot has no log axes, so the values are transformed.
     let curves: Vec<Named> = results
         .encodings
         .iter()
         .filter_map(|e| Some(Named::new(&e.label, e.exp_bias.clone()?)))
         .collect();
+    let shown = curves.iter().map(Named::curve).collect();
+    let figure = fig::exp_bias(results.length.min(CURVE), shown, "mean over heads");
     ui.horizontal(|ui| {
-        ui.strong("exp(bias) by distance (log10 axes)");
-        exporter.buttons(ui, "exp-bias", || {
-            let c = curves.iter().map(Named::curve).collect();
-            fig::exp_bias(results.length.min(CURVE), c, "mean over heads")
-        });
+        ui.strong("exp(bias) by distance (log axes)");
+        exporter.buttons(ui, "exp-bias", || figure.clone());
     });
     if curves.is_empty() {
         empty_plot(
@@ -384,21 +378,7 @@ fn exp_bias_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &E
         );
         return;
     }
-    let [x, y] = fig::EXP_BIAS_AXES;
-    titled_plot("exp-bias", [&format!("log10 {x}"), &format!("log10 {y}")])
-        .height(height)
-        .legend(Legend::default())
-        .show(ui, |plot| {
-            for c in &curves {
-                let logs: Vec<(f64, f64)> = c
-                    .points
-                    .iter()
-                    .filter(|(_, y)| *y > 0.0)
-                    .map(|(x, y)| (x.log10(), y.log10()))
-                    .collect();
-                plot.line(line(&c.name, &logs));
-            }
-        });
+    curves_plot(ui, &figure, height);
 }
 
 /// Why a bias plot is empty: none of the shown encodings adds a relative bias to the logits.
@@ -423,21 +403,15 @@ fn decay_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &Expo
         );
         return;
     }
+    let figure = fig::rotary_decay(
+        results.length.min(CURVE),
+        curves.iter().map(Named::curve).collect(),
+    );
     ui.horizontal(|ui| {
         ui.strong("rotary long-range decay (content-free; not a TRF)");
-        exporter.buttons(ui, "rotary-decay", || {
-            let c = curves.iter().map(Named::curve).collect();
-            fig::rotary_decay(results.length.min(CURVE), c)
-        });
+        exporter.buttons(ui, "rotary-decay", || figure.clone());
     });
-    titled_plot("decay", fig::DECAY_AXES)
-        .height(height)
-        .legend(Legend::default())
-        .show(ui, |plot| {
-            for c in &curves {
-                plot.line(line(&c.name, &c.points));
-            }
-        });
+    curves_plot(ui, &figure, height);
 }
 
 fn heatmap_ui(

@@ -7,19 +7,17 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use eframe::egui;
-use egui_plot::{Legend, Line, LineStyle, Plot, PlotPoints};
 
 use super::super::command::Command;
 use super::super::export::Exporter;
 use super::super::jobs::{Job, Jobs, take_result};
+use super::super::plot::{PlotOptions, show_figure};
 use super::{RunList, View, ViewContext, run_buttons};
 use crate::Preset;
 use crate::experiments::{PRESETS, shipped};
-use crate::extrapolation::figures::PERPLEXITY_AXES;
 use crate::extrapolation::{
     Extrapolation, Options, Protocol, extrapolate_runs, train_and_extrapolate,
 };
-use crate::figures::Plot as FigPlot;
 use crate::report::extrapolation::ExtrapolationReport;
 use crate::train::{RunDir, TrainEvent};
 
@@ -268,9 +266,9 @@ impl ExtrapolationView {
 }
 
 /// Perplexity against length, one line per curve (dashed: encoding changed at inference), on a
-/// log2 length axis: the report's figure, a missing perplexity left out.
+/// log length axis: the report's figure, drawn as its export draws it.
 fn curves_ui(ui: &mut egui::Ui, report: &ExtrapolationReport, exporter: &Exporter) {
-    let (sweep, log_ppl) = (&report.sweep, report.log_ppl);
+    let sweep = &report.sweep;
     let figure = report.figure();
     ui.horizontal(|ui| {
         ui.strong(format!(
@@ -285,36 +283,12 @@ fn curves_ui(ui: &mut egui::Ui, report: &ExtrapolationReport, exporter: &Exporte
             .small()
             .weak(),
     );
-    let FigPlot::Lines(lines) = &figure.plot else {
-        return;
+    let options = PlotOptions {
+        id: Some("perplexity"),
+        height: 300.0,
+        ..PlotOptions::default()
     };
-    let axis = |v: f64| if log_ppl { v.log10() } else { v };
-    let [x, y] = PERPLEXITY_AXES;
-    Plot::new("perplexity")
-        .height(300.0)
-        .legend(Legend::default())
-        .x_axis_label(format!("{x} (log scale)"))
-        .y_axis_label(if log_ppl {
-            format!("log10 {y}")
-        } else {
-            y.to_string()
-        })
-        .x_axis_formatter(|mark, _| format!("{:.0}", 2f64.powf(mark.value)))
-        .show(ui, |plot| {
-            for series in &lines.series {
-                let points: PlotPoints = series
-                    .points
-                    .iter()
-                    .filter(|(_, ppl)| !ppl.is_nan())
-                    .map(|&(length, ppl)| [length.log2(), axis(ppl)])
-                    .collect();
-                let mut line = Line::new(series.name.as_str(), points);
-                if series.dashed {
-                    line = line.style(LineStyle::dashed_loose());
-                }
-                plot.line(line);
-            }
-        });
+    show_figure(ui, &figure, &options);
 }
 
 /// The perplexity table with Definition 0.1's largest δ and both verdicts; hover a value for

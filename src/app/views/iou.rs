@@ -3,19 +3,18 @@
 //! every run computed so far, and one example's cropped attention beside its ground truth.
 
 use eframe::egui;
-use egui_plot::{Bar, BarChart, Legend};
 
 use super::super::export::Exporter;
 use super::super::jobs::{Job, Jobs, take_result};
+use super::super::plot::{PlotOptions, show_figure};
 use super::super::runs::RunStore;
 use super::colour::ColourScale;
-use super::{PerRun, RunList, View, ViewContext, analyse_runs, run_buttons, titled_plot};
+use super::{PerRun, RunList, View, ViewContext, analyse_runs, run_buttons};
 use crate::analysis::TrainedRun;
 use crate::analysis::figures::recall;
 use crate::analysis::iou::{
     Binarise, ExampleIou, IouProtocol, IouTable, Target, example_iou, run_iou,
 };
-use crate::figures::{BarPlot, Plot};
 use crate::report::recall::IouReport;
 use crate::report::{Report, replace_runs};
 
@@ -336,49 +335,10 @@ fn bars_ui(ui: &mut egui::Ui, reports: &[PerRun<IouReport>], exporter: &Exporter
         ui.strong("Across runs (mean over examples; the export draws ± std whiskers)");
         exporter.buttons(ui, "iou-runs", || figure.clone());
     });
-    let Plot::Bars(bars) = &figure.plot else {
-        return;
+    let options = PlotOptions {
+        height: 220.0,
+        y_range: Some(0.0..=1.0),
+        ..PlotOptions::default()
     };
-    let charts = bar_charts(bars);
-    let names = bars.groups.clone();
-    titled_plot("iou-bars", figure.axes())
-        .height(220.0)
-        .legend(Legend::default())
-        .include_y(0.0)
-        .include_y(1.0)
-        .x_axis_formatter(move |mark, _| {
-            let i = mark.value.round();
-            if (mark.value - i).abs() < 1e-6 && i >= 0.0 {
-                names.get(i as usize).cloned().unwrap_or_default()
-            } else {
-                String::new()
-            }
-        })
-        .show(ui, |plot| {
-            for chart in charts {
-                plot.bar_chart(chart);
-            }
-        });
-}
-
-/// One chart per series of `bars`, its bars side by side within each group around the
-/// group's whole-number position; missing (non-finite) values get no bar.
-fn bar_charts(bars: &BarPlot) -> Vec<BarChart> {
-    let n = bars.series.len() as f64;
-    let width = 0.7 / n;
-    bars.series
-        .iter()
-        .enumerate()
-        .map(|(s, series)| {
-            let offset = (s as f64 - (n - 1.0) / 2.0) * width;
-            let drawn = series.values.iter().zip(&bars.groups).enumerate();
-            let bars = drawn
-                .filter(|(_, (value, _))| value.is_finite())
-                .map(|(i, (&value, group))| {
-                    Bar::new(i as f64 + offset, value).width(width).name(group)
-                })
-                .collect();
-            BarChart::new(series.name.as_str(), bars)
-        })
-        .collect()
+    show_figure(ui, &figure, &options);
 }

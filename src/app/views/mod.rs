@@ -138,14 +138,6 @@ impl Views {
     }
 }
 
-/// A plot with its axis titles, taken from the figure builders' constants so the screen and the
-/// exported figure name the axes alike (a plot without them cannot be read on its own).
-pub fn titled_plot<'a>(id: &str, [x, y]: [&str; 2]) -> egui_plot::Plot<'a> {
-    egui_plot::Plot::new(id)
-        .x_axis_label(x.to_string())
-        .y_axis_label(y.to_string())
-}
-
 /// What stands in for a plot with nothing to draw yet: a sentence saying why, in the plot's
 /// place (an empty grid reads as a broken plot).
 pub fn empty_plot(ui: &mut egui::Ui, height: f32, why: impl Into<egui::WidgetText>) {

@@ -4,14 +4,12 @@
 //! [`SpectrumReport`], the report `attnlab spectrum` prints.
 
 use eframe::egui;
-use egui_plot::{Legend, Line, PlotPoints};
 
 use super::super::export::Exporter;
 use super::super::jobs::{Job, Jobs, take_result};
-use super::{RunList, View, ViewContext, analyse_runs, run_buttons, titled_plot};
-use crate::analysis::figures::recall;
+use super::super::plot::{PlotOptions, show_figure};
+use super::{RunList, View, ViewContext, analyse_runs, run_buttons};
 use crate::analysis::spectrum::{SpectrumProtocol, run_spectrum};
-use crate::figures::Plot;
 use crate::report::recall::{SpectrumEntry, SpectrumReport};
 
 #[derive(Default)]
@@ -120,7 +118,7 @@ impl SpectraView {
         });
     }
 
-    /// The curves as the report's main figure draws them, the window's plot from its series.
+    /// The curves: the report's main figure, drawn as its export draws it.
     fn curves_ui(&self, ui: &mut egui::Ui, exporter: &Exporter) {
         let figure = self.report.curves();
         ui.horizontal(|ui| {
@@ -135,20 +133,11 @@ impl SpectraView {
                     .weak(),
             );
         }
-        let Plot::Lines(lines) = &figure.plot else {
-            return;
+        let options = PlotOptions {
+            y_range: Some(0.0..=1.0),
+            ..PlotOptions::default()
         };
-        titled_plot("spectrum-curves", recall::SPECTRUM_AXES)
-            .height(260.0)
-            .legend(Legend::default())
-            .include_y(0.0)
-            .include_y(1.0)
-            .show(ui, |plot| {
-                for series in &lines.series {
-                    let points: PlotPoints = series.points.iter().map(|&(x, y)| [x, y]).collect();
-                    plot.line(Line::new(series.name.as_str(), points));
-                }
-            });
+        show_figure(ui, &figure, &options);
     }
 }
 

@@ -7,13 +7,13 @@ use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{Receiver, Sender};
 
 use eframe::egui;
-use egui_plot::{Legend, Line, LineStyle, PlotPoints};
 
 use super::super::export::Exporter;
 use super::super::jobs::{Job, Jobs, take_finished};
+use super::super::plot::{PlotOptions, show_figure};
 use super::super::runs::{Forwarder, RunFeed};
-use super::{View, ViewContext, titled_plot};
-use crate::figures::{Figure, Plot as FigPlot};
+use super::{View, ViewContext};
+use crate::figures::Figure;
 use crate::report::Report;
 use crate::report::sweep::SweepReport;
 use crate::sweep::{Split, Sweep, SweepEvent, collect, mechanism_label, run_sweep};
@@ -777,7 +777,11 @@ impl SweepView {
                         let name = format!("sweep-accuracy-{suffix}");
                         exporter.buttons(ui, &name, || figure.clone());
                     });
-                    panel_plot(column, figure);
+                    let options = PlotOptions {
+                        y_range: Some(0.0..=1.0),
+                        ..PlotOptions::default()
+                    };
+                    show_figure(column, figure, &options);
                 }
             });
         }
@@ -833,42 +837,6 @@ fn grid_ui(ui: &mut egui::Ui, loaded: &Loaded, cells: &[CellState]) {
             ui.end_row();
         }
     });
-}
-
-/// One accuracy panel, drawn from the figure the export writes: d_model on a log2 axis, a
-/// solid line per mechanism and its ± std lines dashed in the same colour.
-fn panel_plot(ui: &mut egui::Ui, figure: &Figure) {
-    let FigPlot::Lines(lines) = &figure.plot else {
-        return;
-    };
-    let golden = std::f32::consts::GOLDEN_RATIO - 1.0;
-    titled_plot(&figure.title, figure.axes())
-        .height(260.0)
-        .legend(Legend::default())
-        .include_y(0.0)
-        .include_y(1.0)
-        .x_axis_formatter(|mark, _| format!("{:.0}", mark.value.exp2()))
-        .show(ui, |plot| {
-            let mut colour = egui::Color32::GRAY;
-            let mut name = String::new();
-            let mut named = 0;
-            for series in &lines.series {
-                if !series.name.is_empty() {
-                    name = series.name.clone();
-                    colour =
-                        egui::ecolor::Hsva::new(named as f32 * golden % 1.0, 0.85, 0.5, 1.0).into();
-                    named += 1;
-                }
-                let points: PlotPoints =
-                    series.points.iter().map(|&(x, y)| [x.log2(), y]).collect();
-                let line = if series.dashed {
-                    Line::new(format!("{name} ± std"), points).style(LineStyle::dashed_dense())
-                } else {
-                    Line::new(name.clone(), points)
-                };
-                plot.line(line.color(colour));
-            }
-        });
 }
 
 #[cfg(test)]

@@ -3,10 +3,10 @@
 //! a [`TrainingReport`] that its export saves.
 
 use eframe::egui;
-use egui_plot::{Legend, Line, PlotPoints};
 
+use super::super::plot::{PlotOptions, show_figure};
 use super::super::runs::RunView;
-use super::{View, ViewContext, empty_plot, titled_plot};
+use super::{View, ViewContext, empty_plot};
 use crate::figures::Plot;
 use crate::report::training::{TrainingReport, TrainingRun, setup};
 use crate::train::figures::{Curve, RunCurves};
@@ -85,15 +85,12 @@ fn curves_ui(ui: &mut egui::Ui, runs: &[&RunView], cx: &ViewContext) {
             empty_plot(ui, height, first_eval_note(runs[0]));
             continue;
         }
-        titled_plot(which.label(), figure.axes())
-            .height(height)
-            .legend(Legend::default())
-            .show(ui, |plot| {
-                for series in &lines.series {
-                    let points: PlotPoints = series.points.iter().map(|&(x, y)| [x, y]).collect();
-                    plot.line(Line::new(series.name.as_str(), points));
-                }
-            });
+        let options = PlotOptions {
+            id: Some(which.label()),
+            height,
+            ..PlotOptions::default()
+        };
+        show_figure(ui, &figure, &options);
     }
 }
 

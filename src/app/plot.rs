@@ -1,0 +1,242 @@
+//! The window's drawing of a report's [`Figure`]: one function for every view, styled as the
+//! exports are (each series' colour and dashes, log axes marked where the saved figure marks
+//! them, the same points left out), so what a view shows is what its export buttons save, and
+//! hiding a curve in the legend recolours nothing.
+
+use std::ops::RangeInclusive;
+
+use eframe::egui;
+use egui_plot::{
+    Bar, BarChart, Corner, GridInput, GridMark, HoverPosition, Legend, LegendGrouping, Line,
+    LineStyle, PlotUi, Points,
+};
+
+use crate::figures::{
+    self, BarPlot, Figure, LinePlot, Plot, axis_ticks, drawable_points, legend_corner,
+    palette_colour, series_colours, series_groups, tick_label,
+};
+
+/// What a view chooses about its plot of a figure; the rest follows from the figure.
+pub struct PlotOptions<'a> {
+    /// The plot's id within its `Ui`, for a figure whose title changes with the data (the plot
+    /// would forget its zoom); `None`: the title.
+    pub id: Option<&'a str>,
+    pub height: f32,
+    /// A y range always in view, in the figure's values (e.g. 0..=1 for accuracy).
+    pub y_range: Option<RangeInclusive<f64>>,
+}
+
+impl Default for PlotOptions<'_> {
+    fn default() -> Self {
+        Self {
+            id: None,
+            height: 260.0,
+            y_range: None,
+        }
+    }
+}
+
+/// Draws `figure` as an egui plot: line plots with the exports' colours, dashes and log axes
+/// and the nearest series' values on hover, bar plots as grouped bars in the palette's colours
+/// with the groups along x. Heatmaps are left to the views that show them (attention maps,
+/// encodings), which draw them as textures with hover texts of their own; here they get a note.
+pub fn show_figure(ui: &mut egui::Ui, figure: &Figure, options: &PlotOptions) {
+    let plot =
+        titled_plot(options.id.unwrap_or(&figure.title), figure.axes()).height(options.height);
+    match &figure.plot {
+        Plot::Lines(lines) => {
+            lines_axes(plot, lines, options.y_range.clone()).show(ui, |p| add_lines(p, lines));
+        }
+        Plot::Bars(bars) => {
+            let plot = include_y(plot, options.y_range.clone(), false);
+            bars_axis(plot, bars).show(ui, |p| {
+                for chart in bar_charts(bars) {
+                    p.bar_chart(chart);
+                }
+            });
+        }
+        Plot::Heatmap(_) => {
+            ui.label("(a heatmap: its view draws it)");
+        }
+    }
+}
+
+/// A plot with its axis titles, as the exported figure names them (a plot without them cannot
+/// be read on its own).
+pub fn titled_plot<'a>(id: &str, [x, y]: [&str; 2]) -> egui_plot::Plot<'a> {
+    egui_plot::Plot::new(id)
+        .x_axis_label(x.to_string())
+        .y_axis_label(y.to_string())
+}
+
+/// The legend of `lines`: where the export puts it (the corner hiding the least of the
+/// curves), named series in the figure's order, each entry also hiding the unnamed series drawn
+/// in its colour (its error band).
+fn lines_legend(lines: &LinePlot) -> Legend {
+    let corner = match legend_corner(lines) {
+        figures::Corner::UpperLeft => Corner::LeftTop,
+        figures::Corner::UpperRight => Corner::RightTop,
+        figures::Corner::LowerLeft => Corner::LeftBottom,
+        figures::Corner::LowerRight => Corner::RightBottom,
+    };
+    Legend::default()
+        .position(corner)
+        .grouping(LegendGrouping::ById)
+        .follow_insertion_order(true)
+}
+
+/// `plot` with `range` (in the figure's values) always in view, on a log axis if `log`.
+fn include_y<'a>(
+    plot: egui_plot::Plot<'a>,
+    range: Option<RangeInclusive<f64>>,
+    log: bool,
+) -> egui_plot::Plot<'a> {
+    let ends = range.map(RangeInclusive::into_inner);
+    ends.into_iter()
+        .flat_map(|(start, end)| [start, end])
+        .map(|y| on_axis(y, log))
+        .filter(|y| y.is_finite())
+        .fold(plot, egui_plot::Plot::include_y)
+}
+
+/// `plot` set up for `lines`: log axes marked and read back in values, the hover text naming
+/// the series and its point.
+fn lines_axes<'a>(
+    plot: egui_plot::Plot<'a>,
+    lines: &'a LinePlot,
+    y_range: Option<RangeInclusive<f64>>,
+) -> egui_plot::Plot<'a> {
+    let (x_log, y_log) = (lines.x_log, lines.y_log);
+    let mut plot = include_y(plot, y_range, y_log)
+        .legend(lines_legend(lines))
+        .label_formatter(move |position| Some(hover_text(position, lines)));
+    if x_log {
+        plot = plot
+            .x_grid_spacer(log_marks)
+            .x_axis_formatter(|mark, _| tick_label(10f64.powf(mark.value)));
+    }
+    if y_log {
+        plot = plot
+            .y_grid_spacer(log_marks)
+            .y_axis_formatter(|mark, _| tick_label(10f64.powf(mark.value)));
+    }
+    plot
+}
+
+/// Where a value lies along an axis: log10 of it on a log axis (egui_plot has none).
+fn on_axis(value: f64, log: bool) -> f64 {
+    if log { value.log10() } else { value }
+}
+
+/// The value at a position along an axis: undoes [`on_axis`].
+fn value_at(position: f64, log: bool) -> f64 {
+    if log { 10f64.powf(position) } else { position }
+}
+
+/// What the pointer shows: the nearest series' name and its point, or where the pointer is,
+/// in the figure's values.
+fn hover_text(position: &HoverPosition, lines: &LinePlot) -> String {
+    let (name, point) = match position {
+        HoverPosition::NearDataPoint {
+            plot_name,
+            position,
+            ..
+        } => (*plot_name, position),
+        HoverPosition::Elsewhere { position } => ("", position),
+    };
+    let x = tick_label(value_at(point.x, lines.x_log));
+    let y = tick_label(value_at(point.y, lines.y_log));
+    let values = format!("{} = {x}\n{} = {y}", lines.x_label, lines.y_label);
+    if name.is_empty() {
+        values
+    } else {
+        format!("{name}\n{values}")
+    }
+}
+
+/// The grid of a log axis (positions are log10 of values) at the ticks the exports put there,
+/// about one per 64 points; each mark's step is its gap to its nearest neighbour, so egui
+/// labels the ones with room.
+fn log_marks(input: GridInput) -> Vec<GridMark> {
+    // Beyond 1e±300 the values themselves overflow.
+    let (lo, hi) = (input.bounds.0.max(-300.0), input.bounds.1.min(300.0));
+    if lo.is_nan() || hi.is_nan() || hi <= lo {
+        return Vec::new();
+    }
+    // `base_step_size` spans the closest grid lines egui allows, 8 points by default.
+    let max_ticks = ((hi - lo) / (8.0 * input.base_step_size)).clamp(2.0, 100.0) as usize;
+    let ticks = axis_ticks(10f64.powf(lo)..10f64.powf(hi), true, max_ticks);
+    let positions: Vec<f64> = ticks.iter().map(|t| t.log10()).collect();
+    let gap = |i: usize, j: Option<usize>| {
+        j.and_then(|j| positions.get(j))
+            .map_or(hi - lo, |p| (p - positions[i]).abs())
+    };
+    (0..positions.len())
+        .map(|i| GridMark {
+            value: positions[i],
+            step_size: gap(i, i.checked_sub(1)).min(gap(i, Some(i + 1))),
+        })
+        .collect()
+}
+
+/// Every series of `lines` as the exports draw it: in its colour, dashed if it is, a lone
+/// point as a dot, without the points its axes cannot show. An unnamed series shares its
+/// colour's legend entry (its id), so hiding a curve hides its band too.
+fn add_lines(plot: &mut PlotUi, lines: &LinePlot) {
+    let styles = series_colours(lines).into_iter().zip(series_groups(lines));
+    for (series, ([r, g, b], group)) in lines.series.iter().zip(styles) {
+        let colour = egui::Color32::from_rgb(r, g, b);
+        let points: Vec<[f64; 2]> = drawable_points(&series.points, lines.x_log, lines.y_log)
+            .into_iter()
+            .map(|(x, y)| [on_axis(x, lines.x_log), on_axis(y, lines.y_log)])
+            .collect();
+        let name = series.name.as_str();
+        if let [point] = points[..] {
+            plot.points(Points::new(name, point).radius(3.0).color(colour).id(group));
+            continue;
+        }
+        let mut line = Line::new(name, points).color(colour).id(group);
+        if series.dashed {
+            line = line.style(LineStyle::dashed_loose());
+        }
+        plot.line(line);
+    }
+}
+
+/// `plot` with the groups of `bars` named under their whole-number positions and the legend
+/// in the series' order, as the export has them.
+fn bars_axis<'a>(plot: egui_plot::Plot<'a>, bars: &'a BarPlot) -> egui_plot::Plot<'a> {
+    let legend = Legend::default().follow_insertion_order(true);
+    plot.legend(legend).x_axis_formatter(move |mark, _| {
+        let i = mark.value.round();
+        if (mark.value - i).abs() < 1e-6 && i >= 0.0 {
+            bars.groups.get(i as usize).cloned().unwrap_or_default()
+        } else {
+            String::new()
+        }
+    })
+}
+
+/// One chart per series of `bars`, in the palette's colour of its place, its bars side by side
+/// within each group around the group's whole-number position; missing (non-finite) values
+/// get no bar.
+fn bar_charts(bars: &BarPlot) -> Vec<BarChart> {
+    let n = bars.series.len() as f64;
+    let width = 0.7 / n;
+    bars.series
+        .iter()
+        .enumerate()
+        .map(|(s, series)| {
+            let offset = (s as f64 - (n - 1.0) / 2.0) * width;
+            let drawn = series.values.iter().zip(&bars.groups).enumerate();
+            let bars = drawn
+                .filter(|(_, (value, _))| value.is_finite())
+                .map(|(i, (&value, group))| {
+                    Bar::new(i as f64 + offset, value).width(width).name(group)
+                })
+                .collect();
+            let [r, g, b] = palette_colour(s);
+            BarChart::new(series.name.as_str(), bars).color(egui::Color32::from_rgb(r, g, b))
+        })
+        .collect()
+}
