@@ -490,7 +490,11 @@ fn a_sweep_fills_its_grid_and_shows_its_summary() {
     harness.get_by_label_contains("group 1: 2 cells like softmax-s0: ended, 2 done");
     harness.get_by_label_contains("group 2: 2 cells like based-s0: ended, 2 done");
     harness.get_by_label("MQAR accuracy, length 16, 2 pairs");
-    harness.get_by_label("CSV").click();
+    harness.get_by_label("Recall against state, length 16, 2 pairs");
+    // Every cell trained through the run list.
+    assert_eq!(harness.state().runs.runs.len(), 4);
+    // The first CSV button is the accuracy panel's (the frontier's follows).
+    harness.get_all_by_label("CSV").next().unwrap().click();
     harness.run();
     let csv = std::fs::read_to_string(root.path().join("sweep-accuracy-L16-N2.csv")).unwrap();
     assert!(csv.contains("based") && csv.contains("softmax"), "{csv}");

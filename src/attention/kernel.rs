@@ -53,11 +53,7 @@ impl Variant for LinearConfig {
     const FACTS: &'static Facts = &LINEAR_FACTS;
 
     fn build(&self, shape: &MechanismShape, params: &Params) -> Result<Arc<dyn Mechanism>> {
-        Ok(Arc::new(KernelAttention::new(
-            KernelKind::Linear,
-            shape,
-            params,
-        )?))
+        kernel(KernelKind::Linear, shape, params)
     }
 
     fn memory(&self, layer: &LayerSize) -> MemoryTerms {
@@ -67,6 +63,11 @@ impl Variant for LinearConfig {
     fn state(&self, layer: &StateShape) -> Option<StateSize> {
         Some(StateSize::same(feature_state(layer, layer.qk_dim)))
     }
+}
+
+/// A layer of kernel attention with `kind`'s kernel.
+fn kernel(kind: KernelKind, shape: &MechanismShape, params: &Params) -> Result<Arc<dyn Mechanism>> {
+    Ok(Arc::new(KernelAttention::new(kind, shape, params)?))
 }
 
 /// The recurrent state of a kernel mechanism whose feature map has `features` entries per
@@ -104,11 +105,7 @@ impl Variant for BasedConfig {
     const FACTS: &'static Facts = &BASED_FACTS;
 
     fn build(&self, shape: &MechanismShape, params: &Params) -> Result<Arc<dyn Mechanism>> {
-        Ok(Arc::new(KernelAttention::new(
-            KernelKind::Based,
-            shape,
-            params,
-        )?))
+        kernel(KernelKind::Based, shape, params)
     }
 
     /// The 2nd-order Taylor features: 1, x and x ⊗ x.
@@ -182,8 +179,7 @@ impl Variant for RebasedConfig {
     const FACTS: &'static Facts = &REBASED_FACTS;
 
     fn build(&self, shape: &MechanismShape, params: &Params) -> Result<Arc<dyn Mechanism>> {
-        let kind = KernelKind::Rebased(self.variant);
-        Ok(Arc::new(KernelAttention::new(kind, shape, params)?))
+        kernel(KernelKind::Rebased(self.variant), shape, params)
     }
 
     /// Feature norms of queries and keys (at most a weight and a bias each), squared

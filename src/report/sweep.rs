@@ -10,7 +10,7 @@ use serde_json::json;
 use super::{Report, Table, with_suffix};
 use crate::figures::{self, Figure};
 use crate::sweep::SweepSummary;
-use crate::sweep::figures::accuracy_panels;
+use crate::sweep::figures::{accuracy_panels, frontier_panels};
 use crate::{Error, Result};
 
 /// `attnlab sweep`, `sweep collect` and the Sweep view: the summary of a sweep's finished runs.
@@ -44,12 +44,16 @@ impl Report for SweepReport {
         self.table().text()
     }
 
-    /// One panel per (length, pairs) as `NAME-L<len>-N<pairs>`: no panel stands for the sweep.
+    /// One accuracy panel per (length, pairs) as `NAME-L<len>-N<pairs>` (no panel stands for
+    /// the sweep), then the recall-vs-state frontier of each as `NAME-frontier-L<len>-N<pairs>`.
     fn figures(&self) -> Vec<(String, Figure)> {
-        accuracy_panels(&self.summary)
+        let accuracy = accuracy_panels(&self.summary)
             .into_iter()
-            .map(|((seq_len, pairs), figure)| (format!("L{seq_len}-N{pairs}"), figure))
-            .collect()
+            .map(|((seq_len, pairs), figure)| (format!("L{seq_len}-N{pairs}"), figure));
+        let frontier = frontier_panels(&self.summary)
+            .into_iter()
+            .map(|((seq_len, pairs), figure)| (format!("frontier-L{seq_len}-N{pairs}"), figure));
+        accuracy.chain(frontier).collect()
     }
 
     fn csv(&self) -> String {

@@ -667,32 +667,7 @@ impl SweepView {
         }
         let mut clicked = (false, false, false);
         ui.horizontal(|ui| {
-            let label = ui.label("workers");
-            ui.add_enabled(
-                !running,
-                egui::DragValue::new(&mut loaded.sweep.workers)
-                    .range(0..=64)
-                    .custom_formatter(|n, _| {
-                        if n == 0.0 {
-                            "auto".into()
-                        } else {
-                            n.to_string()
-                        }
-                    }),
-            )
-            .labelled_by(label.id)
-            .on_hover_text(
-                "groups trained at once, each on its share of the cores; auto: one per core, one on a GPU",
-            );
-            let label = ui.label("replicas");
-            ui.add_enabled(
-                !running,
-                egui::DragValue::new(&mut loaded.sweep.replicas).range(1..=64),
-            )
-            .labelled_by(label.id)
-            .on_hover_text(
-                "the most cells of one shape trained as one batched model; 1: cell by cell",
-            );
+            parallelism_ui(ui, &mut loaded.sweep, running);
             let idle = self.job.is_none();
             clicked.0 = ui
                 .add_enabled(idle, egui::Button::new("Run sweep"))
@@ -752,6 +727,7 @@ impl SweepView {
                     "mean",
                     "std",
                     "seeds",
+                    "state",
                 ] {
                     ui.strong(head);
                 }
@@ -765,6 +741,8 @@ impl SweepView {
                     ui.label(format!("{:.3}", p.mean));
                     ui.label(format!("{:.3}", p.std));
                     ui.label(p.seeds.to_string());
+                    ui.label(p.state_zoology.map_or("n/a".into(), |s| s.to_string()))
+                        .on_hover_text("recurrent state in zoology's units (4 x floats)");
                     ui.end_row();
                 }
             });
@@ -808,6 +786,36 @@ fn groups_ui(ui: &mut egui::Ui, loaded: &Loaded, groups: &Groups, cells: &[CellS
                 ui.label(line).on_hover_text(members);
             }
         });
+}
+
+/// The sweep's workers and replicas, fixed while it trains.
+fn parallelism_ui(ui: &mut egui::Ui, sweep: &mut Sweep, running: bool) {
+    let label = ui.label("workers");
+    ui.add_enabled(
+        !running,
+        egui::DragValue::new(&mut sweep.workers)
+            .range(0..=64)
+            .custom_formatter(|n, _| {
+                if n == 0.0 {
+                    "auto".into()
+                } else {
+                    n.to_string()
+                }
+            }),
+    )
+    .labelled_by(label.id)
+    .on_hover_text(
+        "groups trained at once, each on its share of the cores; auto: one per core, one on a GPU",
+    );
+    let label = ui.label("replicas");
+    ui.add_enabled(
+        !running,
+        egui::DragValue::new(&mut sweep.replicas).range(1..=64),
+    )
+    .labelled_by(label.id)
+    .on_hover_text(
+        "the most cells of one shape trained as one batched model; 1: cell by cell",
+    );
 }
 
 /// The cells as a table: one row per mechanism and width, one column per other setting.
