@@ -552,6 +552,31 @@ fn extrapolation_of_a_language_model_fills_the_table_and_exports() {
     assert!(root.path().join("perplexity-vs-length.svg").is_file());
 }
 
+/// The Encodings view computes `attnlab bias`, `trf` and `erf`'s reports, and draws the
+/// selected run's ERF on the TRF's axes.
+#[test]
+fn the_encodings_view_overlays_the_selected_runs_erf_on_the_trf() {
+    let root = tempfile::tempdir().unwrap();
+    let mut app = app(root.path());
+    app.editor.preset.encoding = attnlab::encodings::EncodingSpec::from_name("alibi").unwrap();
+    app.editor.preset.train.max_steps = Some(2);
+    let dir = common::trained_run(&app.editor.preset, root.path());
+    app.runs.open(dir);
+    app.tab = Tab::Encodings;
+    let mut harness = harness(app);
+    wait_for_loaded_run(&mut harness);
+    run_until(&mut harness, "the run's ERF", |app| {
+        let results = app.views.encodings.results.as_ref();
+        results.is_some_and(|r| r.run.is_some())
+    });
+    harness.run();
+    let results = harness.state().views.encodings.results.as_ref().unwrap();
+    let erf = results.run.as_ref().unwrap().as_ref().unwrap();
+    assert_eq!(erf.encoding, "alibi (run, layer 0)");
+    assert!(results.trf.trf.contains_key("alibi"), "the editor's TRF");
+    assert_eq!(results.bias.entries().next().unwrap().1.verdict, "converges");
+}
+
 #[test]
 fn a_hidden_views_finished_task_is_taken_in_without_showing_it() {
     let root = tempfile::tempdir().unwrap();
@@ -746,7 +771,11 @@ fn an_absolute_encoding_says_it_has_no_bias_and_long_evidence_is_cut_with_hover(
         .results
         .as_ref()
         .unwrap()
-        .encodings[0]
+        .bias
+        .entries()
+        .next()
+        .unwrap()
+        .1
         .evidence
         .clone();
     let cell = harness.get_by_label(&evidence);

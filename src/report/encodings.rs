@@ -75,7 +75,8 @@ impl BiasReport {
         })
     }
 
-    fn in_order(&self) -> impl Iterator<Item = (&String, &BiasEntry)> {
+    /// Each encoding's label and entry, in the order they were asked for.
+    pub fn entries(&self) -> impl Iterator<Item = (&String, &BiasEntry)> {
         self.order
             .iter()
             .filter_map(|label| self.encodings.get_key_value(label))
@@ -99,14 +100,14 @@ fn exp_curve(rows: &[Vec<f64>], heads: Heads) -> Vec<(f64, f64)> {
 
 impl Report for BiasReport {
     fn text(&self) -> Vec<String> {
-        self.in_order()
+        self.entries()
             .map(|(label, e)| format!("{label:<24} {:<14} {}", e.verdict, e.evidence))
             .collect()
     }
 
     fn figures(&self) -> Vec<(String, Figure)> {
         let curves: Vec<(&String, Vec<(f64, f64)>)> = self
-            .in_order()
+            .entries()
             .filter_map(|(label, e)| Some((label, exp_curve(e.bias.as_ref()?, self.heads))))
             .collect();
         let curves = curves
@@ -125,7 +126,7 @@ impl Report for BiasReport {
 
     fn csv(&self) -> String {
         let mut csv = String::from("encoding,head,distance,bias,exp_bias\n");
-        for (label, e) in self.in_order() {
+        for (label, e) in self.entries() {
             for (h, row) in e.bias.iter().flatten().enumerate() {
                 for (t, p) in row.iter().enumerate() {
                     csv.push_str(&format!("{label},{h},{t},{p},{}\n", p.exp()));

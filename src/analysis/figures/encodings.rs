@@ -2,7 +2,6 @@
 //! TRF/ERF curves on the paper's axes, exp(bias) by distance, the exp(bias) heatmap, and
 //! RoPE's long-range decay for the rotary encodings.
 
-use crate::analysis::ReceptiveField;
 use crate::figures::{Figure, HeatmapPlot, LinePlot, Plot, QUERY_KEY_AXES, Series};
 
 /// Axis titles (x, y) of each figure, which the window's plots of them show too.
@@ -42,15 +41,6 @@ fn lines(
                 .collect(),
         }),
     }
-}
-
-/// A receptive field as (ε, index/m) points.
-pub fn rf_points(rf: &ReceptiveField) -> Vec<(f64, f64)> {
-    rf.eps
-        .iter()
-        .copied()
-        .zip(rf.index.iter().copied())
-        .collect()
 }
 
 /// TRF (and ERF) curves: ε against the receptive field normalised by the length, the axes of
@@ -120,16 +110,12 @@ mod tests {
 
     #[test]
     fn receptive_field_figure_carries_the_protocol_and_the_points() {
-        let rf = ReceptiveField {
-            eps: vec![1.0, 0.0],
-            index: vec![0.0, 1.0],
-        };
         let fig = receptive_field(
             "TRF",
             64,
             vec![Curve {
                 name: "alibi",
-                points: rf_points(&rf),
+                points: vec![(1.0, 0.0), (0.0, 1.0)],
                 dashed: false,
             }],
             "mean over heads",

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use eframe::egui;
 
@@ -13,11 +14,12 @@ use super::super::plot::{PlotOptions, show_figure};
 use super::colour::{ColourScale, axes_note};
 use super::{View, ViewContext, empty_plot};
 use crate::analysis::figures::encodings as fig;
-use crate::analysis::{Heads, ReceptiveField, Rows, StudiedEncoding, erf, mean_mass_by_distance};
-use crate::attention::AttentionWeights;
+use crate::analysis::{ErfProtocol, Heads, Rows, StudiedEncoding};
 use crate::encodings::EncodingSpec;
 use crate::experiments::Experiment;
-use crate::figures::{Figure, QUERY_KEY_AXES};
+use crate::figures::{Figure, Plot, QUERY_KEY_AXES};
+use crate::report::Report;
+use crate::report::encodings::{BiasReport, ErfReport, TrfReport, TrfSettings};
 use crate::train::RunDir;
 
 /// Points of the TRF curves.
@@ -27,24 +29,18 @@ const HEATMAP: usize = 256;
 /// Distances shown in the exp(bias) curves.
 const CURVE: usize = 4096;
 
-/// What one encoding's analyses produced.
-pub struct Analysed {
-    pub label: String,
-    pub verdict: String,
-    pub evidence: String,
-    pub trf: Option<ReceptiveField>,
-    pub exp_bias: Option<Vec<(f64, f64)>>,
-    pub decay: Option<Vec<(f64, f64)>>,
-}
-
-/// Everything the view draws, for one set of inputs.
+/// Everything the view draws, for one set of inputs: the reports `attnlab bias`, `trf` and
+/// `erf` print, computed by the same code.
 pub struct Results {
     pub length: usize,
-    pub encodings: Vec<Analysed>,
+    /// exp(bias) by distance and Theorem 0.4's verdict of each encoding.
+    pub bias: BiasReport,
+    /// The TRF curves and the rotary decay bounds.
+    pub trf: TrfReport,
     /// exp(bias) of the editor's encoding, n×n, NaN above the diagonal.
     pub heatmap: Option<(String, usize, Vec<f64>)>,
-    /// The selected run's ERF and its encoding's TRF (rows averaged the same way).
-    pub run: Option<(ReceptiveField, Option<(String, ReceptiveField)>)>,
+    /// The selected run's ERF beside its encoding's TRF, or why there is none.
+    pub run: Option<Result<ErfReport, String>>,
 }
 
 /// The inputs of a computation; a change starts a new one.
@@ -54,6 +50,7 @@ struct Inputs {
     n_heads: usize,
     qk_dim: usize,
     length: usize,
+    /// The selected run's folder and the version of its saved attention.
     run: Option<(PathBuf, u64)>,
 }
 
@@ -85,102 +82,61 @@ impl Default for EncodingsView {
 
 /// The analyses for `inputs` (runs on a background thread); `None` once `cancel` is set (the
 /// inputs changed again: a dragged slider starts a study per frame).
-fn compute(
-    inputs: &Inputs,
-    attention: Option<Vec<AttentionWeights>>,
-    cancel: &std::sync::atomic::AtomicBool,
-) -> crate::Result<Option<Results>> {
+fn compute(inputs: &Inputs, cancel: &AtomicBool) -> crate::Result<Option<Results>> {
     let m = inputs.length;
-    let distances: Vec<f64> = (1..m.min(CURVE)).map(|t| t as f64).collect();
-    let mut encodings = Vec::new();
-    let mut heatmap = None;
-    let cancelled = || cancel.load(std::sync::atomic::Ordering::Relaxed);
-    for (i, spec) in inputs.specs.iter().enumerate() {
+    let cancelled = || cancel.load(Ordering::Relaxed);
+    let mut studied = Vec::new();
+    for spec in &inputs.specs {
         if cancelled() {
             return Ok(None);
         }
-        let studied = StudiedEncoding::untrained(spec, inputs.n_heads, inputs.qk_dim)?;
-        let verdict = studied.verdict()?;
-        let exp_bias = studied.bias_rows(m.min(CURVE))?.map(|rows| {
-            (1..rows[0].len())
-                .map(|t| {
-                    let mean = rows.iter().map(|r| r[t].exp()).sum::<f64>() / rows.len() as f64;
-                    (t as f64, mean)
-                })
-                .collect()
-        });
-        if i == 0 {
-            let n = m.min(HEATMAP);
-            heatmap = studied
-                .exp_bias_matrix(n, Heads::Mean)?
-                .map(|values| (studied.label.clone(), n, values));
-        }
-        let trf = studied.trf(m, POINTS, Heads::Mean, Rows::Last)?;
-        if cancelled() {
-            return Ok(None);
-        }
-        encodings.push(Analysed {
-            label: studied.label.clone(),
-            verdict: verdict.verdict,
-            evidence: verdict.evidence,
-            trf,
-            exp_bias,
-            decay: studied
-                .rotary_decay(&distances)
-                .map(|d| distances.iter().copied().zip(d).collect()),
-        });
+        studied.push(StudiedEncoding::untrained(
+            spec,
+            inputs.n_heads,
+            inputs.qk_dim,
+        )?);
     }
+    let bias = BiasReport::new(&studied, m.min(CURVE), Heads::Mean)?;
     if cancelled() {
         return Ok(None);
     }
-    let run = match (&inputs.run, attention) {
-        (Some((dir, _)), Some(layers)) => Some(run_curves(dir, &layers)?),
-        _ => None,
+    let settings = TrfSettings {
+        length: m,
+        points: POINTS,
+        eps: Vec::new(),
+        heads: Heads::Mean,
+        shape: format!("{} heads of width {}", inputs.n_heads, inputs.qk_dim),
     };
+    let trf = TrfReport::new(&studied, &settings)?;
+    let heatmap = match studied.first() {
+        Some(first) => {
+            let n = m.min(HEATMAP);
+            first
+                .exp_bias_matrix(n, Heads::Mean)?
+                .map(|values| (first.label.clone(), n, values))
+        }
+        None => None,
+    };
+    if cancelled() {
+        return Ok(None);
+    }
+    let run = inputs.run.as_ref().map(|(dir, _)| {
+        let protocol = ErfProtocol {
+            layer: None,
+            heads: Heads::Mean,
+            rows: Rows::All,
+        };
+        RunDir::open(dir)
+            .and_then(|run| ErfReport::new(&run, protocol, POINTS))
+            .map_err(|e| e.to_string())
+    });
     Ok(Some(Results {
         length: m,
-        encodings,
+        bias,
+        trf,
         heatmap,
         run,
     }))
-}
-
-/// The ERF of saved attention (mean over layers, heads and rows) and the run's TRF.
-fn run_curves(
-    dir: &std::path::Path,
-    layers: &[AttentionWeights],
-) -> crate::Result<(ReceptiveField, Option<(String, ReceptiveField)>)> {
-    let mass = mean_mass_by_distance(layers, Heads::Mean, Rows::All)?;
-    let encoding = StudiedEncoding::from_run(&RunDir::open(dir)?, None)?;
-    let trf = encoding
-        .trf(mass.len(), POINTS, Heads::Mean, Rows::All)?
-        .map(|rf| (encoding.label.clone(), rf));
-    Ok((erf(&mass, POINTS), trf))
-}
-
-/// A curve of the view's figures, owning the name a [`fig::Curve`] borrows.
-struct Named {
-    name: String,
-    points: Vec<(f64, f64)>,
-    dashed: bool,
-}
-
-impl Named {
-    fn new(name: &str, points: Vec<(f64, f64)>) -> Self {
-        Self {
-            name: name.to_string(),
-            points,
-            dashed: false,
-        }
-    }
-
-    fn curve(&self) -> fig::Curve<'_> {
-        fig::Curve {
-            name: &self.name,
-            points: self.points.clone(),
-            dashed: self.dashed,
-        }
-    }
 }
 
 impl EncodingsView {
@@ -208,13 +164,11 @@ impl EncodingsView {
         if self.inputs.as_ref() == Some(&inputs) {
             return;
         }
-        let attention = run
-            .and_then(|r| r.attention.as_ref())
-            .map(|a| a.layers.clone());
         let job = inputs.clone();
-        self.pending = Some(cx.jobs.spawn("encoding study", move |_, cancel| {
-            compute(&job, attention, cancel)
-        }));
+        self.pending = Some(
+            cx.jobs
+                .spawn("encoding study", move |_, cancel| compute(&job, cancel)),
+        );
         self.inputs = Some(inputs);
     }
 }
@@ -301,8 +255,8 @@ impl EncodingsView {
             ui.strong("sum of exp(bias)");
             ui.strong("evidence");
             ui.end_row();
-            for e in &results.encodings {
-                ui.label(&e.label);
+            for (label, e) in results.bias.entries() {
+                ui.label(label);
                 ui.label(&e.verdict);
                 ui.scope(|ui| {
                     ui.set_max_width(evidence_width);
@@ -315,33 +269,29 @@ impl EncodingsView {
     }
 }
 
+/// The encodings' TRF curves (`attnlab trf`'s figure) with the selected run's ERF and its
+/// encoding's TRF (`attnlab erf`'s curves) on the same axes.
 fn trf_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &Exporter) {
-    let mut curves: Vec<Named> = results
-        .encodings
-        .iter()
-        .filter_map(|e| Some(Named::new(&e.label, fig::rf_points(e.trf.as_ref()?))))
-        .collect();
-    if let Some((erf_rf, trf)) = &results.run {
-        curves.push(Named::new("ERF (selected run)", fig::rf_points(erf_rf)));
-        if let Some((label, rf)) = trf {
-            let name = format!("TRF {label}, rows averaged");
-            curves.push(Named {
-                dashed: true,
-                ..Named::new(&name, fig::rf_points(rf))
-            });
-        }
+    let main = results.trf.figures().into_iter().find(|(s, _)| s.is_empty());
+    let run = match &results.run {
+        Some(Ok(report)) => report.figures().into_iter().next(),
+        _ => None,
+    };
+    let drawn = !results.trf.trf.is_empty() || run.is_some();
+    let mut figure = main.map_or_else(|| fig::receptive_field("", 0, Vec::new(), ""), |f| f.1);
+    if let (Plot::Lines(lines), Some((_, run))) = (&mut figure.plot, run)
+        && let Plot::Lines(erf) = run.plot
+    {
+        lines.series.extend(erf.series);
     }
-    let figure = fig::receptive_field(
-        "Theoretical receptive field (TRF)",
-        results.length,
-        curves.iter().map(Named::curve).collect(),
-        "mean over heads",
-    );
     ui.horizontal(|ui| {
         ui.strong("TRF: receptive field / m against ε");
         exporter.buttons(ui, "trf", || figure.clone());
     });
-    if curves.is_empty() {
+    if let Some(Err(error)) = &results.run {
+        ui.colored_label(ui.visuals().warn_fg_color, format!("selected run's ERF: {error}"));
+    }
+    if !drawn {
         let what = "no theoretical receptive field (TRF)";
         empty_plot(ui, height, no_bias_note(results, what));
         return;
@@ -358,19 +308,16 @@ fn curves_plot(ui: &mut egui::Ui, figure: &Figure, height: f32) {
     show_figure(ui, figure, &options);
 }
 
+/// exp(bias) by distance: `attnlab bias`'s figure.
 fn exp_bias_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &Exporter) {
-    let curves: Vec<Named> = results
-        .encodings
-        .iter()
-        .filter_map(|e| Some(Named::new(&e.label, e.exp_bias.clone()?)))
-        .collect();
-    let shown = curves.iter().map(Named::curve).collect();
-    let figure = fig::exp_bias(results.length.min(CURVE), shown, "mean over heads");
+    let Some((_, figure)) = results.bias.figures().into_iter().next() else {
+        return;
+    };
     ui.horizontal(|ui| {
         ui.strong("exp(bias) by distance (log axes)");
         exporter.buttons(ui, "exp-bias", || figure.clone());
     });
-    if curves.is_empty() {
+    if results.bias.entries().all(|(_, e)| e.bias.is_none()) {
         empty_plot(
             ui,
             height,
@@ -383,7 +330,7 @@ fn exp_bias_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &E
 
 /// Why a bias plot is empty: none of the shown encodings adds a relative bias to the logits.
 fn no_bias_note(results: &Results, what: &str) -> String {
-    let names: Vec<&str> = results.encodings.iter().map(|e| e.label.as_str()).collect();
+    let names: Vec<&str> = results.bias.entries().map(|(label, _)| label.as_str()).collect();
     format!(
         "{} adds no relative bias to the attention logits (absolute or rotary), so there is {what} \
          to draw. Tick a relative encoding above (alibi, t5, kerple-log, …) to compare.",
@@ -391,22 +338,15 @@ fn no_bias_note(results: &Results, what: &str) -> String {
     )
 }
 
+/// The rotary encodings' long-range decay bounds: `attnlab trf`'s `decay` figure.
 fn decay_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &Exporter) {
-    let curves: Vec<Named> = results
-        .encodings
-        .iter()
-        .filter_map(|e| Some(Named::new(&e.label, e.decay.clone()?)))
-        .collect();
-    if curves.is_empty() {
+    let decay = results.trf.figures().into_iter().find(|(s, _)| s == "decay");
+    let Some((_, figure)) = decay else {
         ui.label(
             "Tick a rotary encoding to see its long-range decay (rotary encodings have no TRF).",
         );
         return;
-    }
-    let figure = fig::rotary_decay(
-        results.length.min(CURVE),
-        curves.iter().map(Named::curve).collect(),
-    );
+    };
     ui.horizontal(|ui| {
         ui.strong("rotary long-range decay (content-free; not a TRF)");
         exporter.buttons(ui, "rotary-decay", || figure.clone());
