@@ -574,7 +574,10 @@ fn the_encodings_view_overlays_the_selected_runs_erf_on_the_trf() {
     let erf = results.run.as_ref().unwrap().as_ref().unwrap();
     assert_eq!(erf.encoding, "alibi (run, layer 0)");
     assert!(results.trf.trf.contains_key("alibi"), "the editor's TRF");
-    assert_eq!(results.bias.entries().next().unwrap().1.verdict, "converges");
+    assert_eq!(
+        results.bias.entries().next().unwrap().1.verdict,
+        "converges"
+    );
 }
 
 #[test]
