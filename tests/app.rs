@@ -604,6 +604,24 @@ fn a_hidden_views_finished_task_is_taken_in_without_showing_it() {
     assert!(harness.state().views.spectra.error.is_none());
 }
 
+/// The screenshot demo's commands: a view asked to get ready shows, computes its analysis
+/// of the selected run, and is reported ready once it has it.
+#[test]
+fn the_demo_readies_a_view_through_commands() {
+    use attnlab::app::Command;
+    let root = tempfile::tempdir().unwrap();
+    let mut app = app_with_finished_run(root.path());
+    app.views.spectra.protocol.examples = 20;
+    let mut harness = harness(app);
+    wait_for_loaded_run(&mut harness);
+    run_until(&mut harness, "the spectra view ready", |app| {
+        app.commands.push(Command::PrepareDemoTab(Tab::Spectra));
+        app.demo_ready == Some(Tab::Spectra)
+    });
+    assert_eq!(harness.state().tab, Tab::Spectra);
+    assert!(!harness.state().views.spectra.report.runs.is_empty());
+}
+
 #[test]
 fn commands_from_menus_and_other_threads_are_carried_out_between_frames() {
     use attnlab::app::Command;

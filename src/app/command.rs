@@ -45,6 +45,11 @@ pub enum Command {
     CopyCliCommand,
     /// Put a message in the status bar.
     Status(String),
+    /// For the screenshot demo: let every view set up what it shows by itself.
+    PrepareDemo,
+    /// For the screenshot demo: get this view ready to be captured (its analysis computed);
+    /// [`super::AttnlabApp::demo_ready`] says when it is.
+    PrepareDemoTab(Tab),
 }
 
 /// Where commands are pushed from (any thread). Cheap to clone.

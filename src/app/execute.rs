@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{AttnlabApp, Awaiting, Command, DEFAULT_PRESET, Editor, default_preset, tab_of};
+use super::{AttnlabApp, Awaiting, Command, DEFAULT_PRESET, Editor, Tab, default_preset, tab_of};
 use crate::Preset;
 use crate::experiments::{EXPERIMENTS, Experiment, shipped};
 
@@ -195,6 +195,14 @@ impl AttnlabApp {
                 Err(e) => self.status = e.to_string(),
             },
             Command::Status(message) => self.status = message,
+            Command::PrepareDemo => {
+                for &tab in Tab::ALL {
+                    self.views.view_mut(tab).prepare_demo();
+                }
+            }
+            Command::PrepareDemoTab(tab) => {
+                self.demo_ready = self.prepare_demo_tab(tab).then_some(tab);
+            }
         }
     }
 

@@ -78,6 +78,8 @@ pub struct AttnlabApp {
     pub show_shortcuts: bool,
     /// Text for the clipboard, handed to egui in the next `logic()`.
     clipboard: Option<String>,
+    /// For the screenshot demo: the view the last [`Command::PrepareDemoTab`] found ready.
+    pub demo_ready: Option<Tab>,
 }
 
 /// The analysis an experiment started from the welcome page runs once its runs end.
@@ -114,6 +116,7 @@ impl AttnlabApp {
             awaiting: None,
             show_shortcuts: false,
             clipboard: None,
+            demo_ready: None,
         };
         for dir in persisted.run_dirs {
             if dir.join("preset.toml").is_file() {

@@ -1,5 +1,7 @@
 //! The eframe shell around [`AttnlabApp`]: persistence, frame-time statistics, and a scripted
 //! demo that trains a preset and saves a screenshot of every view (`scripts/screenshots.sh`).
+//! The demo drives the app only through its command queue, as a user's clicks do, and reads
+//! its state to know when to go on.
 //!
 //! Environment variables (read at start):
 //! - `ATTNLAB_SCREENSHOTS=DIR`: start the editor's preset (or `ATTNLAB_PRESET=FILE`), wait for
@@ -12,6 +14,7 @@ use std::time::Instant;
 
 use eframe::egui;
 
+use super::command::Command;
 use super::{AttnlabApp, Persisted, Tab};
 
 /// The scripted demo's progress.
@@ -92,14 +95,13 @@ impl Shell {
             return;
         };
         ctx.request_repaint(); // keep frames coming without input
+        let commands = self.app.commands.clone();
         if !demo.started {
             demo.started = true;
             // What each view shows by itself (the Encodings view's comparison, the Sweep view's
             // file), set up before training so their results are in when their turn comes.
-            for &tab in Tab::ALL {
-                self.app.views.view_mut(tab).prepare_demo();
-            }
-            self.app.start();
+            commands.push(Command::PrepareDemo);
+            commands.push(Command::Start);
             return;
         }
         if let Ok(message) = demo.done.try_recv() {
@@ -124,12 +126,13 @@ impl Shell {
             return;
         }
         if let Some(&tab) = demo.queue.first()
-            && !self.app.prepare_demo_tab(tab)
+            && self.app.demo_ready != Some(tab)
         {
+            commands.push(Command::PrepareDemoTab(tab));
             return;
         }
         let Some(tab) = demo.queue.first().copied() else {
-            self.app.stop();
+            commands.push(Command::Stop);
             // Some frames with nothing training, to measure the renderer alone.
             demo.idle_frames += 1;
             if demo.idle_frames > 200 {
@@ -138,7 +141,7 @@ impl Shell {
             return;
         };
         if self.app.tab != tab {
-            self.app.tab = tab;
+            commands.push(Command::Show(tab));
             demo.wait = 30;
             return;
         }
