@@ -76,6 +76,11 @@ pub const SWEEPS: &[Shipped] = &[
         file: "sweeps/mqar_fig1_small.toml",
         text: include_str!("../sweeps/mqar_fig1_small.toml"),
     },
+    Shipped {
+        name: "mqar_frontier_small",
+        file: "sweeps/mqar_frontier_small.toml",
+        text: include_str!("../sweeps/mqar_frontier_small.toml"),
+    },
 ];
 
 /// The shipped sweep files, readable from any working folder: those of `sweeps/` when the

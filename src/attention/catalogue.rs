@@ -68,6 +68,13 @@ macro_rules! mechanisms {
                 }
             }
 
+            /// Its name with the settings that set it apart in a sweep ([`Variant::label`]).
+            pub fn label(&self) -> String {
+                match self {
+                    $(Self::$variant(c) => c.label(),)+
+                }
+            }
+
             /// Per-head width of queries and keys; Based/ReBased use their feature dimension.
             pub fn qk_dim(&self, head_dim: usize) -> usize {
                 match self {
@@ -156,6 +163,12 @@ pub trait Variant {
     /// Per-head width of queries and keys, given the model's head width.
     fn qk_dim(&self, head_dim: usize) -> usize {
         head_dim
+    }
+
+    /// Its name with the settings that make it another point of a sweep's plots (a window,
+    /// an ablation, a projected length): what the sweep summary and its figures call it.
+    fn label(&self) -> String {
+        Self::FACTS.name.to_string()
     }
 
     /// Checks what its settings' ranges alone cannot (against the task's sequence length);
@@ -268,5 +281,20 @@ mod tests {
             err.to_string().contains("attention.feature_dim = 0"),
             "{err}"
         );
+    }
+
+    /// A sweep tells apart what makes another point of its plots.
+    #[test]
+    fn labels_name_what_sets_a_variant_apart() {
+        let window = MechanismSpec::Softmax(SoftmaxConfig { window: Some(9) });
+        assert_eq!(window.label(), "softmax-w9");
+        assert_eq!(MechanismSpec::default().label(), "softmax");
+        let x2 = MechanismSpec::Rebased(RebasedConfig {
+            variant: super::super::RebasedVariant::GammaBeta,
+            ..RebasedConfig::default()
+        });
+        assert_eq!(x2.label(), "rebased-gammabeta");
+        let linformer = MechanismSpec::Linformer(LinformerConfig::default());
+        assert_eq!(linformer.label(), "linformer-k16");
     }
 }

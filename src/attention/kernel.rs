@@ -198,6 +198,14 @@ impl Variant for RebasedConfig {
         self.feature_dim
     }
 
+    /// `rebased-<variant>` for the paper's ablations.
+    fn label(&self) -> String {
+        match self.variant {
+            RebasedVariant::Rebased => REBASED_FACTS.name.to_string(),
+            other => format!("{}-{other:?}", REBASED_FACTS.name).to_lowercase(),
+        }
+    }
+
     /// The features are x ⊗ x (κ = s² has no constant or linear term); counted
     /// symmetrically, as zoology counts Based's, they are f(f + 1)/2.
     fn state(&self, layer: &StateShape) -> Option<StateSize> {

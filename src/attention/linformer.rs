@@ -103,6 +103,11 @@ impl Variant for LinformerConfig {
         }
     }
 
+    /// `linformer-k<k>`: the projected length is its point on a plot.
+    fn label(&self) -> String {
+        format!("{}-k{}", FACTS.name, self.proj_dim)
+    }
+
     /// Every key mixes the whole sequence: there is no state to carry.
     fn state(&self, _layer: &StateShape) -> Option<StateSize> {
         None

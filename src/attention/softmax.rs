@@ -77,6 +77,14 @@ impl Variant for SoftmaxConfig {
         })
     }
 
+    /// `softmax-w<w>` with a window.
+    fn label(&self) -> String {
+        match self.window {
+            Some(w) => format!("{}-w{w}", FACTS.name),
+            None => FACTS.name.to_string(),
+        }
+    }
+
     /// A window is a mask the fused kernels do not take: its weights are built.
     fn trains_fused(&self) -> bool {
         self.window.is_none()

@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::is_finished;
-use crate::attention::{MechanismSpec, RebasedVariant};
 use crate::preset::Preset;
 use crate::train::RunDir;
 use crate::{Error, Result};
@@ -63,16 +62,10 @@ pub struct SweepSummary {
     pub duplicates: usize,
 }
 
-/// The name a run's mechanism gets in the summary: the kind, with the ReBased variant when it
-/// is an ablation and Linformer's k.
+/// The name a run's mechanism gets in the summary: the kind, with what sets it apart as a
+/// point of the plots (a softmax window, a ReBased ablation, Linformer's k).
 pub fn mechanism_label(preset: &Preset) -> String {
-    match &preset.attention {
-        MechanismSpec::Rebased(c) if c.variant != RebasedVariant::Rebased => {
-            format!("rebased-{:?}", c.variant).to_lowercase()
-        }
-        MechanismSpec::Linformer(c) => format!("linformer-k{}", c.proj_dim),
-        other => other.name().into(),
-    }
+    preset.attention.label()
 }
 
 /// Every finished run folder under `dirs` (searched a few levels deep), summarised.
