@@ -517,10 +517,6 @@ impl Trainer {
     /// Accuracy and loss of every replica the model still computes over the whole test
     /// split, with its index (on rayon's pool, like a step).
     pub fn evaluate_replicas(&self) -> Result<Vec<(usize, EvalStats)>> {
-        rayon::scope(|_| self.evaluate_in_pool())
-    }
-
-    fn evaluate_in_pool(&self) -> Result<Vec<(usize, EvalStats)>> {
         let stats = evaluate(&self.model, &self.test, &self.device, self.computed.len())?;
         Ok(self.computed.iter().copied().zip(stats).collect())
     }
@@ -561,8 +557,17 @@ impl Trainer {
 
 /// Accuracy and loss over the whole test split of a model computing `replicas` models side by
 /// side (1 for a lone model; every replica sees every row), one entry per replica. Each pass
-/// holds about [`EVAL_TOKENS`] tokens.
+/// holds about [`EVAL_TOKENS`] tokens. Runs on rayon's pool, as a training step does.
 pub fn evaluate(
+    model: &Transformer,
+    test: &Dataset,
+    device: &Device,
+    replicas: usize,
+) -> Result<Vec<EvalStats>> {
+    rayon::scope(|_| evaluate_in_pool(model, test, device, replicas))
+}
+
+fn evaluate_in_pool(
     model: &Transformer,
     test: &Dataset,
     device: &Device,
