@@ -453,7 +453,7 @@ const LOG_N: &[Switch] = &[Switch {
     choices: Choices::Toggle,
 }];
 
-/// The rotary encoding of `profile` for a model of `shape`.
+/// RoPE with `base`, at `positions`, for a model of `shape`.
 fn rotary_at(
     base: f64,
     positions: Positions,
