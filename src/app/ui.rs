@@ -95,8 +95,17 @@ impl AttnlabApp {
             push(start, Command::Start);
             if let Some(memory) = self.editor.memory() {
                 let total = crate::preset::bytes(memory.total());
-                ui.weak(format!("≈ {total}"))
-                    .on_hover_text(format!("memory a run of this preset needs: {memory}"));
+                let state = match self.editor.preset.state() {
+                    Some(state) => format!(
+                        "{} floats ({} in zoology's units)",
+                        state.floats, state.zoology_units
+                    ),
+                    None => "n/a (no recurrent form)".into(),
+                };
+                ui.weak(format!("≈ {total}")).on_hover_text(format!(
+                    "memory a run of this preset needs: {memory}\nrecurrent state at the \
+                     task's length: {state}"
+                ));
             }
             let running = self.runs.selected().is_some_and(RunView::is_running);
             let stop = ui
