@@ -3,7 +3,8 @@
 //! job reports progress (0..1), can be cancelled, and hands its outcome back over a channel that
 //! the app drains every frame, whichever view is shown. The status bar lists the live jobs.
 //! Dropping a handle cancels its job: a view that starts a new computation in place of a
-//! running one (a slider dragged) stops the old one; [`Job::detach`] lets one run on. Work
+//! running one (a slider dragged) stops the old one; [`Jobs::spawn_replacing`] stops every
+//! live job of its name, wherever its handle is; [`Job::detach`] lets one run on. Work
 //! started with [`Jobs::run`] takes no cancel flag and always runs to its end.
 //! (Training runs on the library's own workers, `crate::train::spawn_with`.)
 
@@ -114,6 +115,23 @@ impl Jobs {
             state,
             detached: false,
         }
+    }
+
+    /// [`Jobs::spawn`] after cancelling every live job of the same name, wherever its handle
+    /// is: a computation that restarts on each change of its inputs (an encoding study while
+    /// a slider is dragged) never runs twice side by side.
+    pub fn spawn_replacing<T: Send + 'static>(
+        &self,
+        name: impl Into<String>,
+        work: impl FnOnce(&mut dyn FnMut(f32), &AtomicBool) -> Outcome<T> + Send + 'static,
+    ) -> Job<T> {
+        let name = name.into();
+        for state in self.live.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            if state.name == name {
+                state.cancel.store(true, Ordering::Relaxed);
+            }
+        }
+        self.spawn(name, work)
     }
 
     /// Runs `work`, which neither reports progress nor can be cancelled, as a job.
@@ -353,5 +371,30 @@ mod tests {
             matches!(&error, crate::Error::Internal(m) if m.contains("doomed")),
             "{error}"
         );
+    }
+
+    /// A job started under a live job's name cancels that one, even if its handle is kept
+    /// (detached here); a job of another name runs on.
+    #[test]
+    fn a_replacing_spawn_cancels_the_live_job_of_its_name() {
+        let jobs = Jobs::default();
+        let spin = |jobs: &Jobs, name: &str| {
+            jobs.spawn(name.to_string(), |_, cancel| -> Outcome<u8> {
+                while !cancel.load(Ordering::Relaxed) {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                Ok(None)
+            })
+        };
+        let mut old = Some(spin(&jobs, "study"));
+        let mut other = Some(spin(&jobs, "export"));
+        let mut new = Some(jobs.spawn_replacing("study", |_, _| Ok(Some(7u8))));
+        assert!(
+            matches!(wait(&mut old), Ok(None)),
+            "the old study is cancelled"
+        );
+        assert!(matches!(wait(&mut new), Ok(Some(7))));
+        assert!(!other.as_ref().unwrap().state.cancel.load(Ordering::Relaxed));
+        other.take();
     }
 }

@@ -165,10 +165,8 @@ impl EncodingsView {
             return;
         }
         let job = inputs.clone();
-        self.pending = Some(
-            cx.jobs
-                .spawn("encoding study", move |_, cancel| compute(&job, cancel)),
-        );
+        let study = move |_: &mut dyn FnMut(f32), cancel: &AtomicBool| compute(&job, cancel);
+        self.pending = Some(cx.jobs.spawn_replacing("encoding study", study));
         self.inputs = Some(inputs);
     }
 }
