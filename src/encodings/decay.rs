@@ -193,6 +193,26 @@ const SERIES: Settings = Settings {
     switches: PER_HEAD,
 };
 
+/// What tells the series of [`SeriesConfig`] apart: their facts and their biases.
+pub trait Series: Sized {
+    const FACTS: &'static Facts;
+
+    /// The biases of `c` for a model of `n_heads` heads.
+    fn biases(c: &SeriesConfig<Self>, n_heads: usize) -> Vec<Arc<dyn DistanceBias>>;
+}
+
+impl<S: Series> Variant for SeriesConfig<S> {
+    const FACTS: &'static Facts = S::FACTS;
+
+    fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
+        fixed(S::biases(self, shape.n_heads), shape, params.device())
+    }
+
+    fn parameters(&self, _shape: &EncodingShape) -> usize {
+        0
+    }
+}
+
 static TYPE1_FACTS: Facts = Facts {
     name: "type1",
     family: Family::Bias,
@@ -203,15 +223,11 @@ static TYPE1_FACTS: Facts = Facts {
     default: || EncodingSpec::Type1(SeriesConfig::default()),
 };
 
-impl Variant for SeriesConfig<Type1> {
+impl Series for Type1 {
     const FACTS: &'static Facts = &TYPE1_FACTS;
 
-    fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
-        fixed(type1(self, shape.n_heads), shape, params.device())
-    }
-
-    fn parameters(&self, _shape: &EncodingShape) -> usize {
-        0
+    fn biases(c: &SeriesConfig<Self>, n_heads: usize) -> Vec<Arc<dyn DistanceBias>> {
+        type1(c, n_heads)
     }
 }
 
@@ -225,15 +241,11 @@ static TYPE2_FACTS: Facts = Facts {
     default: || EncodingSpec::Type2(SeriesConfig::default()),
 };
 
-impl Variant for SeriesConfig<Type2> {
+impl Series for Type2 {
     const FACTS: &'static Facts = &TYPE2_FACTS;
 
-    fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
-        fixed(type2(self, shape.n_heads), shape, params.device())
-    }
-
-    fn parameters(&self, _shape: &EncodingShape) -> usize {
-        0
+    fn biases(c: &SeriesConfig<Self>, n_heads: usize) -> Vec<Arc<dyn DistanceBias>> {
+        type2(c, n_heads)
     }
 }
 
@@ -247,15 +259,11 @@ static INV_N_FACTS: Facts = Facts {
     default: || EncodingSpec::InvN(SeriesConfig::default()),
 };
 
-impl Variant for SeriesConfig<InvN> {
+impl Series for InvN {
     const FACTS: &'static Facts = &INV_N_FACTS;
 
-    fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
-        fixed(inv_n(self, shape.n_heads), shape, params.device())
-    }
-
-    fn parameters(&self, _shape: &EncodingShape) -> usize {
-        0
+    fn biases(c: &SeriesConfig<Self>, n_heads: usize) -> Vec<Arc<dyn DistanceBias>> {
+        inv_n(c, n_heads)
     }
 }
 

@@ -159,6 +159,7 @@ pub(super) fn tokens_by_id(ids: &[u32], vocab: usize) -> (Vec<u32>, Vec<u32>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::testing::value_and_grads;
     use candle_core::{DType, Device, Var};
 
     #[test]
@@ -174,14 +175,9 @@ mod tests {
         let run = |f: fn(&Tensor, &Tensor) -> Result<Tensor>| {
             let y = f(weight.as_tensor(), &ids).unwrap();
             assert_eq!(y.dims(), &[2, 3, 5]);
-            let grads = (&y * &upstream)
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .backward()
-                .unwrap();
-            let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-            (flat(&y), flat(grads.get(weight.as_tensor()).unwrap()))
+            let [y, grad] =
+                <[Vec<f32>; 2]>::try_from(value_and_grads(&y, &upstream, &[&weight])).unwrap();
+            (y, grad)
         };
         let (fused, composed) = (run(embedding), run(embedding_composed));
         assert_eq!(fused, composed);

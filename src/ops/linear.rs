@@ -192,14 +192,7 @@ mod tests {
             .unwrap();
         let run = |f: &dyn Fn(&Tensor) -> candle_core::Result<Tensor>| {
             let merged = f(y.as_tensor()).unwrap();
-            let grads = (&merged * &upstream)
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .backward()
-                .unwrap();
-            let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-            (flat(&merged), flat(grads.get(y.as_tensor()).unwrap()))
+            crate::ops::testing::value_and_grads(&merged, &upstream, &[&y])
         };
         let transposed = |y: &Tensor| y.transpose(1, 2)?.reshape((2, 5, 12));
         assert_eq!(run(&merge_heads), run(&transposed));

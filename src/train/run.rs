@@ -487,6 +487,7 @@ fn finish(
 
 fn initial_summary(trainer: &Trainer, r: usize) -> Summary {
     let preset = trainer.replica_preset(r);
+    let state = preset.state();
     Summary {
         name: preset.name.clone(),
         status: RunStatus::Running,
@@ -497,8 +498,8 @@ fn initial_summary(trainer: &Trainer, r: usize) -> Summary {
         device_notice: trainer.device_notice().map(str::to_string),
         precision: preset.train.precision,
         n_params: trainer.params().count(),
-        state_floats: preset.state().map(|s| s.floats),
-        state_zoology: preset.state().map(|s| s.zoology_units),
+        state_floats: state.map(|s| s.floats),
+        state_zoology: state.map(|s| s.zoology_units),
         replicas: (trainer.replicas() > 1).then_some(trainer.replicas()),
         steps: 0,
         total_steps: trainer.total_steps(),

@@ -41,6 +41,51 @@ pub struct Results {
     pub heatmap: Option<(String, usize, Vec<f64>)>,
     /// The selected run's ERF beside its encoding's TRF, or why there is none.
     pub run: Option<Result<ErfReport, String>>,
+    /// The figures the view draws, built with the results (not once a frame).
+    figures: Figures,
+}
+
+/// The view's figures, from its reports.
+struct Figures {
+    /// The TRF curves with the run's ERF overlaid, and whether it has any curve.
+    trf: (Figure, bool),
+    /// exp(bias) by distance, and whether an encoding shown has a relative bias.
+    exp_bias: (Figure, bool),
+    /// The rotary decay bounds; `None` without a rotary encoding.
+    decay: Option<Figure>,
+}
+
+impl Figures {
+    /// The figures of `bias`, `trf` and the run's ERF report, as `attnlab bias`, `trf` and
+    /// `erf` draw them; the run's curves go on the TRF's axes.
+    fn of(bias: &BiasReport, trf: &TrfReport, run: Option<&ErfReport>) -> Self {
+        let mut trf_figures = trf.figures();
+        let decay = trf_figures
+            .iter()
+            .position(|(suffix, _)| suffix == "decay")
+            .map(|i| trf_figures.remove(i).1);
+        let run = run.and_then(|report| report.figures().into_iter().next());
+        let drawn = !trf.trf.is_empty() || run.is_some();
+        let mut main = trf_figures.into_iter().next().map_or_else(
+            || fig::receptive_field("", 0, Vec::new(), ""),
+            |(_, figure)| figure,
+        );
+        if let (Plot::Lines(lines), Some((_, run))) = (&mut main.plot, run)
+            && let Plot::Lines(erf) = run.plot
+        {
+            lines.series.extend(erf.series);
+        }
+        let has_bias = bias.entries().any(|(_, e)| e.bias.is_some());
+        let exp_bias = bias.figures().into_iter().next().map_or_else(
+            || fig::exp_bias(0, Vec::new(), ""),
+            |(_, figure)| figure,
+        );
+        Self {
+            trf: (main, drawn),
+            exp_bias: (exp_bias, has_bias),
+            decay,
+        }
+    }
 }
 
 /// The inputs of a computation; a change starts a new one.
@@ -130,12 +175,14 @@ fn compute(inputs: &Inputs, cancel: &AtomicBool) -> crate::Result<Option<Results
             .and_then(|run| ErfReport::new(&run, protocol, POINTS))
             .map_err(|e| e.to_string())
     });
+    let figures = Figures::of(&bias, &trf, run.as_ref().and_then(|r| r.as_ref().ok()));
     Ok(Some(Results {
         length: m,
         bias,
         trf,
         heatmap,
         run,
+        figures,
     }))
 }
 
@@ -270,18 +317,7 @@ impl EncodingsView {
 /// The encodings' TRF curves (`attnlab trf`'s figure) with the selected run's ERF and its
 /// encoding's TRF (`attnlab erf`'s curves) on the same axes.
 fn trf_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &Exporter) {
-    let main = results.trf.figures().into_iter().find(|(s, _)| s.is_empty());
-    let run = match &results.run {
-        Some(Ok(report)) => report.figures().into_iter().next(),
-        _ => None,
-    };
-    let drawn = !results.trf.trf.is_empty() || run.is_some();
-    let mut figure = main.map_or_else(|| fig::receptive_field("", 0, Vec::new(), ""), |f| f.1);
-    if let (Plot::Lines(lines), Some((_, run))) = (&mut figure.plot, run)
-        && let Plot::Lines(erf) = run.plot
-    {
-        lines.series.extend(erf.series);
-    }
+    let (figure, drawn) = &results.figures.trf;
     ui.horizontal(|ui| {
         ui.strong("TRF: receptive field / m against ε");
         exporter.buttons(ui, "trf", || figure.clone());
@@ -294,7 +330,7 @@ fn trf_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &Export
         empty_plot(ui, height, no_bias_note(results, what));
         return;
     }
-    curves_plot(ui, &figure, height);
+    curves_plot(ui, figure, height);
 }
 
 /// A figure of curves at the height the view gives its plots.
@@ -308,22 +344,17 @@ fn curves_plot(ui: &mut egui::Ui, figure: &Figure, height: f32) {
 
 /// exp(bias) by distance: `attnlab bias`'s figure.
 fn exp_bias_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &Exporter) {
-    let Some((_, figure)) = results.bias.figures().into_iter().next() else {
-        return;
-    };
+    let (figure, has_bias) = &results.figures.exp_bias;
     ui.horizontal(|ui| {
         ui.strong("exp(bias) by distance (log axes)");
         exporter.buttons(ui, "exp-bias", || figure.clone());
     });
-    if results.bias.entries().all(|(_, e)| e.bias.is_none()) {
-        empty_plot(
-            ui,
-            height,
-            no_bias_note(results, "no exp(bias) by distance"),
-        );
+    if !has_bias {
+        let what = "no exp(bias) by distance";
+        empty_plot(ui, height, no_bias_note(results, what));
         return;
     }
-    curves_plot(ui, &figure, height);
+    curves_plot(ui, figure, height);
 }
 
 /// Why a bias plot is empty: none of the shown encodings adds a relative bias to the logits.
@@ -338,8 +369,7 @@ fn no_bias_note(results: &Results, what: &str) -> String {
 
 /// The rotary encodings' long-range decay bounds: `attnlab trf`'s `decay` figure.
 fn decay_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &Exporter) {
-    let decay = results.trf.figures().into_iter().find(|(s, _)| s == "decay");
-    let Some((_, figure)) = decay else {
+    let Some(figure) = &results.figures.decay else {
         ui.label(
             "Tick a rotary encoding to see its long-range decay (rotary encodings have no TRF).",
         );
@@ -349,7 +379,7 @@ fn decay_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &Expo
         ui.strong("rotary long-range decay (content-free; not a TRF)");
         exporter.buttons(ui, "rotary-decay", || figure.clone());
     });
-    curves_plot(ui, &figure, height);
+    curves_plot(ui, figure, height);
 }
 
 fn heatmap_ui(
