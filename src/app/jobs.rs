@@ -1,7 +1,10 @@
 //! The window's one background-job service. Analyses, file reads, exports, native dialogs and
 //! sweeps all run as named jobs on threads of their own, so the UI never waits for them: each
 //! job reports progress (0..1), can be cancelled, and hands its outcome back over a channel that
-//! the app drains every frame, whichever view is shown. The status bar lists the live jobs.
+//! the app drains every frame, whichever view is shown. A job may also tell its view typed
+//! messages while it runs ([`Jobs::spawn_telling`]: a sweep's cells as they start and end),
+//! which the view drains from its handle ([`Job::messages`]). The status bar lists the live
+//! jobs, and says "stopping" for a cancelled one that has not ended yet.
 //! Dropping a handle cancels its job: a view that starts a new computation in place of a
 //! running one (a slider dragged) stops the old one; [`Jobs::spawn_replacing`] stops every
 //! live job of its name, wherever its handle is; [`Job::detach`] lets one run on. Work
@@ -9,7 +12,7 @@
 //! (Training runs on the library's own workers, `crate::train::spawn_with`.)
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use eframe::egui;
@@ -29,6 +32,31 @@ struct State {
 impl State {
     fn progress(&self) -> f32 {
         f32::from_bits(self.progress.load(Ordering::Relaxed))
+    }
+
+    /// The job as the status bar and its progress bar say it: name and progress, or that it
+    /// is stopping (cancelled work can take a training step or a cell to notice).
+    fn describe(&self) -> String {
+        if self.cancel.load(Ordering::Relaxed) {
+            format!("{}: stopping…", self.name)
+        } else {
+            format!("{} {:.0}%", self.name, 100.0 * self.progress())
+        }
+    }
+}
+
+/// What a job's work tells its view while it runs, beside its progress: messages of the
+/// view's own type, each waking the UI.
+pub struct Tell<M> {
+    sender: Sender<M>,
+    jobs: Jobs,
+}
+
+impl<M> Tell<M> {
+    /// Sends `message` to the job's handle (dropped if the handle is gone).
+    pub fn send(&self, message: M) {
+        let _ = self.sender.send(message);
+        self.jobs.wake();
     }
 }
 
@@ -72,6 +100,19 @@ impl Jobs {
         name: impl Into<String>,
         work: impl FnOnce(&mut dyn FnMut(f32), &AtomicBool) -> Outcome<T> + Send + 'static,
     ) -> Job<T> {
+        self.spawn_telling(name, move |progress, _: &Tell<()>, cancel| work(progress, cancel))
+    }
+
+    /// [`Jobs::spawn`] for work that also tells its view typed messages as it goes ([`Tell`]);
+    /// the view drains them with [`Job::messages`]. Every message sent before the work returns
+    /// is there to drain once [`Job::poll`] gives the outcome.
+    pub fn spawn_telling<T: Send + 'static, M: Send + 'static>(
+        &self,
+        name: impl Into<String>,
+        work: impl FnOnce(&mut dyn FnMut(f32), &Tell<M>, &AtomicBool) -> Outcome<T>
+        + Send
+        + 'static,
+    ) -> Job<T, M> {
         let state = Arc::new(State {
             name: name.into(),
             progress: AtomicU32::new(0f32.to_bits()),
@@ -79,6 +120,11 @@ impl Jobs {
             ended: AtomicBool::new(false),
         });
         let (sender, receiver) = std::sync::mpsc::channel();
+        let (tell, messages) = std::sync::mpsc::channel();
+        let tell = Tell {
+            sender: tell,
+            jobs: self.clone(),
+        };
         let (shared, jobs) = (state.clone(), self.clone());
         let spawned = std::thread::Builder::new()
             .name(state.name.clone())
@@ -90,7 +136,7 @@ impl Jobs {
                         .store(p.clamp(0.0, 1.0).to_bits(), Ordering::Relaxed);
                     jobs.wake();
                 };
-                let _ = sender.send(work(&mut report, &shared.cancel));
+                let _ = sender.send(work(&mut report, &tell, &shared.cancel));
                 drop(ended);
             });
         if let Err(e) = spawned {
@@ -102,6 +148,7 @@ impl Jobs {
             }));
             return Job {
                 receiver: failed,
+                messages,
                 state,
                 detached: false,
             };
@@ -112,6 +159,7 @@ impl Jobs {
             .push(state.clone());
         Job {
             receiver,
+            messages,
             state,
             detached: false,
         }
@@ -143,25 +191,25 @@ impl Jobs {
         self.spawn(name, move |_, _| Ok(Some(work())))
     }
 
-    /// The live jobs' names and progress, oldest first (ended jobs are forgotten here).
-    pub fn live(&self) -> Vec<(String, f32)> {
+    /// The live jobs, oldest first, each as its name and progress or "stopping" (ended jobs
+    /// are forgotten here).
+    pub fn live(&self) -> Vec<String> {
         let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
         live.retain(|s| !s.ended.load(Ordering::Relaxed));
-        live.iter()
-            .map(|s| (s.name.clone(), s.progress()))
-            .collect()
+        live.iter().map(|s| s.describe()).collect()
     }
 }
 
-/// One job's handle: poll it for the outcome, draw its progress, cancel it. Dropped, it cancels
-/// its job (unless detached).
-pub struct Job<T> {
+/// One job's handle: poll it for the outcome and its messages (`M`, none by default), draw its
+/// progress, cancel it. Dropped, it cancels its job (unless detached).
+pub struct Job<T, M = ()> {
     receiver: Receiver<Outcome<T>>,
+    messages: Receiver<M>,
     state: Arc<State>,
     detached: bool,
 }
 
-impl<T> Drop for Job<T> {
+impl<T, M> Drop for Job<T, M> {
     fn drop(&mut self) {
         if !self.detached {
             self.cancel();
@@ -169,7 +217,7 @@ impl<T> Drop for Job<T> {
     }
 }
 
-impl<T> Job<T> {
+impl<T, M> Job<T, M> {
     /// The outcome, once the work has ended.
     pub fn poll(&self) -> Option<Outcome<T>> {
         match self.receiver.try_recv() {
@@ -180,6 +228,16 @@ impl<T> Job<T> {
                 self.state.name
             )))),
         }
+    }
+
+    /// The messages the work has told since the last call, oldest first.
+    pub fn messages(&self) -> Vec<M> {
+        self.messages.try_iter().collect()
+    }
+
+    /// Whether it was asked to stop and has not ended yet (buttons say "stopping").
+    pub fn is_stopping(&self) -> bool {
+        self.state.cancel.load(Ordering::Relaxed) && !self.state.ended.load(Ordering::Relaxed)
     }
 
     /// Asks the work to stop; it ends with `Ok(None)` at its next check.
@@ -196,13 +254,15 @@ impl<T> Job<T> {
     /// A progress bar with the job's name and a Cancel button.
     pub fn ui(&self, ui: &mut egui::Ui) {
         ui.horizontal(|ui| {
-            let progress = self.state.progress();
             ui.add(
-                egui::ProgressBar::new(progress)
+                egui::ProgressBar::new(self.state.progress())
                     .desired_width(220.0)
-                    .text(format!("{} {:.0}%", self.state.name, 100.0 * progress)),
+                    .text(self.state.describe()),
             );
-            if ui.button("Cancel").clicked() {
+            if ui
+                .add_enabled(!self.is_stopping(), egui::Button::new("Cancel"))
+                .clicked()
+            {
                 self.cancel();
             }
         });
@@ -210,7 +270,7 @@ impl<T> Job<T> {
 }
 
 /// Polls `job` and, when it has ended, clears it and returns its outcome.
-pub fn take_finished<T>(job: &mut Option<Job<T>>) -> Option<Outcome<T>> {
+pub fn take_finished<T, M>(job: &mut Option<Job<T, M>>) -> Option<Outcome<T>> {
     let outcome = job.as_ref()?.poll()?;
     *job = None;
     Some(outcome)
@@ -245,7 +305,7 @@ pub fn take_result<T>(
 mod tests {
     use super::*;
 
-    fn wait<T>(job: &mut Option<Job<T>>) -> Outcome<T> {
+    fn wait<T, M>(job: &mut Option<Job<T, M>>) -> Outcome<T> {
         loop {
             if let Some(outcome) = take_finished(job) {
                 return outcome;
@@ -346,12 +406,51 @@ mod tests {
             gate.recv().ok();
             Ok(Some(2 + 2))
         }));
-        assert_eq!(jobs.live().len(), 1);
-        assert_eq!(jobs.live()[0].0, "sum");
+        let live = jobs.live();
+        assert!(live.len() == 1 && live[0].starts_with("sum "), "{live:?}");
         go.send(()).unwrap();
         assert_eq!(wait(&mut job).unwrap(), Some(4));
         assert!(job.is_none());
         assert!(jobs.live().is_empty());
+    }
+
+    /// Messages arrive in order while the job runs, and all of them are there once it has
+    /// ended; a cancelled job is listed as stopping until it ends.
+    #[test]
+    fn a_job_tells_its_view_typed_messages_and_says_when_it_is_stopping() {
+        let jobs = Jobs::default();
+        let (go, gate) = std::sync::mpsc::channel::<()>();
+        let mut job = Some(jobs.spawn_telling("count", move |_, tell, cancel| {
+            tell.send("one");
+            gate.recv().ok();
+            tell.send("two");
+            while !cancel.load(Ordering::Relaxed) {
+                std::thread::yield_now();
+            }
+            tell.send("three");
+            Ok(None::<()>)
+        }));
+        let handle = job.as_ref().unwrap();
+        let mut told = Vec::new();
+        while told.is_empty() {
+            told.extend(handle.messages());
+        }
+        assert_eq!(told, ["one"]);
+        handle.cancel();
+        assert_eq!(jobs.live(), ["count: stopping…"]);
+        go.send(()).unwrap();
+        assert!(matches!(wait(&mut job), Ok(None)));
+        // The handle is gone with the outcome: a view drains before it takes the outcome.
+        let mut job = Some(jobs.spawn_telling("last words", |_, tell, _| {
+            tell.send(1);
+            tell.send(2);
+            Ok(Some(()))
+        }));
+        while !job.as_ref().unwrap().state.ended.load(Ordering::Relaxed) {
+            std::thread::yield_now();
+        }
+        assert_eq!(job.as_ref().unwrap().messages(), [1, 2]);
+        assert!(matches!(wait(&mut job), Ok(Some(()))));
     }
 
     #[test]

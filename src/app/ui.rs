@@ -14,9 +14,9 @@ impl AttnlabApp {
         egui::Panel::bottom("status").show(ui, |ui| {
             ui.horizontal(|ui| {
                 ui.label(&self.status);
-                for (name, progress) in self.jobs.live() {
+                for job in self.jobs.live() {
                     ui.separator();
-                    ui.weak(format!("{name} {:.0}%", 100.0 * progress));
+                    ui.weak(job);
                 }
             });
         });

@@ -4,7 +4,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
-use std::sync::mpsc::{Receiver, Sender};
 
 use eframe::egui;
 
@@ -225,9 +224,9 @@ impl Picked {
 
 /// A sweep being trained, or a folder being collected.
 struct SweepJob {
-    messages: Receiver<Message>,
-    /// Cancelling it stops training (cells running stop within a step).
-    handle: Job<()>,
+    /// Tells the grid's changes as [`Message`]s; cancelling it stops training (cells running
+    /// stop within a step).
+    handle: Job<(), Message>,
     training: bool,
 }
 
@@ -368,15 +367,14 @@ fn cell_state(event: SweepEvent, totals: &mut [usize]) -> Option<(usize, CellSta
     }
 }
 
-/// Trains `sweep` (on the calling thread, at background priority), reporting to `sender` and
-/// the share of its cells that have ended to `progress`; at the end writes the report's files
-/// into the sweep's folder, as `attnlab sweep` does.
+/// Trains `sweep` (on the calling thread, at background priority), telling the grid's changes
+/// to `tell` and the share of its cells that have ended to `progress`; at the end writes the
+/// report's files into the sweep's folder, as `attnlab sweep` does.
 fn train(
     sweep: &Sweep,
     stop: &AtomicBool,
     progress: &mut dyn FnMut(f32),
-    (sender, runs): (&Sender<Message>, &mut Forwarder),
-    jobs: &Jobs,
+    (tell, runs): (&dyn Fn(Message), &mut Forwarder),
 ) {
     crate::train::lower_thread_priority();
     let mut totals = vec![0; sweep.cells.len()];
@@ -393,8 +391,7 @@ fn train(
                 ended += 1;
                 progress(ended as f32 / sweep.cells.len().max(1) as f32);
             }
-            let _ = sender.send(message);
-            jobs.wake();
+            tell(message);
         }
     });
     let ended = match result.map(|summary| SweepReport { summary }) {
@@ -410,8 +407,7 @@ fn train(
             error: Some(e.to_string()),
         },
     };
-    let _ = sender.send(ended);
-    jobs.wake();
+    tell(ended);
 }
 
 impl SweepView {
@@ -451,12 +447,10 @@ impl SweepView {
             return;
         }
         let sweep = loaded.sweep.clone();
-        let (sender, messages) = std::sync::mpsc::channel();
-        let waker = jobs.clone();
         let name = format!("sweep {}", sweep.name);
         let mut runs = feed.forwarder(&name);
-        let handle = jobs.spawn(name, move |progress, stop| {
-            train(&sweep, stop, progress, (&sender, &mut runs), &waker);
+        let handle = jobs.spawn_telling(name, move |progress, tell, stop| {
+            train(&sweep, stop, progress, (&|m| tell.send(m), &mut runs));
             Ok(Some(()))
         });
         self.cells = vec![CellState::Pending; self.cells.len()];
@@ -464,7 +458,6 @@ impl SweepView {
         self.set_report(None);
         self.error = None;
         self.job = Some(SweepJob {
-            messages,
             handle,
             training: true,
         });
@@ -482,17 +475,17 @@ impl SweepView {
         if self.job.is_some() {
             return;
         }
-        let (sender, messages) = std::sync::mpsc::channel();
-        let handle = jobs.run(format!("collect {}", dir.display()), move || {
+        let name = format!("collect {}", dir.display());
+        let handle = jobs.spawn_telling(name, move |_, tell, _| {
             let (report, error) = match collect(&[dir]) {
                 Ok(summary) => (Some(SweepReport { summary }), None),
                 Err(e) => (None, Some(e.to_string())),
             };
-            let _ = sender.send(Message::Ended { report, error });
+            tell.send(Message::Ended { report, error });
+            Ok(Some(()))
         });
         self.error = None;
         self.job = Some(SweepJob {
-            messages,
             handle,
             training: false,
         });
@@ -505,8 +498,7 @@ impl SweepView {
         // Polled first: a job sends its last message before it ends, so once it has ended
         // every message is already queued.
         let ended = job.handle.poll();
-        let messages: Vec<Message> = job.messages.try_iter().collect();
-        for message in messages {
+        for message in job.handle.messages() {
             self.apply(message);
         }
         if let Some(outcome) = ended {
@@ -673,8 +665,10 @@ impl SweepView {
                 .add_enabled(idle, egui::Button::new("Run sweep"))
                 .on_hover_text("train the unfinished cells; finished ones are kept")
                 .clicked();
+            let stopping = self.job.as_ref().is_some_and(|j| j.handle.is_stopping());
+            let stop = if stopping { "Stopping…" } else { "Stop sweep" };
             clicked.1 = ui
-                .add_enabled(running, egui::Button::new("Stop sweep"))
+                .add_enabled(running && !stopping, egui::Button::new(stop))
                 .on_hover_text("running cells stop within a step and train again next time")
                 .clicked();
             clicked.2 = ui
@@ -875,13 +869,8 @@ mod tests {
         let stop = AtomicBool::new(false);
         let mut list = RunStore::new(Jobs::default());
         let mut runs = list.feed().forwarder("sweep t");
-        train(
-            &sweep,
-            &stop,
-            &mut |p| seen.push(p),
-            (&sender, &mut runs),
-            &Jobs::default(),
-        );
+        let tell = |m| sender.send(m).unwrap();
+        train(&sweep, &stop, &mut |p| seen.push(p), (&tell, &mut runs));
         assert_eq!(seen, [0.25, 0.5, 0.75, 1.0]);
         list.drain();
         assert_eq!(list.runs.len(), 4, "every cell joins the run list");
@@ -897,11 +886,9 @@ mod tests {
     fn a_pick_arriving_while_a_sweep_runs_is_refused() {
         let jobs = Jobs::default();
         let mut view = SweepView::default();
-        let (_keep, messages) = std::sync::mpsc::channel();
         view.path = "sweeps/running.toml".into();
         view.job = Some(SweepJob {
-            messages,
-            handle: jobs.run("sweep", || ()),
+            handle: jobs.spawn_telling("sweep", |_, _, _| Ok(Some(()))),
             training: true,
         });
         view.take_pick(&jobs, Picked::SweepFile("sweeps/other.toml".into()));
