@@ -34,6 +34,11 @@ pub enum Init {
     /// U(lo, hi): KERPLE's per-head parameters (r ~ U(0, 2), k ~ U(0, 1) in its reference).
     Between(f64, f64),
     Constant(f64),
+    /// ln U(lo, hi): Mamba-2's and Gated DeltaNet's A_log (A ~ U(0, 16), stored as its log).
+    LogOfUniform(f64, f64),
+    /// softplus⁻¹(dt) with dt = exp(U(ln lo, ln hi)), at least 1e-4: Mamba-2's and Gated
+    /// DeltaNet's dt_bias, so that softplus(dt_bias) starts log-uniform in [lo, hi].
+    InverseSoftplusLogUniform(f64, f64),
 }
 
 #[derive(Default)]
@@ -293,12 +298,38 @@ fn initial_values(init: Init, seed: u64, name: &str, n: usize) -> Vec<f32> {
             .map(|x| x + ((lo + hi) / 2.0) as f32)
             .collect(),
         Init::Constant(value) => vec![value as f32; n],
+        Init::LogOfUniform(lo, hi) => initial_values(Init::Between(lo, hi), seed, name, n)
+            .into_iter()
+            .map(|a| a.max(1e-4).ln())
+            .collect(),
+        Init::InverseSoftplusLogUniform(lo, hi) => {
+            initial_values(Init::Between(lo.ln(), hi.ln()), seed, name, n)
+                .into_iter()
+                .map(|log_dt| {
+                    let dt = f64::from(log_dt).exp().max(1e-4);
+                    (dt + (-(-dt).exp_m1()).ln()) as f32
+                })
+                .collect()
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A_log is the log of U(0, 16); softplus(dt_bias) is log-uniform in [1e-3, 0.1].
+    #[test]
+    fn mamba_style_inits_land_in_their_ranges() {
+        let a_log = initial_values(Init::LogOfUniform(0.0, 16.0), 1, "a", 1000);
+        assert!(a_log.iter().all(|&a| a <= 16f32.ln() + 1e-6));
+        assert!(a_log.iter().any(|&a| a < 0.0) && a_log.iter().any(|&a| a > 2.0));
+        let dt_bias = initial_values(Init::InverseSoftplusLogUniform(1e-3, 0.1), 1, "dt", 1000);
+        for b in dt_bias {
+            let dt = f64::from(b).exp().ln_1p();
+            assert!((0.999e-3..=0.1001).contains(&dt), "{dt}");
+        }
+    }
 
     #[test]
     fn same_seed_and_name_give_same_values_regardless_of_order() {

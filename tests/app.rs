@@ -13,7 +13,7 @@ use attnlab::app::{AttnlabApp, Persisted, RunState, Tab};
 use attnlab::train::RunStatus;
 use eframe::egui;
 use egui_kittest::Harness;
-use egui_kittest::kittest::Queryable as _;
+use egui_kittest::kittest::{NodeT as _, Queryable as _};
 
 /// A window whose runs go to `root`, with a tiny preset in the editor.
 fn app(root: &std::path::Path) -> AttnlabApp {
@@ -909,6 +909,36 @@ fn ticked_runs_are_drawn_and_exported_beside_the_selected_one() {
     harness.state_mut().tab = Tab::Spectra;
     harness.run();
     harness.get_by_label("Compute for the selected and ticked runs");
+}
+
+/// Retention's hidden attention is signed: its maps take the diverging scale around 0 (the
+/// legend says so) and the log colour option is off.
+#[test]
+fn a_signed_mixing_matrix_is_drawn_on_a_scale_centred_on_zero() {
+    let root = tempfile::tempdir().unwrap();
+    let mut app = app(root.path());
+    app.editor.preset.attention = attnlab::attention::MechanismSpec::Retention(Default::default());
+    app.editor.preset.train.max_steps = Some(2);
+    let mut harness = harness(app);
+    harness.get_by_label("Start").click();
+    step_while_working(&mut harness);
+    run_until(&mut harness, "the retention run's attention", |app| {
+        app.runs
+            .selected()
+            .is_some_and(|r| !r.is_running() && r.attention.is_some())
+    });
+    harness.state_mut().tab = Tab::Attention;
+    harness.run();
+    harness.get_by_label("−(each map's largest |value|)");
+    harness.get_by_label("one scale for all maps").click();
+    harness.run();
+    harness.get_by_label("A_ij (signed):");
+    harness.get_by_label("(signed: 0 is white)");
+    let log = harness.get_by_label("log colour");
+    assert!(
+        log.accesskit_node().is_disabled(),
+        "log colour is off for a signed matrix"
+    );
 }
 
 #[test]

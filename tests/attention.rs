@@ -1,5 +1,6 @@
-//! One attention matrix to rule them all: every mechanism returns explicit, row-normalised
-//! weights; causal ones are zero above the diagonal; capturing them does not change the model's
+//! One attention matrix to rule them all: every mechanism returns its explicit mixing matrix,
+//! row-normalised unless its facts say it is signed (then it has entries of both signs);
+//! causal ones are zero above the diagonal; capturing them does not change the model's
 //! output; and the matrix equals a naive reference written from the papers' formulas.
 
 #![allow(clippy::unwrap_used)] // test helpers: a panic is the failure report
@@ -7,7 +8,7 @@
 mod common;
 
 use attnlab::attention::{
-    MechanismShape, MechanismSpec, RebasedConfig, RebasedVariant, SoftmaxConfig,
+    MechanismShape, MechanismSpec, Mixing, RebasedConfig, RebasedVariant, SoftmaxConfig,
 };
 use attnlab::encodings::NoEncoding;
 use attnlab::params::Params;
@@ -15,7 +16,7 @@ use attnlab::tasks::mqar::Split;
 use candle_core::{D, Device, Tensor};
 
 #[test]
-fn weights_are_row_normalised_and_causal_for_every_combination() {
+fn weights_are_row_normalised_or_signed_and_causal_for_every_combination() {
     let (valid, _) = common::all_combinations();
     for preset in valid {
         let (model, _) = common::build(&preset);
@@ -35,8 +36,21 @@ fn weights_are_row_normalised_and_causal_for_every_combination() {
                 .unwrap()
                 .flatten_all()
                 .unwrap();
-            for s in sums.to_vec1::<f32>().unwrap() {
-                assert!((s - 1.0).abs() < 1e-4, "{}: row sums to {s}", preset.name);
+            match preset.attention.mixing() {
+                Mixing::RowStochastic => {
+                    for s in sums.to_vec1::<f32>().unwrap() {
+                        assert!((s - 1.0).abs() < 1e-4, "{}: row sums to {s}", preset.name);
+                    }
+                }
+                Mixing::Signed => {
+                    let w = attention.weights.flatten_all().unwrap();
+                    let w = w.to_vec1::<f32>().unwrap();
+                    assert!(
+                        w.iter().any(|&x| x < 0.0) && w.iter().any(|&x| x > 0.0),
+                        "{}: a signed matrix with entries of one sign",
+                        preset.name
+                    );
+                }
             }
             if preset.attention.is_causal() {
                 let w = attention

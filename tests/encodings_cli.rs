@@ -90,8 +90,23 @@ fn mechanisms_lists_every_mechanism_with_its_settings_and_switches() {
     let names: Vec<&str> = list.iter().map(|m| m["name"].as_str().unwrap()).collect();
     assert_eq!(
         names,
-        ["softmax", "linear", "based", "rebased", "linformer"]
+        [
+            "softmax",
+            "linear",
+            "based",
+            "rebased",
+            "linformer",
+            "retention",
+            "gla",
+            "deltanet",
+            "gated-deltanet"
+        ]
     );
+    assert_eq!(list[0]["mixing"], "row-stochastic");
+    assert_eq!(list[5]["mixing"], "signed");
+    assert_eq!(list[5]["switches"][0]["key"], "gate");
+    assert_eq!(list[6]["mixing"], "signed");
+    assert_eq!(list[6]["settings"][0]["key"], "expand_k");
     let rebased = &list[3];
     assert_eq!(rebased["settings"][0]["key"], "feature_dim");
     assert_eq!(rebased["switches"][0]["key"], "variant");

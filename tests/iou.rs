@@ -27,6 +27,7 @@ fn protocol(examples: usize) -> IouProtocol {
         binarise: Binarise::Argmax,
         target: Target::Value,
         examples,
+        ..IouProtocol::default()
     }
 }
 

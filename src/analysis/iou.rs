@@ -23,6 +23,7 @@
 //!   threshold keeps every position with a real share of the row, which a comparison of where
 //!   mechanisms put their weight needs; soft IoU, always reported beside it, has no parameter.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::AtomicBool;
@@ -30,7 +31,7 @@ use std::sync::atomic::AtomicBool;
 use serde::{Deserialize, Serialize};
 
 use super::trained::TrainedRun;
-use crate::attention::AttentionWeights;
+use crate::attention::{AttentionWeights, Mixing};
 use crate::tasks::mqar::{Example, QueryTruth};
 use crate::{Error, Result};
 
@@ -152,6 +153,11 @@ pub struct IouProtocol {
     pub target: Target,
     /// Test rows averaged over (the paper uses 10,000).
     pub examples: usize,
+    /// Rows read as |A| scaled to sum 1: set from a run whose mechanism mixes with a signed
+    /// matrix (retention), whose rows are not distributions; the threshold and the soft IoU
+    /// assume non-negative rows.
+    #[serde(default)]
+    pub magnitudes: bool,
 }
 
 /// The default hard binarisation (see the module docs).
@@ -163,6 +169,7 @@ impl Default for IouProtocol {
             binarise: DEFAULT_BINARISE,
             target: Target::Value,
             examples: 10_000,
+            magnitudes: false,
         }
     }
 }
@@ -175,12 +182,32 @@ impl IouProtocol {
 
     /// How one example is scored: target, crop and binarisation.
     pub fn scoring(&self) -> String {
+        let rows = match self.magnitudes {
+            true => "|A| of the signed matrix, L1-row-normalised",
+            false => "queries",
+        };
         format!(
-            "IoU vs MQAR ground truth ({} position); rows: queries, columns: context; hard: {} \
+            "IoU vs MQAR ground truth ({} position); rows: {rows}, columns: context; hard: {} \
              per row, pooled over the example's queries; soft: Σmin/Σmax",
             self.target.name(),
             self.binarise
         )
+    }
+
+    /// The protocol as it applies to `run`: magnitudes for a signed mixing matrix.
+    fn for_run(&self, run: &TrainedRun) -> Self {
+        Self {
+            magnitudes: run.preset.attention.mixing() == Mixing::Signed,
+            ..*self
+        }
+    }
+
+    /// The weights as this protocol reads them.
+    fn read<'a>(&self, weights: &'a AttentionWeights) -> Cow<'a, AttentionWeights> {
+        match self.magnitudes {
+            true => Cow::Owned(weights.magnitudes()),
+            false => Cow::Borrowed(weights),
+        }
     }
 }
 
@@ -354,6 +381,7 @@ pub fn run_iou(
     cancel: &AtomicBool,
 ) -> Result<Option<IouTable>> {
     protocol.binarise.validate()?;
+    let protocol = &protocol.for_run(run);
     if protocol.examples == 0 {
         return Err(Error::argument(
             "examples (--examples)",
@@ -375,7 +403,7 @@ pub fn run_iou(
             check_token_columns(run, weights)?;
             score_batch(
                 batch,
-                weights,
+                &protocol.read(weights),
                 context,
                 protocol,
                 &mut hard[l],
@@ -482,6 +510,8 @@ pub fn example_iou(
         .as_ref()
         .ok_or_else(|| Error::Internal(format!("attention layer {layer} returned no weights")))?;
     check_token_columns(run, weights)?;
+    let protocol = &protocol.for_run(run);
+    let weights = protocol.read(weights);
     let crop = Crop::new(&example.queries, context_len(run)?, protocol.target);
     let a = crop.of(weights.matrix(0, head), weights.shape[3]);
     let binarised = a

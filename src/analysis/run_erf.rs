@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Heads, ReceptiveField, Rows, erf, mass_by_distance};
-use crate::attention::AttentionWeights;
+use crate::attention::{AttentionWeights, CATALOGUE, Mixing};
 use crate::train::RunDir;
 use crate::{Error, Result};
 
@@ -29,6 +29,9 @@ pub struct RunErf {
     pub step: usize,
     pub examples: usize,
     pub layers: Vec<usize>,
+    /// Whether the mass is that of |A| L1-row-normalised: the run's mechanism mixes with a
+    /// signed matrix (retention), whose rows are not distributions.
+    pub magnitudes: bool,
     /// Mean attention mass at distance 0, 1, …, length − 1.
     pub mass: Vec<f64>,
     pub erf: ReceptiveField,
@@ -61,9 +64,18 @@ pub fn run_erf(run: &RunDir, protocol: ErfProtocol, points: usize) -> Result<Run
             path: run.path().to_path_buf(),
         });
     }
+    let magnitudes = CATALOGUE
+        .iter()
+        .any(|f| f.name == index.mechanism && f.mixing == Mixing::Signed);
     let layers = entries
         .iter()
-        .map(|entry| run.read_attention_weights(entry))
+        .map(|entry| {
+            let weights = run.read_attention_weights(entry)?;
+            Ok(match magnitudes {
+                true => weights.magnitudes(),
+                false => weights,
+            })
+        })
         .collect::<Result<Vec<_>>>()?;
     let mass = mean_mass_by_distance(&layers, protocol.heads, protocol.rows)?;
     Ok(RunErf {
@@ -72,6 +84,7 @@ pub fn run_erf(run: &RunDir, protocol: ErfProtocol, points: usize) -> Result<Run
         step: index.step,
         examples: index.examples.len(),
         layers: entries.iter().map(|e| e.layer).collect(),
+        magnitudes,
         erf: erf(&mass, points),
         mass,
     })

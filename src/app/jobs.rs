@@ -100,7 +100,9 @@ impl Jobs {
         name: impl Into<String>,
         work: impl FnOnce(&mut dyn FnMut(f32), &AtomicBool) -> Outcome<T> + Send + 'static,
     ) -> Job<T> {
-        self.spawn_telling(name, move |progress, _: &Tell<()>, cancel| work(progress, cancel))
+        self.spawn_telling(name, move |progress, _: &Tell<()>, cancel| {
+            work(progress, cancel)
+        })
     }
 
     /// [`Jobs::spawn`] for work that also tells its view typed messages as it goes ([`Tell`]);
@@ -109,9 +111,7 @@ impl Jobs {
     pub fn spawn_telling<T: Send + 'static, M: Send + 'static>(
         &self,
         name: impl Into<String>,
-        work: impl FnOnce(&mut dyn FnMut(f32), &Tell<M>, &AtomicBool) -> Outcome<T>
-        + Send
-        + 'static,
+        work: impl FnOnce(&mut dyn FnMut(f32), &Tell<M>, &AtomicBool) -> Outcome<T> + Send + 'static,
     ) -> Job<T, M> {
         let state = Arc::new(State {
             name: name.into(),

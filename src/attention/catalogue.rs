@@ -12,8 +12,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    BasedConfig, LinearConfig, LinformerConfig, Mechanism, MechanismShape, RebasedConfig,
-    SoftmaxConfig,
+    BasedConfig, DeltaNetConfig, GatedDeltaNetConfig, GlaConfig, LinearConfig, LinformerConfig,
+    Mechanism, MechanismShape, Mixing, RebasedConfig, RetentionConfig, SoftmaxConfig,
 };
 use crate::Result;
 use crate::params::Params;
@@ -111,6 +111,14 @@ mechanisms! {
     Rebased(RebasedConfig),
     /// Linformer: keys and values projected along the sequence to `proj_dim` rows (non-causal).
     Linformer(LinformerConfig),
+    /// RetNet's retention: q·k decayed by γ_h per step, a signed matrix, head RMSNorm and gate.
+    Retention(RetentionConfig),
+    /// Gated linear attention: a data-dependent decay per key channel, a signed matrix.
+    Gla(GlaConfig),
+    /// DeltaNet: the delta rule over L2-normalised keys, a signed matrix.
+    Deltanet(DeltaNetConfig),
+    /// Gated DeltaNet: the delta rule with a decay gate per head.
+    GatedDeltanet(GatedDeltaNetConfig),
 }
 
 impl Default for MechanismSpec {
@@ -134,6 +142,8 @@ pub struct Facts {
     /// Whether each key keeps its position, so a bias or rotary encoding has a distance
     /// i − j to act on (Linformer's keys are mixed along the sequence).
     pub keys_have_positions: bool,
+    /// Whether its weights are row-stochastic or signed.
+    pub mixing: Mixing,
     /// Its recurrent state per layer as a formula (d_k, d_v per head, H heads, L tokens).
     pub state: &'static str,
     /// Its settings under `[attention]`.
@@ -188,9 +198,13 @@ pub trait Variant {
 /// The sizes of one attention layer that memory terms depend on, as floats for the estimate.
 #[derive(Clone, Copy, Debug)]
 pub struct LayerSize {
+    /// The model's width (what an output gate projects from).
+    pub d_model: f64,
     pub heads: f64,
     /// Per-head width of queries and keys.
     pub qk: f64,
+    /// Per-head width of values.
+    pub head_dim: f64,
     /// The sequence length.
     pub len: f64,
 }

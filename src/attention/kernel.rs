@@ -20,8 +20,8 @@ use candle_core::{D, Tensor};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Attention, Facts, LayerSize, Mechanism, MechanismShape, MechanismSpec, MemoryTerms, StateShape,
-    StateSize, Variant,
+    Attention, Facts, LayerSize, Mechanism, MechanismShape, MechanismSpec, MemoryTerms, Mixing,
+    StateShape, StateSize, Variant,
 };
 use crate::Result;
 use crate::encodings::{Encoding, LengthCache, QueryBlock};
@@ -44,6 +44,7 @@ static LINEAR_FACTS: Facts = Facts {
     summary: "Katharopoulos et al. 2020: a kernel feature map, O(n) recurrent form.",
     causal: true,
     keys_have_positions: true,
+    mixing: Mixing::RowStochastic,
     state: "S = sum phi(k) v^T and z = sum phi(k): H d_k d_v + H d_k",
     settings: Settings::NONE,
     default: || MechanismSpec::Linear(LinearConfig::default()),
@@ -96,6 +97,7 @@ static BASED_FACTS: Facts = Facts {
     summary: "Arora et al. 2024: Taylor kernel; better recall than linear.",
     causal: true,
     keys_have_positions: true,
+    mixing: Mixing::RowStochastic,
     state: "H d_v E + H E over the features, E = 1 + f + f^2 (zoology: E = f(f+1)/2 + f + 1)",
     settings: Settings::of(&[FEATURE_DIM]),
     default: || MechanismSpec::Based(BasedConfig::default()),
@@ -163,6 +165,7 @@ static REBASED_FACTS: Facts = Facts {
     summary: "Aksenov et al. 2024: learnable kernel; better recall than Based.",
     causal: true,
     keys_have_positions: true,
+    mixing: Mixing::RowStochastic,
     state: "H d_v E + H E over the features, E = f^2 (zoology-style: E = f(f+1)/2)",
     settings: Settings {
         numbers: &[FEATURE_DIM],

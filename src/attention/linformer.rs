@@ -15,8 +15,8 @@ use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Attention, Facts, LayerSize, Mechanism, MechanismShape, MechanismSpec, MemoryTerms, StateShape,
-    StateSize, Variant,
+    Attention, Facts, LayerSize, Mechanism, MechanismShape, MechanismSpec, MemoryTerms, Mixing,
+    StateShape, StateSize, Variant,
 };
 use crate::encodings::{Encoding, QueryBlock};
 use crate::ops::{Precision, dot_scores, softmax_rows};
@@ -63,6 +63,7 @@ static FACTS: Facts = Facts {
     summary: "Wang et al. 2020: keys and values projected to k rows, O(nk).",
     causal: false,
     keys_have_positions: false,
+    mixing: Mixing::RowStochastic,
     state: "n/a: not causal, no recurrent form",
     settings: Settings {
         numbers: &[real(

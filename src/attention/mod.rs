@@ -16,20 +16,29 @@
 //! the kernel as exp(b_ij), the same "bias = log-weight" meaning it has inside softmax.
 
 mod catalogue;
+mod deltanet;
+mod gla;
 mod kernel;
 mod linformer;
+mod recurrent;
+mod retention;
 mod softmax;
 mod weights;
+
+use std::sync::Arc;
 
 use candle_core::Tensor;
 
 pub use catalogue::{
     CATALOGUE, Facts, LayerSize, MechanismSpec, MemoryTerms, StateShape, StateSize, Variant,
 };
+pub use deltanet::{DeltaNet, DeltaNetConfig, GatedDeltaNetConfig};
+pub use gla::{Gla, GlaConfig};
 pub use kernel::{
     BasedConfig, KernelAttention, KernelKind, LinearConfig, RebasedConfig, RebasedVariant,
 };
 pub use linformer::{Linformer, LinformerConfig, LinformerSharing};
+pub use retention::{Retention, RetentionConfig};
 pub use softmax::{SoftmaxAttention, SoftmaxConfig};
 pub use weights::AttentionWeights;
 
@@ -37,9 +46,33 @@ use crate::Result;
 use crate::encodings::{Encoding, QueryBlock};
 use crate::ops::WeightDropout;
 
+/// What kind of matrix a mechanism's weights are: every view draws it, and the analyses that
+/// read rows as distributions (IoU, entropy, ERF) take |A| row-normalised for a signed one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mixing {
+    /// Rows are non-negative and sum to 1 (softmax, linear, Based, ReBased, Linformer).
+    RowStochastic,
+    /// Entries of either sign, rows of any sum: the hidden attention of a recurrent mixer
+    /// (RetNet's retention), O = A·V before a per-head norm.
+    Signed,
+}
+
+/// What a layer does to its heads' outputs (B, T, H·Dh) before the output projection. It acts
+/// on each position alone, so the mixing matrix the views show is still the whole story of
+/// which tokens a position reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputStage {
+    /// The heads' outputs as they are.
+    Plain,
+    /// RMSNorm over each head's outputs (a learned gain per channel, shared by the heads),
+    /// then, when gated, times swish(W_g x) of the layer's input (RetNet, GLA).
+    HeadNorm { gated: bool },
+}
+
 /// The attention of one layer on one batch.
 pub struct Attention {
-    /// Row-normalised weights, (B, H, Tq, Tk).
+    /// The mixing matrix, (B, H, Tq, Tk): row-normalised, or signed for the mechanisms whose
+    /// facts say [`Mixing::Signed`].
     pub weights: Tensor,
     /// The values the weights mix, (B, H, Tk, Dh), possibly a strided view of the model's
     /// (B, T, H, Dh) projection. `ops::matmul(weights, values)` is the layer's output.
@@ -79,6 +112,34 @@ pub trait Mechanism: Send + Sync {
         _dropout: Option<WeightDropout>,
     ) -> Result<Option<Tensor>> {
         Ok(None)
+    }
+
+    /// What the layer does to the heads' outputs before its output projection.
+    fn output_stage(&self) -> OutputStage {
+        OutputStage::Plain
+    }
+
+    /// The kernel size of the short causal convolution (depthwise, no bias) that the layer
+    /// applies to each of q, k and v before handing them over, each then through silu
+    /// (DeltaNet's `ShortConvolution`); `None` for none.
+    fn input_conv(&self) -> Option<usize> {
+        None
+    }
+
+    /// How many per-token inputs it reads from the layer's input x besides q, k and v (GLA's
+    /// low-rank gate code): the layer projects them with q, k and v, in the last columns of its
+    /// fused projection, and hands them over through [`Mechanism::with_token_inputs`].
+    fn token_inputs(&self) -> usize {
+        0
+    }
+
+    /// This mechanism bound to one input's per-token inputs (B, T, [`Mechanism::token_inputs`]):
+    /// what the layer calls `attend` and the rest on for that input. Only called when
+    /// `token_inputs` is not 0.
+    fn with_token_inputs(&self, _inputs: &Tensor) -> Result<Arc<dyn Mechanism>> {
+        Err(crate::Error::Internal(
+            "this mechanism reads no per-token inputs".into(),
+        ))
     }
 
     /// The outputs (B, H, T, Dh) of a whole sequence, computed `chunk` queries at a time, so
@@ -147,6 +208,11 @@ impl MechanismSpec {
     /// Whether every position sees only itself and earlier positions.
     pub fn is_causal(&self) -> bool {
         self.facts().causal
+    }
+
+    /// What kind of matrix its weights are.
+    pub fn mixing(&self) -> Mixing {
+        self.facts().mixing
     }
 }
 

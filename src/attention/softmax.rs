@@ -12,8 +12,8 @@ use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Attention, Facts, LayerSize, Mechanism, MechanismShape, MechanismSpec, MemoryTerms, StateShape,
-    StateSize, Variant,
+    Attention, Facts, LayerSize, Mechanism, MechanismShape, MechanismSpec, MemoryTerms, Mixing,
+    StateShape, StateSize, Variant,
 };
 use crate::Result;
 use crate::encodings::{Encoding, EncodingShape, EncodingSpec, QueryBlock, WindowConfig};
@@ -41,6 +41,7 @@ static FACTS: Facts = Facts {
               sliding-window attention (Longformer, Mistral; zoology, MAD).",
     causal: true,
     keys_have_positions: true,
+    mixing: Mixing::RowStochastic,
     state: "the keys and values seen: H (d_k + d_v) L, or H (d_k + d_v) w with a window \
             (zoology: 2 d L, and 2 d b with b = w - 1)",
     settings: Settings::of(&[real(

@@ -31,6 +31,24 @@ impl AttentionWeights {
         })
     }
 
+    /// |A| with each row scaled to sum 1 (a row of zeros stays zero): how the analyses that
+    /// read rows as distributions (IoU, ERF) read a signed mixing matrix.
+    pub fn magnitudes(&self) -> Self {
+        let tk = self.shape[3].max(1);
+        let mut weights: Vec<f32> = self.weights.iter().map(|w| w.abs()).collect();
+        for row in weights.chunks_mut(tk) {
+            let sum: f32 = row.iter().sum();
+            if sum > 0.0 {
+                row.iter_mut().for_each(|w| *w /= sum);
+            }
+        }
+        Self {
+            layer: self.layer,
+            shape: self.shape,
+            weights,
+        }
+    }
+
     /// The Tq × Tk matrix of example `b`, head `h`.
     pub fn matrix(&self, b: usize, h: usize) -> &[f32] {
         let [_, heads, tq, tk] = self.shape;
@@ -51,5 +69,12 @@ mod tests {
         assert_eq!((weights.layer, weights.shape), (4, [2, 3, 2, 2]));
         assert_eq!(weights.matrix(0, 0), &[0.0, 1.0, 2.0, 3.0]);
         assert_eq!(weights.matrix(1, 2), &[20.0, 21.0, 22.0, 23.0]);
+    }
+
+    #[test]
+    fn magnitudes_are_absolute_values_scaled_to_rows_of_one() {
+        let tensor = Tensor::new(&[[[[-3f32, 1.0], [0.0, 0.0]]]], &Device::Cpu).unwrap();
+        let weights = AttentionWeights::from_tensor(0, &tensor).unwrap();
+        assert_eq!(weights.magnitudes().weights, [0.75, 0.25, 0.0, 0.0]);
     }
 }

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::attention::MechanismSpec;
+use crate::attention::{MechanismSpec, Mixing};
 use crate::encodings::{EncodingSpec, Family};
 use crate::report::Format;
 use crate::settings::{Choices, Section};
@@ -37,7 +37,7 @@ pub fn mechanisms(format: Format) -> anyhow::Result<()> {
         .iter()
         .map(mechanism_row)
         .collect();
-    print(rows, "name,causal", format)
+    print(rows, "name,causal,mixing", format)
 }
 
 fn encoding_row(spec: &EncodingSpec) -> Row {
@@ -62,16 +62,24 @@ fn encoding_row(spec: &EncodingSpec) -> Row {
 
 fn mechanism_row(spec: &MechanismSpec) -> Row {
     let causal = spec.is_causal();
+    let mixing = match spec.mixing() {
+        Mixing::RowStochastic => "row-stochastic",
+        Mixing::Signed => "signed",
+    };
     Row {
         name: spec.name(),
-        tags: if causal { "causal" } else { "non-causal" }.into(),
-        csv_tags: causal.to_string(),
+        tags: format!(
+            "{:<10} {mixing}",
+            if causal { "causal" } else { "non-causal" }
+        ),
+        csv_tags: format!("{causal},{mixing}"),
         formula: spec.formula(),
         summary: spec.summary(),
         settings: std::iter::once(format!("state: {}", spec.facts().state))
             .chain(settings(spec))
             .collect(),
-        json: json!({"name": spec.name(), "causal": causal, "formula": spec.formula(),
+        json: json!({"name": spec.name(), "causal": causal, "mixing": mixing,
+                     "formula": spec.formula(),
                      "summary": spec.summary(), "state": spec.facts().state,
                      "settings": numbers(spec), "switches": switches(spec)}),
     }

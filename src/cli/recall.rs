@@ -96,6 +96,7 @@ pub fn iou(args: &IouArgs) -> anyhow::Result<()> {
         binarise: args.binarise,
         target: args.target,
         examples: args.examples,
+        ..IouProtocol::default()
     };
     let table = with_progress("IoU", |progress, cancel| {
         run_iou(&run, &protocol, progress, cancel)

@@ -1,4 +1,5 @@
-//! Heatmaps: a matrix as viridis cells with a colour bar, row 0 at the top.
+//! Heatmaps: a matrix as viridis cells (diverging ones around 0 for a signed matrix) with a
+//! colour bar, row 0 at the top.
 //!
 //! Large matrices are block-averaged to at most [`MAX_CELLS`] per side first: a cell smaller than
 //! a pixel shows nothing more, and one `<rect>` per cell of a 4096×4096 map would make the SVG
@@ -10,7 +11,7 @@ use plotters::prelude::*;
 
 use super::HeatmapPlot;
 use super::axis::{Axis, extent, padded};
-use super::colormap::viridis;
+use super::colormap::{diverging, viridis};
 use super::svg::{AXIS_LABEL_SIZE, Area, FONT, TICK_SIZE, draw_error};
 use crate::{Error, Result};
 
@@ -115,16 +116,32 @@ fn block_mean(plot: &HeatmapPlot, rows: Range<usize>, cols: Range<usize>) -> f64
 }
 
 /// Maps values to colours: viridis over the finite values' range, in log10 space for
-/// `log_colour` heatmaps.
+/// `log_colour` heatmaps; for a signed one, the diverging map over −m..m, m the largest
+/// magnitude, so 0 is white.
 struct ColourScale {
     /// The range in scaled (possibly log10) space.
     range: Range<f64>,
     log: bool,
+    signed: bool,
 }
 
 impl ColourScale {
-    /// The scale spanning the finite values of `values` (the positive ones when `log`).
-    fn spanning(values: &[f64], log: bool) -> Self {
+    /// The scale of `plot`'s kind spanning the finite values of `values` (the positive ones
+    /// when `log`).
+    fn spanning(values: &[f64], plot: &HeatmapPlot) -> Self {
+        if plot.signed {
+            let m = values
+                .iter()
+                .filter(|v| v.is_finite())
+                .fold(0.0f64, |m, v| m.max(v.abs()));
+            let m = if m > 0.0 { m } else { 1.0 };
+            return Self {
+                range: -m..m,
+                log: false,
+                signed: true,
+            };
+        }
+        let log = plot.log_colour;
         let scaled = values
             .iter()
             .filter(|v| v.is_finite() && (!log || **v > 0.0))
@@ -134,7 +151,19 @@ impl ColourScale {
             Some((lo, hi)) if lo < hi => lo..hi,
             Some((lo, hi)) => padded(lo, hi),
         };
-        Self { range, log }
+        Self {
+            range,
+            log,
+            signed: false,
+        }
+    }
+
+    /// The map's colour at fraction `t` of the scale.
+    fn map(&self, t: f64) -> [u8; 3] {
+        match self.signed {
+            true => diverging(t),
+            false => viridis(t),
+        }
     }
 
     /// The colour of `value`, None for NaN (left empty); values ≤ 0 on a log scale get the
@@ -149,7 +178,7 @@ impl ColourScale {
             let scaled = if self.log { value.log10() } else { value };
             (scaled - self.range.start) / (self.range.end - self.range.start)
         };
-        let [r, g, b] = viridis(t);
+        let [r, g, b] = self.map(t);
         Some(RGBColor(r, g, b))
     }
 
@@ -163,7 +192,7 @@ impl ColourScale {
 /// Draws `grid` (the cells of `plot`) filling `area`: the matrix on the left, the colour bar on
 /// the right.
 pub(super) fn draw(area: &Area, plot: &HeatmapPlot, grid: &Grid) -> Result<()> {
-    let scale = ColourScale::spanning(&grid.values, plot.log_colour);
+    let scale = ColourScale::spanning(&grid.values, plot);
     let (width, height) = area.dim_in_pixel();
     let matrix_room = (width.saturating_sub(BAR_AREA_WIDTH), height);
     let (pad_x, pad_y) = aspect_padding(matrix_room, grid.source);
@@ -294,7 +323,7 @@ fn draw_colour_bar(
             i as f64 / BAR_STEPS as f64,
             (i + 1) as f64 / BAR_STEPS as f64,
         );
-        let [r, g, b] = viridis((t0 + t1) / 2.0);
+        let [r, g, b] = scale.map((t0 + t1) / 2.0);
         let corners = [(0.0, scale.value_at(t0)), (1.0, scale.value_at(t1))];
         Rectangle::new(corners, RGBColor(r, g, b).filled())
     });
@@ -382,7 +411,7 @@ mod tests {
         p.log_colour = true;
         p.values[0] = 0.0;
         p.values[5] = -1.0;
-        let scale = ColourScale::spanning(&p.values, true);
+        let scale = ColourScale::spanning(&p.values, p);
         render_svg(&fig).unwrap();
         render_png(&fig).unwrap();
         assert_eq!(scale.colour(0.0), scale.colour(-1.0));
@@ -405,12 +434,44 @@ mod tests {
 
     #[test]
     fn scale_spans_the_finite_values() {
-        let scale = ColourScale::spanning(&[1.0, f64::NAN, 3.0, f64::INFINITY], false);
+        let mut p = plot(2);
+        let scale = ColourScale::spanning(&[1.0, f64::NAN, 3.0, f64::INFINITY], &p);
         assert_eq!(scale.range, 1.0..3.0);
         assert_eq!(scale.colour(1.0), Some(RGBColor(0x44, 0x01, 0x54)));
         assert_eq!(scale.colour(3.0), Some(RGBColor(0xfd, 0xe7, 0x25)));
-        let log = ColourScale::spanning(&[0.01, 0.0, 1.0], true);
+        p.log_colour = true;
+        let log = ColourScale::spanning(&[0.01, 0.0, 1.0], &p);
         assert_eq!(log.range, -2.0..0.0);
         assert!((log.value_at(0.5) - 0.1).abs() < 1e-12);
+    }
+
+    /// A signed matrix spans −m..m, 0 white in the middle, whatever its own extremes.
+    #[test]
+    fn a_signed_scale_is_centred_on_zero() {
+        let mut fig = heatmap_figure(3);
+        let Plot::Heatmap(p) = &mut fig.plot else {
+            unreachable!()
+        };
+        p.signed = true;
+        p.log_colour = true; // ignored for a signed matrix
+        p.values = vec![
+            -0.5,
+            f64::NAN,
+            f64::NAN,
+            0.25,
+            2.0,
+            f64::NAN,
+            0.0,
+            1.0,
+            -1.0,
+        ];
+        let scale = ColourScale::spanning(&p.values, p);
+        assert_eq!(scale.range, -2.0..2.0);
+        let [r, g, b] = diverging(0.5);
+        assert_eq!(scale.colour(0.0), Some(RGBColor(r, g, b)));
+        let [r, g, b] = diverging(1.0);
+        assert_eq!(scale.colour(2.0), Some(RGBColor(r, g, b)));
+        render_svg(&fig).unwrap();
+        render_png(&fig).unwrap();
     }
 }

@@ -19,7 +19,7 @@ mod svg;
 use std::path::Path;
 
 pub use axis::{axis_ticks, tick_label};
-pub use colormap::{MISSING, viridis};
+pub use colormap::{MISSING, diverging, viridis};
 pub use csv::render_csv;
 pub use lines::{
     Corner, drawable_points, legend_corner, palette_colour, series_colours, series_groups,
@@ -98,6 +98,9 @@ pub struct HeatmapPlot {
     /// Colour by log10 of the values, for matrices spanning orders of magnitude; values ≤ 0
     /// get the lowest colour.
     pub log_colour: bool,
+    /// A signed matrix: the diverging map over a range centred on 0 (blue < 0 < red), which
+    /// `log_colour` does not apply to.
+    pub signed: bool,
 }
 
 /// Grouped bars: along x one group per category (e.g. a run), in each group one bar per series
@@ -214,6 +217,7 @@ pub(crate) mod tests {
                 y_label: "query position".into(),
                 value_label: "weight".into(),
                 log_colour: false,
+                signed: false,
             }),
         }
     }

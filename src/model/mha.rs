@@ -7,19 +7,117 @@ use candle_core::Tensor;
 
 use super::{Build, Linear};
 use crate::Result;
-use crate::attention::{Attention, Mechanism};
+use crate::attention::{Attention, Mechanism, OutputStage};
 use crate::encodings::Encoding;
-use crate::ops::{self, Precision, WeightDropout, matmul_merge_heads};
-use crate::params::Params;
+use crate::ops::{self, Precision, WeightDropout, affine_replicas, matmul_merge_heads};
+use crate::params::{Init, Params};
+
+/// The parameters of [`OutputStage::HeadNorm`]: RMSNorm over each head's outputs with a gain
+/// per channel (shared by the heads, as flash-linear-attention's `FusedRMSNormGated`), then
+/// times swish(W_g x) when gated.
+struct HeadNorm {
+    /// (Dh), or (R, Dh) for replicas.
+    gain: Tensor,
+    gate: Option<Linear>,
+}
+
+impl HeadNorm {
+    /// FLA's epsilon for the gated RMSNorm.
+    const EPS: f64 = 1e-5;
+
+    fn new(
+        d_model: usize,
+        width: usize,
+        head_dim: usize,
+        gated: bool,
+        build: &Build,
+        params: &Params,
+    ) -> Result<Self> {
+        Ok(Self {
+            gain: params
+                .pp("head_norm")
+                .get("weight", head_dim, Init::Constant(1.0))?,
+            // No bias, as FLA's `g_proj`.
+            gate: gated
+                .then(|| {
+                    let init = build.linear_init(false);
+                    Linear::new(
+                        (d_model, width),
+                        false,
+                        init,
+                        build.precision,
+                        &params.pp("gate"),
+                    )
+                })
+                .transpose()?,
+        })
+    }
+
+    /// y (B, T, H·Dh) normalised per head, gained and gated by x (B, T, D).
+    fn apply(&self, x: &Tensor, y: &Tensor) -> Result<Tensor> {
+        let (b, t, width) = y.dims3()?;
+        let dh = self.gain.dim(self.gain.rank() - 1)?;
+        // Rows of one head's outputs; a replica's rows stay together, as its gain needs.
+        let rows = y.reshape((b * t * width / dh, dh))?;
+        let rms = (rows.sqr()?.mean_keepdim(1)? + Self::EPS)?.sqrt()?;
+        let gain = match self.gain.rank() {
+            1 => self.gain.unsqueeze(0)?,
+            _ => self.gain.clone(),
+        };
+        let normed =
+            affine_replicas(&rows.broadcast_div(&rms)?, &gain, None)?.reshape((b, t, width))?;
+        Ok(match &self.gate {
+            Some(gate) => (normed * gate.forward(x)?.silu()?)?,
+            None => normed,
+        })
+    }
+}
+
+/// The short causal convolutions over q, k and v that a mechanism asks for
+/// ([`Mechanism::input_conv`]), each followed by silu: FLA's `ShortConvolution`, depthwise and
+/// without a bias.
+struct InputConv {
+    /// (k, channels) for q, k and v, or (R, k, channels) for replicas.
+    kernels: [Tensor; 3],
+}
+
+impl InputConv {
+    fn new(size: usize, widths: [usize; 3], params: &Params) -> Result<Self> {
+        // nn.Conv1d(groups = channels): fan_in = kernel size.
+        let bound = Init::Uniform(1.0 / (size as f64).sqrt());
+        let kernel = |name: &str, width: usize| params.get(name, (size, width), bound);
+        Ok(Self {
+            kernels: [
+                kernel("q_conv.weight", widths[0])?,
+                kernel("k_conv.weight", widths[1])?,
+                kernel("v_conv.weight", widths[2])?,
+            ],
+        })
+    }
+
+    /// silu(conv(u)) for u (B, T, channels) of block `which` (0 q, 1 k, 2 v).
+    fn apply(&self, which: usize, u: &Tensor) -> Result<Tensor> {
+        let kernel = &self.kernels[which];
+        // No bias: zeros of the bias's shape ((channels) or (R, channels)).
+        let bias = kernel
+            .narrow(kernel.rank() - 2, 0, 1)?
+            .squeeze(kernel.rank() - 2)?;
+        Ok(ops::causal_conv(u, kernel, &bias.zeros_like()?)?.silu()?)
+    }
+}
 
 pub struct MultiHeadAttention {
     qkv: Linear,
+    /// The mechanism's [`InputConv`], where it has one.
+    input_conv: Option<InputConv>,
     out: Linear,
     n_heads: usize,
     qk_dim: usize,
     head_dim: usize,
     mechanism: Arc<dyn Mechanism>,
     encoding: Arc<dyn Encoding>,
+    /// The mechanism's [`OutputStage`], where it has one.
+    head_norm: Option<HeadNorm>,
     precision: Precision,
     /// Dropout on the attention weights while training.
     attention_dropout: f64,
@@ -36,8 +134,28 @@ impl MultiHeadAttention {
         params: &Params,
     ) -> Result<Self> {
         let head_dim = d_model / n_heads;
-        let width = n_heads * (2 * qk_dim + head_dim);
+        let width = n_heads * (2 * qk_dim + head_dim) + mechanism.token_inputs();
+        let head_norm = match mechanism.output_stage() {
+            OutputStage::Plain => None,
+            OutputStage::HeadNorm { gated } => Some(HeadNorm::new(
+                d_model,
+                n_heads * head_dim,
+                head_dim,
+                gated,
+                build,
+                params,
+            )?),
+        };
+        let input_conv = mechanism
+            .input_conv()
+            .map(|size| {
+                let widths = [n_heads * qk_dim, n_heads * qk_dim, n_heads * head_dim];
+                InputConv::new(size, widths, params)
+            })
+            .transpose()?;
         Ok(Self {
+            head_norm,
+            input_conv,
             qkv: build.linear((d_model, width), false, &params.pp("qkv"))?,
             out: build.linear((n_heads * head_dim, d_model), true, &params.pp("out"))?,
             n_heads,
@@ -67,39 +185,66 @@ impl MultiHeadAttention {
     fn project(&self, x: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
         let h = self.n_heads;
         // Column blocks of the fused (B, T, H·(2·Dqk + Dh)) projection, one at a time.
-        let split = |start: usize, width: usize| -> Result<Tensor> {
-            self.qkv.rows(start * h, width * h)?.forward_heads(x, h)
+        let split = |which: usize, start: usize, width: usize| -> Result<Tensor> {
+            let rows = self.qkv.rows(start * h, width * h)?;
+            let Some(conv) = &self.input_conv else {
+                return rows.forward_heads(x, h);
+            };
+            let y = conv.apply(which, &rows.forward(x)?)?;
+            let (b, t, _) = y.dims3()?;
+            Ok(y.reshape((b, t, h, width))?.transpose(1, 2)?)
         };
         Ok((
-            split(0, self.qk_dim)?,
-            split(self.qk_dim, self.qk_dim)?,
-            split(2 * self.qk_dim, self.head_dim)?,
+            split(0, 0, self.qk_dim)?,
+            split(1, self.qk_dim, self.qk_dim)?,
+            split(2, 2 * self.qk_dim, self.head_dim)?,
         ))
     }
 
-    /// Heads' outputs (B, H, T, Dh) → (B, T, D).
-    fn merge(&self, y: &Tensor) -> Result<Tensor> {
-        let (b, h, t, dh) = y.dims4()?;
-        let y = y.transpose(1, 2)?.reshape((b, t, h * dh))?; // (B, T, H·Dh)
-        self.out.forward(&y)
+    /// The mechanism for input x: itself, or bound to the per-token inputs it reads from x
+    /// ([`Mechanism::token_inputs`]), the fused projection's last columns.
+    fn mechanism_for(&self, x: &Tensor) -> Result<Arc<dyn Mechanism>> {
+        let inputs = self.mechanism.token_inputs();
+        if inputs == 0 {
+            return Ok(self.mechanism.clone());
+        }
+        let start = self.n_heads * (2 * self.qk_dim + self.head_dim);
+        let projected = self.qkv.rows(start, inputs)?.forward(x)?;
+        self.mechanism.with_token_inputs(&projected)
+    }
+
+    /// The heads' outputs side by side (B, T, H·Dh) through the mechanism's output stage,
+    /// which may read the layer's input x.
+    fn finish(&self, x: &Tensor, y: Tensor) -> Result<Tensor> {
+        match &self.head_norm {
+            Some(stage) => stage.apply(x, &y),
+            None => Ok(y),
+        }
     }
 
     /// The heads' outputs side by side (B, T, H·Dh), before the output projection, and the
     /// layer's attention.
     fn attend(&self, x: &Tensor) -> Result<(Tensor, Attention)> {
         let (q, k, v) = self.project(x)?;
-        let attention = self.mechanism.attend(&q, &k, &v, self.encoding.as_ref())?;
+        let mechanism = self.mechanism_for(x)?;
+        let attention = mechanism.attend(&q, &k, &v, self.encoding.as_ref())?;
         let y =
             self.precision
                 .product(&attention.weights, &attention.values, matmul_merge_heads)?;
-        Ok((y, attention))
+        Ok((self.finish(x, y)?, attention))
     }
 
-    /// The heads' outputs side by side (B, T, H·Dh) for training: the mechanism's fused
-    /// kernel where it has one ([`Mechanism::fused_output`]), else weights · values, the
-    /// weights under dropout (one seed per replica) when `dropout_seeds` are given and the
-    /// layer has some.
+    /// The heads' outputs side by side (B, T, H·Dh) for training, through the output stage:
+    /// the mechanism's fused kernel where it has one ([`Mechanism::fused_output`]), else
+    /// weights · values, the weights under dropout (one seed per replica) when
+    /// `dropout_seeds` are given and the layer has some.
     fn mixed(&self, x: &Tensor, dropout_seeds: Option<&[u64]>) -> Result<Tensor> {
+        let y = self.mixed_heads(x, dropout_seeds)?;
+        self.finish(x, y)
+    }
+
+    /// [`Self::mixed`] before the output stage.
+    fn mixed_heads(&self, x: &Tensor, dropout_seeds: Option<&[u64]>) -> Result<Tensor> {
         let (q, k, v) = self.project(x)?;
         let encoding = self.encoding.as_ref();
         let dropout = dropout_seeds
@@ -108,10 +253,11 @@ impl MultiHeadAttention {
                 p: self.attention_dropout,
                 seeds,
             });
-        if let Some(y) = self.mechanism.fused_output(&q, &k, &v, encoding, dropout)? {
+        let mechanism = self.mechanism_for(x)?;
+        if let Some(y) = mechanism.fused_output(&q, &k, &v, encoding, dropout)? {
             return Ok(y);
         }
-        let attention = self.mechanism.attend(&q, &k, &v, encoding)?;
+        let attention = mechanism.attend(&q, &k, &v, encoding)?;
         let weights = match dropout {
             Some(d) => ops::dropout(&attention.weights, d.p, d.seeds)?,
             None => attention.weights,
@@ -149,11 +295,15 @@ impl MultiHeadAttention {
     /// chunk × T attention weights per head exist at once. For evaluation: the result is
     /// detached from the autograd graph, which lets each block's tensors be freed.
     pub fn forward_blocks(&self, x: &Tensor, chunk: usize) -> Result<Tensor> {
-        let (q, k, v) = self.project(&x.detach())?;
+        let x = x.detach();
+        let (q, k, v) = self.project(&x)?;
         let (q, k, v) = (q.detach(), k.detach(), v.detach());
         let y = self
-            .mechanism
+            .mechanism_for(&x)?
             .output_blocks(&q, &k, &v, self.encoding.as_ref(), chunk)?;
-        Ok(self.merge(&y)?.detach())
+        let (b, h, t, dh) = y.dims4()?;
+        let y = y.transpose(1, 2)?.reshape((b, t, h * dh))?; // (B, T, H·Dh)
+        let y = self.finish(&x, y)?;
+        Ok(self.out.forward(&y)?.detach())
     }
 }

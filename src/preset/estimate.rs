@@ -233,6 +233,18 @@ fn attention_layers(preset: &Preset) -> f64 {
         .count() as f64
 }
 
+/// The sizes [`crate::attention::Variant::memory`] reads.
+fn layer_size(preset: &Preset) -> LayerSize {
+    let m = &preset.model;
+    LayerSize {
+        d_model: m.d_model as f64,
+        heads: m.n_heads as f64,
+        qk: preset.attention.qk_dim(m.head_dim()) as f64,
+        head_dim: m.head_dim() as f64,
+        len: preset.task.seq_len() as f64,
+    }
+}
+
 /// A linear layer's weights and bias.
 fn linear(inputs: f64, outputs: f64) -> f64 {
     inputs * outputs + outputs
@@ -244,13 +256,9 @@ fn parameter_count(preset: &Preset) -> f64 {
     let (d, vocab) = (m.d_model as f64, preset.task.vocab_size() as f64);
     let (heads, head_dim) = (m.n_heads as f64, m.head_dim() as f64);
     let qk = preset.attention.qk_dim(m.head_dim()) as f64;
-    let len = preset.task.seq_len() as f64;
     let attention = linear(d, heads * (2.0 * qk + head_dim))
         + linear(heads * head_dim, d)
-        + preset
-            .attention
-            .memory(&LayerSize { heads, qk, len })
-            .parameters;
+        + preset.attention.memory(&layer_size(preset)).parameters;
     let mut blocks = 0.0;
     for layer in 0..m.n_layers {
         blocks += 2.0 * d; // the block's LayerNorm
@@ -290,7 +298,7 @@ fn activation_bytes(preset: &Preset) -> f64 {
     let tokens = batch * len;
     let (d, heads) = (m.d_model as f64, m.n_heads as f64);
     let qk = preset.attention.qk_dim(m.head_dim()) as f64;
-    let terms = preset.attention.memory(&LayerSize { heads, qk, len });
+    let terms = preset.attention.memory(&layer_size(preset));
     let per_layer = tokens * (6.0 * d + 2.0 * heads * qk + 2.0 * (m.mlp_ratio as f64) * d);
     let norms = tokens * terms.norms;
     let attention = norms

@@ -96,7 +96,10 @@ mod tests {
         let state = figure2(window, 128, 2).state().unwrap();
         assert_eq!(state.floats, 128 * 3 + 9 * 2 * 128);
         let mut linformer = figure2(MechanismSpec::default(), 64, 1);
-        linformer.attention = MechanismSpec::all_defaults().pop().unwrap();
+        linformer.attention = MechanismSpec::all_defaults()
+            .into_iter()
+            .find(|m| m.name() == "linformer")
+            .unwrap();
         assert_eq!(linformer.attention.name(), "linformer");
         assert_eq!(linformer.state(), None);
     }

@@ -332,14 +332,17 @@ impl ErfReport {
         let layer = protocol
             .layer
             .map_or("mean over layers".into(), |l| format!("layer {l}"));
-        let description = format!(
+        let mut description = format!(
             "{layer}, {}, {:?} rows, {} examples at step {}",
             heads_label(protocol.heads),
             protocol.rows,
             measured.examples,
-            measured.step
+            measured.step,
         )
         .to_lowercase();
+        if measured.magnitudes {
+            description.push_str(", |A| of the signed matrix, L1-row-normalised");
+        }
         Ok(Self {
             run: run.path().to_path_buf(),
             protocol,

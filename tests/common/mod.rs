@@ -66,6 +66,23 @@ pub fn small_mechanisms() -> Vec<MechanismSpec> {
                 c.proj_dim = 4;
                 MechanismSpec::Linformer(c)
             }
+            // Chunks shorter than the tiny presets' 16 tokens, so state crosses chunks.
+            MechanismSpec::Retention(mut c) => {
+                c.chunk = 4;
+                MechanismSpec::Retention(c)
+            }
+            MechanismSpec::Gla(mut c) => {
+                c.chunk = 4;
+                MechanismSpec::Gla(c)
+            }
+            MechanismSpec::Deltanet(mut c) => {
+                c.chunk = 4;
+                MechanismSpec::Deltanet(c)
+            }
+            MechanismSpec::GatedDeltanet(mut c) => {
+                c.chunk = 4;
+                MechanismSpec::GatedDeltanet(c)
+            }
             other => other,
         })
         // Sliding-window softmax: a window shorter than the tiny presets' 16 tokens.

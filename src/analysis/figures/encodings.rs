@@ -100,6 +100,7 @@ pub fn exp_bias_heatmap(label: &str, n: usize, values: Vec<f64>, heads: &str) ->
             y_label: QUERY_KEY_AXES[1].into(),
             value_label: "exp(bias)".into(),
             log_colour: true,
+            signed: false,
         }),
     }
 }

@@ -31,6 +31,7 @@ fn heatmap(
             y_label: y_label.into(),
             value_label: value_label.into(),
             log_colour: false,
+            signed: false,
         }),
     }
 }

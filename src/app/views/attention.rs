@@ -12,7 +12,16 @@ use super::super::runs::{LoadedAttention, RunView};
 use super::colour::{ColourScale, axes_note, own_range_legend};
 use super::super::plot::titled_plot;
 use super::{View, ViewContext};
+use crate::attention::Mixing;
 use crate::figures::{Figure, HeatmapPlot, Plot, QUERY_KEY_AXES};
+
+/// What a map's colours are: weights, or a signed mixing matrix's entries.
+fn weight_label(signed: bool) -> &'static str {
+    match signed {
+        true => "A_ij (signed)",
+        false => "weight",
+    }
+}
 
 /// What the textures were made from; a change re-uploads them.
 #[derive(Clone, PartialEq)]
@@ -22,6 +31,8 @@ struct Key {
     example: usize,
     log: bool,
     shared: bool,
+    /// The run's mechanism mixes with a signed matrix (diverging colours around 0).
+    signed: bool,
 }
 
 #[derive(Default)]
@@ -57,7 +68,11 @@ impl View for AttentionView {
                 egui::Slider::new(&mut self.example, 0..=examples.saturating_sub(1))
                     .text("example"),
             );
-            ui.checkbox(&mut self.log, "log colour");
+            let signed = run.preset.attention.mixing() == Mixing::Signed;
+            ui.add_enabled(!signed, egui::Checkbox::new(&mut self.log, "log colour"))
+                .on_disabled_hover_text(
+                    "a signed matrix (retention): diverging colours around 0, blue < 0 < red",
+                );
             ui.checkbox(&mut self.shared, "one scale for all maps")
                 .on_hover_text(
                     "off: each map spans its own range (zoom into a map for its colour bar)",
@@ -87,12 +102,13 @@ impl AttentionView {
             example: self.example,
             log: self.log,
             shared: self.shared,
+            signed: run.preset.attention.mixing() == Mixing::Signed,
         };
         if self.key.as_ref() == Some(&key) {
             return;
         }
         self.textures.clear();
-        let (example, log) = (self.example, self.log);
+        let (example, log, signed) = (self.example, self.log, key.signed);
         let maps: Vec<((usize, usize), &[f32], ColourScale)> = attention
             .layers
             .iter()
@@ -100,7 +116,11 @@ impl AttentionView {
             .flat_map(|(index, layer)| {
                 (0..layer.shape[1]).map(move |head| {
                     let values = layer.matrix(example, head);
-                    ((index, head), values, ColourScale::of(values, log))
+                    let scale = match signed {
+                        true => ColourScale::signed(values),
+                        false => ColourScale::of(values, log),
+                    };
+                    ((index, head), values, scale)
                 })
             })
             .collect();
@@ -124,9 +144,10 @@ impl AttentionView {
     }
 
     fn grid_ui(&mut self, ui: &mut egui::Ui, attention: &LoadedAttention, heads: usize) {
+        let signed = self.key.as_ref().is_some_and(|k| k.signed);
         match self.textures.values().next() {
-            Some((_, scale)) if self.shared => scale.legend(ui, "weight"),
-            _ => own_range_legend(ui, "weight"),
+            Some((_, scale)) if self.shared => scale.legend(ui, weight_label(signed)),
+            _ => own_range_legend(ui, weight_label(signed), signed),
         }
         axes_note(ui, QUERY_KEY_AXES);
         let side = ((ui.available_width() - 40.0) / heads as f32).clamp(64.0, 320.0);
@@ -155,6 +176,7 @@ impl AttentionView {
         run: &RunView,
     ) {
         let layer = &attention.layers[index];
+        let signed = self.key.as_ref().is_some_and(|k| k.signed);
         ui.horizontal(|ui| {
             ui.strong(format!("layer {} head {head}", layer.layer));
             exporter.buttons(
@@ -181,15 +203,16 @@ impl AttentionView {
                                 .collect(),
                             x_label: QUERY_KEY_AXES[0].into(),
                             y_label: QUERY_KEY_AXES[1].into(),
-                            value_label: "weight".into(),
-                            log_colour: self.log,
+                            value_label: weight_label(signed).into(),
+                            log_colour: self.log && !signed,
+                            signed,
                         }),
                     }
                 },
             );
         });
         if let Some((_, scale)) = self.textures.get(&(index, head)) {
-            scale.legend(ui, "weight");
+            scale.legend(ui, weight_label(signed));
         }
         self.zoomed_plot(ui, attention, index, head);
     }

@@ -2,15 +2,17 @@
 
 use eframe::egui;
 
-use crate::figures::viridis;
+use crate::figures::{diverging, viridis};
 
-/// The range of values that viridis spans, on a linear or log10 axis.
+/// The range of values that viridis spans, on a linear or log10 axis; or, for a signed
+/// matrix, the range −m..m that the diverging map spans (0 white).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ColourScale {
     /// Ends of the range, in axis units (log10 of the value when `log`).
     lo: f64,
     hi: f64,
     log: bool,
+    signed: bool,
 }
 
 /// Values below this are drawn as this on a log axis (attention weights can be exactly 0).
@@ -28,24 +30,51 @@ impl ColourScale {
                 (lo.min(v), hi.max(v))
             });
         if lo.is_finite() && hi > lo {
-            Self { lo, hi, log }
+            Self {
+                lo,
+                hi,
+                log,
+                signed: false,
+            }
         } else {
             let lo = if lo.is_finite() { lo } else { 0.0 };
             Self {
                 lo,
                 hi: lo + 1.0,
                 log,
+                signed: false,
             }
         }
     }
 
-    /// The smallest scale that covers both.
+    /// The diverging scale −m..m of a signed matrix, m its largest magnitude (NaNs ignored;
+    /// an empty or all-zero matrix gets −1..1).
+    pub fn signed(values: &[f32]) -> Self {
+        let m = values
+            .iter()
+            .filter(|v| v.is_finite())
+            .fold(0.0f64, |m, &v| m.max(f64::from(v).abs()));
+        let m = if m > 0.0 { m } else { 1.0 };
+        Self {
+            lo: -m,
+            hi: m,
+            log: false,
+            signed: true,
+        }
+    }
+
+    /// The smallest scale that covers both (still centred on 0 for signed ones).
     pub fn union(self, other: Self) -> Self {
         Self {
             lo: self.lo.min(other.lo),
             hi: self.hi.max(other.hi),
-            log: self.log,
+            ..self
         }
+    }
+
+    /// The colour at `fraction` of the scale.
+    fn colour_at(&self, fraction: f64) -> [u8; 3] {
+        colour_map(self.signed)(fraction)
     }
 
     /// Position of `value` on the scale, clamped to [0, 1].
@@ -73,7 +102,7 @@ impl ColourScale {
                 if v.is_nan() {
                     return egui::Color32::BLACK;
                 }
-                let [r, g, b] = viridis(self.fraction(v));
+                let [r, g, b] = self.colour_at(self.fraction(v));
                 egui::Color32::from_rgb(r, g, b)
             })
             .collect();
@@ -83,20 +112,40 @@ impl ColourScale {
     /// A horizontal colour bar with the values at its ends.
     pub fn legend(&self, ui: &mut egui::Ui, label: &str) {
         let ends = [self.value_at(0.0), self.value_at(1.0)].map(format_value);
-        let scale = if self.log { "(log scale)" } else { "" };
-        colour_bar(ui, label, ends, scale);
+        let scale = match (self.log, self.signed) {
+            (true, _) => "(log scale)",
+            (_, true) => "(signed: 0 is white)",
+            _ => "",
+        };
+        colour_bar(ui, label, ends, scale, self.signed);
+    }
+}
+
+/// The colour map of a signed matrix (diverging) or of any other (viridis).
+fn colour_map(signed: bool) -> fn(f64) -> [u8; 3] {
+    match signed {
+        true => diverging,
+        false => viridis,
     }
 }
 
 /// The colour bar of maps that each span their own range: what the colours mean without
-/// one set of numbers (each map's are on hover).
-pub fn own_range_legend(ui: &mut egui::Ui, label: &str) {
-    let ends = ["each map's lowest", "its highest"].map(str::to_string);
-    colour_bar(ui, label, ends, "(click a map for its numbers)");
+/// one set of numbers (each map's are on hover); signed maps span ± their largest magnitude.
+pub fn own_range_legend(ui: &mut egui::Ui, label: &str, signed: bool) {
+    let ends = match signed {
+        true => [
+            "−(each map's largest |value|)",
+            "+(its largest |value|), 0 white",
+        ],
+        false => ["each map's lowest", "its highest"],
+    };
+    let ends = ends.map(str::to_string);
+    colour_bar(ui, label, ends, "(click a map for its numbers)", signed);
 }
 
-/// A horizontal viridis bar between `ends`, `label` before it and `note` after.
-fn colour_bar(ui: &mut egui::Ui, label: &str, [low, high]: [String; 2], note: &str) {
+/// A horizontal colour bar (viridis, or the diverging map when `signed`) between `ends`,
+/// `label` before it and `note` after.
+fn colour_bar(ui: &mut egui::Ui, label: &str, [low, high]: [String; 2], note: &str, signed: bool) {
     ui.horizontal(|ui| {
         ui.label(egui::RichText::new(format!("{label}:")).small());
         ui.label(egui::RichText::new(low).small());
@@ -104,7 +153,7 @@ fn colour_bar(ui: &mut egui::Ui, label: &str, [low, high]: [String; 2], note: &s
         const STEPS: usize = 64;
         let width = rect.width() / STEPS as f32;
         for i in 0..STEPS {
-            let [r, g, b] = viridis(i as f64 / (STEPS - 1) as f64);
+            let [r, g, b] = colour_map(signed)(i as f64 / (STEPS - 1) as f64);
             let min = rect.min + egui::vec2(i as f32 * width, 0.0);
             let cell = egui::Rect::from_min_size(min, egui::vec2(width + 0.5, rect.height()));
             ui.painter()
@@ -163,6 +212,16 @@ mod tests {
         assert_eq!((constant.lo, constant.hi), (2.0, 3.0));
         let empty = ColourScale::of(&[], false);
         assert_eq!((empty.lo, empty.hi), (0.0, 1.0));
+    }
+
+    #[test]
+    fn a_signed_scale_puts_zero_in_the_middle() {
+        let scale = ColourScale::signed(&[-0.5, 2.0, f32::NAN]);
+        assert_eq!((scale.lo, scale.hi), (-2.0, 2.0));
+        assert_eq!(scale.fraction(0.0), 0.5);
+        assert_eq!(scale.colour_at(0.5), diverging(0.5));
+        let both = scale.union(ColourScale::signed(&[3.0]));
+        assert_eq!((both.lo, both.hi, both.signed), (-3.0, 3.0, true));
     }
 
     #[test]

@@ -885,12 +885,14 @@ mod tests {
     #[test]
     fn a_pick_arriving_while_a_sweep_runs_is_refused() {
         let jobs = Jobs::default();
-        let mut view = SweepView::default();
-        view.path = "sweeps/running.toml".into();
-        view.job = Some(SweepJob {
-            handle: jobs.spawn_telling("sweep", |_, _, _| Ok(Some(()))),
-            training: true,
-        });
+        let mut view = SweepView {
+            path: "sweeps/running.toml".into(),
+            job: Some(SweepJob {
+                handle: jobs.spawn_telling("sweep", |_, _, _| Ok(Some(()))),
+                training: true,
+            }),
+            ..SweepView::default()
+        };
         view.take_pick(&jobs, Picked::SweepFile("sweeps/other.toml".into()));
         assert_eq!(view.path, "sweeps/running.toml");
         let error = view.error.unwrap_or_default();
