@@ -60,6 +60,7 @@ pub const PRESETS: &[Shipped] = shipped![
     "mqar_gla",
     "mqar_linear",
     "mqar_linformer",
+    "mqar_mamba2",
     "mqar_rebased",
     "mqar_retention",
     "mqar_softmax",
@@ -79,6 +80,11 @@ pub const SWEEPS: &[Shipped] = &[
         name: "mqar_fig1_small",
         file: "sweeps/mqar_fig1_small.toml",
         text: include_str!("../sweeps/mqar_fig1_small.toml"),
+    },
+    Shipped {
+        name: "mqar_frontier_mixers",
+        file: "sweeps/mqar_frontier_mixers.toml",
+        text: include_str!("../sweeps/mqar_frontier_mixers.toml"),
     },
     Shipped {
         name: "mqar_frontier_small",

@@ -99,7 +99,8 @@ fn mechanisms_lists_every_mechanism_with_its_settings_and_switches() {
             "retention",
             "gla",
             "deltanet",
-            "gated-deltanet"
+            "gated-deltanet",
+            "mamba2"
         ]
     );
     assert_eq!(list[0]["mixing"], "row-stochastic");

@@ -41,11 +41,11 @@ fn assert_every_parameter_gets_a_gradient(preset: &Preset) {
 #[test]
 fn every_combination_trains() {
     let (valid, rejected) = common::all_combinations();
-    // 8 mechanisms and windowed softmax × 20 encodings, plus Linformer with the 3 that are
+    // 9 mechanisms and windowed softmax × 20 encodings, plus Linformer with the 3 that are
     // not relative.
     assert_eq!(
         valid.len(),
-        183,
+        203,
         "{:?}",
         rejected.iter().map(|p| &p.name).collect::<Vec<_>>()
     );

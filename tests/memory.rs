@@ -65,6 +65,7 @@ fn the_estimate_is_within_its_margin_of_the_measured_peak() {
         &["attention=retention", "train.batch_size=256"],
         &["attention=gla", "train.batch_size=256"],
         &["attention=gated-deltanet", "train.batch_size=256"],
+        &["attention=mamba2", "train.batch_size=256"],
         &[
             "encoding=learned",
             "task.seq_len=256",

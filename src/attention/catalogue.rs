@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     BasedConfig, DeltaNetConfig, GatedDeltaNetConfig, GlaConfig, LinearConfig, LinformerConfig,
-    Mechanism, MechanismShape, Mixing, RebasedConfig, RetentionConfig, SoftmaxConfig,
+    Mamba2Config, Mechanism, MechanismShape, Mixing, RebasedConfig, RetentionConfig, SoftmaxConfig,
 };
 use crate::Result;
 use crate::params::Params;
@@ -119,6 +119,8 @@ mechanisms! {
     Deltanet(DeltaNetConfig),
     /// Gated DeltaNet: the delta rule with a decay gate per head.
     GatedDeltanet(GatedDeltaNetConfig),
+    /// Mamba-2's SSD: a selective state space with a scalar decay per head.
+    Mamba2(Mamba2Config),
 }
 
 impl Default for MechanismSpec {

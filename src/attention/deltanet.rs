@@ -26,13 +26,14 @@ use std::sync::Arc;
 use candle_core::{D, Tensor};
 use serde::{Deserialize, Serialize};
 
+use super::recurrent::{Decay, decay_matrix, heads_first};
 use super::{
     Attention, Facts, LayerSize, Mechanism, MechanismShape, MechanismSpec, MemoryTerms, Mixing,
     OutputStage, StateShape, StateSize, Variant,
 };
 use crate::encodings::{Encoding, QueryBlock};
-use crate::ops::{Combine, add_bias_replicas, affine_replicas, causal_mask, with_bias};
-use crate::params::{Init, Params};
+use crate::ops::{Combine, with_bias};
+use crate::params::Params;
 use crate::settings::{Choices, Hyperparameter, Settings, Switch, real};
 use crate::{Error, Result};
 
@@ -260,29 +261,10 @@ macro_rules! delta_variant {
 delta_variant!(DeltaNetConfig, &DELTANET_FACTS);
 delta_variant!(GatedDeltaNetConfig, &GATED_FACTS);
 
-/// softplus(x) = ln(1 + eˣ), as relu(x) + ln(1 + e^(−|x|)) so that it never overflows.
-fn softplus(x: &Tensor) -> Result<Tensor> {
-    let tail = (x.abs()?.neg()?.exp()? + 1.0)?.log()?;
-    Ok((x.relu()? + tail)?)
-}
-
 /// x / ‖x‖ over the last dimension (FLA's l2norm, eps 1e-6).
 fn l2_normalised(x: &Tensor) -> Result<Tensor> {
     let norm = (x.sqr()?.sum_keepdim(D::Minus1)? + 1e-6)?.sqrt()?;
     Ok(x.broadcast_div(&norm)?)
-}
-
-/// min(x, 0): a decay difference where it is meaningful (j ≤ i), 0 past the diagonal, where it
-/// is masked anyway and e^x could overflow.
-fn non_positive(x: &Tensor) -> Result<Tensor> {
-    Ok((x - x.relu()?)?)
-}
-
-/// e^(γ_i − γ_j) for rows γq (B, H, n, 1) and columns γk (B, H, m, 1), 0 above the diagonal
-/// (queries are the last n of the m positions).
-fn decay_matrix(gq: &Tensor, gk: &Tensor) -> Result<Tensor> {
-    let diff = non_positive(&gq.broadcast_sub(&gk.transpose(2, 3)?)?)?.exp()?;
-    Ok(diff.broadcast_mul(&causal_mask(&diff)?.exp()?)?)
 }
 
 /// (I + tril(diag(β)(K Kᵀ ⊙ Γ), −1))⁻¹ diag(β) by forward substitution, row i being
@@ -321,26 +303,20 @@ pub struct DeltaNet {
     scale: f64,
     heads: usize,
     settings: Rule,
-    /// A_log and dt_bias per head (or (R, H) for replicas), gated only.
-    decay: Option<(Tensor, Tensor)>,
+    /// The decay gate, gated only.
+    decay: Option<Decay>,
     bound: Option<Bound>,
 }
 
 impl DeltaNet {
     fn new(shape: &MechanismShape, settings: Rule, params: &Params) -> Result<Self> {
-        let h = shape.n_heads;
         let decay = settings
             .decay_gate
-            .then(|| -> Result<(Tensor, Tensor)> {
-                Ok((
-                    params.get("A_log", h, Init::LogOfUniform(0.0, 16.0))?,
-                    params.get("dt_bias", h, Init::InverseSoftplusLogUniform(1e-3, 0.1))?,
-                ))
-            })
+            .then(|| Decay::new(shape.n_heads, (0.0, 16.0), params))
             .transpose()?;
         Ok(Self {
             scale: 1.0 / (shape.qk_dim as f64).sqrt(),
-            heads: h,
+            heads: shape.n_heads,
             settings,
             decay,
             bound: None,
@@ -350,23 +326,9 @@ impl DeltaNet {
     /// This layer bound to the per-token inputs (B, T, H or 2H) of one input.
     fn bind(&self, inputs: &Tensor) -> Result<Self> {
         let h = self.heads;
-        // (B, T, H) → (B, H, T, 1).
-        let per_head =
-            |x: Tensor| -> Result<Tensor> { Ok(x.transpose(1, 2)?.contiguous()?.unsqueeze(3)?) };
-        let beta = per_head(candle_nn::ops::sigmoid(&inputs.narrow(2, 0, h)?)?)?;
+        let beta = heads_first(&candle_nn::ops::sigmoid(&inputs.narrow(2, 0, h)?)?)?;
         let gamma = match &self.decay {
-            Some((a_log, dt_bias)) => {
-                // A replica's (R, H) row acts on its block of rows; a lone model's is one row.
-                let row = |p: &Tensor| match p.rank() {
-                    1 => p.unsqueeze(0),
-                    _ => Ok(p.clone()),
-                };
-                let (batch, t, _) = inputs.dims3()?;
-                let raw = inputs.narrow(2, h, h)?.reshape((batch * t, h))?;
-                let dt = softplus(&add_bias_replicas(&raw, &row(dt_bias)?)?)?;
-                let g = affine_replicas(&dt, &row(&a_log.exp()?.neg()?)?, None)?;
-                Some(per_head(g.reshape((batch, t, h))?)?.cumsum(2)?)
-            }
+            Some(decay) => Some(decay.of(&inputs.narrow(2, h, h)?)?.1.cumsum(2)?),
             None => None,
         };
         Ok(Self {
@@ -534,16 +496,6 @@ mod tests {
             previous = gi;
         }
         Tensor::cat(&outputs, 2).unwrap()
-    }
-
-    #[test]
-    fn softplus_is_stable_and_exact() {
-        let x = Tensor::new(&[-200f32, -1.0, 0.0, 3.0, 200.0], &Device::Cpu).unwrap();
-        let y = softplus(&x).unwrap().to_vec1::<f32>().unwrap();
-        let exact = [0.0, 0.313_261_7, std::f32::consts::LN_2, 3.048_587_4, 200.0];
-        for (y, e) in y.iter().zip(exact) {
-            assert!((y - e).abs() < 1e-5, "{y} against {e}");
-        }
     }
 
     /// One head, one key channel, β = 1: the second key overwrites what the first stored under

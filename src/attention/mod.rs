@@ -20,6 +20,7 @@ mod deltanet;
 mod gla;
 mod kernel;
 mod linformer;
+mod mamba2;
 mod recurrent;
 mod retention;
 mod softmax;
@@ -38,6 +39,7 @@ pub use kernel::{
     BasedConfig, KernelAttention, KernelKind, LinearConfig, RebasedConfig, RebasedVariant,
 };
 pub use linformer::{Linformer, LinformerConfig, LinformerSharing};
+pub use mamba2::{Mamba2, Mamba2Config};
 pub use retention::{Retention, RetentionConfig};
 pub use softmax::{SoftmaxAttention, SoftmaxConfig};
 pub use weights::AttentionWeights;
@@ -65,8 +67,11 @@ pub enum OutputStage {
     /// The heads' outputs as they are.
     Plain,
     /// RMSNorm over each head's outputs (a learned gain per channel, shared by the heads),
-    /// then, when gated, times swish(W_g x) of the layer's input (RetNet, GLA).
+    /// then, when gated, times swish(W_g x) of the layer's input (RetNet, GLA, DeltaNet).
     HeadNorm { gated: bool },
+    /// The heads' outputs times silu(W_z x), then RMSNorm over each head (Mamba-2's
+    /// `norm_before_gate = False`).
+    GatedHeadNorm,
 }
 
 /// The attention of one layer on one batch.

@@ -7,6 +7,59 @@
 use candle_core::Tensor;
 
 use crate::Result;
+use crate::ops::{add_bias_replicas, affine_replicas, causal_mask};
+use crate::params::{Init, Params};
+
+/// Mamba-2's decay per head, which Gated DeltaNet shares: dt = softplus(raw + dt_bias) and the
+/// log-decay g = −exp(A_log)·dt of each step, A = exp(A_log) uniform in a range (Mamba-2:
+/// (1, 16); FLA's Gated DeltaNet: (0, 16)) and softplus(dt_bias) log-uniform in [1e-3, 0.1] at
+/// init (`mamba2.py`, FLA's `gated_deltanet.py`).
+#[derive(Clone)]
+pub(super) struct Decay {
+    /// (H), or (R, H) for replicas.
+    a_log: Tensor,
+    dt_bias: Tensor,
+}
+
+impl Decay {
+    pub(super) fn new(heads: usize, (lo, hi): (f64, f64), params: &Params) -> Result<Self> {
+        Ok(Self {
+            a_log: params.get("A_log", heads, Init::LogOfUniform(lo, hi))?,
+            dt_bias: params.get("dt_bias", heads, Init::InverseSoftplusLogUniform(1e-3, 0.1))?,
+        })
+    }
+
+    /// (dt, g), each (B, H, T, 1), from the raw inputs (B, T, H).
+    pub(super) fn of(&self, raw: &Tensor) -> Result<(Tensor, Tensor)> {
+        let (batch, t, h) = raw.dims3()?;
+        // A replica's (R, H) row acts on its block of rows; a lone model's is one row.
+        let row = |p: &Tensor| match p.rank() {
+            1 => p.unsqueeze(0),
+            _ => Ok(p.clone()),
+        };
+        let rows = raw.reshape((batch * t, h))?;
+        let dt = softplus(&add_bias_replicas(&rows, &row(&self.dt_bias)?)?)?;
+        let g = affine_replicas(&dt, &row(&self.a_log.exp()?.neg()?)?, None)?;
+        let per_head = |x: Tensor| heads_first(&x.reshape((batch, t, h))?);
+        Ok((per_head(dt)?, per_head(g)?))
+    }
+}
+
+/// (B, T, H) per-token values per head → (B, H, T, 1).
+pub(super) fn heads_first(x: &Tensor) -> Result<Tensor> {
+    Ok(x.transpose(1, 2)?.contiguous()?.unsqueeze(3)?)
+}
+
+/// A per-head parameter, (H) or (R, H) for replicas, as (batch, H, 1, 1): each replica's row
+/// for its block of the batch.
+pub(super) fn per_head(p: &Tensor, batch: usize) -> Result<Tensor> {
+    if p.rank() == 1 {
+        return Ok(p.reshape((1, p.dim(0)?, 1, 1))?);
+    }
+    let (r, h) = p.dims2()?;
+    let rows = p.reshape((r, 1, h))?.broadcast_as((r, batch / r, h))?;
+    Ok(rows.contiguous()?.reshape((batch, h, 1, 1))?)
+}
 
 /// A chunked form's (B, H, T, Dh) outputs with the heads side by side, (B, T, H·Dh), as
 /// `Mechanism::fused_output` returns them.
@@ -14,6 +67,25 @@ pub(super) fn heads_side_by_side(y: Option<Tensor>) -> Result<Option<Tensor>> {
     let Some(y) = y else { return Ok(None) };
     let (b, h, t, dh) = y.dims4()?;
     Ok(Some(y.transpose(1, 2)?.reshape((b, t, h * dh))?))
+}
+
+/// softplus(x) = ln(1 + eˣ), as relu(x) + ln(1 + e^(−|x|)) so that it never overflows.
+pub(super) fn softplus(x: &Tensor) -> Result<Tensor> {
+    let tail = (x.abs()?.neg()?.exp()? + 1.0)?.log()?;
+    Ok((x.relu()? + tail)?)
+}
+
+/// min(x, 0): a decay difference where it is meaningful (j ≤ i), 0 past the diagonal, where it
+/// is masked anyway and e^x could overflow.
+pub(super) fn non_positive(x: &Tensor) -> Result<Tensor> {
+    Ok((x - x.relu()?)?)
+}
+
+/// e^(γ_i − γ_j) for rows γq (B, H, n, 1) and columns γk (B, H, m, 1), 0 above the diagonal
+/// (queries are the last n of the m positions).
+pub(super) fn decay_matrix(gq: &Tensor, gk: &Tensor) -> Result<Tensor> {
+    let diff = non_positive(&gq.broadcast_sub(&gk.transpose(2, 3)?)?)?.exp()?;
+    Ok(diff.broadcast_mul(&causal_mask(&diff)?.exp()?)?)
 }
 
 /// `attend`, `attend_block`, `fused_output` and `output_blocks` of a mixer from its inherent
@@ -71,6 +143,33 @@ macro_rules! forms {
     };
 }
 pub(super) use forms;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    #[test]
+    fn softplus_is_stable_and_exact() {
+        let x = Tensor::new(&[-200f32, -1.0, 0.0, 3.0, 200.0], &Device::Cpu).unwrap();
+        let y = softplus(&x).unwrap().to_vec1::<f32>().unwrap();
+        let exact = [0.0, 0.313_261_7, std::f32::consts::LN_2, 3.048_587_4, 200.0];
+        for (y, e) in y.iter().zip(exact) {
+            assert!((y - e).abs() < 1e-5, "{y} against {e}");
+        }
+    }
+
+    /// A replica's parameter row reaches its own block of the batch.
+    #[test]
+    fn per_head_parameters_follow_the_replicas() {
+        let p = Tensor::new(&[[1f32, 2.0], [3.0, 4.0]], &Device::Cpu).unwrap();
+        let rows = per_head(&p, 4).unwrap().flatten_all().unwrap();
+        assert_eq!(
+            rows.to_vec1::<f32>().unwrap(),
+            [1.0, 2.0, 1.0, 2.0, 3.0, 4.0, 3.0, 4.0]
+        );
+    }
+}
 
 #[cfg(test)]
 pub(super) mod testing {

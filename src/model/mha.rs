@@ -12,13 +12,16 @@ use crate::encodings::Encoding;
 use crate::ops::{self, Precision, WeightDropout, affine_replicas, matmul_merge_heads};
 use crate::params::{Init, Params};
 
-/// The parameters of [`OutputStage::HeadNorm`]: RMSNorm over each head's outputs with a gain
-/// per channel (shared by the heads, as flash-linear-attention's `FusedRMSNormGated`), then
-/// times swish(W_g x) when gated.
+/// The parameters of [`OutputStage::HeadNorm`] and [`OutputStage::GatedHeadNorm`]: RMSNorm over
+/// each head's outputs with a gain per channel (shared by the heads, as flash-linear-attention's
+/// `FusedRMSNormGated`), times swish(W_g x) after it when gated, or with the heads' outputs
+/// times silu(W_z x) before it (Mamba-2).
 struct HeadNorm {
     /// (Dh), or (R, Dh) for replicas.
     gain: Tensor,
     gate: Option<Linear>,
+    /// Whether the gate acts before the norm (Mamba-2) rather than after it.
+    gate_first: bool,
 }
 
 impl HeadNorm {
@@ -29,11 +32,17 @@ impl HeadNorm {
         d_model: usize,
         width: usize,
         head_dim: usize,
-        gated: bool,
+        stage: OutputStage,
         build: &Build,
         params: &Params,
     ) -> Result<Self> {
+        let (gated, gate_first) = match stage {
+            OutputStage::HeadNorm { gated } => (gated, false),
+            OutputStage::GatedHeadNorm => (true, true),
+            OutputStage::Plain => (false, false),
+        };
         Ok(Self {
+            gate_first,
             gain: params
                 .pp("head_norm")
                 .get("weight", head_dim, Init::Constant(1.0))?,
@@ -55,6 +64,18 @@ impl HeadNorm {
 
     /// y (B, T, H·Dh) normalised per head, gained and gated by x (B, T, D).
     fn apply(&self, x: &Tensor, y: &Tensor) -> Result<Tensor> {
+        if let (true, Some(gate)) = (self.gate_first, &self.gate) {
+            return self.normalised(&(y * gate.forward(x)?.silu()?)?);
+        }
+        let normed = self.normalised(y)?;
+        Ok(match &self.gate {
+            Some(gate) => (normed * gate.forward(x)?.silu()?)?,
+            None => normed,
+        })
+    }
+
+    /// y (B, T, H·Dh) through RMSNorm over each head, times the gain.
+    fn normalised(&self, y: &Tensor) -> Result<Tensor> {
         let (b, t, width) = y.dims3()?;
         let dh = self.gain.dim(self.gain.rank() - 1)?;
         // Rows of one head's outputs; a replica's rows stay together, as its gain needs.
@@ -64,12 +85,7 @@ impl HeadNorm {
             1 => self.gain.unsqueeze(0)?,
             _ => self.gain.clone(),
         };
-        let normed =
-            affine_replicas(&rows.broadcast_div(&rms)?, &gain, None)?.reshape((b, t, width))?;
-        Ok(match &self.gate {
-            Some(gate) => (normed * gate.forward(x)?.silu()?)?,
-            None => normed,
-        })
+        Ok(affine_replicas(&rows.broadcast_div(&rms)?, &gain, None)?.reshape((b, t, width))?)
     }
 }
 
@@ -137,11 +153,11 @@ impl MultiHeadAttention {
         let width = n_heads * (2 * qk_dim + head_dim) + mechanism.token_inputs();
         let head_norm = match mechanism.output_stage() {
             OutputStage::Plain => None,
-            OutputStage::HeadNorm { gated } => Some(HeadNorm::new(
+            stage => Some(HeadNorm::new(
                 d_model,
                 n_heads * head_dim,
                 head_dim,
-                gated,
+                stage,
                 build,
                 params,
             )?),
@@ -192,7 +208,7 @@ impl MultiHeadAttention {
             };
             let y = conv.apply(which, &rows.forward(x)?)?;
             let (b, t, _) = y.dims3()?;
-            Ok(y.reshape((b, t, h, width))?.transpose(1, 2)?)
+            Ok(y.reshape((b, t, h, width))?.transpose(1, 2)?.contiguous()?)
         };
         Ok((
             split(0, 0, self.qk_dim)?,

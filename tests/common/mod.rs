@@ -83,6 +83,10 @@ pub fn small_mechanisms() -> Vec<MechanismSpec> {
                 c.chunk = 4;
                 MechanismSpec::GatedDeltanet(c)
             }
+            MechanismSpec::Mamba2(mut c) => {
+                (c.chunk, c.d_state) = (4, 4);
+                MechanismSpec::Mamba2(c)
+            }
             other => other,
         })
         // Sliding-window softmax: a window shorter than the tiny presets' 16 tokens.
