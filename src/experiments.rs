@@ -402,7 +402,12 @@ mod tests {
                 crate::encodings::EncodingSpec::from_name(encoding).unwrap();
             }
         }
-        let diet = EXPERIMENTS[5].presets().unwrap();
+        let diet = EXPERIMENTS
+            .iter()
+            .find(|e| e.title.starts_with("DIET"))
+            .unwrap()
+            .presets()
+            .unwrap();
         assert_eq!(diet[1].encoding.name(), "diet-rel");
         assert_eq!(diet[1].name, "lm-diet-rel");
     }

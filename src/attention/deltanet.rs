@@ -26,13 +26,12 @@ use std::sync::Arc;
 use candle_core::{D, Tensor};
 use serde::{Deserialize, Serialize};
 
-use super::recurrent::{Decay, decay_matrix, heads_first};
+use super::recurrent::{Decay, decay_matrix, heads_first, positioned_for_chunks, read_scores};
 use super::{
     Attention, Facts, LayerSize, Mechanism, MechanismShape, MechanismSpec, MemoryTerms, Mixing,
     OutputStage, StateShape, StateSize, Variant,
 };
 use crate::encodings::{Encoding, QueryBlock};
-use crate::ops::{Combine, with_bias};
 use crate::params::Params;
 use crate::settings::{Choices, Hyperparameter, Settings, Switch, real};
 use crate::{Error, Result};
@@ -374,10 +373,7 @@ impl DeltaNet {
             let scores = (q.matmul(&k.t()?)? * self.scale)?;
             Ok(scores.mul(&decay_matrix(&gq, &gk)?)?)
         };
-        let mut scores = pos.block_scores(&q, &k, block, &read)?;
-        if let Some(bias) = bias {
-            scores = with_bias(&scores, &bias.exp()?, Combine::Mul)?;
-        }
+        let scores = read_scores(&q, &k, pos, block, bias, &read)?;
         Ok(Attention {
             weights: scores.matmul(&x)?,
             values: v.clone(),
@@ -393,10 +389,8 @@ impl DeltaNet {
         v: &Tensor,
         pos: &dyn Encoding,
     ) -> Result<Option<Tensor>> {
-        if pos.has_logit_bias() {
-            return Ok(None);
-        }
-        let Some((q, k)) = pos.positioned(&l2_normalised(q)?, &l2_normalised(k)?)? else {
+        let (q, k) = (l2_normalised(q)?, l2_normalised(k)?);
+        let Some((q, k)) = positioned_for_chunks(&q, &k, pos)? else {
             return Ok(None);
         };
         let q = (q * self.scale)?;

@@ -21,12 +21,13 @@ use std::sync::Arc;
 use candle_core::{D, Tensor};
 use serde::{Deserialize, Serialize};
 
+use super::recurrent::{positioned_for_chunks, read_scores};
 use super::{
     Attention, Facts, LayerSize, Mechanism, MechanismShape, MechanismSpec, MemoryTerms, Mixing,
     OutputStage, StateShape, StateSize, Variant,
 };
 use crate::encodings::{Encoding, QueryBlock};
-use crate::ops::{Combine, causal_mask, linear, linear_replicas, with_bias};
+use crate::ops::{causal_mask, linear, linear_replicas};
 use crate::params::{Init, Params};
 use crate::settings::{Choices, Settings, Switch, real};
 use crate::{Error, Result};
@@ -255,13 +256,9 @@ impl Gla {
         let decay = self.decay()?;
         let bq = decay.narrow(2, block.start, block.len)?;
         let bk = decay.narrow(2, 0, block.keys())?;
-        let mut weights =
-            pos.block_scores(q, k, block, &|q, k| self.gated_scores(q, k, &bq, &bk))?;
-        if let Some(bias) = bias {
-            weights = with_bias(&weights, &bias.exp()?, Combine::Mul)?;
-        }
+        let read = |q: &Tensor, k: &Tensor| self.gated_scores(q, k, &bq, &bk);
         Ok(Attention {
-            weights,
+            weights: read_scores(q, k, pos, block, bias, &read)?,
             values: v.clone(),
         })
     }
@@ -275,10 +272,7 @@ impl Gla {
         v: &Tensor,
         pos: &dyn Encoding,
     ) -> Result<Option<Tensor>> {
-        if pos.has_logit_bias() {
-            return Ok(None);
-        }
-        let Some((q, k)) = pos.positioned(q, k)? else {
+        let Some((q, k)) = positioned_for_chunks(q, k, pos)? else {
             return Ok(None);
         };
         let decay = self.decay()?;

@@ -20,13 +20,12 @@ use std::sync::Arc;
 use candle_core::{D, Tensor};
 use serde::{Deserialize, Serialize};
 
-use super::recurrent::{Decay, decay_matrix, per_head};
+use super::recurrent::{Decay, decay_matrix, per_head, positioned_for_chunks, read_scores};
 use super::{
     Attention, Facts, LayerSize, Mechanism, MechanismShape, MechanismSpec, MemoryTerms, Mixing,
     OutputStage, StateShape, StateSize, Variant,
 };
 use crate::encodings::{Encoding, QueryBlock};
-use crate::ops::{Combine, with_bias};
 use crate::params::{Init, Params};
 use crate::settings::{Settings, real};
 use crate::{Error, Result};
@@ -229,10 +228,7 @@ impl Mamba2 {
             let scores = q.matmul(&k.t()?)?.mul(&decay_matrix(&cq, &ck)?)?;
             Ok(scores.broadcast_mul(&dt)?)
         };
-        let mut weights = pos.block_scores(q, k, block, &read)?;
-        if let Some(bias) = bias {
-            weights = with_bias(&weights, &bias.exp()?, Combine::Mul)?;
-        }
+        let weights = read_scores(q, k, pos, block, bias, &read)?;
         let skip = self.skip_diagonal(q.dim(0)?, block.len, keys)?;
         Ok(Attention {
             weights: weights.broadcast_add(&skip)?,
@@ -249,10 +245,7 @@ impl Mamba2 {
         v: &Tensor,
         pos: &dyn Encoding,
     ) -> Result<Option<Tensor>> {
-        if pos.has_logit_bias() {
-            return Ok(None);
-        }
-        let Some((q, k)) = pos.positioned(q, k)? else {
+        let Some((q, k)) = positioned_for_chunks(q, k, pos)? else {
             return Ok(None);
         };
         let Bound { dt, cs } = self.bound()?;

@@ -7,7 +7,8 @@
 use candle_core::Tensor;
 
 use crate::Result;
-use crate::ops::{add_bias_replicas, affine_replicas, causal_mask};
+use crate::encodings::{Encoding, QueryBlock};
+use crate::ops::{Combine, add_bias_replicas, affine_replicas, causal_mask, with_bias};
 use crate::params::{Init, Params};
 
 /// Mamba-2's decay per head, which Gated DeltaNet shares: dt = softplus(raw + dt_bias) and the
@@ -59,6 +60,37 @@ pub(super) fn per_head(p: &Tensor, batch: usize) -> Result<Tensor> {
     let (r, h) = p.dims2()?;
     let rows = p.reshape((r, 1, h))?.broadcast_as((r, batch / r, h))?;
     Ok(rows.contiguous()?.reshape((batch, h, 1, 1))?)
+}
+
+/// The block's scores by `read` (q, k → (B, H, len, keys)) after the encoding has positioned
+/// q and k, times exp(b) where it has a bias `bias`: the mixers' convention, as the kernel
+/// mechanisms', that a bias is a log-weight.
+pub(super) fn read_scores(
+    q: &Tensor,
+    k: &Tensor,
+    pos: &dyn Encoding,
+    block: QueryBlock,
+    bias: Option<Tensor>,
+    read: &dyn Fn(&Tensor, &Tensor) -> Result<Tensor>,
+) -> Result<Tensor> {
+    let scores = pos.block_scores(q, k, block, read)?;
+    match bias {
+        Some(bias) => with_bias(&scores, &bias.exp()?, Combine::Mul),
+        None => Ok(scores),
+    }
+}
+
+/// q and k as the chunked forms take them: positioned by the encoding; `None` where it adds
+/// a bias or does not act on q and k alone (ReRoPE), which take the explicit form.
+pub(super) fn positioned_for_chunks(
+    q: &Tensor,
+    k: &Tensor,
+    pos: &dyn Encoding,
+) -> Result<Option<(Tensor, Tensor)>> {
+    match pos.has_logit_bias() {
+        true => Ok(None),
+        false => pos.positioned(q, k),
+    }
 }
 
 /// A chunked form's (B, H, T, Dh) outputs with the heads side by side, (B, T, H·Dh), as

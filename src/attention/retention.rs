@@ -24,13 +24,14 @@ use std::sync::Arc;
 use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
+use super::recurrent::{positioned_for_chunks, read_scores};
 use super::{
     Attention, Facts, LayerSize, Mechanism, MechanismShape, MechanismSpec, MemoryTerms, Mixing,
     OutputStage, StateShape, StateSize, Variant,
 };
 use crate::Result;
 use crate::encodings::{Encoding, LengthCache, QueryBlock};
-use crate::ops::{Combine, Precision, dot_scores, with_bias};
+use crate::ops::{Precision, dot_scores};
 use crate::params::Params;
 use crate::settings::{Choices, Settings, Switch, real};
 
@@ -191,16 +192,13 @@ impl Retention {
         block: QueryBlock,
         bias: Option<Tensor>,
     ) -> Result<Attention> {
-        let scores = pos.block_scores(q, k, block, &|q, k| {
-            self.precision
-                .product(q, k, |q, k| dot_scores(q, k, self.scale))
-        })?;
-        let mut weights = scores.broadcast_mul(&self.decay(block, q.device())?)?;
-        if let Some(bias) = bias {
-            weights = with_bias(&weights, &bias.exp()?, Combine::Mul)?;
-        }
+        let decay = self.decay(block, q.device())?;
+        let read = |q: &Tensor, k: &Tensor| -> Result<Tensor> {
+            let scores = (self.precision).product(q, k, |q, k| dot_scores(q, k, self.scale))?;
+            Ok(scores.broadcast_mul(&decay)?)
+        };
         Ok(Attention {
-            weights,
+            weights: read_scores(q, k, pos, block, bias, &read)?,
             values: v.clone(),
         })
     }
@@ -234,10 +232,7 @@ impl Retention {
         v: &Tensor,
         pos: &dyn Encoding,
     ) -> Result<Option<Tensor>> {
-        if pos.has_logit_bias() {
-            return Ok(None);
-        }
-        let Some((q, k)) = pos.positioned(q, k)? else {
+        let Some((q, k)) = positioned_for_chunks(q, k, pos)? else {
             return Ok(None);
         };
         let k = (k * self.scale)?;
