@@ -13,6 +13,7 @@
 mod conv;
 mod layers;
 mod mha;
+mod stages;
 mod transformer;
 
 use serde::{Deserialize, Serialize};
