@@ -21,7 +21,7 @@ use std::sync::Arc;
 use candle_core::{D, Tensor};
 use serde::{Deserialize, Serialize};
 
-use super::recurrent::{positioned_for_chunks, read_scores};
+use super::recurrent::{positioned_for_chunks, read_scores, softplus};
 use super::{
     Attention, Facts, LayerSize, Mechanism, MechanismShape, MechanismSpec, MemoryTerms, Mixing,
     OutputStage, StateShape, StateSize, Variant,
@@ -167,10 +167,9 @@ impl Variant for GlaConfig {
     }
 }
 
-/// log σ(x), computed as −relu(−x) − ln(1 + e^(−|x|)) so that it never overflows.
+/// log σ(x) = −softplus(−x), which never overflows.
 fn log_sigmoid(x: &Tensor) -> Result<Tensor> {
-    let tail = (x.abs()?.neg()?.exp()? + 1.0)?.log()?;
-    Ok((x.neg()?.relu()?.neg()? - tail)?)
+    Ok(softplus(&x.neg()?)?.neg()?)
 }
 
 #[derive(Clone)]
