@@ -144,12 +144,15 @@ pub enum Analysis {
     Iou,
     /// Singular-value spectra of the trained models' attention.
     Spectra,
+    /// The summary of the shipped sweep of this name (its frontier and accuracy figures): the
+    /// experiment runs the sweep in the Sweep view instead of training runs of its own.
+    Sweep(&'static str),
 }
 
 impl Analysis {
     /// Whether the analysis runs on finished runs (so it starts when the experiment's runs end).
     pub fn needs_finished_runs(self) -> bool {
-        self != Analysis::Encodings
+        !matches!(self, Analysis::Encodings | Analysis::Sweep(_))
     }
 }
 
@@ -311,6 +314,25 @@ pub const EXPERIMENTS: &[Experiment] = &[
                 recall MQAR at this size, the recurrent ones with a state of H d_k d_v floats.",
     },
     Experiment {
+        title: "Who recalls with how much state: the recurrent mixers' frontier on MQAR",
+        source: "Based, Figure 2 (zoology's recall-vs-state plot), with RetNet, GLA, DeltaNet, \
+                 Gated DeltaNet and Mamba-2",
+        runs: &[],
+        analysis: Analysis::Sweep("mqar_frontier_mixers"),
+        overlay: &[],
+        expected: "about 30 minutes on 2 cores: 15 cells (5 mixers at d_model 16, 32, 64), two \
+                   at a time; a cell that reaches 99 % stops early. Stop and rerun to resume",
+        look_at: "Sweep view: the frontier panel puts each cell's best accuracy against its \
+                  recurrent state (log x), the smallest state reaching 99 % marked; measured \
+                  (docs/recall.md): DeltaNet reaches 99 % at d_model 32 with 1,408 units, the \
+                  smallest state of any mechanism measured; at d_model 64 every mixer but GLA \
+                  (expand_k 0.5, 94.9 %) reaches 98–99 %. One seed per cell: a cell that does \
+                  not take off in 16 epochs is not a property of its width. Collect it with \
+                  frontier-small to put softmax, Based and ReBased on the same plot.",
+        claim: "Recall costs state: each mixer recalls MQAR's pairs only once its recurrent \
+                state is large enough, and the mixers differ in how much they need.",
+    },
+    Experiment {
         title: "DIET vs T5 biases",
         source: "DIET",
         runs: &[
@@ -393,11 +415,18 @@ mod tests {
         }
     }
 
+    /// Every experiment trains presets that load, or runs a shipped sweep.
     #[test]
-    fn every_experiment_loads_its_presets() {
+    fn every_experiment_loads_its_presets_or_names_a_shipped_sweep() {
         for experiment in EXPERIMENTS {
             let presets = experiment.presets().unwrap();
-            assert!(!presets.is_empty(), "{}", experiment.title);
+            match experiment.analysis {
+                Analysis::Sweep(name) => {
+                    assert!(SWEEPS.iter().any(|s| s.name == name), "{name}");
+                    assert!(presets.is_empty(), "{}", experiment.title);
+                }
+                _ => assert!(!presets.is_empty(), "{}", experiment.title),
+            }
             for encoding in experiment.overlay {
                 crate::encodings::EncodingSpec::from_name(encoding).unwrap();
             }

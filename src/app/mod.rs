@@ -146,6 +146,7 @@ fn tab_of(analysis: Analysis) -> Tab {
         Analysis::Extrapolation => Tab::Extrapolation,
         Analysis::Iou => Tab::Iou,
         Analysis::Spectra => Tab::Spectra,
+        Analysis::Sweep(_) => Tab::Sweep,
     }
 }
 

@@ -26,12 +26,13 @@ use std::sync::Arc;
 use candle_core::{D, Tensor};
 use serde::{Deserialize, Serialize};
 
-use super::recurrent::{Decay, decay_matrix, heads_first, positioned_for_chunks, read_scores};
+use super::recurrent::{Decay, heads_first, positioned_for_chunks, read_scores};
 use super::{
     Attention, Facts, LayerSize, Mechanism, MechanismShape, MechanismSpec, MemoryTerms, Mixing,
     OutputStage, StateShape, StateSize, Variant,
 };
 use crate::encodings::{Encoding, QueryBlock};
+use crate::ops::{decay_matrix, unit_lower_inverse};
 use crate::params::Params;
 use crate::settings::{Choices, Hyperparameter, Settings, Switch, real};
 use crate::{Error, Result};
@@ -44,7 +45,8 @@ pub struct DeltaNetConfig {
     pub conv: usize,
     /// The swish output gate after the head norm (FLA's DeltaNet: off).
     pub gate: bool,
-    /// Queries per chunk of the chunked form that trains.
+    /// Queries per chunk of the chunked form that trains (FLA's 64: at d 128 a step takes
+    /// 124 ms at T 64 and 4.1 s at T 1024, against 150 ms and 6.8 s with chunks of 16).
     pub chunk: usize,
 }
 
@@ -53,7 +55,7 @@ impl Default for DeltaNetConfig {
         Self {
             conv: 4,
             gate: false,
-            chunk: 16,
+            chunk: 64,
         }
     }
 }
@@ -66,7 +68,7 @@ pub struct GatedDeltaNetConfig {
     pub conv: usize,
     /// The swish output gate after the head norm (FLA's Gated DeltaNet: on).
     pub gate: bool,
-    /// Queries per chunk of the chunked form that trains.
+    /// Queries per chunk of the chunked form that trains (FLA's 64, as DeltaNet's).
     pub chunk: usize,
 }
 
@@ -75,7 +77,7 @@ impl Default for GatedDeltaNetConfig {
         Self {
             conv: 4,
             gate: true,
-            chunk: 16,
+            chunk: 64,
         }
     }
 }
@@ -266,28 +268,12 @@ fn l2_normalised(x: &Tensor) -> Result<Tensor> {
     Ok(x.broadcast_div(&norm)?)
 }
 
-/// (I + tril(diag(β)(K Kᵀ ⊙ Γ), −1))⁻¹ diag(β) by forward substitution, row i being
-/// β_i e_i − Σ_{j<i} L_ij X_j: (B, H, n, n) for keys k (B, H, n, d_k), β and γ (B, H, n, 1).
-fn inverse(k: &Tensor, beta: &Tensor, gamma: &Tensor) -> Result<Tensor> {
-    let n = k.dim(2)?;
-    let overlaps = k.matmul(&k.t()?)?.mul(&decay_matrix(gamma, gamma)?)?;
+/// (I + tril(diag(β)(K Kᵀ ⊙ Γ), −1))⁻¹ diag(β) ([`unit_lower_inverse`]): (B, H, n, n) for
+/// keys k (B, H, n, d_k), β (B, H, n, 1) and Γ (B, H, n, n) ([`decay_matrix`]).
+fn inverse(k: &Tensor, beta: &Tensor, decay: &Tensor) -> Result<Tensor> {
+    let overlaps = k.matmul(&k.t()?)?.mul(decay)?;
     let lower = overlaps.broadcast_mul(beta)?; // row i scaled by β_i; its strict lower part is L
-    let eye = Tensor::eye(n, k.dtype(), k.device())?;
-    let mut rows: Vec<Tensor> = Vec::with_capacity(n);
-    for i in 0..n {
-        let beta_i = beta.narrow(2, i, 1)?; // (B, H, 1, 1)
-        let unit = eye.narrow(0, i, 1)?.broadcast_mul(&beta_i)?; // (B, H, 1, n)
-        let row = match i {
-            0 => unit,
-            _ => {
-                let earlier = Tensor::cat(&rows, 2)?; // (B, H, i, n)
-                let l = lower.narrow(2, i, 1)?.narrow(3, 0, i)?.contiguous()?;
-                (unit - l.matmul(&earlier)?)?
-            }
-        };
-        rows.push(row);
-    }
-    Ok(Tensor::cat(&rows, 2)?)
+    Ok(unit_lower_inverse(&lower)?.broadcast_mul(&beta.transpose(2, 3)?)?)
 }
 
 /// What one input binds: β and, gated, γ = cumsum g, each (B, H, T, 1).
@@ -368,7 +354,11 @@ impl DeltaNet {
         // The keys' overlaps inside the inverse take the rotated keys where the encoding
         // rotates them, the raw ones otherwise (ReRoPE).
         let rotated = pos.positioned(&k, &k)?.map(|(_, k)| k);
-        let x = inverse(rotated.as_ref().unwrap_or(&k), &beta, &gk)?;
+        let x = inverse(
+            rotated.as_ref().unwrap_or(&k),
+            &beta,
+            &decay_matrix(&gk, &gk)?,
+        )?;
         let read = |q: &Tensor, k: &Tensor| -> Result<Tensor> {
             let scores = (q.matmul(&k.t()?)? * self.scale)?;
             Ok(scores.mul(&decay_matrix(&gq, &gk)?)?)
@@ -407,15 +397,27 @@ impl DeltaNet {
                 0 => g,
                 s => g.broadcast_sub(&self.gamma(s - 1, 1)?)?,
             };
-            let x = inverse(&kc, &bc, &g)?;
-            let w = x.matmul(&kc.broadcast_mul(&g.exp()?)?)?;
-            let r = (x.matmul(&vc)? - w.matmul(&state)?)?;
-            let scores = qc.matmul(&kc.t()?)?.mul(&decay_matrix(&g, &g)?)?;
-            let read = qc.broadcast_mul(&g.exp()?)?.matmul(&state)?;
-            outputs.push((read + scores.matmul(&r)?)?);
-            let last = g.narrow(2, block.len - 1, 1)?;
-            let written = kc.broadcast_mul(&last.broadcast_sub(&g)?.exp()?)?;
-            state = (state.broadcast_mul(&last.exp()?)? + written.t()?.matmul(&r)?)?;
+            let decay = decay_matrix(&g, &g)?;
+            let x = inverse(&kc, &bc, &decay)?;
+            // R = X V − W S with W = X (K ⊙ e^γ), and the read of S: S is zero before the
+            // first chunk, and the last chunk's state is never read.
+            let (first, last) = (block.start == 0, block.start + block.len == t);
+            let mut r = x.matmul(&vc)?;
+            if !first {
+                let w = x.matmul(&kc.broadcast_mul(&g.exp()?)?)?;
+                r = (r - w.matmul(&state)?)?;
+            }
+            let scores = qc.matmul(&kc.t()?)?.mul(&decay)?;
+            let mut output = scores.matmul(&r)?;
+            if !first {
+                output = (output + qc.broadcast_mul(&g.exp()?)?.matmul(&state)?)?;
+            }
+            outputs.push(output);
+            if !last {
+                let end = g.narrow(2, block.len - 1, 1)?;
+                let written = kc.broadcast_mul(&end.broadcast_sub(&g)?.exp()?)?;
+                state = (state.broadcast_mul(&end.exp()?)? + written.t()?.matmul(&r)?)?;
+            }
         }
         Ok(Some(Tensor::cat(&outputs, 2)?))
     }
@@ -500,7 +502,7 @@ mod tests {
             decay_gate: false,
             conv: 0,
             gate: false,
-            chunk: 16,
+            chunk: 64,
         };
         let one_head = MechanismShape {
             n_heads: 1,

@@ -20,12 +20,13 @@ use std::sync::Arc;
 use candle_core::{D, Tensor};
 use serde::{Deserialize, Serialize};
 
-use super::recurrent::{Decay, decay_matrix, per_head, positioned_for_chunks, read_scores};
+use super::recurrent::{Decay, per_head, positioned_for_chunks, read_scores};
 use super::{
     Attention, Facts, LayerSize, Mechanism, MechanismShape, MechanismSpec, MemoryTerms, Mixing,
     OutputStage, StateShape, StateSize, Variant,
 };
 use crate::encodings::{Encoding, QueryBlock};
+use crate::ops::{decay_matrix, decayed_attention};
 use crate::params::{Init, Params};
 use crate::settings::{Settings, real};
 use crate::{Error, Result};
@@ -250,27 +251,9 @@ impl Mamba2 {
         };
         let Bound { dt, cs } = self.bound()?;
         let k = k.broadcast_mul(dt)?; // dt_j B_j
-        let (b, h, t, n) = q.dims4()?;
-        let mut state = Tensor::zeros((b, h, n, v.dim(3)?), v.dtype(), v.device())?;
-        let mut outputs = Vec::new();
-        for block in QueryBlock::cover(t, self.chunk) {
-            let rows = |x: &Tensor| x.narrow(2, block.start, block.len)?.contiguous();
-            let (qc, kc, vc) = (rows(&q)?, rows(&k)?, rows(v)?);
-            // cs from the position before the chunk: the decay since the state was written.
-            let g = rows(cs)?;
-            let g = match block.start {
-                0 => g,
-                s => g.broadcast_sub(&cs.narrow(2, s - 1, 1)?)?,
-            };
-            let within = qc.matmul(&kc.t()?)?.mul(&decay_matrix(&g, &g)?)?;
-            let carried = qc.broadcast_mul(&g.exp()?)?.matmul(&state)?;
-            outputs.push((within.matmul(&vc)? + carried)?);
-            let last = g.narrow(2, block.len - 1, 1)?;
-            let written = kc.broadcast_mul(&last.broadcast_sub(&g)?.exp()?)?;
-            state = (state.broadcast_mul(&last.exp()?)? + written.t()?.matmul(&vc)?)?;
-        }
-        let skip = v.broadcast_mul(&per_head(&self.skip, b)?)?;
-        Ok(Some((Tensor::cat(&outputs, 2)? + skip)?))
+        let output = decayed_attention(&q, &k, v, cs, (1.0, self.chunk))?;
+        let skip = v.broadcast_mul(&per_head(&self.skip, v.dim(0)?)?)?;
+        Ok(Some((output + skip)?))
     }
 }
 

@@ -8,7 +8,7 @@ use candle_core::Tensor;
 
 use crate::Result;
 use crate::encodings::{Encoding, QueryBlock};
-use crate::ops::{Combine, add_bias_replicas, affine_replicas, causal_mask, with_bias};
+use crate::ops::{Combine, add_bias_replicas, affine_replicas, with_bias};
 use crate::params::{Init, Params};
 
 /// Mamba-2's decay per head, which Gated DeltaNet shares: dt = softplus(raw + dt_bias) and the
@@ -105,19 +105,6 @@ pub(super) fn heads_side_by_side(y: Option<Tensor>) -> Result<Option<Tensor>> {
 pub(super) fn softplus(x: &Tensor) -> Result<Tensor> {
     let tail = (x.abs()?.neg()?.exp()? + 1.0)?.log()?;
     Ok((x.relu()? + tail)?)
-}
-
-/// min(x, 0): a decay difference where it is meaningful (j ≤ i), 0 past the diagonal, where it
-/// is masked anyway and e^x could overflow.
-pub(super) fn non_positive(x: &Tensor) -> Result<Tensor> {
-    Ok((x - x.relu()?)?)
-}
-
-/// e^(γ_i − γ_j) for rows γq (B, H, n, 1) and columns γk (B, H, m, 1), 0 above the diagonal
-/// (queries are the last n of the m positions).
-pub(super) fn decay_matrix(gq: &Tensor, gk: &Tensor) -> Result<Tensor> {
-    let diff = non_positive(&gq.broadcast_sub(&gk.transpose(2, 3)?)?)?.exp()?;
-    Ok(diff.broadcast_mul(&causal_mask(&diff)?.exp()?)?)
 }
 
 /// `attend`, `attend_block`, `fused_output` and `output_blocks` of a mixer from its inherent

@@ -31,7 +31,7 @@ use super::{
 };
 use crate::Result;
 use crate::encodings::{Encoding, LengthCache, QueryBlock};
-use crate::ops::{Precision, dot_scores};
+use crate::ops::{Precision, decayed_attention, dot_scores};
 use crate::params::Params;
 use crate::settings::{Choices, Settings, Switch, real};
 
@@ -203,28 +203,24 @@ impl Retention {
         })
     }
 
-    /// γ_h^p for each head, (1, H, n, 1) over the powers `p`.
-    fn powers(
-        &self,
-        powers: impl Iterator<Item = usize> + Clone,
-        device: &Device,
-    ) -> Result<Tensor> {
-        let n = powers.clone().count();
+    /// G_i = i ln γ_h, the cumulative log-decay of each head over `t` positions: (1, H, t, 1).
+    fn cumulative_decay(&self, t: usize, device: &Device) -> Result<Tensor> {
         let data = self
             .log_decays
             .iter()
-            .flat_map(|&g| powers.clone().map(move |p| (p as f64 * g).exp() as f32))
+            .flat_map(|&g| (0..t).map(move |i| (i as f64 * g) as f32))
             .collect();
         Ok(Tensor::from_vec(
             data,
-            (1, self.log_decays.len(), n, 1),
+            (1, self.log_decays.len(), t, 1),
             device,
         )?)
     }
 
     /// The chunked form, (B, H, T, Dh), equal to the explicit matrix times the values, never
-    /// holding more than chunk × chunk weights per head. `None` when the encoding adds a bias
-    /// or does not act on q and k alone (ReRoPE): those take the explicit form.
+    /// holding more than chunk × chunk weights per head ([`decayed_attention`]). `None` when
+    /// the encoding adds a bias or does not act on q and k alone (ReRoPE): those take the
+    /// explicit form.
     fn chunked_output(
         &self,
         q: &Tensor,
@@ -235,27 +231,14 @@ impl Retention {
         let Some((q, k)) = positioned_for_chunks(q, k, pos)? else {
             return Ok(None);
         };
-        let k = (k * self.scale)?;
-        let (b, h, t, _) = q.dims4()?;
-        let device = q.device();
-        let mut state = Tensor::zeros((b, h, k.dim(3)?, v.dim(3)?), v.dtype(), device)?;
-        let mut outputs = Vec::new();
-        for block in QueryBlock::cover(t, self.chunk) {
-            let rows = |x: &Tensor| x.narrow(2, block.start, block.len)?.contiguous();
-            let (qc, kc, vc) = (rows(&q)?, rows(&k)?, rows(v)?);
-            let c = block.len;
-            let within = qc
-                .matmul(&kc.t()?)?
-                .broadcast_mul(&self.decay(QueryBlock::whole(c), device)?)?;
-            let carried = qc
-                .broadcast_mul(&self.powers(1..=c, device)?)?
-                .matmul(&state)?;
-            outputs.push((within.matmul(&vc)? + carried)?);
-            let weighted = kc.broadcast_mul(&self.powers((0..c).rev(), device)?)?;
-            state = (state.broadcast_mul(&self.powers(c..=c, device)?)?
-                + weighted.t()?.matmul(&vc)?)?;
-        }
-        Ok(Some(Tensor::cat(&outputs, 2)?))
+        let g = self.cumulative_decay(q.dim(2)?, q.device())?;
+        Ok(Some(decayed_attention(
+            &q,
+            &k,
+            v,
+            &g,
+            (self.scale, self.chunk),
+        )?))
     }
 }
 

@@ -11,6 +11,7 @@ use anyhow::Context as _;
 use serde_json::Value;
 
 use crate::Preset;
+use crate::attention::MechanismSpec;
 use crate::report::bench::{BenchReport, FastMode, ReplicaTiming, TargetTime, TorchTiming};
 use crate::report::{Format, render};
 use crate::train::Trainer;
@@ -152,6 +153,13 @@ fn torch_args(preset: &Preset) -> Vec<String> {
         args.push(("--T", mqar.seq_len.to_string()));
         args.push(("--kv", mqar.num_kv_pairs.to_string()));
         args.push(("--vocab", mqar.vocab_size.to_string()));
+    }
+    // Any mechanism but full softmax goes as its [attention] table, for a reference that ports
+    // it (scripts/ref_mqar_torch_mixers.py); the softmax references refuse the flag, so a
+    // mixer is never timed against softmax by mistake.
+    if preset.attention != MechanismSpec::Softmax(Default::default()) {
+        let table = serde_json::to_value(&preset.attention).unwrap_or_default();
+        args.push(("--mixer", table.to_string()));
     }
     args.into_iter()
         .flat_map(|(key, value)| [key.to_string(), value])
@@ -336,6 +344,19 @@ mod tests {
             args.contains("--d 512 ") && args.contains("--T 1024 "),
             "{args}"
         );
+    }
+
+    /// A mixer goes to the PyTorch reference as its [attention] table.
+    #[test]
+    fn torch_gets_a_mixer_as_its_attention_table() {
+        let plain = torch_args(&reference(&[])).join(" ");
+        assert!(!plain.contains("--mixer"), "{plain}");
+        let set = ["attention.kind=\"retention\"", "attention.chunk=32"].map(String::from);
+        let args = torch_args(&reference(&set));
+        let at = args.iter().position(|a| a == "--mixer").expect("--mixer");
+        let table: Value = serde_json::from_str(&args[at + 1]).unwrap();
+        assert_eq!(table["kind"], "retention");
+        assert_eq!(table["chunk"], 32);
     }
 
     /// The fast reference takes the model and data only (it has no --threads, --lr or

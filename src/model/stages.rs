@@ -64,11 +64,11 @@ impl HeadNorm {
     /// y (B, T, H·Dh) normalised per head, gained and gated by x (B, T, D).
     pub(super) fn apply(&self, x: &Tensor, y: &Tensor) -> Result<Tensor> {
         if let (true, Some(gate)) = (self.gate_first, &self.gate) {
-            return self.normalised(&(y * gate.forward(x)?.silu()?)?);
+            return self.normalised(&(y * ops::silu(&gate.forward(x)?)?)?);
         }
         let normed = self.normalised(y)?;
         Ok(match &self.gate {
-            Some(gate) => (normed * gate.forward(x)?.silu()?)?,
+            Some(gate) => (normed * ops::silu(&gate.forward(x)?)?)?,
             None => normed,
         })
     }
@@ -117,6 +117,6 @@ impl InputConv {
         let bias = kernel
             .narrow(kernel.rank() - 2, 0, 1)?
             .squeeze(kernel.rank() - 2)?;
-        Ok(ops::causal_conv(u, kernel, &bias.zeros_like()?)?.silu()?)
+        ops::silu(&ops::causal_conv(u, kernel, &bias.zeros_like()?)?)
     }
 }

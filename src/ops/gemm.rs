@@ -95,6 +95,12 @@ pub fn gemm_scaled(dst: MatMut, a: MatRef, b: MatRef, scale: f32, parallel: bool
     gemm_with(dst, a, b, false, scale, parallelism(parallel));
 }
 
+/// `dst = a · b` (or `dst += a · b` with `accumulate`) on the calling thread only: the small
+/// products of one head inside an op that runs its heads side by side.
+pub fn gemm_into(dst: MatMut, a: MatRef, b: MatRef, accumulate: bool) {
+    gemm_with(dst, a, b, accumulate, 1.0, gemm::Parallelism::None);
+}
+
 fn parallelism(parallel: bool) -> gemm::Parallelism {
     let threads = rayon::current_num_threads();
     if parallel && threads > 1 {

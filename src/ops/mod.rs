@@ -37,6 +37,7 @@ mod conv;
 mod cpu_attention;
 #[cfg(feature = "cuda")]
 mod cuda;
+mod decayed_attention;
 mod dropout;
 mod elementwise;
 mod embedding;
@@ -52,6 +53,7 @@ mod matmul;
 mod precision;
 mod replicas;
 mod softmax;
+mod unit_triangular;
 
 use candle_core::{D, DType, Device, Tensor};
 
@@ -62,6 +64,7 @@ pub use conv::{causal_conv, causal_conv_composed};
 pub use cpu_attention::{
     RowFunction, WeightDropout, cpu_attention, cpu_attention_available, cpu_attention_composed,
 };
+pub use decayed_attention::{decay_matrix, decayed_attention, decayed_attention_composed};
 pub use dropout::{dropout, mix as mix_seed};
 pub use embedding::{embedding, embedding_composed};
 pub use flash::{flash_attention, flash_attention_composed, flash_available, flash_enabled};
@@ -74,6 +77,7 @@ pub use precision::Precision;
 pub use replicas::{
     Combine, add_bias_replicas, affine_replicas, linear_replicas, per_replica, with_bias,
 };
+pub use unit_triangular::{unit_lower_inverse, unit_lower_inverse_composed};
 
 use crate::Result;
 
@@ -221,6 +225,14 @@ pub fn gelu_erf(x: &Tensor) -> Result<Tensor> {
         return Ok(x.contiguous()?.apply_op1(elementwise::GeluErf)?);
     }
     Ok(x.gelu_erf()?)
+}
+
+/// SiLU, x·σ(x): fused on the CPU in f32, candle's elsewhere.
+pub fn silu(x: &Tensor) -> Result<Tensor> {
+    if cpu_f32(x) {
+        return Ok(x.contiguous()?.apply_op1(elementwise::Silu)?);
+    }
+    Ok(x.silu()?)
 }
 
 /// LayerNorm over the last dimension: γ ⊙ standardise(x) + β. γ and β are (d), or (R, d) for
@@ -480,6 +492,10 @@ mod tests {
         let composed = value_and_grad(|x| Ok(x.gelu_erf()?), &x, &upstream);
         assert_close(&fused.0, &composed.0, "gelu value");
         assert_close(&fused.1, &composed.1, "gelu gradient");
+        let fused = value_and_grad(silu, &x, &upstream);
+        let composed = value_and_grad(|x| Ok(x.silu()?), &x, &upstream);
+        assert_close(&fused.0, &composed.0, "silu value");
+        assert_close(&fused.1, &composed.1, "silu gradient");
         for causal in [false, true] {
             let fused = value_and_grad(|x| softmax_rows(x, causal), &x, &upstream);
             let composed = value_and_grad(|x| softmax_rows_composed(x, causal), &x, &upstream);

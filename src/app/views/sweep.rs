@@ -12,6 +12,7 @@ use super::super::jobs::{Job, Jobs, take_finished};
 use super::super::plot::{PlotOptions, show_figure};
 use super::super::runs::{Forwarder, RunFeed};
 use super::{View, ViewContext};
+use crate::experiments::{Analysis, Experiment};
 use crate::figures::Figure;
 use crate::report::Report;
 use crate::report::sweep::SweepReport;
@@ -282,6 +283,9 @@ pub struct SweepView {
     job: Option<SweepJob>,
     dialog: Option<Job<Option<Picked>>>,
     shipped: Vec<PathBuf>,
+    /// A sweep an experiment of the welcome page loaded, started at the next frame (starting
+    /// needs the jobs and the run list, which only the frame has).
+    start_pending: bool,
 }
 
 impl Default for SweepView {
@@ -304,6 +308,7 @@ impl Default for SweepView {
             job: None,
             dialog: None,
             shipped,
+            start_pending: false,
         }
     }
 }
@@ -567,8 +572,34 @@ impl View for SweepView {
         true
     }
 
-    /// Picks up the job's messages and dialog answers.
+    /// Loads the shipped sweep an experiment names, to start at the next frame; a running
+    /// sweep is left alone, with a message.
+    fn take_experiment(&mut self, experiment: &Experiment) {
+        let Analysis::Sweep(name) = experiment.analysis else {
+            return;
+        };
+        if self.job.is_some() {
+            self.error = Some(format!(
+                "{name} was not started: a sweep is running; stop it first"
+            ));
+            return;
+        }
+        let file = format!("{name}.toml");
+        match self.shipped.iter().find(|p| p.ends_with(&file)).cloned() {
+            Some(path) => {
+                self.load(&path);
+                self.start_pending = self.loaded.is_some();
+            }
+            None => self.error = Some(format!("the shipped sweep {name} is unavailable")),
+        }
+    }
+
+    /// Picks up the job's messages and dialog answers, and starts a sweep an experiment
+    /// loaded.
     fn logic(&mut self, cx: &ViewContext) {
+        if std::mem::take(&mut self.start_pending) {
+            self.run(cx.jobs, &cx.runs.feed());
+        }
         self.drain_job();
         match take_finished(&mut self.dialog) {
             Some(Ok(Some(Some(picked)))) => self.take_pick(cx.jobs, picked),
@@ -878,6 +909,34 @@ mod tests {
         assert_eq!(list.runs[0].trained_by(), None, "ended");
         let ended = messages.try_iter().last();
         assert!(matches!(ended, Some(Message::Ended { error: None, .. })));
+    }
+
+    /// The frontier experiment of the welcome page loads its shipped sweep to start at the next
+    /// frame; while another sweep runs it is refused in words and the running one stays.
+    #[test]
+    fn an_experiment_naming_a_sweep_loads_it_to_start() {
+        let experiment = crate::experiments::EXPERIMENTS
+            .iter()
+            .find(|e| matches!(e.analysis, Analysis::Sweep(_)))
+            .expect("an experiment runs a sweep");
+        let mut view = SweepView::default();
+        view.take_experiment(experiment);
+        assert_eq!(view.error, None);
+        let loaded = view.loaded.as_ref().expect("the sweep is loaded");
+        assert_eq!(loaded.sweep.name, "frontier-mixers");
+        assert!(view.start_pending);
+        let jobs = Jobs::default();
+        let mut busy = SweepView {
+            job: Some(SweepJob {
+                handle: jobs.spawn_telling("sweep", |_, _, _| Ok(Some(()))),
+                training: true,
+            }),
+            ..SweepView::default()
+        };
+        busy.take_experiment(experiment);
+        assert!(!busy.start_pending && busy.loaded.is_none());
+        let error = busy.error.unwrap_or_default();
+        assert!(error.contains("a sweep is running"), "{error}");
     }
 
     /// A file picked in a dialog opened before "Run sweep" is refused in words while the

@@ -7,7 +7,7 @@ use eframe::egui;
 
 use super::super::command::Command;
 use super::{View, ViewContext};
-use crate::experiments::{EXPERIMENTS, Experiment};
+use crate::experiments::{Analysis, EXPERIMENTS, Experiment};
 
 #[derive(Default)]
 pub struct WelcomeView;
@@ -70,8 +70,11 @@ fn experiment_ui(ui: &mut egui::Ui, index: usize, experiment: &Experiment, cx: &
     ui.add_space(6.0);
 }
 
-/// The presets an experiment trains, with the settings it changes.
+/// The presets an experiment trains, with the settings it changes, or the sweep it runs.
 fn presets_text(experiment: &Experiment) -> String {
+    if let Analysis::Sweep(name) = experiment.analysis {
+        return format!("runs sweeps/{name}.toml in the Sweep view");
+    }
     let runs: Vec<String> = experiment
         .runs
         .iter()
