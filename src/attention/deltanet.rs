@@ -172,12 +172,12 @@ impl Rule {
                 + decay
                 + layer.head_dim
                 + output_gate,
-            // Per chunk of C: a dozen C × C products and masks, and the forward
-            // substitution's rows (C³/2 in all), kept for the backward pass: counted as keys
-            // per query, 3 floats each (calibrated against the peaks of tests/memory.rs).
+            // Per chunk of C: a dozen C × C products, masks and the keys' inverse, kept for
+            // the backward pass: counted as keys per query, 3 floats each (calibrated against
+            // the peaks of tests/memory.rs).
             keys: {
                 let c = layer.len.min(self.chunk as f64);
-                c * (12.0 + c) / 3.0
+                4.0 * c
             },
             features: layer.qk,
             norms: 3.0 * channels + 3.0 * width,

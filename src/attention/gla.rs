@@ -27,7 +27,7 @@ use super::{
     OutputStage, StateShape, StateSize, Variant,
 };
 use crate::encodings::{Encoding, QueryBlock};
-use crate::ops::{causal_mask, linear, linear_replicas};
+use crate::ops::{causal_mask, channel_decayed_attention, linear, linear_replicas};
 use crate::params::{Init, Params};
 use crate::settings::{Choices, Settings, Switch, real};
 use crate::{Error, Result};
@@ -275,27 +275,8 @@ impl Gla {
             return Ok(None);
         };
         let decay = self.decay()?;
-        let q = (q * self.scale)?;
-        let (b, h, t, dk) = q.dims4()?;
-        let mut state = Tensor::zeros((b, h, dk, v.dim(3)?), v.dtype(), v.device())?;
-        let mut anchor = Tensor::zeros((b, h, 1, dk), v.dtype(), v.device())?;
-        let mut outputs = Vec::new();
-        for block in QueryBlock::cover(t, self.chunk) {
-            let rows = |x: &Tensor| x.narrow(2, block.start, block.len)?.contiguous();
-            let (qc, kc, vc, bc) = (rows(&q)?, rows(&k)?, rows(v)?, rows(decay)?);
-            let relative = bc.broadcast_sub(&anchor)?; // ≤ 0
-            let qs = (&qc * relative.exp()?)?;
-            let ks = (&kc * relative.neg()?.exp()?)?;
-            let own = qs.matmul(&ks.t()?)?;
-            let own = own.broadcast_mul(&causal_mask(&own)?.exp()?)?;
-            outputs.push((own.matmul(&vc)? + qs.matmul(&state)?)?);
-            let end = bc.narrow(2, block.len - 1, 1)?;
-            let carried = end.broadcast_sub(&anchor)?.exp()?.transpose(2, 3)?; // (B, H, d_k, 1)
-            let weighted = (&kc * end.broadcast_sub(&bc)?.exp()?)?;
-            state = (state.broadcast_mul(&carried)? + weighted.t()?.matmul(&vc)?)?;
-            anchor = end;
-        }
-        Ok(Some(Tensor::cat(&outputs, 2)?))
+        let output = channel_decayed_attention(&q, &k, v, decay, (self.scale, self.chunk))?;
+        Ok(Some(output))
     }
 }
 

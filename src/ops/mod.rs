@@ -37,7 +37,7 @@ mod conv;
 mod cpu_attention;
 #[cfg(feature = "cuda")]
 mod cuda;
-mod decayed_attention;
+mod decayed;
 mod dropout;
 mod elementwise;
 mod embedding;
@@ -64,7 +64,10 @@ pub use conv::{causal_conv, causal_conv_composed};
 pub use cpu_attention::{
     RowFunction, WeightDropout, cpu_attention, cpu_attention_available, cpu_attention_composed,
 };
-pub use decayed_attention::{decay_matrix, decayed_attention, decayed_attention_composed};
+pub use decayed::{
+    channel_decayed_attention, channel_decayed_attention_composed, decay_matrix, decayed_attention,
+    decayed_attention_composed,
+};
 pub use dropout::{dropout, mix as mix_seed};
 pub use embedding::{embedding, embedding_composed};
 pub use flash::{flash_attention, flash_attention_composed, flash_available, flash_enabled};
