@@ -14,8 +14,9 @@ PyTorch, then its output stage and the output projection:
   each head ⊙ swish(W_g x);
 - mamba2: mamba_ssm/modules/ssd_minimal.py's chunked SSD (scalar A per head, dt = softplus(raw +
   dt_bias), keys dt·B, skip D), conv 4 + silu over C, B and x, RMSNorm(y ⊙ silu(z));
-- gla: fla/ops/gla/naive.py's chunked form with the keys anchored at each chunk's start, low-rank
-  gate log α = logsigmoid(W₂W₁x + b)/16, RMSNorm over each head ⊙ swish(W_g x);
+- gla: the chunked form of fla/ops/gla (its naive.py is the recurrence), q and k scaled about
+  each chunk's start as attnlab's, low-rank gate log α = logsigmoid(W₂W₁x + b)/16, RMSNorm over
+  each head ⊙ swish(W_g x);
 - deltanet, gated-deltanet: fla/ops/delta_rule/naive.py's `delta_rule_chunkwise` (the WY form,
   its triangular inverse by torch.linalg.solve_triangular), conv 4 + silu, L2-normalised q and k,
   β = sigmoid(w_βᵀx), Gated DeltaNet's decay as Mamba-2's, RMSNorm over each head (⊙ swish(W_g x)
@@ -219,7 +220,7 @@ class DeltaNet(nn.Module):
         s.qkv = nn.Linear(d, 3 * d + h * (2 if gated else 1), bias=False)
         s.conv = Conv([d, d, d], cfg.get("conv", 4))
         if gated:
-            s.A_log, s.dt_bias = decay_gate(h, 0.0 + 1e-4)
+            s.A_log, s.dt_bias = decay_gate(h, 1e-4)  # FLA: A ~ U(0, 16)
         s.out_stage = HeadNorm(d, s.dh, cfg.get("gate", gated))
 
     def forward(s, x):

@@ -166,7 +166,11 @@ impl Dims {
         let chunks: Vec<_> = self.chunks().collect();
         states.clear();
         states.resize(chunks.len() * n, 0.0);
-        for (c, &chunk) in chunks.iter().enumerate().take(chunks.len() - 1) {
+        for (c, &chunk) in chunks
+            .iter()
+            .enumerate()
+            .take(chunks.len().saturating_sub(1))
+        {
             let (before, after) = states.split_at_mut((c + 1) * n);
             after[..n].copy_from_slice(&before[c * n..]);
             advance(chunk, &mut after[..n]);
