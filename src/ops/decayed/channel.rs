@@ -96,9 +96,12 @@ struct Workspace {
     w: Vec<f32>,
     dw: Vec<f32>,
     transposed: Vec<f32>,
-    /// q̃, k̃ and the decayed keys of the state update, C×Dk each.
+    /// e^(b_i − b_a), q̃, k̃, e^(b_L − b_j) and the decayed keys of the state update, C×Dk
+    /// each.
+    eq: Vec<f32>,
     qs: Vec<f32>,
     ks: Vec<f32>,
+    kf: Vec<f32>,
     kd: Vec<f32>,
     /// Their gradients, C×Dk each.
     dqs: Vec<f32>,
@@ -119,7 +122,9 @@ impl Workspace {
             ws.w.resize(c * c, 0.0);
             ws.dw.resize(c * c, 0.0);
             for buffer in [
+                &mut ws.eq,
                 &mut ws.qs,
+                &mut ws.kf,
                 &mut ws.ks,
                 &mut ws.kd,
                 &mut ws.dqs,
@@ -169,35 +174,31 @@ impl<'a> Head<'a> {
         (start > 0).then(|| self.b_row(start - 1))
     }
 
-    /// `dst` (len, Dk) = x_i ⊙ e^(sign·(b_i − b_ref)) · factor, x_i the rows of `x`.
-    fn scaled(
-        &self,
-        (start, len): (usize, usize),
-        x: impl Fn(usize) -> &'a [f32],
-        reference: Option<&[f32]>,
-        (sign, factor): (f32, f32),
-        dst: &mut [f32],
-    ) {
-        let dk = self.d.dk;
-        for (i, row) in dst[..len * dk].chunks_mut(dk).enumerate() {
-            let (x, b) = (x(start + i), self.b_row(start + i));
+    /// The chunk's anchored decays e^(b_i − b_a) into `ws.eq`, q̃ = s q ⊙ eq and k̃ = k / eq
+    /// into `ws.qs`, `ws.ks` (one exponential per element, kept for the backward pass), and its
+    /// weights q̃ k̃ᵀ, 0 above the diagonal, into `ws.w`.
+    fn weights(&self, (start, len): (usize, usize), ws: &mut Workspace) {
+        let (d, dk) = (self.d, self.d.dk);
+        let anchor = self.anchor(start);
+        let rows = ws.eq[..len * dk]
+            .chunks_mut(dk)
+            .zip(ws.qs.chunks_mut(dk))
+            .zip(ws.ks.chunks_mut(dk));
+        for (i, ((eq, qs), ks)) in rows.enumerate() {
+            let (b, q, k) = (
+                self.b_row(start + i),
+                self.q_row(start + i),
+                self.k_row(start + i),
+            );
             for c in 0..dk {
-                let r = reference.map_or(0.0, |r| r[c]);
-                row[c] = factor * x[c] * (sign * (b[c] - r)).exp();
+                eq[c] = (b[c] - anchor.map_or(0.0, |a| a[c])).exp();
+                qs[c] = d.scale * q[c] * eq[c];
+                ks[c] = k[c] / eq[c];
             }
         }
-    }
-
-    /// q̃ and k̃ of the chunk into `ws.qs`, `ws.ks`; its weights q̃ k̃ᵀ, 0 above the
-    /// diagonal, into `ws.w`.
-    fn weights(&self, chunk: (usize, usize), ws: &mut Workspace) {
-        let (d, len) = (self.d, chunk.1);
-        let anchor = self.anchor(chunk.0);
-        self.scaled(chunk, |i| self.q_row(i), anchor, (1.0, d.scale), &mut ws.qs);
-        self.scaled(chunk, |i| self.k_row(i), anchor, (-1.0, 1.0), &mut ws.ks);
         let (qs, ks) = (
-            MatRef::row_major(&ws.qs[..len * d.dk], len, d.dk),
-            MatRef::row_major(&ws.ks[..len * d.dk], len, d.dk),
+            MatRef::row_major(&ws.qs[..len * dk], len, dk),
+            MatRef::row_major(&ws.ks[..len * dk], len, dk),
         );
         let w = &mut ws.w[..len * len];
         lower_product(w, qs, ks, 1.0, &mut ws.transposed);
@@ -206,14 +207,17 @@ impl<'a> Head<'a> {
         }
     }
 
-    /// The keys the chunk writes into the state, k_j ⊙ e^(b_L − b_j), into `kd`.
-    fn written_keys(&self, (start, len): (usize, usize), kd: &mut [f32]) {
+    /// The decays e^(b_L − b_j) to the chunk's last position into `kf`, and the keys the chunk
+    /// writes into the state, k_j ⊙ kf_j, into `kd`.
+    fn written_keys(&self, (start, len): (usize, usize), (kf, kd): (&mut [f32], &mut [f32])) {
         let last = self.b_row(start + len - 1);
         let dk = self.d.dk;
-        for (j, row) in kd[..len * dk].chunks_mut(dk).enumerate() {
+        let rows = kf[..len * dk].chunks_mut(dk).zip(kd.chunks_mut(dk));
+        for (j, (kf, kd)) in rows.enumerate() {
             let (k, b) = (self.k_row(start + j), self.b_row(start + j));
             for c in 0..dk {
-                row[c] = k[c] * (last[c] - b[c]).exp();
+                kf[c] = (last[c] - b[c]).exp();
+                kd[c] = k[c] * kf[c];
             }
         }
     }
@@ -225,13 +229,18 @@ impl<'a> Head<'a> {
     }
 
     /// S ← Diag(e^(b_L − b_a)) S + Σ_j (k_j ⊙ e^(b_L − b_j)) v_jᵀ.
-    fn advance(&self, chunk: (usize, usize), state: &mut [f32], kd: &mut [f32]) {
+    fn advance(
+        &self,
+        chunk: (usize, usize),
+        state: &mut [f32],
+        (kf, kd): (&mut [f32], &mut [f32]),
+    ) {
         let d = self.d;
         for (c, row) in state.chunks_mut(d.dv).enumerate() {
             let decay = self.state_decay(chunk, c);
             row.iter_mut().for_each(|x| *x *= decay);
         }
-        self.written_keys(chunk, kd);
+        self.written_keys(chunk, (&mut *kf, &mut *kd));
         let kd = MatRef::row_major(&kd[..chunk.1 * d.dk], chunk.1, d.dk);
         gemm_into(
             MatMut::row_major(state, d.dk, d.dv),
@@ -256,16 +265,16 @@ impl<'a> Head<'a> {
                 gemm_into(d.merged_rows_mut(out, chunk), qs, state, true);
             }
             if start + len < d.t {
-                self.advance(chunk, &mut ws.states, &mut ws.kd);
+                self.advance(chunk, &mut ws.states, (&mut ws.kf, &mut ws.kd));
             }
         }
     }
 
     /// The states before each chunk, one after the other in `ws.states`.
     fn states(&self, ws: &mut Workspace) {
-        let Workspace { states, kd, .. } = ws;
+        let Workspace { states, kf, kd, .. } = ws;
         self.d
-            .states(states, |chunk, state| self.advance(chunk, state, kd));
+            .states(states, |chunk, state| self.advance(chunk, state, (kf, kd)));
     }
 
     /// The head's gradients into `g` (zeros on entry) from the output's gradient `dout`
@@ -344,7 +353,7 @@ impl<'a> Head<'a> {
     fn state_grads(&self, chunk: (usize, usize), state: &[f32], g: &mut Grads, ws: &mut Workspace) {
         let (d, (start, len)) = (self.d, chunk);
         let (dk, end) = (d.dk, start + len - 1);
-        self.written_keys(chunk, &mut ws.kd);
+        self.written_keys(chunk, (&mut ws.kf, &mut ws.kd));
         let kd = MatRef::row_major(&ws.kd[..len * dk], len, dk);
         let ds = MatRef::row_major(&ws.ds, dk, d.dv);
         gemm_into(g.dv(chunk), kd, ds, true);
@@ -356,12 +365,9 @@ impl<'a> Head<'a> {
             ds.t(),
             false,
         );
-        let last = self.b_row(end);
-        for (j, (dkd, kd)) in dkd.chunks(dk).zip(ws.kd.chunks(dk)).enumerate() {
-            let b = self.b_row(start + j);
-            for (c, (dk_c, dkd)) in g.dk_row(start + j).iter_mut().zip(dkd).enumerate() {
-                *dk_c += (last[c] - b[c]).exp() * dkd;
-            }
+        let rows = dkd.chunks(dk).zip(ws.kd.chunks(dk)).zip(ws.kf.chunks(dk));
+        for (j, ((dkd, kd), kf)) in rows.enumerate() {
+            axpy_each(kf, dkd, g.dk_row(start + j));
             for c in 0..dk {
                 let m = dkd[c] * kd[c];
                 g.dg_row(end)[c] += m;
@@ -378,19 +384,17 @@ impl<'a> Head<'a> {
         }
     }
 
-    /// dq, dk and db from dq̃ and dk̃: q̃_i = s q_i ⊙ e^(b_i − b_a), k̃_j = k_j ⊙ e^(b_a − b_j).
+    /// dq, dk and db from dq̃ and dk̃: q̃_i = s q_i ⊙ eq_i, k̃_j = k_j / eq_j, eq = e^(b − b_a).
     fn scaled_grads(&self, (start, len): (usize, usize), g: &mut Grads, ws: &mut Workspace) {
         let (d, dk) = (self.d, self.d.dk);
-        let anchor = self.anchor(start);
         let mut to_anchor = vec![0f32; dk];
         for i in 0..len {
-            let b = self.b_row(start + i);
             let (qs, ks) = (&ws.qs[i * dk..][..dk], &ws.ks[i * dk..][..dk]);
             let (dqs, dks) = (&ws.dqs[i * dk..][..dk], &ws.dks[i * dk..][..dk]);
+            let eq = &ws.eq[i * dk..][..dk];
             for c in 0..dk {
-                let relative = b[c] - anchor.map_or(0.0, |a| a[c]);
-                g.dq_row(start + i)[c] += d.scale * relative.exp() * dqs[c];
-                g.dk_row(start + i)[c] += (-relative).exp() * dks[c];
+                g.dq_row(start + i)[c] += d.scale * eq[c] * dqs[c];
+                g.dk_row(start + i)[c] += dks[c] / eq[c];
                 let m = dqs[c] * qs[c] - dks[c] * ks[c];
                 g.dg_row(start + i)[c] += m;
                 to_anchor[c] -= m;
@@ -399,6 +403,13 @@ impl<'a> Head<'a> {
         if start > 0 {
             axpy(1.0, &to_anchor, g.dg_row(start - 1));
         }
+    }
+}
+
+/// y += a ⊙ x, element by element.
+fn axpy_each(a: &[f32], x: &[f32], y: &mut [f32]) {
+    for ((y, a), x) in y.iter_mut().zip(a).zip(x) {
+        *y += a * x;
     }
 }
 

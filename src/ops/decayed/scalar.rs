@@ -114,6 +114,8 @@ struct Workspace {
     w: Vec<f32>,
     /// Their gradient, C×C.
     dw: Vec<f32>,
+    /// The decays e^(G_i − G_j) of the chunk's weights, C×C.
+    decay: Vec<f32>,
     /// [`lower_product`]'s scratch.
     transposed: Vec<f32>,
     /// Decayed queries or keys of a chunk, C×Dk.
@@ -138,6 +140,7 @@ impl Workspace {
             let c = d.chunk.min(d.t);
             ws.w.resize(c * c, 0.0);
             ws.dw.resize(c * c, 0.0);
+            ws.decay.resize(c * c, 0.0);
             ws.scaled.resize(c * d.dk, 0.0);
             ws.tmp.resize(c * d.dk, 0.0);
             f(ws)
@@ -184,15 +187,23 @@ impl<'a> Head<'a> {
         rows_of(self.v, self.d.dv, (start, len))
     }
 
-    /// The chunk's weights in `w` (len × len): (q_i·k_j) e^(G_i − G_j) for j ≤ i, 0 above.
-    fn weights(&self, (start, len): (usize, usize), w: &mut [f32], transposed: &mut Vec<f32>) {
-        let w = &mut w[..len * len];
+    /// The chunk's weights in `ws.w` (len × len): s (q_i·k_j) e^(G_i − G_j) for j ≤ i, 0 above;
+    /// the decays e^(G_i − G_j) in `ws.decay`, for the backward pass.
+    fn weights(&self, (start, len): (usize, usize), ws: &mut Workspace) {
+        let (w, decay) = (&mut ws.w[..len * len], &mut ws.decay[..len * len]);
         let chunk = (start, len);
-        lower_product(w, self.q(chunk), self.k(chunk), self.d.scale, transposed);
-        for (i, row) in w.chunks_mut(len).enumerate() {
+        lower_product(
+            w,
+            self.q(chunk),
+            self.k(chunk),
+            self.d.scale,
+            &mut ws.transposed,
+        );
+        for (i, (row, decay)) in w.chunks_mut(len).zip(decay.chunks_mut(len)).enumerate() {
             let gi = self.g(start + i);
-            for (j, x) in row[..=i].iter_mut().enumerate() {
-                *x *= (gi - self.g(start + j)).min(0.0).exp();
+            for (j, (x, e)) in row[..=i].iter_mut().zip(&mut decay[..=i]).enumerate() {
+                *e = (gi - self.g(start + j)).min(0.0).exp();
+                *x *= *e;
             }
             row[i + 1..].fill(0.0);
         }
@@ -216,7 +227,7 @@ impl<'a> Head<'a> {
         ws.states.clear();
         ws.states.resize(d.state_len(), 0.0);
         for chunk @ (start, len) in d.chunks() {
-            self.weights(chunk, &mut ws.w, &mut ws.transposed);
+            self.weights(chunk, ws);
             let w = &ws.w[..len * len];
             let rows = d.merged_rows_mut(out, chunk);
             triangular_product(rows, w, self.v(chunk), false, 1.0);
@@ -265,20 +276,21 @@ impl<'a> Head<'a> {
     fn within_grads(&self, chunk: (usize, usize), dout: MatRef, g: &mut Grads, ws: &mut Workspace) {
         let start = chunk.0;
         let len = chunk.1;
-        self.weights(chunk, &mut ws.w, &mut ws.transposed);
+        self.weights(chunk, ws);
         let (w, dw) = (&ws.w[..len * len], &mut ws.dw[..len * len]);
+        let decay = &ws.decay[..len * len];
         triangular_product(g.dv(chunk), w, dout, true, 1.0);
         lower_product(dw, dout, self.v(chunk), 1.0, &mut ws.transposed);
-        for (i, (dw, w)) in dw.chunks_mut(len).zip(w.chunks(len)).enumerate() {
+        let rows = dw.chunks_mut(len).zip(w.chunks(len)).zip(decay.chunks(len));
+        for (i, ((dw, w), decay)) in rows.enumerate() {
             let gi = self.g(start + i);
-            for (j, (dw, w)) in dw[..=i].iter_mut().zip(&w[..=i]).enumerate() {
-                let x = gi - self.g(start + j);
-                if j < i && x <= 0.0 {
+            for (j, ((dw, w), e)) in dw[..=i].iter_mut().zip(&w[..=i]).zip(decay).enumerate() {
+                if j < i && gi <= self.g(start + j) {
                     let m = *dw * w;
                     g.dg_row(start + i)[0] += m;
                     g.dg_row(start + j)[0] += -m;
                 }
-                *dw *= x.min(0.0).exp();
+                *dw *= e;
             }
             dw[i + 1..].fill(0.0);
         }
