@@ -378,6 +378,18 @@ pub(crate) mod testing {
         Tensor::from_vec(data, shape, &Device::Cpu).unwrap()
     }
 
+    /// Asserts that `got` is within `rel` × max(|want|, 1) of `want` everywhere, and that `want`
+    /// is not all zeros (a comparison with zeros tests nothing).
+    pub fn assert_close_to(got: &Tensor, want: &Tensor, rel: f32, what: &str) {
+        let scale = max_abs(want);
+        assert!(scale > 0.0, "{what}: zero tests nothing");
+        let diff = max_diff(got, want);
+        assert!(
+            diff <= rel * scale.max(1.0),
+            "{what} differs by {diff} (scale {scale})"
+        );
+    }
+
     /// The largest absolute difference between two tensors of one shape.
     pub fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
         assert_eq!(a.dims(), b.dims());

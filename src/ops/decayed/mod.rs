@@ -356,7 +356,7 @@ mod testing {
     use candle_core::{Tensor, Var};
 
     use crate::Result;
-    use crate::ops::testing::{max_abs, max_diff, random};
+    use crate::ops::testing::{assert_close_to, random};
 
     /// A decayed attention: q, k, v, the decay, (scale, chunk).
     pub type Form = fn(&Tensor, &Tensor, &Tensor, &Tensor, (f64, usize)) -> Result<Tensor>;
@@ -399,13 +399,7 @@ mod testing {
                 .iter()
                 .zip(fused.iter().zip(&composed))
             {
-                let scale = max_abs(b);
-                assert!(scale > 0.0, "{what}: zero tests nothing");
-                let diff = max_diff(a, b);
-                assert!(
-                    diff <= 2e-5 * scale.max(1.0),
-                    "t {t}, chunk {chunk}: {what} differs by {diff} (scale {scale})"
-                );
+                assert_close_to(a, b, 2e-5, &format!("t {t}, chunk {chunk}: {what}"));
             }
         }
     }
