@@ -306,7 +306,7 @@ pub const EXPERIMENTS: &[Experiment] = &[
         analysis: Analysis::Iou,
         overlay: &[],
         expected: "about 4 minutes: alone, the four train to 99 % test accuracy in about 90 s, \
-                   43 s, 66 s and 27 s; IoU over 10,000 test rows then takes 1 s to 31 s each \
+                   43 s, 66 s and 16 s; IoU over 10,000 test rows then takes 1 s to 31 s each \
                    (GLA's matrix is summed channel by channel)",
         look_at: "IoU view: each recurrent mixer's hard IoU, read on |A| row-normalised (the \
                   protocol line says so), beside softmax's; measured best heads: retention \

@@ -13,7 +13,9 @@
 //!   row (candle has no triangular solve);
 //! - chunked (training, long evaluation): per chunk, X = that inverse of the chunk's keys,
 //!   W = X (K ⊙ e^γ), U = X V, R = U − W S; O = (Q ⊙ e^γ) S + (Q Kᵀ ⊙ Γ ⊙ M) R and
-//!   S ← e^{γ_C} S + (K ⊙ e^{γ_C − γ})ᵀ R, γ counted from the chunk's start.
+//!   S ← e^{γ_C} S + (K ⊙ e^{γ_C − γ})ᵀ R, γ counted from the chunk's start
+//!   ([`delta_rule_composed`]); on the CPU in f32 the fused [`delta_rule`] runs the recurrence
+//!   instead, with fewer flops at these widths, tested against the chunks.
 //!
 //! Then RMSNorm over each head ([`OutputStage::HeadNorm`]), times swish(W_g x) where gated (on
 //! by default for Gated DeltaNet, off for DeltaNet, as FLA's layers). Values keep the model's
@@ -32,7 +34,9 @@ use super::{
     OutputStage, StateShape, StateSize, Variant,
 };
 use crate::encodings::{Encoding, QueryBlock};
-use crate::ops::{decay_matrix, unit_lower_inverse};
+#[cfg(doc)]
+use crate::ops::delta_rule_composed;
+use crate::ops::{decay_matrix, delta_inverse, delta_rule};
 use crate::params::Params;
 use crate::settings::{Choices, Hyperparameter, Settings, Switch, real};
 use crate::{Error, Result};
@@ -45,8 +49,9 @@ pub struct DeltaNetConfig {
     pub conv: usize,
     /// The swish output gate after the head norm (FLA's DeltaNet: off).
     pub gate: bool,
-    /// Queries per chunk of the chunked form that trains (FLA's 64: at d 128 a step takes
-    /// 124 ms at T 64 and 4.1 s at T 1024, against 150 ms and 6.8 s with chunks of 16).
+    /// Queries per chunk of the chunked form (FLA's 64: at d 128 a step of the composed
+    /// chunks took 124 ms at T 64 and 4.1 s at T 1024, against 150 ms and 6.8 s with chunks of
+    /// 16); on the CPU the fused recurrence keeps a state every `chunk` tokens instead.
     pub chunk: usize,
 }
 
@@ -172,9 +177,10 @@ impl Rule {
                 + decay
                 + layer.head_dim
                 + output_gate,
-            // Per chunk of C: a dozen C × C products, masks and the keys' inverse, kept for
-            // the backward pass: counted as keys per query, 3 floats each (calibrated against
-            // the peaks of tests/memory.rs).
+            // The composed chunks (a GPU, or bf16): per chunk of C a dozen C × C products,
+            // masks and the keys' inverse, kept for the backward pass: counted as keys per
+            // query, 3 floats each (calibrated against the peaks of tests/memory.rs when the
+            // CPU ran them). The fused recurrence on the CPU keeps none of it.
             keys: {
                 let c = layer.len.min(self.chunk as f64);
                 4.0 * c
@@ -250,11 +256,6 @@ macro_rules! delta_variant {
                 self.settings()
                     .label($facts.name, <$config>::default().gate)
             }
-
-            /// The chunked form builds its chunks' weights, counted through `keys`.
-            fn trains_fused(&self) -> bool {
-                false
-            }
         }
     };
 }
@@ -268,19 +269,11 @@ fn l2_normalised(x: &Tensor) -> Result<Tensor> {
     Ok(x.broadcast_div(&norm)?)
 }
 
-/// (I + tril(diag(β)(K Kᵀ ⊙ Γ), −1))⁻¹ diag(β) ([`unit_lower_inverse`]): (B, H, n, n) for
-/// keys k (B, H, n, d_k), β (B, H, n, 1) and Γ (B, H, n, n) ([`decay_matrix`]).
-fn inverse(k: &Tensor, beta: &Tensor, decay: &Tensor) -> Result<Tensor> {
-    let overlaps = k.matmul(&k.t()?)?.mul(decay)?;
-    let lower = overlaps.broadcast_mul(beta)?; // row i scaled by β_i; its strict lower part is L
-    Ok(unit_lower_inverse(&lower)?.broadcast_mul(&beta.transpose(2, 3)?)?)
-}
-
-/// What one input binds: β and, gated, γ = cumsum g, each (B, H, T, 1).
+/// What one input binds: β and, gated, the log-decay g of each step, each (B, H, T, 1).
 #[derive(Clone)]
 struct Bound {
     beta: Tensor,
-    gamma: Option<Tensor>,
+    g: Option<Tensor>,
 }
 
 #[derive(Clone)]
@@ -312,12 +305,12 @@ impl DeltaNet {
     fn bind(&self, inputs: &Tensor) -> Result<Self> {
         let h = self.heads;
         let beta = heads_first(&candle_nn::ops::sigmoid(&inputs.narrow(2, 0, h)?)?)?;
-        let gamma = match &self.decay {
-            Some(decay) => Some(decay.of(&inputs.narrow(2, h, h)?)?.1.cumsum(2)?),
+        let g = match &self.decay {
+            Some(decay) => Some(decay.of(&inputs.narrow(2, h, h)?)?.1),
             None => None,
         };
         Ok(Self {
-            bound: Some(Bound { beta, gamma }),
+            bound: Some(Bound { beta, g }),
             ..self.clone()
         })
     }
@@ -328,13 +321,18 @@ impl DeltaNet {
             .ok_or_else(|| Error::Internal("DeltaNet was called without its β inputs".into()))
     }
 
-    /// γ rows `start..start + len` (zeros without the decay gate).
-    fn gamma(&self, start: usize, len: usize) -> Result<Tensor> {
+    /// g, each step's log-decay (zeros without the decay gate).
+    fn steps(&self) -> Result<Tensor> {
         let bound = self.bound()?;
-        Ok(match &bound.gamma {
-            Some(gamma) => gamma.narrow(2, start, len)?,
-            None => bound.beta.narrow(2, start, len)?.zeros_like()?,
+        Ok(match &bound.g {
+            Some(g) => g.clone(),
+            None => bound.beta.zeros_like()?,
         })
+    }
+
+    /// γ = cumsum g, rows `start..start + len`.
+    fn gamma(&self, start: usize, len: usize) -> Result<Tensor> {
+        Ok(self.steps()?.cumsum(2)?.narrow(2, start, len)?)
     }
 
     /// The explicit matrix for the block's queries over keys 0..block.keys().
@@ -354,7 +352,7 @@ impl DeltaNet {
         // The keys' overlaps inside the inverse take the rotated keys where the encoding
         // rotates them, the raw ones otherwise (ReRoPE).
         let rotated = pos.positioned(&k, &k)?.map(|(_, k)| k);
-        let x = inverse(
+        let x = delta_inverse(
             rotated.as_ref().unwrap_or(&k),
             &beta,
             &decay_matrix(&gk, &gk)?,
@@ -383,43 +381,9 @@ impl DeltaNet {
         let Some((q, k)) = positioned_for_chunks(&q, &k, pos)? else {
             return Ok(None);
         };
-        let q = (q * self.scale)?;
-        let (b, h, t, dk) = q.dims4()?;
         let beta = &self.bound()?.beta;
-        let mut state = Tensor::zeros((b, h, dk, v.dim(3)?), v.dtype(), v.device())?;
-        let mut outputs = Vec::new();
-        for block in QueryBlock::cover(t, self.settings.chunk) {
-            let rows = |x: &Tensor| x.narrow(2, block.start, block.len)?.contiguous();
-            let (qc, kc, vc, bc) = (rows(&q)?, rows(&k)?, rows(v)?, rows(beta)?);
-            // γ from the chunk's start: the decay since the state was last written.
-            let g = self.gamma(block.start, block.len)?;
-            let g = match block.start {
-                0 => g,
-                s => g.broadcast_sub(&self.gamma(s - 1, 1)?)?,
-            };
-            let decay = decay_matrix(&g, &g)?;
-            let x = inverse(&kc, &bc, &decay)?;
-            // R = X V − W S with W = X (K ⊙ e^γ), and the read of S: S is zero before the
-            // first chunk, and the last chunk's state is never read.
-            let (first, last) = (block.start == 0, block.start + block.len == t);
-            let mut r = x.matmul(&vc)?;
-            if !first {
-                let w = x.matmul(&kc.broadcast_mul(&g.exp()?)?)?;
-                r = (r - w.matmul(&state)?)?;
-            }
-            let scores = qc.matmul(&kc.t()?)?.mul(&decay)?;
-            let mut output = scores.matmul(&r)?;
-            if !first {
-                output = (output + qc.broadcast_mul(&g.exp()?)?.matmul(&state)?)?;
-            }
-            outputs.push(output);
-            if !last {
-                let end = g.narrow(2, block.len - 1, 1)?;
-                let written = kc.broadcast_mul(&end.broadcast_sub(&g)?.exp()?)?;
-                state = (state.broadcast_mul(&end.exp()?)? + written.t()?.matmul(&r)?)?;
-            }
-        }
-        Ok(Some(Tensor::cat(&outputs, 2)?))
+        let spans = (self.scale, self.settings.chunk);
+        Ok(Some(delta_rule(&q, &k, v, (&self.steps()?, beta), spans)?))
     }
 }
 

@@ -66,7 +66,7 @@ pub use cpu_attention::{
 };
 pub use decayed::{
     channel_decayed_attention, channel_decayed_attention_composed, decay_matrix, decayed_attention,
-    decayed_attention_composed,
+    decayed_attention_composed, delta_inverse, delta_rule, delta_rule_composed,
 };
 pub use dropout::{dropout, mix as mix_seed};
 pub use embedding::{embedding, embedding_composed};

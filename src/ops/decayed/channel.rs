@@ -9,11 +9,9 @@
 //! d 128, T 64 was 112 ms against PyTorch's 90 for the same chunked form; the fused CPU op
 //! ([`channel_decayed_attention`]) runs each head's chunks in one loop, as the scalar one does.
 
-use std::cell::RefCell;
-
 use candle_core::Tensor;
 
-use super::{Dims, Grads, Inputs, Kernel, axpy, dot, fused, rows_of};
+use super::{Dims, Grads, Inputs, Kernel, axpy, dot, fused};
 use crate::Result;
 use crate::ops::causal_mask;
 use crate::ops::causal_products::{lower_product, triangular_product};
@@ -111,62 +109,36 @@ struct Workspace {
     ds: Vec<f32>,
 }
 
-thread_local! {
-    static WORKSPACE: RefCell<Workspace> = RefCell::default();
-}
+thread_workspace!(Workspace);
 
 impl Workspace {
-    fn with<R>(d: Dims, f: impl FnOnce(&mut Self) -> R) -> R {
-        WORKSPACE.with_borrow_mut(|ws| {
-            let c = d.chunk.min(d.t);
-            ws.w.resize(c * c, 0.0);
-            ws.dw.resize(c * c, 0.0);
-            for buffer in [
-                &mut ws.eq,
-                &mut ws.qs,
-                &mut ws.kf,
-                &mut ws.ks,
-                &mut ws.kd,
-                &mut ws.dqs,
-                &mut ws.dks,
-                &mut ws.dkd,
-            ] {
-                buffer.resize(c * d.dk, 0.0);
-            }
-            f(ws)
-        })
+    /// Every buffer long enough for `d`.
+    fn size(&mut self, d: Dims) {
+        let c = d.chunk.min(d.t);
+        self.w.resize(c * c, 0.0);
+        self.dw.resize(c * c, 0.0);
+        for buffer in [
+            &mut self.eq,
+            &mut self.qs,
+            &mut self.kf,
+            &mut self.ks,
+            &mut self.kd,
+            &mut self.dqs,
+            &mut self.dks,
+            &mut self.dkd,
+        ] {
+            buffer.resize(c * d.dk, 0.0);
+        }
     }
 }
 
 /// One head's inputs: q with b beside it (T, 2·Dk), k (T, Dk), v (T, Dv).
-struct Head<'a> {
-    d: Dims,
-    qb: &'a [f32],
-    k: &'a [f32],
-    v: &'a [f32],
-}
+type Head<'a> = super::Head<'a, Channel>;
 
 impl<'a> Head<'a> {
-    fn of(d: Dims, head: usize, inputs: Inputs<'a>) -> Self {
-        let (qb, k, v) = d.head(head, inputs);
-        Self { d, qb, k, v }
-    }
-
-    fn q_row(&self, i: usize) -> &'a [f32] {
-        &self.qb[i * self.d.packed..][..self.d.dk]
-    }
-
     /// b at position `i` (Dk).
     fn b_row(&self, i: usize) -> &'a [f32] {
-        &self.qb[i * self.d.packed + self.d.dk..][..self.d.dk]
-    }
-
-    fn k_row(&self, i: usize) -> &'a [f32] {
-        &self.k[i * self.d.dk..][..self.d.dk]
-    }
-
-    fn v(&self, chunk: (usize, usize)) -> MatRef<'a> {
-        rows_of(self.v, self.d.dv, chunk)
+        self.columns(i)
     }
 
     /// b before the chunk starting at `start` (zeros before the first): the anchor.

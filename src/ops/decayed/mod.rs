@@ -1,9 +1,10 @@
 //! Linear attention with a decay, chunk by chunk: the recurrent mixers' chunked forms, fused on
 //! the CPU. [`scalar`] decays each head by one number per position (retention, Mamba-2),
-//! [`channel`] by one per key channel (GLA). What they share is here: the op around a head's
-//! kernel (q with its decay beside it, k, v in; the heads side by side out; the backward pass
-//! one op giving [dq with dG | dk | dv]), the layout of the heads' rows, the chunks and the
-//! test against the composed forms.
+//! [`channel`] by one per key channel (GLA), [`delta`] is the delta rule with a scalar decay
+//! (DeltaNet, Gated DeltaNet). What they share is here: the op around a head's kernel (q with
+//! its per-position columns beside it, k, v in; the heads side by side out; the backward pass
+//! one op giving [dq with their gradients | dk | dv]), the layout of the heads' rows, the
+//! chunks and the test against the composed forms.
 //!
 //! Built from tensor ops (the `*_composed` functions: the references, and the path on a GPU) a
 //! chunk is ~25 autograd nodes, each a pass over memory; the profile of a retention step at
@@ -12,7 +13,28 @@
 //! buffers, with the causal products softmax's fused op uses, and their analytic backward
 //! passes recompute the states instead of keeping them.
 
+/// This thread's `$ws`, reused from call to call: `$ws::with(d, f)` sizes it for `d` (its
+/// `size`, which makes every buffer long enough; each is written before it is read) and runs
+/// `f` with it.
+macro_rules! thread_workspace {
+    ($ws:ident) => {
+        thread_local! {
+            static WORKSPACE: std::cell::RefCell<$ws> = Default::default();
+        }
+
+        impl $ws {
+            fn with<R>(d: Dims, f: impl FnOnce(&mut Self) -> R) -> R {
+                WORKSPACE.with_borrow_mut(|ws| {
+                    ws.size(d);
+                    f(ws)
+                })
+            }
+        }
+    };
+}
+
 mod channel;
+mod delta;
 mod scalar;
 
 use std::marker::PhantomData;
@@ -21,10 +43,13 @@ use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
 pub use channel::{channel_decayed_attention, channel_decayed_attention_composed};
+pub use delta::{delta_inverse, delta_rule, delta_rule_composed};
 pub use scalar::{decay_matrix, decayed_attention, decayed_attention_composed};
 
 use super::fused::{slice, zeros};
 use super::gemm::{MatMut, MatRef};
+/// Σ aᵢ·bᵢ in partial sums that vectorise (a plain running sum does not).
+use super::softmax::dot_lanes as dot;
 use crate::Result;
 
 /// What one kind of decay computes for one head.
@@ -160,7 +185,9 @@ impl Dims {
     }
 
     /// The states before each chunk, one after the other in `states`, from `advance(chunk,
-    /// state)` that turns the state before a chunk into the state after it.
+    /// state)` that turns the state before a chunk into the state after it. Inlined, so that
+    /// `advance` is compiled for the vector width of its caller ([`crate::ops::vectorised`]).
+    #[inline(always)]
     fn states(self, states: &mut Vec<f32>, mut advance: impl FnMut((usize, usize), &mut [f32])) {
         let n = self.state_len();
         let chunks: Vec<_> = self.chunks().collect();
@@ -194,16 +221,70 @@ impl Dims {
     }
 }
 
+/// One head's rows of the op's inputs: q with its per-position columns beside it
+/// (T, packed), k (T, Dk), v (T, Dv); each kernel `K` adds what it computes from them.
+struct Head<'a, K> {
+    d: Dims,
+    qc: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
+    kernel: PhantomData<fn() -> K>,
+}
+
+impl<'a, K> Head<'a, K> {
+    fn of(d: Dims, head: usize, inputs: Inputs<'a>) -> Self {
+        let (qc, k, v) = d.head(head, inputs);
+        Self {
+            d,
+            qc,
+            k,
+            v,
+            kernel: PhantomData,
+        }
+    }
+
+    #[inline(always)]
+    fn q_row(&self, i: usize) -> &'a [f32] {
+        &self.qc[i * self.d.packed..][..self.d.dk]
+    }
+
+    /// The per-position columns beside q at position `i`.
+    #[inline(always)]
+    fn columns(&self, i: usize) -> &'a [f32] {
+        &self.qc[i * self.d.packed + self.d.dk..(i + 1) * self.d.packed]
+    }
+
+    #[inline(always)]
+    fn k_row(&self, i: usize) -> &'a [f32] {
+        &self.k[i * self.d.dk..][..self.d.dk]
+    }
+
+    #[inline(always)]
+    fn v_row(&self, i: usize) -> &'a [f32] {
+        &self.v[i * self.d.dv..][..self.d.dv]
+    }
+
+    /// q's rows of a chunk, without the columns beside it.
+    fn q(&self, chunk: (usize, usize)) -> MatRef<'a> {
+        self.d.q_rows(self.qc, chunk)
+    }
+
+    fn k(&self, chunk: (usize, usize)) -> MatRef<'a> {
+        rows_of(self.k, self.d.dk, chunk)
+    }
+
+    fn v(&self, chunk: (usize, usize)) -> MatRef<'a> {
+        rows_of(self.v, self.d.dv, chunk)
+    }
+}
+
 /// Rows `start..start + len` of a row-major matrix of `cols` columns.
 fn rows_of(data: &[f32], cols: usize, (start, len): (usize, usize)) -> MatRef<'_> {
     MatRef::row_major(&data[start * cols..][..len * cols], len, cols)
 }
 
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(a, b)| a * b).sum()
-}
-
 /// y += a·x.
+#[inline(always)]
 fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
     y.iter_mut().zip(x).for_each(|(y, x)| *y += a * x);
 }
@@ -250,6 +331,10 @@ impl Grads<'_> {
 
     fn dk_row(&mut self, i: usize) -> &mut [f32] {
         &mut self.dk[i * self.d.dk..][..self.d.dk]
+    }
+
+    fn dv_row(&mut self, i: usize) -> &mut [f32] {
+        &mut self.dv[i * self.d.dv..][..self.d.dv]
     }
 }
 

@@ -8,11 +8,9 @@
 //! S carried over the earlier chunks (a the position before the chunk), then
 //! S ← e^(G_L − G_a) S + Σ_j e^(G_L − G_j) k_j v_jᵀ (L the chunk's last position).
 
-use std::cell::RefCell;
-
 use candle_core::Tensor;
 
-use super::{Dims, Grads, Inputs, Kernel, axpy, dot, fused, rows_of};
+use super::{Dims, Grads, Inputs, Kernel, axpy, dot, fused};
 use crate::Result;
 use crate::ops::causal_mask;
 use crate::ops::causal_products::{lower_product, triangular_product};
@@ -128,43 +126,27 @@ struct Workspace {
     ds: Vec<f32>,
 }
 
-thread_local! {
-    static WORKSPACE: RefCell<Workspace> = RefCell::default();
-}
+thread_workspace!(Workspace);
 
 impl Workspace {
-    /// `f` with this thread's workspace, its chunk buffers sized for `d`. Every buffer is
-    /// written before it is read.
-    fn with<R>(d: Dims, f: impl FnOnce(&mut Self) -> R) -> R {
-        WORKSPACE.with_borrow_mut(|ws| {
-            let c = d.chunk.min(d.t);
-            ws.w.resize(c * c, 0.0);
-            ws.dw.resize(c * c, 0.0);
-            ws.decay.resize(c * c, 0.0);
-            ws.scaled.resize(c * d.dk, 0.0);
-            ws.tmp.resize(c * d.dk, 0.0);
-            f(ws)
-        })
+    /// Every buffer long enough for `d`.
+    fn size(&mut self, d: Dims) {
+        let c = d.chunk.min(d.t);
+        self.w.resize(c * c, 0.0);
+        self.dw.resize(c * c, 0.0);
+        self.decay.resize(c * c, 0.0);
+        self.scaled.resize(c * d.dk, 0.0);
+        self.tmp.resize(c * d.dk, 0.0);
     }
 }
 
 /// One head's inputs: q with G as its last column (T, Dk + 1), k (T, Dk), v (T, Dv).
-struct Head<'a> {
-    d: Dims,
-    qg: &'a [f32],
-    k: &'a [f32],
-    v: &'a [f32],
-}
+type Head<'a> = super::Head<'a, Scalar>;
 
-impl<'a> Head<'a> {
-    fn of(d: Dims, head: usize, inputs: Inputs<'a>) -> Self {
-        let (qg, k, v) = d.head(head, inputs);
-        Self { d, qg, k, v }
-    }
-
+impl Head<'_> {
     /// G at position `i`.
     fn g(&self, i: usize) -> f32 {
-        self.qg[i * self.d.packed + self.d.dk]
+        self.columns(i)[0]
     }
 
     /// G before the chunk starting at `start`, where its carried state was written.
@@ -173,18 +155,6 @@ impl<'a> Head<'a> {
             0 => 0.0,
             s => self.g(s - 1),
         }
-    }
-
-    fn q(&self, chunk: (usize, usize)) -> MatRef<'a> {
-        self.d.q_rows(self.qg, chunk)
-    }
-
-    fn k(&self, (start, len): (usize, usize)) -> MatRef<'a> {
-        rows_of(self.k, self.d.dk, (start, len))
-    }
-
-    fn v(&self, (start, len): (usize, usize)) -> MatRef<'a> {
-        rows_of(self.v, self.d.dv, (start, len))
     }
 
     /// The chunk's weights in `ws.w` (len × len): s (q_i·k_j) e^(G_i − G_j) for j ≤ i, 0 above;
