@@ -259,7 +259,9 @@ impl StudiedEncoding {
     /// RoPE's content-free long-range decay at each distance (RoFormer §3.4.3), with the
     /// variant's relative positions; `None` for non-rotary encodings.
     pub fn rotary_decay(&self, distances: &[f64]) -> Option<Vec<f64>> {
-        let RotaryProfile { thetas, positions } = self.encoding.rotary_profile()?;
+        let RotaryProfile {
+            thetas, positions, ..
+        } = self.encoding.rotary_profile()?;
         let effective: Vec<f64> = distances.iter().map(|&t| positions.effective(t)).collect();
         Some(super::rotary_decay(&thetas, &effective))
     }

@@ -21,6 +21,11 @@
 //! purely relative, as in any RoPE + linear-attention model. All variants have no parameters,
 //! so a model trained with `rope` runs with any of them at evaluation time.
 //!
+//! Every variant takes a `fraction` of each head's channels to rotate (GPT-NeoX's `rotary_pct`:
+//! Pythia rotates 0.25): the first r = ⌊fraction·d⌋ (even) channels are rotated in the same
+//! rotate-half layout within themselves, θ_c = base^(−2c/r), and the rest pass through as
+//! without an encoding, as `GPTNeoXRotaryEmbedding` does.
+//!
 //! ReRoPE and Leaky ReRoPE also scale the queries as both of the post's patches do (log-n
 //! scaling, `log_n = true` by default): the query at position i is multiplied by
 //! max(1, ln(i + 1) / ln L), L the training length (`training_length`, by default the length
@@ -50,11 +55,16 @@ fn default_base() -> f64 {
 pub struct RopeConfig {
     /// Base of the angle frequencies; 10000 in the paper.
     pub base: f64,
+    /// Share of each head's channels rotated (1: all; Pythia 0.25).
+    pub fraction: f64,
 }
 
 impl Default for RopeConfig {
     fn default() -> Self {
-        Self { base: DEFAULT_BASE }
+        Self {
+            base: DEFAULT_BASE,
+            fraction: all_channels(),
+        }
     }
 }
 
@@ -64,6 +74,9 @@ impl Default for RopeConfig {
 pub struct PiConfig {
     #[serde(default = "default_base")]
     pub base: f64,
+    /// Share of each head's channels rotated (1: all; Pythia 0.25).
+    #[serde(default = "all_channels")]
+    pub fraction: f64,
     /// Interpolation factor k: positions are divided by it (k = target length / training length).
     #[serde(default = "default_scale")]
     pub scale: f64,
@@ -75,6 +88,9 @@ pub struct PiConfig {
 pub struct NtkConfig {
     #[serde(default = "default_base")]
     pub base: f64,
+    /// Share of each head's channels rotated (1: all; Pythia 0.25).
+    #[serde(default = "all_channels")]
+    pub fraction: f64,
     /// Length scale α: the base becomes base·α^(d/(d−2)).
     #[serde(default = "default_scale")]
     pub alpha: f64,
@@ -86,6 +102,9 @@ pub struct NtkConfig {
 pub struct ReropeConfig {
     #[serde(default = "default_base")]
     pub base: f64,
+    /// Share of each head's channels rotated (1: all; Pythia 0.25).
+    #[serde(default = "all_channels")]
+    pub fraction: f64,
     /// Window w: distances from w on are all scored at w.
     #[serde(default = "default_window")]
     pub window: usize,
@@ -103,6 +122,9 @@ pub struct ReropeConfig {
 pub struct LeakyReropeConfig {
     #[serde(default = "default_base")]
     pub base: f64,
+    /// Share of each head's channels rotated (1: all; Pythia 0.25).
+    #[serde(default = "all_channels")]
+    pub fraction: f64,
     #[serde(default = "default_window")]
     pub window: usize,
     /// Beyond the window, positions grow with slope 1/k.
@@ -114,6 +136,10 @@ pub struct LeakyReropeConfig {
     /// L of the log-n scaling; unset = the length the model trained at.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub training_length: Option<usize>,
+}
+
+fn all_channels() -> f64 {
+    1.0
 }
 
 fn default_log_n() -> bool {
@@ -138,6 +164,7 @@ impl Default for PiConfig {
     fn default() -> Self {
         Self {
             base: DEFAULT_BASE,
+            fraction: all_channels(),
             scale: default_scale(),
         }
     }
@@ -147,6 +174,7 @@ impl Default for NtkConfig {
     fn default() -> Self {
         Self {
             base: DEFAULT_BASE,
+            fraction: all_channels(),
             alpha: default_scale(),
         }
     }
@@ -156,6 +184,7 @@ impl Default for ReropeConfig {
     fn default() -> Self {
         Self {
             base: DEFAULT_BASE,
+            fraction: all_channels(),
             window: default_window(),
             log_n: default_log_n(),
             training_length: None,
@@ -167,6 +196,7 @@ impl Default for LeakyReropeConfig {
     fn default() -> Self {
         Self {
             base: DEFAULT_BASE,
+            fraction: all_channels(),
             window: default_window(),
             scale: default_leaky_scale(),
             log_n: default_log_n(),
@@ -204,19 +234,37 @@ impl Positions {
 /// A rotary encoding as the analyses see it: the frequencies and the position map.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RotaryProfile {
-    /// θ_c = base^(−2c/d), c = 0..d/2.
+    /// θ_c = base^(−2c/r) for the r/2 rotated pairs, c = 0..r/2, then 0 for each pair of
+    /// channels that passes through (a rotation by angle 0).
     pub thetas: Vec<f64>,
     pub positions: Positions,
+    /// r, the channels rotated (the first r of each head).
+    pub rotated: usize,
 }
 
 impl RotaryProfile {
-    /// `base` for a head of width `dim`.
+    /// `base` for a head of width `dim`, every channel rotated.
     pub fn new(base: f64, dim: usize, positions: Positions) -> Self {
-        let half = dim / 2;
-        let thetas = (0..half)
-            .map(|c| base.powf(-2.0 * c as f64 / dim as f64))
+        Self::partial(base, (dim, dim), positions)
+    }
+
+    /// `base` for a head of width `dim` whose first `rotated` channels (even) are rotated.
+    pub fn partial(base: f64, (dim, rotated): (usize, usize), positions: Positions) -> Self {
+        let thetas = (0..rotated / 2)
+            .map(|c| base.powf(-2.0 * c as f64 / rotated as f64))
+            .chain(std::iter::repeat_n(0.0, (dim - rotated) / 2))
             .collect();
-        Self { thetas, positions }
+        Self {
+            thetas,
+            positions,
+            rotated,
+        }
+    }
+
+    /// The channels `fraction` of a head of width `dim` rotates: ⌊fraction·dim⌋ (GPT-NeoX's
+    /// `int(head_size * rotary_pct)`), rounded down to even.
+    pub fn rotated_channels(dim: usize, fraction: f64) -> usize {
+        ((dim as f64 * fraction) as usize).min(dim) & !1
     }
 
     /// NTK-aware scaling's base for length scale α.
@@ -255,13 +303,13 @@ impl Rotary {
 
     /// (cos, sin) tables, (2, n, d), for the given positions.
     fn tables(&self, positions: impl Iterator<Item = f64>) -> Result<Tensor> {
-        let half = self.profile.thetas.len();
-        let dim = 2 * half;
+        let dim = self.profile.rotated;
+        let half = dim / 2;
         let positions: Vec<f64> = positions.collect();
         let n = positions.len();
         let mut data = vec![0f32; 2 * n * dim];
         for (row, pos) in positions.iter().enumerate() {
-            for (c, theta) in self.profile.thetas.iter().enumerate() {
+            for (c, theta) in self.profile.thetas[..half].iter().enumerate() {
                 let (sin, cos) = (pos * theta).sin_cos();
                 for offset in [c, c + half] {
                     data[row * dim + offset] = cos as f32;
@@ -363,11 +411,19 @@ fn key_rows(tables: &Tensor, block: QueryBlock) -> Result<Tensor> {
     Ok(tables.narrow(1, 0, block.keys())?)
 }
 
-/// x (…, T, d) rotated by its (cos, sin) tables (2, T|1, d): x·cos + rotate_half(x)·sin,
-/// with rotate_half(x) = [−x₂, x₁].
+/// x (…, T, d) rotated by its (cos, sin) tables (2, T|1, r): x·cos + rotate_half(x)·sin,
+/// with rotate_half(x) = [−x₂, x₁], on the first r channels; the others pass through.
 fn rotate(x: &Tensor, tables: &Tensor) -> Result<Tensor> {
+    let (d, r) = (x.dim(D::Minus1)?, tables.dim(D::Minus1)?);
+    if r < d {
+        let rotated = rotate(&x.narrow(D::Minus1, 0, r)?, tables)?;
+        return Ok(Tensor::cat(
+            &[&rotated, &x.narrow(D::Minus1, r, d - r)?],
+            D::Minus1,
+        )?);
+    }
     let (cos, sin) = (tables.get(0)?, tables.get(1)?);
-    let half = x.dim(D::Minus1)? / 2;
+    let half = d / 2;
     let x1 = x.narrow(D::Minus1, 0, half)?;
     let x2 = x.narrow(D::Minus1, half, half)?;
     let rotated = Tensor::cat(&[&x2.neg()?, &x1], D::Minus1)?;
@@ -433,6 +489,13 @@ pub fn rectified(
 
 const BASE: Hyperparameter =
     real("base", 2.0, 1e9, "RoPE frequency base (10000 in the paper)").log();
+const FRACTION: Hyperparameter = real(
+    "fraction",
+    0.0,
+    1.0,
+    "share of each head's channels rotated, the first ones (GPT-NeoX's rotary_pct; Pythia \
+     0.25); the rest pass through unencoded",
+);
 const REROPE_WINDOW: Hyperparameter = real(
     "window",
     1.0,
@@ -453,17 +516,45 @@ const LOG_N: &[Switch] = &[Switch {
     choices: Choices::Toggle,
 }];
 
-/// RoPE with `base`, at `positions`, for a model of `shape`.
+/// RoPE with `base` on `fraction` of each head's channels, at `positions`, for a model of
+/// `shape`.
 fn rotary_at(
-    base: f64,
+    (base, fraction): (f64, f64),
     positions: Positions,
     shape: &EncodingShape,
     params: &Params,
 ) -> Arc<dyn Encoding> {
     rotary(
-        RotaryProfile::new(base, shape.qk_dim, positions),
+        profile_of(base, fraction, positions, shape),
         params.device(),
     )
+}
+
+/// The profile of RoPE with `base` on `fraction` of each head's channels.
+fn profile_of(
+    base: f64,
+    fraction: f64,
+    positions: Positions,
+    shape: &EncodingShape,
+) -> RotaryProfile {
+    let rotated = RotaryProfile::rotated_channels(shape.qk_dim, fraction);
+    RotaryProfile::partial(base, (shape.qk_dim, rotated), positions)
+}
+
+/// Refuses a `fraction` that rotates fewer than `least` channels of a head.
+fn check_fraction(fraction: f64, least: usize, shape: &EncodingShape) -> Result<()> {
+    let rotated = RotaryProfile::rotated_channels(shape.qk_dim, fraction);
+    if rotated >= least {
+        return Ok(());
+    }
+    Err(Error::preset(
+        "encoding.fraction",
+        fraction,
+        format!(
+            "rotates {rotated} of the head's {} channels; it needs at least {least}",
+            shape.qk_dim
+        ),
+    ))
 }
 
 static ROPE_FACTS: Facts = Facts {
@@ -472,7 +563,7 @@ static ROPE_FACTS: Facts = Facts {
     learnable: false,
     formula: "q_i, k_j rotated by angle pos*base^(-2c/d); relative position t",
     summary: "Su et al. 2021: rotate q and k by position; relative by design.",
-    settings: Settings::of(&[BASE]),
+    settings: Settings::of(&[BASE, FRACTION]),
     default: || EncodingSpec::Rope(RopeConfig::default()),
 };
 
@@ -481,61 +572,7 @@ impl Variant for RopeConfig {
 
     fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
         Ok(rotary_at(
-            self.base,
-            Positions::Linear { scale: 1.0 },
-            shape,
-            params,
-        ))
-    }
-
-    fn parameters(&self, _shape: &EncodingShape) -> usize {
-        0
-    }
-}
-
-static PI_FACTS: Facts = Facts {
-    name: "pi",
-    family: Family::Rotary,
-    learnable: false,
-    formula: "RoPE at positions pos/k; relative position t/k",
-    summary: "Chen et al. 2023: interpolate positions by k to reach k times longer.",
-    settings: Settings::of(&[
-        BASE,
-        real("scale", 1.0, 1024.0, "positions are divided by k").log(),
-    ]),
-    default: || EncodingSpec::Pi(PiConfig::default()),
-};
-
-impl Variant for PiConfig {
-    const FACTS: &'static Facts = &PI_FACTS;
-
-    fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
-        let positions = Positions::Linear { scale: self.scale };
-        Ok(rotary_at(self.base, positions, shape, params))
-    }
-
-    fn parameters(&self, _shape: &EncodingShape) -> usize {
-        0
-    }
-}
-
-static NTK_FACTS: Facts = Facts {
-    name: "ntk",
-    family: Family::Rotary,
-    learnable: false,
-    formula: "RoPE with base*alpha^(d/(d-2)); relative position t",
-    summary: "bloc97 2023: stretch RoPE's base instead of the positions.",
-    settings: Settings::of(&[BASE, real("alpha", 1.0, 1024.0, "length scale alpha").log()]),
-    default: || EncodingSpec::Ntk(NtkConfig::default()),
-};
-
-impl Variant for NtkConfig {
-    const FACTS: &'static Facts = &NTK_FACTS;
-
-    fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
-        let base = RotaryProfile::ntk_base(self.base, self.alpha, shape.qk_dim);
-        Ok(rotary_at(
-            base,
+            (self.base, self.fraction),
             Positions::Linear { scale: 1.0 },
             shape,
             params,
@@ -547,28 +584,93 @@ impl Variant for NtkConfig {
     }
 
     fn validate(&self, shape: &EncodingShape) -> Result<()> {
-        if shape.qk_dim >= 4 {
-            return Ok(());
-        }
-        Err(Error::preset(
-            "encoding.kind",
-            "ntk",
-            format!(
-                "scales the base by alpha^(d/(d-2)), which needs a per-head width of at least 4 (it is {})",
-                shape.qk_dim
-            ),
+        check_fraction(self.fraction, 2, shape)
+    }
+}
+
+static PI_FACTS: Facts = Facts {
+    name: "pi",
+    family: Family::Rotary,
+    learnable: false,
+    formula: "RoPE at positions pos/k; relative position t/k",
+    summary: "Chen et al. 2023: interpolate positions by k to reach k times longer.",
+    settings: Settings::of(&[
+        BASE,
+        FRACTION,
+        real("scale", 1.0, 1024.0, "positions are divided by k").log(),
+    ]),
+    default: || EncodingSpec::Pi(PiConfig::default()),
+};
+
+impl Variant for PiConfig {
+    const FACTS: &'static Facts = &PI_FACTS;
+
+    fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
+        let positions = Positions::Linear { scale: self.scale };
+        Ok(rotary_at(
+            (self.base, self.fraction),
+            positions,
+            shape,
+            params,
         ))
+    }
+
+    fn parameters(&self, _shape: &EncodingShape) -> usize {
+        0
+    }
+
+    fn validate(&self, shape: &EncodingShape) -> Result<()> {
+        check_fraction(self.fraction, 2, shape)
+    }
+}
+
+static NTK_FACTS: Facts = Facts {
+    name: "ntk",
+    family: Family::Rotary,
+    learnable: false,
+    formula: "RoPE with base*alpha^(d/(d-2)); relative position t",
+    summary: "bloc97 2023: stretch RoPE's base instead of the positions.",
+    settings: Settings::of(&[
+        BASE,
+        FRACTION,
+        real("alpha", 1.0, 1024.0, "length scale alpha").log(),
+    ]),
+    default: || EncodingSpec::Ntk(NtkConfig::default()),
+};
+
+impl Variant for NtkConfig {
+    const FACTS: &'static Facts = &NTK_FACTS;
+
+    fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
+        // The rotated channels' width, as GPT-NeoX's scaled rotary embeddings take it.
+        let rotated = RotaryProfile::rotated_channels(shape.qk_dim, self.fraction);
+        let base = RotaryProfile::ntk_base(self.base, self.alpha, rotated);
+        Ok(rotary_at(
+            (base, self.fraction),
+            Positions::Linear { scale: 1.0 },
+            shape,
+            params,
+        ))
+    }
+
+    fn parameters(&self, _shape: &EncodingShape) -> usize {
+        0
+    }
+
+    /// NTK scales the base by alpha^(r/(r−2)), r the rotated channels: at least 4.
+    fn validate(&self, shape: &EncodingShape) -> Result<()> {
+        check_fraction(self.fraction, 4, shape)
     }
 }
 
 /// ReRoPE or Leaky ReRoPE (`leak` = its k) for a model of `shape`.
 fn rectified_at(
-    (base, window, leak): (f64, usize, Option<f64>),
+    ((base, fraction), window, leak): ((f64, f64), usize, Option<f64>),
     (log_n, training_length): (bool, Option<usize>),
     shape: &EncodingShape,
     params: &Params,
 ) -> Arc<dyn Encoding> {
-    let profile = RotaryProfile::new(base, shape.qk_dim, Positions::Rectified { window, leak });
+    let profile = profile_of(base, fraction, Positions::Rectified { window, leak }, shape);
     let log_n = log_n.then(|| training_length.unwrap_or(shape.max_len));
     rectified(profile, log_n, params.device())
 }
@@ -580,7 +682,7 @@ static REROPE_FACTS: Facts = Facts {
     formula: "RoPE with relative position min(t, w)",
     summary: "Su 2023: clip relative positions at w at inference time.",
     settings: Settings {
-        numbers: &[BASE, REROPE_WINDOW, TRAINING_LENGTH],
+        numbers: &[BASE, FRACTION, REROPE_WINDOW, TRAINING_LENGTH],
         switches: LOG_N,
     },
     default: || EncodingSpec::Rerope(ReropeConfig::default()),
@@ -592,7 +694,7 @@ impl Variant for ReropeConfig {
     fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
         let log_n = (self.log_n, self.training_length);
         Ok(rectified_at(
-            (self.base, self.window, None),
+            ((self.base, self.fraction), self.window, None),
             log_n,
             shape,
             params,
@@ -606,6 +708,10 @@ impl Variant for ReropeConfig {
     fn at_training_length(&mut self, len: usize) {
         self.training_length.get_or_insert(len);
     }
+
+    fn validate(&self, shape: &EncodingShape) -> Result<()> {
+        check_fraction(self.fraction, 2, shape)
+    }
 }
 
 static LEAKY_REROPE_FACTS: Facts = Facts {
@@ -617,6 +723,7 @@ static LEAKY_REROPE_FACTS: Facts = Facts {
     settings: Settings {
         numbers: &[
             BASE,
+            FRACTION,
             REROPE_WINDOW,
             real("scale", 1.0, 1e6, "slope 1/k beyond the window").log(),
             TRAINING_LENGTH,
@@ -630,7 +737,7 @@ impl Variant for LeakyReropeConfig {
     const FACTS: &'static Facts = &LEAKY_REROPE_FACTS;
 
     fn build(&self, shape: &EncodingShape, params: &Params) -> Result<Arc<dyn Encoding>> {
-        let rectified = (self.base, self.window, Some(self.scale));
+        let rectified = ((self.base, self.fraction), self.window, Some(self.scale));
         let log_n = (self.log_n, self.training_length);
         Ok(rectified_at(rectified, log_n, shape, params))
     }
@@ -641,6 +748,10 @@ impl Variant for LeakyReropeConfig {
 
     fn at_training_length(&mut self, len: usize) {
         self.training_length.get_or_insert(len);
+    }
+
+    fn validate(&self, shape: &EncodingShape) -> Result<()> {
+        check_fraction(self.fraction, 2, shape)
     }
 }
 
@@ -744,6 +855,69 @@ mod tests {
             .unwrap()
             .to_vec1::<f32>()
             .unwrap()[0]
+    }
+
+    /// GPT-NeoX's partial rotary (`rotary_pct`): a head of 8 at fraction 0.5 rotates channels
+    /// 0..4 in the rotate-half layout within them, θ_c = base^(−2c/4), pairs (c, c + 2), and
+    /// leaves channels 4..8 as they are.
+    #[test]
+    fn a_fraction_rotates_the_first_channels_within_themselves() {
+        let profile = RotaryProfile::partial(100.0, (8, 4), Positions::Linear { scale: 1.0 });
+        assert_eq!(profile.thetas, [1.0, 0.1, 0.0, 0.0]);
+        let rope = Rotary::new(profile, &Device::Cpu);
+        let x: Vec<f32> = (1..=8).map(|i| i as f32 * 0.25).collect();
+        let input = Tensor::from_vec(x.clone(), (1, 1, 1, 8), &Device::Cpu).unwrap();
+        let position = 3.0;
+        let tables = rope.tables(std::iter::once(position)).unwrap();
+        let out = rotate(&input, &tables).unwrap().flatten_all().unwrap();
+        let out = out.to_vec1::<f32>().unwrap();
+        let mut expected = x.clone();
+        for (c, theta) in [1.0f64, 0.1].into_iter().enumerate() {
+            let (sin, cos) = (position * theta).sin_cos();
+            let (a, b) = (x[c] as f64, x[c + 2] as f64);
+            expected[c] = (a * cos - b * sin) as f32;
+            expected[c + 2] = (b * cos + a * sin) as f32;
+        }
+        for (o, e) in out.iter().zip(&expected) {
+            assert!((o - e).abs() < 1e-6, "{out:?} against {expected:?}");
+        }
+    }
+
+    /// ⌊fraction·d⌋ rounded down to even, as GPT-NeoX's int(head_size·rotary_pct): Pythia's
+    /// heads of 64 at 0.25 rotate 16; a fraction that rotates fewer than 2 (4 for NTK) is
+    /// refused in words.
+    #[test]
+    fn the_rotated_channels_follow_gpt_neox_and_too_few_are_refused() {
+        assert_eq!(RotaryProfile::rotated_channels(64, 0.25), 16);
+        assert_eq!(RotaryProfile::rotated_channels(6, 0.5), 2);
+        assert_eq!(RotaryProfile::rotated_channels(8, 1.0), 8);
+        let shape = EncodingShape {
+            d_model: 32,
+            n_heads: 4,
+            qk_dim: 8,
+            max_len: 16,
+            embedding_std: 1.0,
+        };
+        let rope = |fraction| RopeConfig {
+            fraction,
+            ..RopeConfig::default()
+        };
+        assert!(rope(0.25).validate(&shape).is_ok());
+        let error = rope(0.2).validate(&shape).unwrap_err().to_string();
+        assert!(
+            error.contains("encoding.fraction") && error.contains("at least 2"),
+            "{error}"
+        );
+        let ntk = NtkConfig {
+            fraction: 0.25,
+            ..NtkConfig::default()
+        };
+        assert!(
+            ntk.validate(&shape)
+                .unwrap_err()
+                .to_string()
+                .contains("at least 4")
+        );
     }
 
     #[test]
