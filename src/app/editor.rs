@@ -8,7 +8,7 @@ use eframe::egui;
 use crate::Preset;
 use crate::attention::MechanismSpec;
 use crate::encodings::EncodingSpec;
-use crate::model::{Layout, MixerKind, ModelConfig};
+use crate::model::{Activation, Layout, MixerKind, ModelConfig};
 use crate::ops::Precision;
 use crate::settings::{Choices, Hyperparameter, Section, Switch};
 use crate::tasks::TaskSpec;
@@ -146,6 +146,26 @@ fn model_ui(ui: &mut egui::Ui, m: &mut ModelConfig) {
         &mut m.mlp_ratio,
         0..=8,
     );
+    if m.mlp_ratio > 0 {
+        ui.horizontal(|ui| {
+            let label = ui.label("MLP activation");
+            let name = |a: Activation| match a {
+                Activation::Gelu => "gelu",
+                Activation::GeluTanh => "gelu-tanh",
+            };
+            egui::ComboBox::from_id_salt("activation")
+                .selected_text(name(m.activation))
+                .show_ui(ui, |ui| {
+                    ui.selectable_value(&mut m.activation, Activation::Gelu, "gelu")
+                        .on_hover_text("exact, with the erf (PyTorch's nn.GELU(), Pythia)");
+                    ui.selectable_value(&mut m.activation, Activation::GeluTanh, "gelu-tanh")
+                        .on_hover_text("the tanh approximation (GPT-2's and GPT-Neo's gelu_new)");
+                })
+                .response
+                .labelled_by(label.id)
+                .on_hover_text(key_hint("model.activation"));
+        });
+    }
     mixers_ui(ui, &mut m.mixers);
     if m.mixers.contains(&MixerKind::ShortConv) {
         number(

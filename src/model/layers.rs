@@ -4,11 +4,11 @@
 
 use candle_core::Tensor;
 
-use super::Build;
+use super::{Activation, Build};
 use crate::Result;
 use crate::ops::{
-    Precision, add_bias_replicas, add_broadcast, gelu_erf, layer_norm, linear, linear_heads,
-    linear_replicas,
+    Precision, add_bias_replicas, add_broadcast, gelu_erf, gelu_tanh, layer_norm, linear,
+    linear_heads, linear_replicas,
 };
 use crate::params::{Init, Params};
 
@@ -188,21 +188,33 @@ impl Embedding {
     }
 }
 
-/// Linear → GELU (erf, as `nn.GELU()`) → Linear.
+/// Linear → GELU (erf as `nn.GELU()`, or its tanh approximation) → Linear.
 pub struct Mlp {
     up: Linear,
+    activation: Activation,
     down: Linear,
 }
 
 impl Mlp {
-    pub fn new(dim: usize, hidden: usize, build: &Build, params: &Params) -> Result<Self> {
+    pub fn new(
+        (dim, hidden): (usize, usize),
+        activation: Activation,
+        build: &Build,
+        params: &Params,
+    ) -> Result<Self> {
         Ok(Self {
             up: build.linear((dim, hidden), false, &params.pp("up"))?,
+            activation,
             down: build.linear((hidden, dim), true, &params.pp("down"))?,
         })
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        self.down.forward(&gelu_erf(&self.up.forward(x)?)?)
+        let hidden = self.up.forward(x)?;
+        let hidden = match self.activation {
+            Activation::Gelu => gelu_erf(&hidden)?,
+            Activation::GeluTanh => gelu_tanh(&hidden)?,
+        };
+        self.down.forward(&hidden)
     }
 }

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 pub use conv::{PrevToken, ShortConv};
 pub use layers::{Embedding, LayerNorm, Linear, LinearInit, Mlp};
+
 pub use mha::MultiHeadAttention;
 pub use transformer::{Forward, Transformer};
 
@@ -97,6 +98,8 @@ pub struct ModelConfig {
     pub n_heads: usize,
     /// Hidden width of the GELU MLP as a multiple of d_model; 0 means no MLP (zoology's MQAR models).
     pub mlp_ratio: usize,
+    /// The MLP's GELU: exact (`gelu`, PyTorch's `nn.GELU()`) or GPT-2's tanh approximation.
+    pub activation: Activation,
     /// Mixer of each layer, repeated cyclically over the layers.
     pub mixers: Vec<MixerKind>,
     /// Kernel size of `short-conv` mixers (3 in zoology's BaseConv).
@@ -156,6 +159,7 @@ impl Default for ModelConfig {
             n_layers: 2,
             n_heads: 2,
             mlp_ratio: 4,
+            activation: Activation::Gelu,
             mixers: vec![MixerKind::Attention],
             conv_kernel: 3,
             tie_embeddings: false,
@@ -164,6 +168,18 @@ impl Default for ModelConfig {
             attention_dropout: None,
         }
     }
+}
+
+/// The MLP's nonlinearity.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Activation {
+    /// GELU, x·Φ(x) with the erf (PyTorch's `nn.GELU()`, Pythia's `gelu`).
+    #[default]
+    Gelu,
+    /// GELU's tanh approximation, 0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³))): GPT-2's and
+    /// GPT-Neo's `gelu_new`, which their checkpoints were trained with.
+    GeluTanh,
 }
 
 /// What mixes information across positions in a block.

@@ -203,7 +203,7 @@ impl Transformer {
                     (0, Layout::Zoology) => StateMixer::Norm(state_norm()?),
                     (ratio, _) => StateMixer::Mlp(
                         state_norm()?,
-                        Mlp::new(d, ratio * d, &build, &p.pp("mlp"))?,
+                        Mlp::new((d, ratio * d), config.activation, &build, &p.pp("mlp"))?,
                     ),
                 };
                 Ok(Block {

@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""Conformance fixtures for attnlab's Hugging Face loaders (issue 30): three tiny
+random-initialised models, saved as `transformers` saves them, with the logits and attention
+weights `transformers` computes for two fixed inputs.
+
+Real GPT-2, Pythia and TinyStories weights cannot ship with the tests (hundreds of MB, and no
+network in CI), so each family's quirks are caught on a model of a few hundred KB instead
+(../shared/reference/mixers-mad-checkpoints.md §3.4):
+
+- `gpt2/`: Conv1D weights stored (in, out), fused [q | k | v] with biases, tanh GELU
+  (`gelu_new`), learned positions, tied head;
+- `pythia/` (GPT-NeoX): per-head interleaved qkv, partial rotary (`rotary_pct` 0.25), parallel
+  residual, exact GELU, untied head;
+- `tinystories/` (GPT-Neo): separate q/k/v without bias, no 1/sqrt(d) score scaling,
+  alternating global and local (window 8) layers, tied head.
+
+Each folder holds `config.json` and `model.safetensors` (`save_pretrained`, safe
+serialisation) and `reference.safetensors`: `input_ids` (2, 16) int64, `logits` (2, 16, V)
+and `attentions` (layers, 2, heads, 16, 16) float32, from the eager attention path. There is
+no tokenizer in these folders: the vocabularies are 256 random ids.
+
+Run by a developer, not in CI (it needs torch and transformers from PyPI):
+
+    python -m venv /tmp/hf && /tmp/hf/bin/pip install torch transformers safetensors
+    /tmp/hf/bin/python scripts/make_hf_fixtures.py tests/fixtures/hf
+
+Made with transformers 4.57.1 and torch 2.15 on 2026-11-26; rerunning writes the same models
+(seeded), though a later `transformers` may spell config keys differently, which the loaders
+must read anyway.
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    GPTNeoConfig,
+    GPTNeoForCausalLM,
+    GPTNeoXConfig,
+    GPTNeoXForCausalLM,
+)
+
+VOCAB, POSITIONS, WIDTH, LAYERS, HEADS, LENGTH = 256, 64, 32, 2, 4, 16
+
+
+def models():
+    """(folder, model) for each family, each initialised from its own seed."""
+    torch.manual_seed(1)
+    gpt2 = GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=VOCAB,
+            n_positions=POSITIONS,
+            n_embd=WIDTH,
+            n_layer=LAYERS,
+            n_head=HEADS,
+            attn_implementation="eager",
+        )
+    )
+    torch.manual_seed(2)
+    pythia = GPTNeoXForCausalLM(
+        GPTNeoXConfig(
+            vocab_size=VOCAB,
+            max_position_embeddings=POSITIONS,
+            hidden_size=WIDTH,
+            num_hidden_layers=LAYERS,
+            num_attention_heads=HEADS,
+            intermediate_size=4 * WIDTH,
+            rotary_pct=0.25,
+            use_parallel_residual=True,
+            tie_word_embeddings=False,
+            attn_implementation="eager",
+        )
+    )
+    torch.manual_seed(3)
+    tinystories = GPTNeoForCausalLM(
+        GPTNeoConfig(
+            vocab_size=VOCAB,
+            max_position_embeddings=POSITIONS,
+            hidden_size=WIDTH,
+            num_layers=LAYERS,
+            num_heads=HEADS,
+            attention_types=[[["global", "local"], LAYERS // 2]],
+            window_size=8,
+            attn_implementation="eager",
+        )
+    )
+    return [("gpt2", gpt2), ("pythia", pythia), ("tinystories", tinystories)]
+
+
+def inputs():
+    """Two fixed rows of 16 ids: a random one, and one that repeats its first 8 tokens (an
+    induction pattern)."""
+    generator = torch.Generator().manual_seed(4)
+    first = torch.randint(0, VOCAB, (LENGTH,), generator=generator)
+    half = torch.randint(0, VOCAB, (LENGTH // 2,), generator=generator)
+    return torch.stack([first, torch.cat([half, half])])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path, help="folder for gpt2/, pythia/, tinystories/")
+    out = parser.parse_args().out
+    ids = inputs()
+    for name, model in models():
+        # Perturb the LayerNorms and biases, which start at 1 and 0: a loader that drops
+        # one must not pass by luck.
+        with torch.no_grad():
+            for key, p in model.named_parameters():
+                if p.dim() == 1:
+                    p.add_(0.1 * torch.randn_like(p))
+        model.eval()
+        folder = out / name
+        model.save_pretrained(folder, safe_serialization=True)
+        with torch.no_grad():
+            result = model(ids, output_attentions=True)
+        save_file(
+            {
+                "input_ids": ids.contiguous(),
+                "logits": result.logits.float().contiguous(),
+                "attentions": torch.stack(result.attentions).float().contiguous(),
+            },
+            folder / "reference.safetensors",
+        )
+        config = json.loads((folder / "config.json").read_text())
+        params = sum(p.numel() for p in model.parameters())
+        print(f"{name}: {params} parameters, {config['architectures']}")
+
+
+if __name__ == "__main__":
+    main()
