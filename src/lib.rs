@@ -26,6 +26,7 @@ pub mod analysis;
 #[cfg(feature = "gui")]
 pub mod app;
 pub mod attention;
+pub mod checkpoint;
 pub mod cli;
 pub mod device;
 pub mod encodings;

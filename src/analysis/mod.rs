@@ -25,6 +25,7 @@ pub mod decay;
 mod encoding;
 pub mod erf;
 pub mod figures;
+pub mod heads;
 pub mod iou;
 pub mod receptive_field;
 mod run_erf;

@@ -24,6 +24,7 @@ mod curves;
 mod data;
 mod eval;
 mod extrapolate;
+mod pretrained;
 mod recall;
 mod signals;
 mod sweep;
@@ -121,6 +122,9 @@ pub enum Command {
     /// Validation perplexity against length for LM runs or presets (trained first), with
     /// Definition 0.1's check and Theorem 0.4's verdict.
     Extrapolate(extrapolate::ExtrapolateArgs),
+    /// Induction, previous-token, first-token and entropy scores of every head of a
+    /// pretrained model in a Hugging Face folder (GPT-2), on repeated random tokens.
+    Heads(pretrained::HeadsArgs),
 }
 
 /// A `usize` option accepting `lo..=hi`. An unbounded count reached an allocation: a huge
@@ -276,5 +280,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Spectrum(args)) => recall::spectrum(&args),
         Some(Command::Sweep(args)) => sweep::sweep(&args),
         Some(Command::Extrapolate(args)) => extrapolate::extrapolate(&args),
+        Some(Command::Heads(args)) => pretrained::heads(&args),
     }
 }

@@ -6,6 +6,7 @@
 pub mod bench;
 pub mod encodings;
 pub mod extrapolation;
+pub mod heads;
 pub mod recall;
 pub mod sweep;
 pub mod table;

@@ -1,0 +1,115 @@
+//! GPT-2 (`GPT2LMHeadModel`): learned positions, pre-norm blocks with LayerNorm, fused
+//! [q | k | v] with biases, scores scaled by 1/√d_head, an MLP with `gelu_new` (GELU's tanh
+//! form), a final LayerNorm and the head tied to the embedding. That is attnlab's `attnlab`
+//! layout with a learned encoding, softmax attention and `activation = "gelu-tanh"`; the only
+//! remapping is of names, and the transpose of `Conv1D`'s (in, out) weights.
+
+use candle_core::{Device, Tensor};
+
+use super::{Config, Pretrained, Tensors, assemble};
+use crate::attention::{MechanismSpec, SoftmaxConfig};
+use crate::encodings::{EncodingSpec, LearnedConfig};
+use crate::model::{Activation, Layout, MixerKind, ModelConfig};
+use crate::{Error, Result};
+
+/// What `transformers` prefixes GPT-2's names with when it saves the model with its head.
+const PREFIX: &str = "transformer.";
+
+pub(super) fn build(config: &Config, tensors: &Tensors, device: &Device) -> Result<Pretrained> {
+    let d = config.whole(&["n_embd", "hidden_size"])?;
+    let heads = config.whole(&["n_head", "num_attention_heads"])?;
+    let layers = config.whole(&["n_layer", "num_hidden_layers"])?;
+    let positions = config.whole(&["n_positions", "max_position_embeddings"])?;
+    let vocab = config.whole(&["vocab_size"])?;
+    let inner = config.whole_or(&["n_inner", "intermediate_size"], 4 * d)?;
+    let refuse = |message: String| Error::RunDir {
+        message,
+        path: config.path.clone(),
+    };
+    if heads == 0 || !d.is_multiple_of(heads) || d == 0 || !inner.is_multiple_of(d) {
+        return Err(refuse(format!(
+            "n_embd {d}, n_head {heads} and n_inner {inner} do not make whole heads and a whole \
+             MLP ratio"
+        )));
+    }
+    let activation = match config
+        .string(&["activation_function", "hidden_act"])?
+        .as_str()
+    {
+        "gelu_new" | "gelu_pytorch_tanh" => Activation::GeluTanh,
+        "gelu" => Activation::Gelu,
+        other => return Err(refuse(format!("activation {other} is not one attnlab has"))),
+    };
+    let unscaled = config.value(&["scale_attn_weights"]) == Some(&false.into());
+    let by_layer = config.value(&["scale_attn_by_inverse_layer_idx"]) == Some(&true.into());
+    if unscaled || by_layer {
+        return Err(refuse(
+            "scores not scaled by 1/sqrt(d_head) (scale_attn_weights false or \
+             scale_attn_by_inverse_layer_idx true) are not supported"
+                .into(),
+        ));
+    }
+    let model = ModelConfig {
+        d_model: d,
+        n_layers: layers,
+        n_heads: heads,
+        mlp_ratio: inner / d,
+        activation,
+        mixers: vec![MixerKind::Attention],
+        tie_embeddings: true,
+        layout: Layout::Attnlab,
+        ..ModelConfig::default()
+    };
+    let attention = MechanismSpec::Softmax(SoftmaxConfig::default());
+    let encoding = EncodingSpec::Learned(LearnedConfig::default());
+    assemble(
+        ("gpt2", model),
+        (attention, encoding),
+        (vocab, positions),
+        config,
+        device,
+        |name, dims| source((tensors, device), name, dims),
+    )
+}
+
+/// attnlab's parameter `name` of shape `dims` from GPT-2's tensors.
+fn source((tensors, device): (&Tensors, &Device), name: &str, dims: &[usize]) -> Result<Tensor> {
+    let get = |hf: &str, shape: &[usize]| tensors.get((PREFIX, hf), shape);
+    // Conv1D keeps its weight as (in, out); attnlab's Linear as (out, in).
+    let conv1d = |hf: &str| Ok::<_, Error>(get(hf, &[dims[1], dims[0]])?.t()?.contiguous()?);
+    match name {
+        "embedding.weight" => return get("wte.weight", dims),
+        "pos_embedding" => return get("wpe.weight", dims),
+        // The tied head has no bias in GPT-2: attnlab's is zero.
+        "head.bias" => return Ok(Tensor::zeros(dims, candle_core::DType::F32, device)?),
+        "final_norm.weight" => return get("ln_f.weight", dims),
+        "final_norm.bias" => return get("ln_f.bias", dims),
+        _ => {}
+    }
+    let block = name
+        .strip_prefix("blocks.")
+        .and_then(|rest| rest.split_once('.'));
+    let Some((layer, rest)) = block else {
+        return Err(Error::Internal(format!(
+            "GPT-2 has no parameter for {name}"
+        )));
+    };
+    let h = format!("h.{layer}");
+    match rest {
+        "norm.weight" => get(&format!("{h}.ln_1.weight"), dims),
+        "norm.bias" => get(&format!("{h}.ln_1.bias"), dims),
+        "attn.qkv.weight" => conv1d(&format!("{h}.attn.c_attn.weight")),
+        "attn.qkv.bias" => get(&format!("{h}.attn.c_attn.bias"), dims),
+        "attn.out.weight" => conv1d(&format!("{h}.attn.c_proj.weight")),
+        "attn.out.bias" => get(&format!("{h}.attn.c_proj.bias"), dims),
+        "mlp_norm.weight" => get(&format!("{h}.ln_2.weight"), dims),
+        "mlp_norm.bias" => get(&format!("{h}.ln_2.bias"), dims),
+        "mlp.up.weight" => conv1d(&format!("{h}.mlp.c_fc.weight")),
+        "mlp.up.bias" => get(&format!("{h}.mlp.c_fc.bias"), dims),
+        "mlp.down.weight" => conv1d(&format!("{h}.mlp.c_proj.weight")),
+        "mlp.down.bias" => get(&format!("{h}.mlp.c_proj.bias"), dims),
+        _ => Err(Error::Internal(format!(
+            "GPT-2 has no parameter for {name}"
+        ))),
+    }
+}

@@ -1,0 +1,204 @@
+//! Pretrained models from a Hugging Face folder (`config.json`, `model.safetensors`), built as
+//! attnlab's own [`Transformer`] so that every view and analysis works on them unchanged
+//! (issue 30; ../shared/reference/mixers-mad-checkpoints.md §3). Each family maps its tensors
+//! onto attnlab's parameter names; what is common (reading the config under every spelling
+//! `transformers` has used, the tensors, the checks) is here.
+//!
+//! Families: [`gpt2`] (GPT-2). GPT-NeoX/Pythia and GPT-Neo/TinyStories follow, with the
+//! fixtures `scripts/make_hf_fixtures.py` made for all three (tests/fixtures/hf).
+
+mod gpt2;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor};
+
+use crate::attention::MechanismSpec;
+use crate::encodings::EncodingSpec;
+use crate::model::{ModelConfig, Transformer};
+use crate::ops::Precision;
+use crate::params::Params;
+use crate::{Error, Result};
+
+/// A pretrained model as attnlab builds it: what its preset would say, and the model.
+pub struct Pretrained {
+    /// The family, as `config.json`'s `model_type` names it (`gpt2`).
+    pub family: String,
+    pub model_config: ModelConfig,
+    pub mechanism: MechanismSpec,
+    pub encoding: EncodingSpec,
+    pub vocab_size: usize,
+    /// The longest input its positions allow.
+    pub max_len: usize,
+    /// The beginning-of-sequence token (`bos_token_id`), which TransformerLens puts before
+    /// every input; `None` when the config has none within the vocabulary.
+    pub first_token: Option<u32>,
+    pub params: Params,
+    pub model: Transformer,
+}
+
+/// The model in Hugging Face folder `folder`, on `device`.
+pub fn open(folder: &Path, device: &Device) -> Result<Pretrained> {
+    let config = Config::read(folder)?;
+    let tensors = Tensors::read(folder, device)?;
+    match config.string(&["model_type"])?.as_str() {
+        "gpt2" => gpt2::build(&config, &tensors, device),
+        other => Err(Error::unsupported(
+            format!("the model type '{other}' of {}", config.path.display()),
+            "attnlab opens gpt2 folders",
+        )),
+    }
+}
+
+/// `config.json`, read under every spelling of a setting.
+struct Config {
+    path: PathBuf,
+    json: serde_json::Value,
+}
+
+impl Config {
+    fn read(folder: &Path) -> Result<Self> {
+        let path = folder.join("config.json");
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| Error::io("cannot read the model's config", &path, e))?;
+        let json = serde_json::from_str(&text).map_err(|e| Error::RunDir {
+            message: format!("config.json is not JSON ({e})"),
+            path: path.clone(),
+        })?;
+        Ok(Self { path, json })
+    }
+
+    /// The first of `keys` present (the spellings of one setting across `transformers`
+    /// versions).
+    fn value(&self, keys: &[&str]) -> Option<&serde_json::Value> {
+        keys.iter()
+            .find_map(|k| self.json.get(k).filter(|v| !v.is_null()))
+    }
+
+    fn missing(&self, keys: &[&str]) -> Error {
+        Error::RunDir {
+            message: format!("config.json has no {}", keys.join(" or ")),
+            path: self.path.clone(),
+        }
+    }
+
+    fn whole(&self, keys: &[&str]) -> Result<usize> {
+        let value = self.value(keys).ok_or_else(|| self.missing(keys))?;
+        value
+            .as_u64()
+            .map(|v| v as usize)
+            .ok_or_else(|| Error::RunDir {
+                message: format!("config.json's {} is {value}, not a whole number", keys[0]),
+                path: self.path.clone(),
+            })
+    }
+
+    /// A whole number that may be left out (`null` or absent): `default` then.
+    fn whole_or(&self, keys: &[&str], default: usize) -> Result<usize> {
+        match self.value(keys) {
+            None => Ok(default),
+            Some(_) => self.whole(keys),
+        }
+    }
+
+    fn string(&self, keys: &[&str]) -> Result<String> {
+        let value = self.value(keys).ok_or_else(|| self.missing(keys))?;
+        value
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| Error::RunDir {
+                message: format!("config.json's {} is {value}, not text", keys[0]),
+                path: self.path.clone(),
+            })
+    }
+}
+
+/// The folder's weights by name, as f32 (F16 and BF16 checkpoints are widened).
+struct Tensors {
+    path: PathBuf,
+    by_name: HashMap<String, Tensor>,
+}
+
+impl Tensors {
+    fn read(folder: &Path, device: &Device) -> Result<Self> {
+        let path = folder.join("model.safetensors");
+        if !path.exists() {
+            return Err(Error::RunDir {
+                message: "no model.safetensors in the model folder (pytorch_model.bin is not \
+                          read yet: save the model with safe_serialization=True)"
+                    .into(),
+                path,
+            });
+        }
+        let by_name = candle_core::safetensors::load(&path, device).map_err(|e| Error::RunDir {
+            message: format!("cannot read the weights ({e})"),
+            path: path.clone(),
+        })?;
+        Ok(Self { path, by_name })
+    }
+
+    /// Tensor `name` (or `prefix` + `name`, as a model saved with its LM head names them) of
+    /// `shape`, as f32.
+    fn get(&self, (prefix, name): (&str, &str), shape: &[usize]) -> Result<Tensor> {
+        let tensor = self
+            .by_name
+            .get(name)
+            .or_else(|| self.by_name.get(&format!("{prefix}{name}")))
+            .ok_or_else(|| Error::RunDir {
+                message: format!("the weights have no tensor {name}"),
+                path: self.path.clone(),
+            })?;
+        if tensor.dims() != shape {
+            return Err(Error::RunDir {
+                message: format!(
+                    "tensor {name} has shape {:?}, config.json says {shape:?}",
+                    tensor.dims()
+                ),
+                path: self.path.clone(),
+            });
+        }
+        Ok(tensor.to_dtype(DType::F32)?)
+    }
+}
+
+/// The model `config` describes with every parameter set by `source` (attnlab's name and
+/// shape → the checkpoint's value); one left unset is an internal error.
+fn assemble(
+    (family, model_config): (&str, ModelConfig),
+    (mechanism, encoding): (MechanismSpec, EncodingSpec),
+    (vocab_size, max_len): (usize, usize),
+    config: &Config,
+    device: &Device,
+    source: impl Fn(&str, &[usize]) -> Result<Tensor>,
+) -> Result<Pretrained> {
+    let params = Params::new(0, device);
+    let model = Transformer::new(
+        &model_config,
+        &mechanism,
+        &encoding,
+        vocab_size,
+        max_len,
+        Precision::F32,
+        &params,
+    )?;
+    for (name, var) in params.vars() {
+        var.set(&source(&name, var.dims())?)?;
+    }
+    let first_token = config
+        .value(&["bos_token_id"])
+        .and_then(serde_json::Value::as_u64)
+        .filter(|&id| (id as usize) < vocab_size)
+        .map(|id| id as u32);
+    Ok(Pretrained {
+        family: family.to_string(),
+        model_config,
+        mechanism,
+        encoding,
+        vocab_size,
+        max_len,
+        first_token,
+        params,
+        model,
+    })
+}

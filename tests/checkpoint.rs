@@ -1,0 +1,150 @@
+//! Pretrained models from Hugging Face folders against what `transformers` computes for them:
+//! the tiny random checkpoints of `scripts/make_hf_fixtures.py` (tests/fixtures/hf), with
+//! their logits and attention weights for two fixed inputs.
+
+#![allow(clippy::unwrap_used)] // test helpers: a panic is the failure report
+
+use std::path::{Path, PathBuf};
+
+use attnlab::checkpoint;
+use candle_core::{DType, Device, Tensor};
+
+fn fixture(family: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/hf")
+        .join(family)
+}
+
+fn max_difference(a: &Tensor, b: &Tensor) -> f32 {
+    assert_eq!(a.dims(), b.dims());
+    (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
+}
+
+/// The model's logits within 1e-4 of transformers' (f32 sums in another order) and every
+/// layer's attention rows within 1e-5, on a random row and on a repeated one.
+fn assert_matches_transformers(family: &str) {
+    let folder = fixture(family);
+    let pretrained = checkpoint::open(&folder, &Device::Cpu).unwrap();
+    let reference =
+        candle_core::safetensors::load(folder.join("reference.safetensors"), &Device::Cpu).unwrap();
+    let ids = reference["input_ids"].to_dtype(DType::U32).unwrap();
+    let forward = pretrained.model.forward(&ids).unwrap();
+    let logits = max_difference(&forward.logits, &reference["logits"]);
+    assert!(logits < 1e-4, "{family}: logits differ by {logits}");
+    let attentions = &reference["attentions"];
+    for (layer, attention) in forward.attention.iter().enumerate() {
+        let ours = &attention.as_ref().unwrap().weights;
+        let theirs = attentions.get(layer).unwrap();
+        let difference = max_difference(ours, &theirs);
+        assert!(
+            difference < 1e-5,
+            "{family} layer {layer}: attention differs by {difference}"
+        );
+    }
+    let zeros = reference["logits"].zeros_like().unwrap();
+    let size = max_difference(&reference["logits"], &zeros);
+    assert!(
+        size > 1.0,
+        "{family}: the logits compared are near zero ({size})"
+    );
+}
+
+#[test]
+fn gpt2_matches_transformers() {
+    assert_matches_transformers("gpt2");
+    let pretrained = checkpoint::open(&fixture("gpt2"), &Device::Cpu).unwrap();
+    assert_eq!((pretrained.vocab_size, pretrained.max_len), (256, 64));
+    assert_eq!(pretrained.model_config.mlp_ratio, 4);
+}
+
+/// A folder with no config, a config of a family attnlab does not open, and weights of
+/// another shape than the config says: each an error naming the file and what is wrong.
+#[test]
+fn bad_folders_are_refused_in_words() {
+    let empty = std::env::temp_dir().join(format!("attnlab-no-model-{}", std::process::id()));
+    std::fs::create_dir_all(&empty).unwrap();
+    let error = checkpoint::open(&empty, &Device::Cpu)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(error.contains("config.json"), "{error}");
+
+    let copy = std::env::temp_dir().join(format!("attnlab-bad-model-{}", std::process::id()));
+    std::fs::create_dir_all(&copy).unwrap();
+    let config = std::fs::read_to_string(fixture("gpt2").join("config.json")).unwrap();
+    std::fs::write(
+        copy.join("config.json"),
+        config.replace("\"n_embd\": 32", "\"n_embd\": 64"),
+    )
+    .unwrap();
+    std::fs::copy(
+        fixture("gpt2").join("model.safetensors"),
+        copy.join("model.safetensors"),
+    )
+    .unwrap();
+    let error = checkpoint::open(&copy, &Device::Cpu)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        error.contains("shape") && error.contains("model.safetensors"),
+        "{error}"
+    );
+
+    std::fs::remove_file(copy.join("model.safetensors")).unwrap();
+    let error = checkpoint::open(&copy, &Device::Cpu)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(error.contains("no model.safetensors"), "{error}");
+    std::fs::remove_dir_all(&copy).unwrap();
+    std::fs::remove_dir_all(&empty).unwrap();
+}
+
+/// `attnlab heads` on the GPT-2 fixture: a score per head of every layer, each a mean of
+/// attention weights (in [0, 1]) or an entropy (at most ln of the probe's length), the probe
+/// too long for the model's positions refused in words.
+#[test]
+fn heads_scores_every_head_of_a_pretrained_model() {
+    let run = |half: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_attnlab"))
+            .args(["heads", "tests/fixtures/hf/gpt2", "--format", "json"])
+            .args(["--half", half, "--rows", "3"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .unwrap()
+    };
+    let out = run("20");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let scores = report["scores"].as_array().unwrap();
+    assert_eq!(scores.len(), 2 * 4, "2 layers × 4 heads");
+    for score in scores {
+        for key in ["induction", "previous_token", "first_token"] {
+            let value = score[key].as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&value), "{key} = {value}");
+        }
+        let entropy = score["entropy"].as_f64().unwrap();
+        assert!(
+            entropy > 0.0 && entropy <= (40f64).ln(),
+            "entropy {entropy}"
+        );
+    }
+    let too_long = run("40");
+    assert!(!too_long.status.success());
+    let error = String::from_utf8_lossy(&too_long.stderr);
+    assert!(error.contains("64 positions"), "{error}");
+}
