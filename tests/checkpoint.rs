@@ -66,6 +66,13 @@ fn gpt2_matches_transformers() {
     assert_eq!(pretrained.model_config.mlp_ratio, 4);
 }
 
+#[test]
+fn pythia_matches_transformers() {
+    assert_matches_transformers("pythia");
+    let pretrained = checkpoint::open(&fixture("pythia"), &Device::Cpu).unwrap();
+    assert!(pretrained.model_config.parallel_residual);
+}
+
 /// A folder with no config, a config of a family attnlab does not open, and weights of
 /// another shape than the config says: each an error naming the file and what is wrong.
 #[test]

@@ -165,6 +165,11 @@ fn model_ui(ui: &mut egui::Ui, m: &mut ModelConfig) {
                 .labelled_by(label.id)
                 .on_hover_text(key_hint("model.activation"));
         });
+        ui.checkbox(&mut m.parallel_residual, "parallel residual")
+            .on_hover_text(format!(
+                "x + mixer(norm(x)) + mlp(norm(x)) in each block, as GPT-NeoX and Pythia; {}",
+                key_hint("model.parallel_residual")
+            ));
     }
     mixers_ui(ui, &mut m.mixers);
     if m.mixers.contains(&MixerKind::ShortConv) {

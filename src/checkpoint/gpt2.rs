@@ -6,10 +6,10 @@
 
 use candle_core::{Device, Tensor};
 
-use super::{Config, Pretrained, Tensors, assemble};
+use super::{Config, Pretrained, Tensors, assemble, block_parameter, no_parameter};
 use crate::attention::{MechanismSpec, SoftmaxConfig};
 use crate::encodings::{EncodingSpec, LearnedConfig};
-use crate::model::{Activation, Layout, MixerKind, ModelConfig};
+use crate::model::{Layout, MixerKind, ModelConfig};
 use crate::{Error, Result};
 
 /// What `transformers` prefixes GPT-2's names with when it saves the model with its head.
@@ -32,14 +32,7 @@ pub(super) fn build(config: &Config, tensors: &Tensors, device: &Device) -> Resu
              MLP ratio"
         )));
     }
-    let activation = match config
-        .string(&["activation_function", "hidden_act"])?
-        .as_str()
-    {
-        "gelu_new" | "gelu_pytorch_tanh" => Activation::GeluTanh,
-        "gelu" => Activation::Gelu,
-        other => return Err(refuse(format!("activation {other} is not one attnlab has"))),
-    };
+    let activation = config.activation()?;
     let unscaled = config.value(&["scale_attn_weights"]) == Some(&false.into());
     let by_layer = config.value(&["scale_attn_by_inverse_layer_idx"]) == Some(&true.into());
     if unscaled || by_layer {
@@ -86,14 +79,7 @@ fn source((tensors, device): (&Tensors, &Device), name: &str, dims: &[usize]) ->
         "final_norm.bias" => return get("ln_f.bias", dims),
         _ => {}
     }
-    let block = name
-        .strip_prefix("blocks.")
-        .and_then(|rest| rest.split_once('.'));
-    let Some((layer, rest)) = block else {
-        return Err(Error::Internal(format!(
-            "GPT-2 has no parameter for {name}"
-        )));
-    };
+    let (layer, rest) = block_parameter("GPT-2", name)?;
     let h = format!("h.{layer}");
     match rest {
         "norm.weight" => get(&format!("{h}.ln_1.weight"), dims),
@@ -108,8 +94,6 @@ fn source((tensors, device): (&Tensors, &Device), name: &str, dims: &[usize]) ->
         "mlp.up.bias" => get(&format!("{h}.mlp.c_fc.bias"), dims),
         "mlp.down.weight" => conv1d(&format!("{h}.mlp.c_proj.weight")),
         "mlp.down.bias" => get(&format!("{h}.mlp.c_proj.bias"), dims),
-        _ => Err(Error::Internal(format!(
-            "GPT-2 has no parameter for {name}"
-        ))),
+        _ => Err(no_parameter("GPT-2", name)),
     }
 }

@@ -4,10 +4,11 @@
 //! onto attnlab's parameter names; what is common (reading the config under every spelling
 //! `transformers` has used, the tensors, the checks) is here.
 //!
-//! Families: [`gpt2`] (GPT-2). GPT-NeoX/Pythia and GPT-Neo/TinyStories follow, with the
-//! fixtures `scripts/make_hf_fixtures.py` made for all three (tests/fixtures/hf).
+//! Families: [`gpt2`] (GPT-2), [`gpt_neox`] (GPT-NeoX, Pythia). GPT-Neo/TinyStories follows,
+//! with the fixtures `scripts/make_hf_fixtures.py` made for all three (tests/fixtures/hf).
 
 mod gpt2;
+mod gpt_neox;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -16,7 +17,7 @@ use candle_core::{DType, Device, Tensor};
 
 use crate::attention::MechanismSpec;
 use crate::encodings::EncodingSpec;
-use crate::model::{ModelConfig, Transformer};
+use crate::model::{Activation, ModelConfig, Transformer};
 use crate::ops::Precision;
 use crate::params::Params;
 use crate::{Error, Result};
@@ -43,10 +44,11 @@ pub fn open(folder: &Path, device: &Device) -> Result<Pretrained> {
     let config = Config::read(folder)?;
     let tensors = Tensors::read(folder, device)?;
     match config.string(&["model_type"])?.as_str() {
+        "gpt_neox" => gpt_neox::build(&config, &tensors, device),
         "gpt2" => gpt2::build(&config, &tensors, device),
         other => Err(Error::unsupported(
             format!("the model type '{other}' of {}", config.path.display()),
-            "attnlab opens gpt2 folders",
+            "attnlab opens gpt2 and gpt_neox folders",
         )),
     }
 }
@@ -100,6 +102,29 @@ impl Config {
             None => Ok(default),
             Some(_) => self.whole(keys),
         }
+    }
+
+    /// The MLP's activation (`activation_function` or `hidden_act`).
+    fn activation(&self) -> Result<Activation> {
+        match self
+            .string(&["activation_function", "hidden_act"])?
+            .as_str()
+        {
+            "gelu_new" | "gelu_pytorch_tanh" => Ok(Activation::GeluTanh),
+            "gelu" => Ok(Activation::Gelu),
+            other => Err(Error::RunDir {
+                message: format!("activation {other} is not one attnlab has (gelu, gelu_new)"),
+                path: self.path.clone(),
+            }),
+        }
+    }
+
+    fn real(&self, keys: &[&str]) -> Result<f64> {
+        let value = self.value(keys).ok_or_else(|| self.missing(keys))?;
+        value.as_f64().ok_or_else(|| Error::RunDir {
+            message: format!("config.json's {} is {value}, not a number", keys[0]),
+            path: self.path.clone(),
+        })
     }
 
     fn string(&self, keys: &[&str]) -> Result<String> {
@@ -201,4 +226,17 @@ fn assemble(
         params,
         model,
     })
+}
+
+/// (layer, the rest) of a block's parameter name `blocks.{layer}.{rest}`.
+fn block_parameter<'a>(family: &str, name: &'a str) -> Result<(&'a str, &'a str)> {
+    name.strip_prefix("blocks.")
+        .and_then(|rest| rest.split_once('.'))
+        .ok_or_else(|| no_parameter(family, name))
+}
+
+/// A parameter of attnlab's model that `family` has no tensor for: a loader out of step with
+/// the model it builds.
+fn no_parameter(family: &str, name: &str) -> Error {
+    Error::Internal(format!("{family} has no parameter for {name}"))
 }

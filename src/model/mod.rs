@@ -100,6 +100,9 @@ pub struct ModelConfig {
     pub mlp_ratio: usize,
     /// The MLP's GELU: exact (`gelu`, PyTorch's `nn.GELU()`) or GPT-2's tanh approximation.
     pub activation: Activation,
+    /// x + mixer(norm₁(x)) + mlp(norm₂(x)) in each block instead of the MLP after the mixer
+    /// (GPT-NeoX's and Pythia's `use_parallel_residual`).
+    pub parallel_residual: bool,
     /// Mixer of each layer, repeated cyclically over the layers.
     pub mixers: Vec<MixerKind>,
     /// Kernel size of `short-conv` mixers (3 in zoology's BaseConv).
@@ -160,6 +163,7 @@ impl Default for ModelConfig {
             n_heads: 2,
             mlp_ratio: 4,
             activation: Activation::Gelu,
+            parallel_residual: false,
             mixers: vec![MixerKind::Attention],
             conv_kernel: 3,
             tie_embeddings: false,

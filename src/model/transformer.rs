@@ -30,11 +30,13 @@ enum StateMixer {
     Mlp(LayerNorm, Mlp),
 }
 
-/// Pre-norm residual block: x + mixer(norm(x)), then the state mixer.
+/// Pre-norm residual block: x + mixer(norm(x)), then the state mixer; with a parallel
+/// residual (GPT-NeoX's `use_parallel_residual`) x + mixer(norm₁(x)) + mlp(norm₂(x)).
 struct Block {
     norm: LayerNorm,
     mixer: Mixer,
     state: StateMixer,
+    parallel: bool,
 }
 
 impl Block {
@@ -80,12 +82,16 @@ impl Block {
         Ok((gather_rows(x, rows)? + y)?)
     }
 
-    /// The state mixer: x, x + norm(x) or x + mlp(norm(x)); works on (B, T, D) or on
-    /// gathered rows (R, D).
-    fn feed_forward(&self, x: Tensor) -> Result<Tensor> {
+    /// The state mixer on `x`, the mixer's output with its residual: x, x + norm(x) or
+    /// x + mlp(norm(x)), or with a parallel residual x + mlp(norm(input)), `input` the block's
+    /// input at the same rows (read only then). Works on (B, T, D) or on gathered rows (R, D).
+    fn feed_forward(&self, x: Tensor, input: impl FnOnce() -> Result<Tensor>) -> Result<Tensor> {
         match &self.state {
             StateMixer::None => Ok(x),
             StateMixer::Norm(norm) => Ok((&x + norm.forward(&x)?)?),
+            StateMixer::Mlp(norm, mlp) if self.parallel => {
+                Ok((&x + mlp.forward(&norm.forward(&input()?)?)?)?)
+            }
             StateMixer::Mlp(norm, mlp) => Ok((&x + mlp.forward(&norm.forward(&x)?)?)?),
         }
     }
@@ -210,6 +216,7 @@ impl Transformer {
                     norm: LayerNorm::new(d, &p.pp("norm"))?,
                     mixer,
                     state,
+                    parallel: config.parallel_residual,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -274,10 +281,11 @@ impl Transformer {
         };
         for (layer, block) in earlier.iter().enumerate() {
             let seeds = site(1 + layer);
-            x = block.feed_forward(block.mix_output(&x, seeds.as_deref())?)?;
+            x = block.feed_forward(block.mix_output(&x, seeds.as_deref())?, || Ok(x.clone()))?;
         }
         let seeds = site(1 + earlier.len());
-        let scored = last.feed_forward(last.mix_rows(&x, rows, seeds.as_deref())?)?; // (R, D)
+        let mixed = last.mix_rows(&x, rows, seeds.as_deref())?;
+        let scored = last.feed_forward(mixed, || gather_rows(&x, rows))?; // (R, D)
         self.head.forward(&self.final_norm.forward(&scored)?)
     }
 
@@ -313,7 +321,7 @@ impl Transformer {
             let (mixed, attention) = block.mix(&x, None)?;
             weights.push(attention.map(|a| a.weights.detach()));
             if layer < last_attention {
-                x = block.feed_forward(mixed)?;
+                x = block.feed_forward(mixed, || Ok(x.clone()))?;
             }
         }
         Ok(weights)
@@ -325,7 +333,9 @@ impl Transformer {
     pub fn logits_blocks(&self, ids: &Tensor, chunk: usize) -> Result<Tensor> {
         let mut x = self.embed(ids)?.detach();
         for block in &self.blocks {
-            x = block.feed_forward(block.mix(&x, Some(chunk))?.0)?.detach();
+            x = block
+                .feed_forward(block.mix(&x, Some(chunk))?.0, || Ok(x.clone()))?
+                .detach();
         }
         Ok(self.head.forward(&self.final_norm.forward(&x)?)?.detach())
     }
@@ -336,7 +346,7 @@ impl Transformer {
         let mut attention = Vec::with_capacity(self.blocks.len());
         for block in &self.blocks {
             let (mixed, layer_attention) = block.mix(&x, None)?;
-            x = block.feed_forward(mixed)?;
+            x = block.feed_forward(mixed, || Ok(x.clone()))?;
             attention.push(layer_attention);
         }
         let logits = self.head.forward(&self.final_norm.forward(&x)?)?;
