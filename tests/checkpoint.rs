@@ -107,6 +107,20 @@ fn bad_folders_are_refused_in_words() {
         "{error}"
     );
 
+    let other_eps = config.replace(
+        "\"layer_norm_epsilon\": 1e-05",
+        "\"layer_norm_epsilon\": 1e-06",
+    );
+    std::fs::write(copy.join("config.json"), other_eps).unwrap();
+    let error = checkpoint::open(&copy, &Device::Cpu)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        error.contains("layer_norm_eps") && error.contains("config.json"),
+        "{error}"
+    );
+
     std::fs::remove_file(copy.join("model.safetensors")).unwrap();
     let error = checkpoint::open(&copy, &Device::Cpu)
         .err()

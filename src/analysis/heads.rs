@@ -2,9 +2,11 @@
 //! induction probe: `rows` sequences of `half` uniformly random tokens repeated twice, after
 //! the model's beginning-of-sequence token where it has one (TransformerLens prepends it).
 //!
-//! - induction: the mean weight a query in the second copy puts on the token after its
-//!   earlier occurrence (query o + half + i, key o + i + 1, o = 1 with the first token, else 0):
-//!   TransformerLens's `pattern.diagonal(1 − half).mean()`;
+//! - induction: TransformerLens's `pattern.diagonal(1 − half).mean()`, the weights of query q
+//!   on key q + 1 − half for every q from half − 1 on: for a query in the second copy (query
+//!   o + half + i, o = 1 after the first token, else 0) the token after its earlier occurrence
+//!   (key o + i + 1); the diagonal also takes the one or two queries just before the second
+//!   copy, as TransformerLens's mean does;
 //! - previous token: the mean weight on the key just before the query;
 //! - first token: the mean weight on position 0 (the "attention sink"), queries 1 on;
 //! - entropy: the mean entropy of the rows, in nats, queries 1 on (row 0 has one key).
@@ -93,7 +95,6 @@ pub fn head_scores(
         .to_dtype(candle_core::DType::F64)?
         .flatten_all()?
         .to_vec1::<f64>()?;
-    let offset = usize::from(probe.first.is_some());
     let half = probe.half;
     Ok((0..h)
         .map(|head| {
@@ -106,7 +107,7 @@ pub fn head_scores(
                     .sum();
                 total / n
             };
-            let second_copy = offset + half..(offset + 2 * half).min(t);
+            let stripe = half.saturating_sub(1).min(t)..t;
             let rest = 1.min(t)..t;
             let entropy = |row: usize, q: usize| {
                 -(0..=q)
@@ -118,7 +119,7 @@ pub fn head_scores(
             HeadScores {
                 layer,
                 head,
-                induction: mean(&|row, q| at(row, q, q + 1 - half), second_copy),
+                induction: mean(&|row, q| at(row, q, q + 1 - half), stripe),
                 previous_token: mean(&|row, q| at(row, q, q - 1), rest.clone()),
                 first_token: mean(&|row, q| at(row, q, 0), rest.clone()),
                 entropy: mean(&entropy, rest),
@@ -161,10 +162,12 @@ mod tests {
         let t = p.len();
         let previous = &head_scores(&one_hot(t, |q| q.saturating_sub(1)), 0, &p).unwrap()[0];
         assert_eq!((previous.previous_token, previous.induction), (1.0, 0.0));
-        // Query 1 + 5 + i reads key 1 + i + 1, the token after the earlier copy.
+        // Query 1 + 5 + i reads key 1 + i + 1, the token after the earlier copy; queries 4
+        // and 5 (before the second copy) read key 0. TransformerLens's stripe takes queries
+        // 4..11 with keys 0..7: 1 at query 4 (its key is 0), 0 at 5, 1 at the five others.
         let induction = |q: usize| if q >= 6 { q + 1 - 5 } else { 0 };
         let induction = &head_scores(&one_hot(t, induction), 1, &p).unwrap()[0];
-        assert_eq!((induction.induction, induction.layer), (1.0, 1));
+        assert_eq!((induction.induction, induction.layer), (6.0 / 7.0, 1));
         assert!(induction.previous_token < 0.2);
         let sink = &head_scores(&one_hot(t, |_| 0), 0, &p).unwrap()[0];
         assert_eq!((sink.first_token, sink.entropy), (1.0, 0.0));

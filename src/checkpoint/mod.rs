@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Device, Tensor};
 
 use crate::attention::MechanismSpec;
-use crate::encodings::EncodingSpec;
-use crate::model::{Activation, ModelConfig, Transformer};
+use crate::encodings::{EncodingShape, EncodingSpec};
+use crate::model::{Activation, Build, ModelConfig, Transformer};
 use crate::ops::Precision;
 use crate::params::Params;
 use crate::{Error, Result};
@@ -113,7 +113,10 @@ impl Config {
             "gelu_new" | "gelu_pytorch_tanh" => Ok(Activation::GeluTanh),
             "gelu" => Ok(Activation::Gelu),
             other => Err(Error::RunDir {
-                message: format!("activation {other} is not one attnlab has (gelu, gelu_new)"),
+                message: format!(
+                    "activation {other} is not one attnlab has (gelu, gelu_new, \
+                     gelu_pytorch_tanh)"
+                ),
                 path: self.path.clone(),
             }),
         }
@@ -197,6 +200,7 @@ fn assemble(
     device: &Device,
     source: impl Fn(&str, &[usize]) -> Result<Tensor>,
 ) -> Result<Pretrained> {
+    check_buildable(config, &model_config, (&encoding, max_len))?;
     let params = Params::new(0, device);
     let model = Transformer::new(
         &model_config,
@@ -239,4 +243,39 @@ fn block_parameter<'a>(family: &str, name: &'a str) -> Result<(&'a str, &'a str)
 /// the model it builds.
 fn no_parameter(family: &str, name: &str) -> Error {
     Error::Internal(format!("{family} has no parameter for {name}"))
+}
+
+/// Refuses what attnlab would build otherwise than the config says: LayerNorm's ε other than
+/// its 1e-5, a `rope_scaling` (not read yet), and a model or encoding its own checks refuse
+/// (e.g. a `rotary_pct` that rotates fewer than 2 channels).
+fn check_buildable(
+    config: &Config,
+    model: &ModelConfig,
+    (encoding, max_len): (&EncodingSpec, usize),
+) -> Result<()> {
+    let refuse = |message: String| Error::RunDir {
+        message,
+        path: config.path.clone(),
+    };
+    if let Some(eps) = config.value(&["layer_norm_epsilon", "layer_norm_eps"]) {
+        if eps.as_f64().is_none_or(|eps| (eps - 1e-5).abs() > 1e-12) {
+            return Err(refuse(format!(
+                "layer_norm_eps {eps} is not attnlab's LayerNorm epsilon, 1e-5"
+            )));
+        }
+    }
+    if let Some(scaling) = config.value(&["rope_scaling"]) {
+        return Err(refuse(format!("rope_scaling {scaling} is not read yet")));
+    }
+    let shape = EncodingShape {
+        d_model: model.d_model,
+        n_heads: model.n_heads,
+        qk_dim: model.head_dim(),
+        max_len,
+        embedding_std: Build::embedding_std(model.layout),
+    };
+    model
+        .validate()
+        .and_then(|()| encoding.validate(&shape))
+        .map_err(|e| refuse(format!("attnlab cannot build this model: {e}")))
 }

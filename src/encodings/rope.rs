@@ -301,7 +301,7 @@ impl Rotary {
         }
     }
 
-    /// (cos, sin) tables, (2, n, d), for the given positions.
+    /// (cos, sin) tables, (2, n, r) for the r rotated channels, for the given positions.
     fn tables(&self, positions: impl Iterator<Item = f64>) -> Result<Tensor> {
         let dim = self.profile.rotated;
         let half = dim / 2;
@@ -401,12 +401,12 @@ impl Rotary {
     }
 }
 
-/// The rows of (2, T, d) tables at the block's query positions.
+/// The rows of (2, T, r) tables at the block's query positions.
 fn query_rows(tables: &Tensor, block: QueryBlock) -> Result<Tensor> {
     Ok(tables.narrow(1, block.start, block.len)?)
 }
 
-/// The rows of (2, T, d) tables at the block's key positions.
+/// The rows of (2, T, r) tables at the block's key positions.
 fn key_rows(tables: &Tensor, block: QueryBlock) -> Result<Tensor> {
     Ok(tables.narrow(1, 0, block.keys())?)
 }

@@ -20,7 +20,6 @@ use serde::{Deserialize, Serialize};
 
 pub use conv::{PrevToken, ShortConv};
 pub use layers::{Embedding, LayerNorm, Linear, LinearInit, Mlp};
-
 pub use mha::MultiHeadAttention;
 pub use transformer::{Forward, Transformer};
 
@@ -266,6 +265,13 @@ impl ModelConfig {
                 format!("must be divisible by model.n_heads = {}", self.n_heads),
             ));
         }
+        if self.parallel_residual && self.mlp_ratio == 0 {
+            return Err(Error::preset(
+                "model.parallel_residual",
+                true,
+                "runs the MLP beside the mixer, and model.mlp_ratio = 0 has no MLP",
+            ));
+        }
         if self.mixers.is_empty() {
             return Err(Error::preset(
                 "model.mixers",
@@ -281,5 +287,23 @@ impl ModelConfig {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A parallel residual needs the MLP it runs beside the mixer.
+    #[test]
+    fn a_parallel_residual_without_an_mlp_is_refused() {
+        let parallel = |mlp_ratio| ModelConfig {
+            parallel_residual: true,
+            mlp_ratio,
+            ..ModelConfig::default()
+        };
+        assert!(parallel(4).validate().is_ok());
+        let error = parallel(0).validate().unwrap_err().to_string();
+        assert!(error.contains("model.parallel_residual"), "{error}");
     }
 }

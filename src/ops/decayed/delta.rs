@@ -4,15 +4,16 @@
 //! The composed form ([`delta_rule_composed`]: the reference, and the path on a GPU) is
 //! flash-linear-attention's chunked one, with the keys' inverse of each chunk. The fused CPU
 //! kernel runs the recurrence itself, token by token, in the form
-//! P = e^(g) S, r = v − Pᵀk, S ← P + β k rᵀ: per token and head 6·Dk·Dv flops against the
-//! chunk's ~4·C·(Dk + Dv) + C²/3 (C = 64, Dk = Dv = 32: 6 k against 17 k), every pass over a
+//! P = e^(g) S, r = v − Pᵀk, S ← P + β k rᵀ: per token and head 6·Dk·Dv flops (7 with the
+//! decay) against the chunk's ~4·C·(Dk + Dv) + C²/3 for its C×C products and inverse plus its
+//! own ~6·Dk·Dv for the state (C = 64, Dk = Dv = 32: 6–7 k against 23 k), every pass over a
 //! state that stays in L1, and no C×C products, masks or inverse to keep for the backward pass.
 //! The backward pass walks the tokens back, the states of each span of `chunk` tokens
 //! recomputed from the state before it (kept from a first pass), so it stores T/C states, not T.
 //!
 //! Measured (`attnlab bench --steps-only --set attention.kind=deltanet`, 2 cores): a DeltaNet
-//! training step at d 128, T 64 takes 110 ms against 117–126 with the composed chunks, at
-//! T 1024 1.98 s against 4.45 (docs/recall.md). The row dots of the backward pass are the
+//! training step at d 128, T 64 takes 109–115 ms against 117–126 with the composed chunks,
+//! at T 1024 1.93–2.33 s against 4.45 (docs/recall.md). The row dots of the backward pass are the
 //! kernel's cost: each is a horizontal sum, hence [`dot_difference`] and dg by column.
 
 use candle_core::Tensor;
@@ -140,9 +141,11 @@ struct Workspace {
     residuals: Vec<f32>,
     /// The gradient of the state after the token at hand, Dk × Dv.
     ds: Vec<f32>,
-    /// Three vectors of Dv.
+    /// u = β r of the token at hand (Dv); in the forward pass, its r.
     u: Vec<f32>,
+    /// du, then dr = β du (Dv).
     du: Vec<f32>,
+    /// The decay's gradient summed by column (Dv), before its one horizontal sum.
     dg: Vec<f32>,
 }
 
