@@ -257,12 +257,11 @@ fn check_buildable(
         message,
         path: config.path.clone(),
     };
-    if let Some(eps) = config.value(&["layer_norm_epsilon", "layer_norm_eps"]) {
-        if eps.as_f64().is_none_or(|eps| (eps - 1e-5).abs() > 1e-12) {
-            return Err(refuse(format!(
-                "layer_norm_eps {eps} is not attnlab's LayerNorm epsilon, 1e-5"
-            )));
-        }
+    let eps = config.value(&["layer_norm_epsilon", "layer_norm_eps"]);
+    if let Some(eps) = eps.filter(|e| e.as_f64().is_none_or(|e| (e - 1e-5).abs() > 1e-12)) {
+        return Err(refuse(format!(
+            "layer_norm_eps {eps} is not attnlab's LayerNorm epsilon, 1e-5"
+        )));
     }
     if let Some(scaling) = config.value(&["rope_scaling"]) {
         return Err(refuse(format!("rope_scaling {scaling} is not read yet")));
