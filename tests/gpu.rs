@@ -284,10 +284,25 @@ fn every_fused_kernel_matches_the_composed_ops() {
         ),
         (
             "standardise",
-            |t| ops::standardise(&t[0], 1e-5),
-            |t| ops::standardise_composed(&t[0], 1e-5),
+            |t| ops::normalise(&t[0], ops::RowNorm::Standard, 1e-5),
+            |t| ops::normalise_composed(&t[0], ops::RowNorm::Standard, 1e-5),
             vec![rows.clone()],
             1,
+        ),
+        // RMS and L2 norms have no CUDA kernel: the GPU composes them.
+        (
+            "L2 norm",
+            |t| ops::normalise(&t[0], ops::RowNorm::L2, 1e-6),
+            |t| ops::normalise_composed(&t[0], ops::RowNorm::L2, 1e-6),
+            vec![rows.clone()],
+            1,
+        ),
+        (
+            "RMS norm",
+            |t| ops::rms_norm(&t[0], &t[1], 1e-5),
+            |t| ops::rms_norm_composed(&t[0], &t[1], 1e-5),
+            vec![rows.clone(), gamma.clone()],
+            2,
         ),
         (
             "layer norm",
@@ -346,6 +361,22 @@ fn every_fused_kernel_matches_the_composed_ops() {
             |t| ops::causal_conv_composed(&t[0], &t[1], &t[2]),
             conv_inputs(&[3, 4, 75], &[3, 75]),
             3,
+        ),
+        // The convolution's kernel with SiLU into 3 heads of 25 (composed on the GPU round
+        // the convolution's kernel), and GLA's cumulative gate over 5 heads of 15.
+        (
+            "causal convolution and SiLU into heads",
+            |t| ops::causal_conv_silu_heads(&t[0], &t[1], 3),
+            |t| ops::causal_conv_silu_heads_composed(&t[0], &t[1], 3),
+            conv_inputs(&[4, 75], &[75])[..2].to_vec(),
+            2,
+        ),
+        (
+            "cumulative log-sigmoid gate",
+            |t| ops::cumulative_log_sigmoid(&t[0], 5, 1.0 / 16.0),
+            |t| ops::cumulative_log_sigmoid_composed(&t[0], 5, 1.0 / 16.0),
+            conv_inputs(&[4, 75], &[75])[..1].to_vec(),
+            1,
         ),
         // x (3, 37, 75) through W (15, 75) and b (15); with heads, 3 heads of 5.
         (

@@ -25,7 +25,7 @@
 
 use std::sync::Arc;
 
-use candle_core::{D, Tensor};
+use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
 use super::recurrent::{Decay, heads_first, positioned_for_chunks, read_scores};
@@ -36,7 +36,7 @@ use super::{
 use crate::encodings::{Encoding, QueryBlock};
 #[cfg(doc)]
 use crate::ops::delta_rule_composed;
-use crate::ops::{decay_matrix, delta_inverse, delta_rule};
+use crate::ops::{self, RowNorm, decay_matrix, delta_inverse, delta_rule};
 use crate::params::Params;
 use crate::settings::{Choices, Hyperparameter, Settings, Switch, real};
 use crate::{Error, Result};
@@ -186,7 +186,9 @@ impl Rule {
                 4.0 * c
             },
             features: layer.qk,
-            norms: 3.0 * channels + 3.0 * width,
+            // The projections the convolutions read, and the head norm's output: the fused
+            // convolution, L2 norms and head norm keep no intermediates (tests/memory.rs).
+            norms: channels + width,
         }
     }
 
@@ -265,8 +267,7 @@ delta_variant!(GatedDeltaNetConfig, &GATED_FACTS);
 
 /// x / ‖x‖ over the last dimension (FLA's l2norm, eps 1e-6).
 fn l2_normalised(x: &Tensor) -> Result<Tensor> {
-    let norm = (x.sqr()?.sum_keepdim(D::Minus1)? + 1e-6)?.sqrt()?;
-    Ok(x.broadcast_div(&norm)?)
+    ops::normalise(x, RowNorm::L2, 1e-6)
 }
 
 /// What one input binds: β and, gated, the log-decay g of each step, each (B, H, T, 1).

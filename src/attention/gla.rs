@@ -21,13 +21,13 @@ use std::sync::Arc;
 use candle_core::{D, Tensor};
 use serde::{Deserialize, Serialize};
 
-use super::recurrent::{positioned_for_chunks, read_scores, softplus};
+use super::recurrent::{positioned_for_chunks, read_scores};
 use super::{
     Attention, Facts, LayerSize, Mechanism, MechanismShape, MechanismSpec, MemoryTerms, Mixing,
     OutputStage, StateShape, StateSize, Variant,
 };
 use crate::encodings::{Encoding, QueryBlock};
-use crate::ops::{causal_mask, channel_decayed_attention, linear, linear_replicas};
+use crate::ops::{self, causal_mask, channel_decayed_attention, linear, linear_replicas};
 use crate::params::{Init, Params};
 use crate::settings::{Choices, Settings, Switch, real};
 use crate::{Error, Result};
@@ -117,10 +117,10 @@ impl Variant for GlaConfig {
         Ok(Arc::new(Gla::new(shape, self, params)?))
     }
 
-    /// The gate's projections, the head norm's gain and the output gate; per token and head,
-    /// the chunked form's scaled queries and keys, decays and partial outputs (about 16
-    /// floats per key channel and 4 per value channel, calibrated against the peaks of
-    /// tests/memory.rs) besides its chunk's scores, and the head norm's and gate's outputs.
+    /// The gate's projections, the head norm's gain and the output gate; per token, the
+    /// gate's logits and cumulative decay (a key channel each) and the head norm's and gate's
+    /// outputs (calibrated against the peaks of tests/memory.rs, where the fused CPU kernel
+    /// keeps no chunk scores); on a GPU the composed chunks' scores too, through `keys`.
     fn memory(&self, layer: &LayerSize) -> MemoryTerms {
         let (rank, keys) = (self.gate_rank as f64, layer.heads * layer.qk);
         let width = layer.heads * layer.head_dim;
@@ -136,7 +136,7 @@ impl Variant for GlaConfig {
                 + output_gate,
             keys: layer.len.min(self.chunk as f64),
             features: layer.qk,
-            norms: layer.heads * (16.0 * layer.qk + 4.0 * layer.head_dim) + 3.0 * width,
+            norms: 2.0 * keys + 2.0 * width,
         }
     }
 
@@ -160,23 +160,12 @@ impl Variant for GlaConfig {
         }
         label
     }
-
-    /// The chunked form builds its chunks' weights, which the estimate counts through `keys`.
-    fn trains_fused(&self) -> bool {
-        false
-    }
-}
-
-/// log σ(x) = −softplus(−x), which never overflows.
-fn log_sigmoid(x: &Tensor) -> Result<Tensor> {
-    Ok(softplus(&x.neg()?)?.neg()?)
 }
 
 #[derive(Clone)]
 pub struct Gla {
     scale: f64,
     heads: usize,
-    qk_dim: usize,
     normaliser: f64,
     gated: bool,
     chunk: usize,
@@ -194,7 +183,6 @@ impl Gla {
         Ok(Self {
             scale: 1.0 / (shape.qk_dim as f64).sqrt(),
             heads: shape.n_heads,
-            qk_dim: shape.qk_dim,
             normaliser: config.normaliser,
             gated: config.gate,
             chunk: config.chunk.max(1),
@@ -208,17 +196,13 @@ impl Gla {
     /// logsigmoid(W₂ code + b) / normaliser per head and key channel, summed along the
     /// sequence.
     fn bound(&self, code: &Tensor) -> Result<Self> {
-        let (batch, t, _) = code.dims3()?;
         let logits = match self.gate_weight.rank() {
             3 => linear_replicas(code, &self.gate_weight, Some(&self.gate_bias))?,
             _ => linear(code, &self.gate_weight, Some(&self.gate_bias))?,
         };
-        let log_alpha = (log_sigmoid(&logits)? / self.normaliser)?
-            .reshape((batch, t, self.heads, self.qk_dim))?
-            .transpose(1, 2)?
-            .contiguous()?;
+        let decay = ops::cumulative_log_sigmoid(&logits, self.heads, 1.0 / self.normaliser)?;
         Ok(Self {
-            decay: Some(log_alpha.cumsum(2)?),
+            decay: Some(decay),
             ..self.clone()
         })
     }
@@ -334,22 +318,6 @@ mod tests {
         let params = Params::new(0, &Device::Cpu);
         let gla = Gla::new(&shape(2), config, &params).unwrap();
         gla.bound(code).unwrap()
-    }
-
-    #[test]
-    fn log_sigmoid_is_stable_and_exact() {
-        let x = Tensor::new(&[-200f32, -1.0, 0.0, 3.0, 200.0], &Device::Cpu).unwrap();
-        let y = log_sigmoid(&x).unwrap().to_vec1::<f32>().unwrap();
-        let exact = [
-            -200.0,
-            -1.313_261_7,
-            -std::f32::consts::LN_2,
-            -0.048_587_35,
-            0.0,
-        ];
-        for (y, e) in y.iter().zip(exact) {
-            assert!((y - e).abs() < 1e-5, "{y} against {e}");
-        }
     }
 
     /// At init (W₂ ≈ 0, bias 0) the gate is σ(0)^(1/16) ≈ 0.958 per step and channel.

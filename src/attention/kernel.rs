@@ -26,9 +26,9 @@ use super::{
 use crate::Result;
 use crate::encodings::{Encoding, LengthCache, QueryBlock};
 use crate::ops::{
-    Combine, Precision, RowFunction, RowKernel, WeightDropout, add_bias_replicas, affine_replicas,
-    causal_mask, cpu_attention, cpu_attention_available, dot_scores, kernel_rows, layer_norm,
-    normalise_rows, standardise, with_bias,
+    Combine, Precision, RowFunction, RowKernel, RowNorm, WeightDropout, add_bias_replicas,
+    affine_replicas, causal_mask, cpu_attention, cpu_attention_available, dot_scores, kernel_rows,
+    layer_norm, normalise, normalise_rows, with_bias,
 };
 use crate::params::{Init, Params};
 use crate::settings::{Choices, Hyperparameter, Settings, Switch, real};
@@ -288,7 +288,7 @@ impl FeatureNorm {
             return Ok(y.reshape((b, t, h, f))?.transpose(1, 2)?.contiguous()?);
         }
         if self.normalise {
-            y = standardise(&y, 1e-5)?;
+            y = normalise(&y, RowNorm::Standard, 1e-5)?;
         }
         match (&self.gamma, &self.beta) {
             (Some(gamma), beta) => {

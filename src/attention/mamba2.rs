@@ -138,11 +138,6 @@ impl Variant for Mamba2Config {
     fn label(&self) -> String {
         format!("{}-n{}", FACTS.name, self.d_state)
     }
-
-    /// The chunked form builds its chunks' weights, counted through `keys`.
-    fn trains_fused(&self) -> bool {
-        false
-    }
 }
 
 /// What one input binds: dt and cs = cumsum(dt·A), each (B, H, T, 1).

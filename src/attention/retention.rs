@@ -107,12 +107,6 @@ impl Variant for RetentionConfig {
         }
     }
 
-    /// The chunked form builds its chunks' weights (chunk × chunk per head), which the
-    /// estimate counts through `keys`.
-    fn trains_fused(&self) -> bool {
-        false
-    }
-
     /// One d_k × d_v matrix per head; zoology counts the same.
     fn state(&self, layer: &StateShape) -> Option<StateSize> {
         Some(StateSize::same(layer.heads * layer.qk_dim * layer.head_dim))

@@ -97,9 +97,7 @@ impl MultiHeadAttention {
             let Some(conv) = &self.input_conv else {
                 return rows.forward_heads(x, h);
             };
-            let y = conv.apply(which, &rows.forward(x)?)?;
-            let (b, t, _) = y.dims3()?;
-            Ok(y.reshape((b, t, h, width))?.transpose(1, 2)?.contiguous()?)
+            conv.apply(which, &rows.forward(x)?, h)
         };
         Ok((
             split(0, 0, self.qk_dim)?,

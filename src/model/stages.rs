@@ -8,7 +8,7 @@ use candle_core::Tensor;
 use super::{Build, Linear};
 use crate::Result;
 use crate::attention::OutputStage;
-use crate::ops::{self, affine_replicas};
+use crate::ops;
 use crate::params::{Init, Params};
 
 /// The parameters of [`OutputStage::HeadNorm`] and [`OutputStage::GatedHeadNorm`]: RMSNorm over
@@ -79,12 +79,7 @@ impl HeadNorm {
         let dh = self.gain.dim(self.gain.rank() - 1)?;
         // Rows of one head's outputs; a replica's rows stay together, as its gain needs.
         let rows = y.reshape((b * t * width / dh, dh))?;
-        let rms = (rows.sqr()?.mean_keepdim(1)? + Self::EPS)?.sqrt()?;
-        let gain = match self.gain.rank() {
-            1 => self.gain.unsqueeze(0)?,
-            _ => self.gain.clone(),
-        };
-        Ok(affine_replicas(&rows.broadcast_div(&rms)?, &gain, None)?.reshape((b, t, width))?)
+        Ok(ops::rms_norm(&rows, &self.gain, Self::EPS)?.reshape((b, t, width))?)
     }
 }
 
@@ -110,13 +105,8 @@ impl InputConv {
         })
     }
 
-    /// silu(conv(u)) for u (B, T, channels) of block `which` (0 q, 1 k, 2 v).
-    pub(super) fn apply(&self, which: usize, u: &Tensor) -> Result<Tensor> {
-        let kernel = &self.kernels[which];
-        // No bias: zeros of the bias's shape ((channels) or (R, channels)).
-        let bias = kernel
-            .narrow(kernel.rank() - 2, 0, 1)?
-            .squeeze(kernel.rank() - 2)?;
-        ops::silu(&ops::causal_conv(u, kernel, &bias.zeros_like()?)?)
+    /// silu(conv(u)) for u (B, T, H·W) of block `which` (0 q, 1 k, 2 v), as (B, H, T, W).
+    pub(super) fn apply(&self, which: usize, u: &Tensor, heads: usize) -> Result<Tensor> {
+        ops::causal_conv_silu_heads(u, &self.kernels[which], heads)
     }
 }

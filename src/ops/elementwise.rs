@@ -5,11 +5,12 @@ use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Tensor};
 use rayon::prelude::*;
 
 use super::fused::{ChunkGrad, column_sums, slice, zeros};
+use super::softmax::exp;
 
 /// erf(x) in f32 as a rational function of x (Eigen's `generic_fast_erf_float`), within
 /// 1e-6 of libm's `erff` (tested). Branch-free, so the GELU loops vectorise, where a call to
 /// `libm::erff` per element took a tenth of a training step.
-#[inline]
+#[inline(always)]
 pub(super) fn erf(x: f32) -> f32 {
     // Past ±4, erf is ±1 to f32 precision.
     let x = x.clamp(-4.0, 4.0);
@@ -91,11 +92,18 @@ fn check_trailing(l1: &Layout, l2: &Layout) -> candle_core::Result<()> {
 }
 
 /// `f` of every element, in parallel blocks of 4,096: the forward pass of an element-wise op.
+/// f of each element, in parallel chunks compiled for the CPU's widest vectors
+/// ([`super::vectorised`]; `f` should be inlined, as a closure is).
 fn map(x: &[f32], f: impl Fn(f32) -> f32 + Sync) -> Vec<f32> {
     let mut out = zeros(x.len());
     out.par_chunks_mut(4096)
         .zip(x.par_chunks(4096))
-        .for_each(|(o, x)| o.iter_mut().zip(x).for_each(|(o, &x)| *o = f(x)));
+        .for_each(|(o, x)| {
+            super::vectorised(
+                #[inline(always)]
+                || o.iter_mut().zip(x).for_each(|(o, &x)| *o = f(x)),
+            )
+        });
     out
 }
 
@@ -137,11 +145,16 @@ const GELU_ERF_GRAD: ChunkGrad = ChunkGrad {
     chunk: Some(4096),
     f: |o, dy, x| {
         let inv_sqrt_2pi = 0.5 * std::f32::consts::FRAC_2_SQRT_PI * FRAC_1_SQRT_2;
-        for ((o, dy), x) in o.iter_mut().zip(dy).zip(x) {
-            let cdf = 0.5 * (1.0 + erf(x * FRAC_1_SQRT_2));
-            let pdf = inv_sqrt_2pi * (-0.5 * x * x).exp();
-            *o = dy * (cdf + x * pdf);
-        }
+        super::vectorised(
+            #[inline(always)]
+            || {
+                for ((o, dy), x) in o.iter_mut().zip(dy).zip(x) {
+                    let cdf = 0.5 * (1.0 + erf(x * FRAC_1_SQRT_2));
+                    let pdf = inv_sqrt_2pi * exp(-0.5 * x * x);
+                    *o = dy * (cdf + x * pdf);
+                }
+            },
+        )
     },
 };
 
@@ -157,7 +170,7 @@ impl CustomOp1 for Silu {
     }
 
     cpu_fwd!(self, |storage, layout| {
-        let out = map(slice(storage, layout)?, |x| x / (1.0 + (-x).exp()));
+        let out = map(slice(storage, layout)?, |x| x / (1.0 + exp(-x)));
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     });
 
@@ -178,9 +191,14 @@ const SILU_GRAD: ChunkGrad = ChunkGrad {
     kernel: "attnlab_silu_grad",
     chunk: Some(4096),
     f: |o, dy, x| {
-        for ((o, dy), x) in o.iter_mut().zip(dy).zip(x) {
-            let sigmoid = 1.0 / (1.0 + (-x).exp());
-            *o = dy * sigmoid * (1.0 + x * (1.0 - sigmoid));
-        }
+        super::vectorised(
+            #[inline(always)]
+            || {
+                for ((o, dy), x) in o.iter_mut().zip(dy).zip(x) {
+                    let sigmoid = 1.0 / (1.0 + exp(-x));
+                    *o = dy * sigmoid * (1.0 + x * (1.0 - sigmoid));
+                }
+            },
+        )
     },
 };

@@ -1,5 +1,6 @@
-//! Row standardisation and LayerNorm (one model's γ and β, or a row of them per replica), one
-//! pass forward and one backward.
+//! Row normalisation (LayerNorm's standardisation, RMSNorm's scaling, the L2 normalisation of
+//! DeltaNet's q and k) and its affine form (one model's γ and β, or a row of them per
+//! replica), one pass forward and one backward.
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp3, Shape, Tensor};
 use rayon::prelude::*;
@@ -7,41 +8,110 @@ use rayon::prelude::*;
 use super::fused::{last_dim, slice, zeros};
 use super::softmax::{dot_lanes, sum_lanes};
 
-/// (x − mean) / √(var + eps) per row of the last dimension.
-pub struct Standardise {
+/// How a row x of n values is normalised: ŷ = (x − shift) / √(m + eps).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowNorm {
+    /// shift the mean, m the variance: LayerNorm's standardisation.
+    Standard,
+    /// No shift, m = mean(x²): RMSNorm's.
+    Rms,
+    /// No shift, m = Σx²: x/‖x‖, flash-linear-attention's `l2norm` of DeltaNet's q and k.
+    L2,
+}
+
+impl RowNorm {
+    /// A row's shift and 1/√(m + eps), summed in partial sums that vectorise.
+    #[inline(always)]
+    fn statistics(self, row: &[f32], eps: f32) -> (f32, f32) {
+        let n = row.len() as f32;
+        let shift = match self {
+            Self::Standard => sum_lanes(row, |x| x) / n,
+            Self::Rms | Self::L2 => 0.0,
+        };
+        let squares = sum_lanes(row, |x| (x - shift) * (x - shift));
+        let m = match self {
+            Self::Standard | Self::Rms => squares / n,
+            Self::L2 => squares,
+        };
+        (shift, 1.0 / (m + eps).sqrt())
+    }
+
+    /// dx from dŷ and ŷ (`dx` holds ŷ on entry), `inv` the row's 1/√(m + eps):
+    /// dx = inv (dŷ − mean(dŷ) − ŷ (dŷ·ŷ)/n) standardised, without the mean for RMS, and
+    /// with (dŷ·ŷ) undivided for L2 (whose m is a sum, not a mean).
+    #[inline(always)]
+    fn input_grad(self, dx: &mut [f32], d_y_hat: &[f32], inv: f32) {
+        let n = dx.len() as f32;
+        let mean = match self {
+            Self::Standard => sum_lanes(d_y_hat, |g| g) / n,
+            Self::Rms | Self::L2 => 0.0,
+        };
+        let along = match self {
+            Self::Standard | Self::Rms => dot_lanes(d_y_hat, dx) / n,
+            Self::L2 => dot_lanes(d_y_hat, dx),
+        };
+        for (dx, g) in dx.iter_mut().zip(d_y_hat) {
+            *dx = inv * (g - mean - *dx * along);
+        }
+    }
+
+    /// Whether the CUDA kernels run it (LayerNorm's only); elsewhere a GPU composes it.
+    pub fn on_cuda(self) -> bool {
+        self == Self::Standard
+    }
+}
+
+/// A row's ŷ into `out`.
+#[inline(always)]
+fn normalise_row(out: &mut [f32], x: &[f32], norm: RowNorm, eps: f32) -> f32 {
+    let (shift, inv) = norm.statistics(x, eps);
+    for (o, x) in out.iter_mut().zip(x) {
+        *o = (x - shift) * inv;
+    }
+    inv
+}
+
+/// Refuses a norm the CUDA kernels lack (callers compose those on a GPU).
+#[cfg(feature = "cuda")]
+fn cuda_norm(norm: RowNorm) -> candle_core::Result<()> {
+    match norm.on_cuda() {
+        true => Ok(()),
+        false => candle_core::bail!("no CUDA kernel for the {norm:?} row norm"),
+    }
+}
+
+/// ŷ of each row of the last dimension ([`RowNorm`]).
+pub struct Normalise {
+    pub norm: RowNorm,
     pub eps: f32,
 }
 
-/// A row's mean and 1/√(var + eps), summed in partial sums that vectorise.
-#[inline(always)]
-fn mean_and_inv_std(row: &[f32], eps: f32) -> (f32, f32) {
-    let n = row.len() as f32;
-    let mean = sum_lanes(row, |x| x) / n;
-    let var = sum_lanes(row, |x| (x - mean) * (x - mean)) / n;
-    (mean, 1.0 / (var + eps).sqrt())
-}
-
-impl CustomOp1 for Standardise {
+impl CustomOp1 for Normalise {
     fn name(&self) -> &'static str {
-        "attnlab-standardise"
+        "attnlab-normalise"
     }
 
     cpu_fwd!(self, |storage, layout| {
         let x = slice(storage, layout)?;
         let d = last_dim(layout);
         let mut out = zeros(x.len());
-        out.par_chunks_mut(d)
-            .zip(x.par_chunks(d))
-            .for_each(|(o, row)| {
-                let (mean, inv) = mean_and_inv_std(row, self.eps);
-                for (o, x) in o.iter_mut().zip(row) {
-                    *o = (x - mean) * inv;
-                }
+        out.par_chunks_mut(d * ROWS_PER_TASK)
+            .zip(x.par_chunks(d * ROWS_PER_TASK))
+            .for_each(|(out, x)| {
+                super::vectorised(
+                    #[inline(always)]
+                    || {
+                        for (out, x) in out.chunks_mut(d).zip(x.chunks(d)) {
+                            normalise_row(out, x, self.norm, self.eps);
+                        }
+                    },
+                )
             });
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     });
 
     cuda_fwd!(self, |storage, layout| {
+        cuda_norm(self.norm)?;
         super::cuda::standardise(storage, layout, self.eps)
     });
 
@@ -54,51 +124,65 @@ impl CustomOp1 for Standardise {
         let grad = grad_res.contiguous()?.apply_op3_no_bwd(
             &arg.contiguous()?,
             &res.contiguous()?,
-            &StandardiseGrad { eps: self.eps },
+            &NormaliseGrad {
+                norm: self.norm,
+                eps: self.eps,
+            },
         )?;
         Ok(Some(grad))
     }
 }
 
-/// dx = (dy − mean(dy) − y·mean(dy·y)) / σ, inputs (dy, x, y).
-struct StandardiseGrad {
+/// [`Normalise`]'s gradient ([`RowNorm::input_grad`]), inputs (dy, x, ŷ).
+struct NormaliseGrad {
+    norm: RowNorm,
     eps: f32,
 }
 
-impl CustomOp3 for StandardiseGrad {
+impl CustomOp3 for NormaliseGrad {
     fn name(&self) -> &'static str {
-        "attnlab-standardise-grad"
+        "attnlab-normalise-grad"
     }
 
     cpu_fwd!(self, |s1, l1, s2, l2, s3, l3| {
         let (dy, x, y) = (slice(s1, l1)?, slice(s2, l2)?, slice(s3, l3)?);
         let d = last_dim(l1);
         let mut out = zeros(dy.len());
-        out.par_chunks_mut(d)
-            .zip(dy.par_chunks(d).zip(x.par_chunks(d).zip(y.par_chunks(d))))
-            .for_each(|(o, (dy, (x, y)))| {
-                let (_, inv) = mean_and_inv_std(x, self.eps);
-                let n = d as f32;
-                let mean_dy = dy.iter().sum::<f32>() / n;
-                let mean_dyy = dy.iter().zip(y).map(|(a, b)| a * b).sum::<f32>() / n;
-                for ((o, dy), y) in o.iter_mut().zip(dy).zip(y) {
-                    *o = inv * (dy - mean_dy - y * mean_dyy);
-                }
+        let task = d * ROWS_PER_TASK;
+        out.par_chunks_mut(task)
+            .zip(
+                dy.par_chunks(task)
+                    .zip(x.par_chunks(task).zip(y.par_chunks(task))),
+            )
+            .for_each(|(out, (dy, (x, y)))| {
+                super::vectorised(
+                    #[inline(always)]
+                    || {
+                        let rows = out.chunks_mut(d).zip(dy.chunks(d));
+                        for ((dx, dy), (x, y)) in rows.zip(x.chunks(d).zip(y.chunks(d))) {
+                            let (_, inv) = self.norm.statistics(x, self.eps);
+                            dx.copy_from_slice(y);
+                            self.norm.input_grad(dx, dy, inv);
+                        }
+                    },
+                )
             });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     });
 
     cuda_fwd!(self, |s1, l1, s2, l2, s3, l3| {
+        cuda_norm(self.norm)?;
         super::cuda::standardise_grad([(s1, l1), (s2, l2), (s3, l3)], self.eps)
     });
 }
 
-/// LayerNorm over the last dimension, y = γ ⊙ (x − mean)/σ + β, inputs (x, γ, β). γ and β are
-/// (d), or (R, d) for R replicas of a model: x's rows are R blocks, block r normalised
-/// with row r. One pass each way on the CPU, where standardising and then applying γᵣ and βᵣ as
-/// ops of their own took three passes forward and nine backward: a fifth of a replica group's
-/// step at d 32.
+/// γ ⊙ ŷ + β over the last dimension ([`RowNorm`]: LayerNorm, or RMSNorm with β = 0), inputs
+/// (x, γ, β). γ and β are (d), or (R, d) for R replicas of a model: x's rows are R blocks,
+/// block r normalised with row r. One pass each way on the CPU, where standardising and then
+/// applying γᵣ and βᵣ as ops of their own took three passes forward and nine backward: a fifth
+/// of a replica group's step at d 32.
 pub struct LayerNorm {
+    pub norm: RowNorm,
     pub eps: f32,
 }
 
@@ -135,7 +219,7 @@ impl CustomOp3 for LayerNorm {
                         for (i, (out, x)) in rows.enumerate() {
                             let r = (task * ROWS_PER_TASK + i) / per_replica;
                             let params = (&gamma[r * d..][..d], &beta[r * d..][..d]);
-                            layer_norm_row(out, x, params, self.eps);
+                            layer_norm_row(out, x, params, (self.norm, self.eps));
                         }
                     },
                 )
@@ -144,6 +228,7 @@ impl CustomOp3 for LayerNorm {
     });
 
     cuda_fwd!(self, |s1, l1, s2, l2, s3, l3| {
+        cuda_norm(self.norm)?;
         rows_per_replica(
             l1.shape().elem_count(),
             last_dim(l1),
@@ -162,7 +247,10 @@ impl CustomOp3 for LayerNorm {
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let x = x.contiguous()?;
         let grad = grad.contiguous()?;
-        let op = LayerNormGrad { eps: self.eps };
+        let op = LayerNormGrad {
+            norm: self.norm,
+            eps: self.eps,
+        };
         let grads = grad.apply_op3_no_bwd(&x, &gamma.contiguous()?, &op)?;
         let (n, p) = (x.elem_count(), gamma.elem_count());
         let dx = grads.narrow(0, 0, n)?.reshape(x.shape())?;
@@ -172,19 +260,25 @@ impl CustomOp3 for LayerNorm {
     }
 }
 
-/// One row of [`LayerNorm`]: `out` = γ ⊙ (x − mean)/σ + β.
+/// One row of [`LayerNorm`]: `out` = γ ⊙ ŷ + β.
 #[inline(always)]
-fn layer_norm_row(out: &mut [f32], x: &[f32], (gamma, beta): (&[f32], &[f32]), eps: f32) {
-    let (mean, inv) = mean_and_inv_std(x, eps);
+fn layer_norm_row(
+    out: &mut [f32],
+    x: &[f32],
+    (gamma, beta): (&[f32], &[f32]),
+    (norm, eps): (RowNorm, f32),
+) {
+    let (shift, inv) = norm.statistics(x, eps);
     for (((o, x), g), b) in out.iter_mut().zip(x).zip(gamma).zip(beta) {
-        *o = (x - mean) * inv * g + b;
+        *o = (x - shift) * inv * g + b;
     }
 }
 
 /// [`LayerNorm`]'s gradients on the CPU in one pass, inputs (dy, x, γ) → [dx | dγ | dβ] flat:
-/// dx = (dŷ − mean(dŷ) − ŷ·mean(dŷ·ŷ)) / σ with dŷ = dy ⊙ γ; dγ = Σ dy ⊙ ŷ and dβ = Σ dy over
-/// each replica's rows.
+/// dx from dŷ = dy ⊙ γ ([`RowNorm::input_grad`]); dγ = Σ dy ⊙ ŷ and dβ = Σ dy over each
+/// replica's rows.
 struct LayerNormGrad {
+    norm: RowNorm,
     eps: f32,
 }
 
@@ -199,11 +293,8 @@ impl LayerNormGrad {
         let mut d_y_hat = vec![0f32; d];
         let rows = dx.chunks_mut(d).zip(dy.chunks(d)).zip(x.chunks(d));
         for ((dx, dy), x) in rows {
-            let (mean, inv) = mean_and_inv_std(x, self.eps);
-            // dx holds ŷ until the last loop.
-            for (y, x) in dx.iter_mut().zip(x) {
-                *y = (x - mean) * inv;
-            }
+            // dx holds ŷ until the last step.
+            let inv = normalise_row(dx, x, self.norm, self.eps);
             for (((dg, db), y), dy) in d_gamma.iter_mut().zip(&mut *d_beta).zip(&*dx).zip(dy) {
                 *dg += dy * y;
                 *db += dy;
@@ -211,12 +302,7 @@ impl LayerNormGrad {
             for ((g, dy), gamma) in d_y_hat.iter_mut().zip(dy).zip(gamma) {
                 *g = dy * gamma;
             }
-            let n = d as f32;
-            let mean_g = sum_lanes(&d_y_hat, |g| g) / n;
-            let mean_gy = dot_lanes(&d_y_hat, dx) / n;
-            for (dx, g) in dx.iter_mut().zip(&d_y_hat) {
-                *dx = inv * (g - mean_g - *dx * mean_gy);
-            }
+            self.norm.input_grad(dx, &d_y_hat, inv);
         }
         sums
     }
@@ -264,6 +350,7 @@ impl CustomOp3 for LayerNormGrad {
     });
 
     cuda_fwd!(self, |s1, l1, s2, l2, s3, l3| {
+        cuda_norm(self.norm)?;
         rows_per_replica(
             l2.shape().elem_count(),
             last_dim(l2),

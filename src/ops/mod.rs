@@ -60,18 +60,22 @@ use candle_core::{D, DType, Device, Tensor};
 pub use adamw::{
     AdamStep, ParamUpdate, adamw_all_in_place, adamw_in_place, adamw_step_composed, sum_squares_all,
 };
-pub use conv::{causal_conv, causal_conv_composed};
+pub use conv::{
+    causal_conv, causal_conv_composed, causal_conv_silu_heads, causal_conv_silu_heads_composed,
+};
 pub use cpu_attention::{
     RowFunction, WeightDropout, cpu_attention, cpu_attention_available, cpu_attention_composed,
 };
 pub use decayed::{
-    channel_decayed_attention, channel_decayed_attention_composed, decay_matrix, decayed_attention,
-    decayed_attention_composed, delta_inverse, delta_rule, delta_rule_composed,
+    channel_decayed_attention, channel_decayed_attention_composed, cumulative_log_sigmoid,
+    cumulative_log_sigmoid_composed, decay_matrix, decayed_attention, decayed_attention_composed,
+    delta_inverse, delta_rule, delta_rule_composed,
 };
 pub use dropout::{dropout, mix as mix_seed};
 pub use embedding::{embedding, embedding_composed};
 pub use flash::{flash_attention, flash_attention_composed, flash_available, flash_enabled};
 pub use kernel_rows::{RowKernel, kernel_rows, kernel_rows_composed, normalise_rows};
+pub use layer_norm::RowNorm;
 pub use loss::{
     cross_entropy, cross_entropy_composed, cross_entropy_groups, cross_entropy_groups_composed,
 };
@@ -244,45 +248,98 @@ pub fn silu(x: &Tensor) -> Result<Tensor> {
     Ok(x.silu()?)
 }
 
-/// LayerNorm over the last dimension: γ ⊙ standardise(x) + β. γ and β are (d), or (R, d) for
+/// LayerNorm over the last dimension: γ ⊙ standardised x + β. γ and β are (d), or (R, d) for
 /// R replicas of a model whose rows x (R·N…, d) stacks (`replicas.rs`): replica r's block of rows
 /// takes row r.
 pub fn layer_norm(x: &Tensor, gamma: &Tensor, beta: &Tensor, eps: f64) -> Result<Tensor> {
-    if fusable(x) {
-        let op = layer_norm::LayerNorm { eps: eps as f32 };
-        return Ok(x
-            .contiguous()?
-            .apply_op3(&gamma.contiguous()?, &beta.contiguous()?, op)?);
-    }
-    layer_norm_composed(x, gamma, beta, eps)
+    affine_norm(x, (gamma, beta), RowNorm::Standard, eps)
 }
 
 /// [`layer_norm`] from plain tensor ops.
 pub fn layer_norm_composed(x: &Tensor, gamma: &Tensor, beta: &Tensor, eps: f64) -> Result<Tensor> {
-    let y_hat = standardise_composed(x, eps)?;
-    if gamma.rank() == 2 {
-        let y = replicas::per_replica_composed(&y_hat, gamma, Combine::Mul)?;
-        return replicas::per_replica_composed(&y, beta, Combine::Add);
-    }
-    Ok(y_hat.broadcast_mul(gamma)?.broadcast_add(beta)?)
+    let y = normalise_composed(x, RowNorm::Standard, eps)?;
+    by_parameter_composed(
+        &by_parameter_composed(&y, gamma, Combine::Mul)?,
+        beta,
+        Combine::Add,
+    )
 }
 
-/// (x − mean) / √(var + eps) over the last dimension: LayerNorm without its affine part.
-pub fn standardise(x: &Tensor, eps: f64) -> Result<Tensor> {
-    if fusable(x) {
+/// RMSNorm over the last dimension: γ ⊙ x / √(mean(x²) + eps), γ (d) or (R, d) as
+/// [`layer_norm`]'s.
+pub fn rms_norm(x: &Tensor, gamma: &Tensor, eps: f64) -> Result<Tensor> {
+    affine_norm(x, (gamma, &gamma.zeros_like()?), RowNorm::Rms, eps)
+}
+
+/// [`rms_norm`] from plain tensor ops.
+pub fn rms_norm_composed(x: &Tensor, gamma: &Tensor, eps: f64) -> Result<Tensor> {
+    by_parameter_composed(
+        &normalise_composed(x, RowNorm::Rms, eps)?,
+        gamma,
+        Combine::Mul,
+    )
+}
+
+/// x (…, d) combined with a parameter row p, (d) for one model or (R, d) per replica, by
+/// tensor ops.
+fn by_parameter_composed(x: &Tensor, p: &Tensor, combine: Combine) -> Result<Tensor> {
+    match (p.rank(), combine) {
+        (2, _) => replicas::per_replica_composed(x, p, combine),
+        (_, Combine::Mul) => Ok(x.broadcast_mul(p)?),
+        (_, Combine::Add) => Ok(x.broadcast_add(p)?),
+    }
+}
+
+/// γ ⊙ ŷ + β, fused where [`fused_norm`] says so.
+fn affine_norm(
+    x: &Tensor,
+    (gamma, beta): (&Tensor, &Tensor),
+    norm: RowNorm,
+    eps: f64,
+) -> Result<Tensor> {
+    if fused_norm(x, norm) {
+        let op = layer_norm::LayerNorm {
+            norm,
+            eps: eps as f32,
+        };
         return Ok(x
             .contiguous()?
-            .apply_op1(layer_norm::Standardise { eps: eps as f32 })?);
+            .apply_op3(&gamma.contiguous()?, &beta.contiguous()?, op)?);
     }
-    standardise_composed(x, eps)
+    let y = by_parameter_composed(&normalise_composed(x, norm, eps)?, gamma, Combine::Mul)?;
+    by_parameter_composed(&y, beta, Combine::Add)
 }
 
-/// [`standardise`] from plain tensor ops.
-pub fn standardise_composed(x: &Tensor, eps: f64) -> Result<Tensor> {
-    let mean = x.mean_keepdim(D::Minus1)?;
-    let centred = x.broadcast_sub(&mean)?;
-    let var = centred.sqr()?.mean_keepdim(D::Minus1)?;
-    Ok(centred.broadcast_div(&(var + eps)?.sqrt()?)?)
+/// Whether attnlab's own kernels normalise `x` by `norm`: [`fusable`], and on a GPU only where
+/// a CUDA kernel exists ([`RowNorm::on_cuda`]).
+fn fused_norm(x: &Tensor, norm: RowNorm) -> bool {
+    fusable(x) && (x.device().is_cpu() || norm.on_cuda())
+}
+
+/// Each row of the last dimension normalised ([`RowNorm`]: standardised as LayerNorm does
+/// without its affine part, scaled as RMSNorm, or to unit length).
+pub fn normalise(x: &Tensor, norm: RowNorm, eps: f64) -> Result<Tensor> {
+    if fused_norm(x, norm) {
+        let op = layer_norm::Normalise {
+            norm,
+            eps: eps as f32,
+        };
+        return Ok(x.contiguous()?.apply_op1(op)?);
+    }
+    normalise_composed(x, norm, eps)
+}
+
+/// [`normalise`] from plain tensor ops.
+pub fn normalise_composed(x: &Tensor, norm: RowNorm, eps: f64) -> Result<Tensor> {
+    let x = match norm {
+        RowNorm::Standard => x.broadcast_sub(&x.mean_keepdim(D::Minus1)?)?,
+        RowNorm::Rms | RowNorm::L2 => x.clone(),
+    };
+    let m = match norm {
+        RowNorm::Standard | RowNorm::Rms => x.sqr()?.mean_keepdim(D::Minus1)?,
+        RowNorm::L2 => x.sqr()?.sum_keepdim(D::Minus1)?,
+    };
+    Ok(x.broadcast_div(&(m + eps)?.sqrt()?)?)
 }
 
 /// a (…, m, k) · b (…, k, n). Batches of f32 CPU matrices run in parallel, one product per
@@ -504,13 +561,48 @@ mod tests {
     }
 
     #[test]
+    fn rms_norm_matches_the_composed_ops_for_one_model_and_for_replicas() {
+        let x = Var::from_tensor(&random((6, 5, 7, 1), 9).squeeze(3).unwrap()).unwrap();
+        let upstream = random((6, 5, 7, 1), 10).squeeze(3).unwrap();
+        for shape in [vec![7], vec![3, 7]] {
+            let n = shape.iter().product();
+            let data = crate::rng::normal_vec(&mut crate::rng::stream(11, "ops"), n, 1.0);
+            let gamma = Tensor::from_vec(data, shape.as_slice(), &Device::Cpu).unwrap();
+            let gamma = Var::from_tensor(&gamma).unwrap();
+            let run = |f: fn(&Tensor, &Tensor, f64) -> Result<Tensor>| {
+                let y = f(x.as_tensor(), gamma.as_tensor(), 1e-5).unwrap();
+                value_and_grads(&y, &upstream, &[&x, &gamma])
+            };
+            let (fused, composed) = (run(rms_norm), run(rms_norm_composed));
+            assert_all_close(&fused, &composed, &["value", "dx", "dγ"]);
+        }
+    }
+
+    /// RMSNorm and the L2 norm of a row by hand: [1, 2, 3] has mean square 14/3 and norm √14.
+    #[test]
+    fn rms_and_l2_norms_divide_by_the_root_of_the_mean_and_of_the_sum_of_squares() {
+        let x = Tensor::new(&[[1f32, 2.0, 3.0]], &Device::Cpu).unwrap();
+        for (norm, root) in [
+            (RowNorm::Rms, (14f32 / 3.0).sqrt()),
+            (RowNorm::L2, 14f32.sqrt()),
+        ] {
+            let got = normalise(&x, norm, 0.0).unwrap().to_vec2::<f32>().unwrap();
+            for (got, x) in got[0].iter().zip([1f32, 2.0, 3.0]) {
+                assert!((got - x / root).abs() < 1e-6, "{norm:?}: {got}");
+            }
+        }
+    }
+
+    #[test]
     fn fused_kernels_match_the_composed_ops() {
         let x = Var::from_tensor(&random((2, 3, 5, 7), 1)).unwrap();
         let upstream = random((2, 3, 5, 7), 2);
-        let fused = value_and_grad(|x| standardise(x, 1e-5), &x, &upstream);
-        let composed = value_and_grad(|x| standardise_composed(x, 1e-5), &x, &upstream);
-        assert_close(&fused.0, &composed.0, "standardise value");
-        assert_close(&fused.1, &composed.1, "standardise gradient");
+        for norm in [RowNorm::Standard, RowNorm::Rms, RowNorm::L2] {
+            let fused = value_and_grad(|x| normalise(x, norm, 1e-5), &x, &upstream);
+            let composed = value_and_grad(|x| normalise_composed(x, norm, 1e-5), &x, &upstream);
+            assert_close(&fused.0, &composed.0, &format!("{norm:?} value"));
+            assert_close(&fused.1, &composed.1, &format!("{norm:?} gradient"));
+        }
         let gamma = Var::from_tensor(
             &random((1, 1, 1, 7), 3)
                 .squeeze(0)
@@ -731,7 +823,7 @@ mod tests {
     #[test]
     fn standardise_matches_layer_norm_and_has_gradients() {
         let x = Var::new(&[[1f32, 2.0, 3.0]], &Device::Cpu).unwrap();
-        let y = standardise(x.as_tensor(), 0.0).unwrap();
+        let y = normalise(x.as_tensor(), RowNorm::Standard, 0.0).unwrap();
         let got = y.to_vec2::<f32>().unwrap();
         // candle-nn's layer_norm doc-test value: [-1.2247, 0.0, 1.2247]
         assert!((got[0][0] + 1.2247).abs() < 1e-4 && got[0][1].abs() < 1e-6);

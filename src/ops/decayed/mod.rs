@@ -35,6 +35,7 @@ macro_rules! thread_workspace {
 
 mod channel;
 mod delta;
+mod gate;
 mod scalar;
 
 use std::marker::PhantomData;
@@ -44,6 +45,7 @@ use rayon::prelude::*;
 
 pub use channel::{channel_decayed_attention, channel_decayed_attention_composed};
 pub use delta::{delta_inverse, delta_rule, delta_rule_composed};
+pub use gate::{cumulative_log_sigmoid, cumulative_log_sigmoid_composed};
 pub use scalar::{decay_matrix, decayed_attention, decayed_attention_composed};
 
 use super::fused::{slice, zeros};
