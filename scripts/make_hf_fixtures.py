@@ -17,7 +17,9 @@ network in CI), so each family's quirks are caught on a model of a few hundred K
 Each folder holds `config.json` and `model.safetensors` (`save_pretrained`, safe
 serialisation) and `reference.safetensors`: `input_ids` (2, 16) int64, `logits` (2, 16, V)
 and `attentions` (layers, 2, heads, 16, 16) float32, from the eager attention path. There is
-no tokenizer in these folders: the vocabularies are 256 random ids.
+one tokenizer, in `gpt2/`: GPT-2's byte-level BPE with its 256-byte alphabet and no merges
+(`tokenizer.json`, as `tokenizers` saves it), and `tokenized.json`, a sentence and the ids and
+tokens `tokenizers` gives it (the weights' 256 ids are random, so any text maps onto them).
 
 Run by a developer, not in CI (it needs torch and transformers from PyPI):
 
@@ -106,6 +108,27 @@ def inputs():
     return torch.stack([first, torch.cat([half, half])])
 
 
+TEXT = "The cat sat. The cat sat on the mat, naïvely!"
+
+
+def tokenizer(folder):
+    """GPT-2's byte-level BPE (ByteLevel pre-tokenizer and decoder, no prefix space) over its
+    256-byte alphabet, without merges: 256 tokens, the fixture's vocabulary."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=256, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    bpe.train_from_iterator([TEXT], trainer)
+    bpe.save(str(folder / "tokenizer.json"))
+    encoding = bpe.encode(TEXT)
+    tokenized = {"text": TEXT, "ids": encoding.ids, "tokens": encoding.tokens}
+    (folder / "tokenized.json").write_text(json.dumps(tokenized, ensure_ascii=False) + "\n")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="folder for gpt2/, pythia/, tinystories/")
@@ -134,6 +157,7 @@ def main():
         config = json.loads((folder / "config.json").read_text())
         params = sum(p.numel() for p in model.parameters())
         print(f"{name}: {params} parameters, {config['architectures']}")
+    tokenizer(out / "gpt2")
 
 
 if __name__ == "__main__":

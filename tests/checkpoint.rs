@@ -169,3 +169,82 @@ fn heads_scores_every_head_of_a_pretrained_model() {
     let error = String::from_utf8_lossy(&too_long.stderr);
     assert!(error.contains("64 positions"), "{error}");
 }
+
+/// The folder's tokenizer gives the ids Hugging Face's `tokenizers` gave the fixture's sentence
+/// (`tokenized.json`), and each byte-level token reads as its text (GPT-2's "Ġ" as a space).
+#[test]
+fn the_tokenizer_matches_hugging_faces() {
+    let folder = fixture("gpt2");
+    let expected: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(folder.join("tokenized.json")).unwrap())
+            .unwrap();
+    let tokenizer = checkpoint::TextTokenizer::open(&folder).unwrap();
+    let text = expected["text"].as_str().unwrap();
+    let tokens = tokenizer.encode(text, None, 256).unwrap();
+    let ids: Vec<u32> = serde_json::from_value(expected["ids"].clone()).unwrap();
+    assert_eq!(tokens.ids, ids);
+    assert_eq!(&tokens.tokens[..4], &["T", "h", "e", " "]);
+    let first = tokenizer.encode(text, Some(7), 256).unwrap();
+    assert_eq!((first.ids[0], &first.ids[1..]), (7, ids.as_slice()));
+    let small = tokenizer.encode(text, None, 100).unwrap_err().to_string();
+    assert!(small.contains("past the model's 100 tokens"), "{small}");
+    let missing = checkpoint::TextTokenizer::open(&fixture("pythia"));
+    let missing = missing.err().unwrap().to_string();
+    assert!(missing.contains("no tokenizer.json"), "{missing}");
+}
+
+/// `attnlab attend`: every layer's and head's map on a text, rows summing to 1 over the keys
+/// up to the query, the tokens beside them; a text too long for the positions refused.
+#[test]
+fn attend_shows_every_head_on_a_text() {
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_attnlab"))
+            .args(["attend", "tests/fixtures/hf/gpt2"])
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--text", "The cat sat.", "--format", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tokens = report["tokens"]["tokens"].as_array().unwrap();
+    assert_eq!(tokens.len(), 12, "12 bytes, no merges, no first token");
+    let attention = report["attention"].as_array().unwrap();
+    assert_eq!(attention.len(), 2);
+    for layer in attention {
+        let heads = layer.as_array().unwrap();
+        assert_eq!(heads.len(), 4);
+        for head in heads {
+            for (q, row) in head.as_array().unwrap().iter().enumerate() {
+                let row: Vec<f64> = serde_json::from_value(row.clone()).unwrap();
+                assert_eq!(row.len(), q + 1);
+                assert!((row.iter().sum::<f64>() - 1.0).abs() < 1e-5);
+            }
+        }
+    }
+    let scores = report["scores"].as_array().unwrap();
+    assert_eq!(scores.len(), 8);
+    assert!(
+        scores[0]["induction"].is_null(),
+        "no induction score on a text"
+    );
+    let csv = run(&["--text", "a, b", "--format", "csv"]);
+    let csv = String::from_utf8_lossy(&csv.stdout);
+    assert!(csv.starts_with("layer,head,query,key,query_token,key_token,weight\n"));
+    assert!(
+        csv.contains("0,0,1,0,\",\",a,"),
+        "the comma token quoted: {csv}"
+    );
+    let long = "word ".repeat(20);
+    let too_long = run(&["--text", &long]);
+    let error = String::from_utf8_lossy(&too_long.stderr);
+    assert!(
+        !too_long.status.success() && error.contains("64 positions"),
+        "{error}"
+    );
+}

@@ -77,6 +77,7 @@ impl InductionProbe {
 pub struct HeadScores {
     pub layer: usize,
     pub head: usize,
+    /// NaN on an input other than the induction probe (JSON: null).
     pub induction: f64,
     pub previous_token: f64,
     pub first_token: f64,
@@ -84,18 +85,18 @@ pub struct HeadScores {
     pub entropy: f64,
 }
 
-/// The scores of every head of one layer's attention `weights` (B, H, T, T) on `probe`.
+/// The scores of every head of one layer's attention `weights` (B, H, T, T): on the induction
+/// probe when `probe` is given, else on any input (a text), without the induction score.
 pub fn head_scores(
     weights: &Tensor,
     layer: usize,
-    probe: &InductionProbe,
+    probe: Option<&InductionProbe>,
 ) -> Result<Vec<HeadScores>> {
     let (b, h, t, _) = weights.dims4()?;
     let data = weights
         .to_dtype(candle_core::DType::F64)?
         .flatten_all()?
         .to_vec1::<f64>()?;
-    let half = probe.half;
     Ok((0..h)
         .map(|head| {
             let at = |row: usize, q: usize, k: usize| data[((row * h + head) * t + q) * t + k];
@@ -107,7 +108,6 @@ pub fn head_scores(
                     .sum();
                 total / n
             };
-            let stripe = half.saturating_sub(1).min(t)..t;
             let rest = 1.min(t)..t;
             let entropy = |row: usize, q: usize| {
                 -(0..=q)
@@ -119,7 +119,10 @@ pub fn head_scores(
             HeadScores {
                 layer,
                 head,
-                induction: mean(&|row, q| at(row, q, q + 1 - half), stripe),
+                induction: probe.map_or(f64::NAN, |p| {
+                    let stripe = p.half.saturating_sub(1).min(t)..t;
+                    mean(&|row, q| at(row, q, q + 1 - p.half), stripe)
+                }),
                 previous_token: mean(&|row, q| at(row, q, q - 1), rest.clone()),
                 first_token: mean(&|row, q| at(row, q, 0), rest.clone()),
                 entropy: mean(&entropy, rest),
@@ -160,23 +163,27 @@ mod tests {
     fn each_pattern_scores_one_on_its_own_score() {
         let p = probe(Some(7));
         let t = p.len();
-        let previous = &head_scores(&one_hot(t, |q| q.saturating_sub(1)), 0, &p).unwrap()[0];
+        let previous = &head_scores(&one_hot(t, |q| q.saturating_sub(1)), 0, Some(&p)).unwrap()[0];
         assert_eq!((previous.previous_token, previous.induction), (1.0, 0.0));
         // Query 1 + 5 + i reads key 1 + i + 1, the token after the earlier copy; queries 4
         // and 5 (before the second copy) read key 0. TransformerLens's stripe takes queries
         // 4..11 with keys 0..7: 1 at query 4 (its key is 0), 0 at 5, 1 at the five others.
         let induction = |q: usize| if q >= 6 { q + 1 - 5 } else { 0 };
-        let induction = &head_scores(&one_hot(t, induction), 1, &p).unwrap()[0];
+        let induction = &head_scores(&one_hot(t, induction), 1, Some(&p)).unwrap()[0];
         assert_eq!((induction.induction, induction.layer), (6.0 / 7.0, 1));
         assert!(induction.previous_token < 0.2);
-        let sink = &head_scores(&one_hot(t, |_| 0), 0, &p).unwrap()[0];
+        let sink = &head_scores(&one_hot(t, |_| 0), 0, Some(&p)).unwrap()[0];
         assert_eq!((sink.first_token, sink.entropy), (1.0, 0.0));
+        // On any other input (a text) the same scores, without induction.
+        let text = &head_scores(&one_hot(t, |_| 0), 0, None).unwrap()[0];
+        assert!(text.induction.is_nan());
+        assert_eq!((text.first_token, text.entropy), (1.0, 0.0));
         let uniform: Vec<f32> = (0..t)
             .flat_map(|q| (0..t).map(move |k| if k <= q { 1.0 / (q + 1) as f32 } else { 0.0 }))
             .collect();
         let uniform = Tensor::from_vec(uniform, (1, 1, t, t), &Device::Cpu).unwrap();
         let expected = (1..t).map(|q| ((q + 1) as f64).ln()).sum::<f64>() / (t - 1) as f64;
-        let entropy = head_scores(&uniform, 0, &p).unwrap()[0].entropy;
+        let entropy = head_scores(&uniform, 0, Some(&p)).unwrap()[0].entropy;
         assert!(
             (entropy - expected).abs() < 1e-5,
             "{entropy} against {expected}"

@@ -9,6 +9,9 @@
 
 mod gpt2;
 mod gpt_neox;
+mod tokenizer;
+
+pub use tokenizer::{TextTokenizer, Tokens};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -125,6 +125,10 @@ pub enum Command {
     /// Induction, previous-token, first-token and entropy scores of every head of a
     /// pretrained model in a Hugging Face folder (GPT-2, Pythia), on repeated random tokens.
     Heads(pretrained::HeadsArgs),
+    /// A pretrained model's attention on a text (tokenised by the folder's tokenizer.json):
+    /// every layer and head, with each head's previous-token, first-token, entropy and
+    /// look-back scores on it.
+    Attend(pretrained::AttendArgs),
 }
 
 /// A `usize` option accepting `lo..=hi`. An unbounded count reached an allocation: a huge
@@ -281,5 +285,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Sweep(args)) => sweep::sweep(&args),
         Some(Command::Extrapolate(args)) => extrapolate::extrapolate(&args),
         Some(Command::Heads(args)) => pretrained::heads(&args),
+        Some(Command::Attend(args)) => pretrained::attend(&args),
     }
 }

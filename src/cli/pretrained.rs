@@ -1,5 +1,6 @@
-//! `attnlab heads`: a pretrained model from a Hugging Face folder, its heads scored on the
-//! induction probe ([`crate::analysis::heads`]).
+//! `attnlab heads` and `attnlab attend`: a pretrained model from a Hugging Face folder, its
+//! heads scored on the induction probe ([`crate::analysis::heads`]), or its attention on a
+//! text.
 
 use std::path::PathBuf;
 
@@ -8,6 +9,7 @@ use clap::Args;
 
 use crate::analysis::heads::{InductionProbe, head_scores};
 use crate::checkpoint;
+use crate::report::attend::AttendReport;
 use crate::report::heads::HeadsReport;
 use crate::report::{Format, render, save_figures};
 
@@ -53,7 +55,7 @@ pub fn heads(args: &HeadsArgs) -> anyhow::Result<()> {
     let mut scores = Vec::new();
     for (layer, weights) in weights.iter().enumerate() {
         if let Some(weights) = weights {
-            scores.extend(head_scores(weights, layer, &probe)?);
+            scores.extend(head_scores(weights, layer, Some(&probe))?);
         }
     }
     let report = HeadsReport {
@@ -64,6 +66,94 @@ pub fn heads(args: &HeadsArgs) -> anyhow::Result<()> {
         layers: pretrained.model_config.n_layers,
         heads: pretrained.model_config.n_heads,
         scores,
+    };
+    if let Some(path) = &args.figure {
+        save_figures(&report, path)?;
+    }
+    out!("{}", render(&report, args.format)?);
+    Ok(())
+}
+
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("input").required(true))]
+pub struct AttendArgs {
+    /// A Hugging Face model folder with its tokenizer.json (config.json, model.safetensors).
+    model: PathBuf,
+    /// The text to read.
+    #[arg(long, group = "input")]
+    text: Option<String>,
+    /// A UTF-8 file holding the text to read.
+    #[arg(long, group = "input")]
+    text_file: Option<PathBuf>,
+    /// Read the text as it is, without the model's beginning-of-sequence token before it
+    /// (TransformerLens prepends it; attention sinks on it).
+    #[arg(long)]
+    no_first: bool,
+    /// The layer of the head the figure draws.
+    #[arg(long, default_value_t = 0)]
+    layer: usize,
+    /// The head the figure draws.
+    #[arg(long, default_value_t = 0)]
+    head: usize,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+    /// Write the chosen head's map (.svg, .png, or .csv with every head's weights and tokens).
+    #[arg(long)]
+    figure: Option<PathBuf>,
+}
+
+/// `attnlab attend`.
+pub fn attend(args: &AttendArgs) -> anyhow::Result<()> {
+    let device = candle_core::Device::Cpu;
+    let text = match (&args.text, &args.text_file) {
+        (Some(text), _) => text.clone(),
+        (None, Some(path)) => std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("cannot read the text file {}: {e}", path.display()))?,
+        (None, None) => anyhow::bail!("give the text with --text or --text-file"),
+    };
+    let pretrained = checkpoint::open(&args.model, &device)?;
+    let tokenizer = checkpoint::TextTokenizer::open(&args.model)?;
+    let first = pretrained.first_token.filter(|_| !args.no_first);
+    let tokens = tokenizer.encode(&text, first, pretrained.vocab_size)?;
+    let n = tokens.ids.len();
+    anyhow::ensure!(n > 0, "the text has no tokens");
+    anyhow::ensure!(
+        n <= pretrained.max_len,
+        "the text is {n} tokens, longer than the model's {} positions",
+        pretrained.max_len
+    );
+    let (layers, heads) = (
+        pretrained.model_config.n_layers,
+        pretrained.model_config.n_heads,
+    );
+    anyhow::ensure!(
+        args.layer < layers && args.head < heads,
+        "--layer {} --head {}: the model has {layers} layers of {heads} heads",
+        args.layer,
+        args.head
+    );
+    let ids = Tensor::from_vec(tokens.ids.clone(), (1, n), &device)?;
+    let mut scores = Vec::new();
+    let mut attention = Vec::new();
+    for (layer, weights) in pretrained.model.attention_weights(&ids)?.iter().enumerate() {
+        let Some(weights) = weights else { continue };
+        scores.extend(head_scores(weights, layer, None)?);
+        let maps = weights.squeeze(0)?.to_vec3::<f32>()?;
+        let causal = |map: Vec<Vec<f32>>| -> Vec<Vec<f32>> {
+            map.into_iter()
+                .enumerate()
+                .map(|(q, row)| row[..=q].to_vec())
+                .collect()
+        };
+        attention.push(maps.into_iter().map(causal).collect());
+    }
+    let report = AttendReport {
+        model: args.model.clone(),
+        family: pretrained.family,
+        tokens,
+        scores,
+        attention,
+        shown: (args.layer, args.head),
     };
     if let Some(path) = &args.figure {
         save_figures(&report, path)?;

@@ -3,6 +3,7 @@
 //! ([`save_figures`]); the window draws the same figures and exports them with the same
 //! renderers. A command is then its arguments, one call that builds the report, and these two.
 
+pub mod attend;
 pub mod bench;
 pub mod encodings;
 pub mod extrapolation;

@@ -110,7 +110,7 @@ fn shown(cell: &Value) -> String {
 }
 
 /// `field` quoted if it holds a comma, a quote or a line break.
-fn csv_field(field: &str) -> String {
+pub(super) fn csv_field(field: &str) -> String {
     match field.contains([',', '"', '\n', '\r']) {
         true => format!("\"{}\"", field.replace('"', "\"\"")),
         false => field.to_string(),

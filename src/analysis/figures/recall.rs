@@ -13,7 +13,7 @@ pub const SPECTRUM_AXES: [&str; 2] = [
 ];
 
 /// A heatmap figure of a row-major `rows × cols` matrix.
-fn heatmap(
+pub fn heatmap(
     title: String,
     caption: String,
     (rows, cols): (usize, usize),
