@@ -16,7 +16,8 @@ network in CI), so each family's quirks are caught on a model of a few hundred K
 
 Each folder holds `config.json` and `model.safetensors` (`save_pretrained`, safe
 serialisation) and `reference.safetensors`: `input_ids` (2, 16) int64, `logits` (2, 16, V)
-and `attentions` (layers, 2, heads, 16, 16) float32, from the eager attention path. There is
+and `attentions` (layers, 2, heads, 16, 16) float32, from the eager attention path; for GPT-2
+also `ablated_logits`, the logits with head 2 of layer 1 zero-ablated (`head_mask`). There is
 one tokenizer, in `gpt2/`: GPT-2's byte-level BPE with its 256-byte alphabet and no merges
 (`tokenizer.json`, as `tokenizers` saves it), and `tokenized.json`, a sentence and the ids and
 tokens `tokenizers` gives it (the weights' 256 ids are random, so any text maps onto them).
@@ -50,6 +51,8 @@ VOCAB, POSITIONS, WIDTH, LAYERS, HEADS, LENGTH = 256, 64, 32, 2, 4, 16
 # Weights of std 0.5, not the 0.02 of a fresh model: at 0.02 every pre-activation is so small
 # that GELU's tanh and erf forms agree to 1e-7 and a loader with the wrong one would pass.
 INIT = 0.5
+# The head whose zero ablation GPT-2's `reference.safetensors` records as `ablated_logits`.
+ABLATED = (1, 2)
 
 
 def models():
@@ -146,14 +149,22 @@ def main():
         model.save_pretrained(folder, safe_serialization=True)
         with torch.no_grad():
             result = model(ids, output_attentions=True)
-        save_file(
-            {
+            reference = {
                 "input_ids": ids.contiguous(),
                 "logits": result.logits.float().contiguous(),
                 "attentions": torch.stack(result.attentions).float().contiguous(),
-            },
-            folder / "reference.safetensors",
-        )
+            }
+            if name == "gpt2":
+                # Head ABLATED (layer, head) zero-ablated: `head_mask` multiplies its attention
+                # weights by 0, so its output before the projection is 0 (TransformerLens's
+                # zero ablation of hook_z). GPT-NeoX's head_mask gives NaN logits in
+                # transformers 4.57.1's eager path, GPT-Neo's is another mechanism's: GPT-2's
+                # alone is the reference.
+                mask = torch.ones(LAYERS, HEADS)
+                mask[ABLATED] = 0.0
+                ablated = model(ids, head_mask=mask).logits
+                reference["ablated_logits"] = ablated.float().contiguous()
+        save_file(reference, folder / "reference.safetensors")
         config = json.loads((folder / "config.json").read_text())
         params = sum(p.numel() for p in model.parameters())
         print(f"{name}: {params} parameters, {config['architectures']}")

@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use attnlab::checkpoint;
+use attnlab::model::{Ablation, HeadAblation};
 use candle_core::{DType, Device, Tensor};
 
 fn fixture(family: &str) -> PathBuf {
@@ -29,8 +30,9 @@ fn max_difference(a: &Tensor, b: &Tensor) -> f32 {
         .unwrap()
 }
 
-/// The model's logits within 1e-4 of transformers' (f32 sums in another order) and every
-/// layer's attention rows within 1e-5, on a random row and on a repeated one.
+/// The model's logits within 1e-4 of transformers' (f32 sums in another order), every
+/// layer's attention rows within 1e-5, and the logits with one head zero-ablated, on a random
+/// row and on a repeated one.
 fn assert_matches_transformers(family: &str) {
     let folder = fixture(family);
     let pretrained = checkpoint::open(&folder, &Device::Cpu).unwrap();
@@ -50,11 +52,37 @@ fn assert_matches_transformers(family: &str) {
             "{family} layer {layer}: attention differs by {difference}"
         );
     }
+    // Head 2 of layer 1 zero-ablated, against transformers' head_mask (GPT-2's fixture).
+    if let Some(expected) = reference.get("ablated_logits") {
+        assert_ablation_matches(&pretrained.model, &ids, (&forward.logits, expected));
+    }
     let zeros = reference["logits"].zeros_like().unwrap();
     let size = max_difference(&reference["logits"], &zeros);
     assert!(
         size > 1.0,
         "{family}: the logits compared are near zero ({size})"
+    );
+}
+
+/// The logits with head 2 of layer 1 zero-ablated within 1e-4 of `expected`, and moved off
+/// the clean ones.
+fn assert_ablation_matches(
+    model: &attnlab::model::Transformer,
+    ids: &Tensor,
+    (clean, expected): (&Tensor, &Tensor),
+) {
+    let ablation = HeadAblation {
+        layer: 1,
+        head: 2,
+        mode: Ablation::Zero,
+    };
+    let ablated = model.logits_ablated(ids, ablation).unwrap();
+    let difference = max_difference(&ablated, expected);
+    assert!(difference < 1e-4, "ablated logits differ by {difference}");
+    let moved = max_difference(&ablated, clean);
+    assert!(
+        moved > 1e-2,
+        "the ablation moved the logits by {moved} only"
     );
 }
 
@@ -233,6 +261,24 @@ fn attend_shows_every_head_on_a_text() {
         scores[0]["induction"].is_null(),
         "no induction score on a text"
     );
+    let ablated = run(&[
+        "--text",
+        "The cat sat.",
+        "--format",
+        "json",
+        "--ablate",
+        "mean",
+    ]);
+    let ablated: serde_json::Value = serde_json::from_slice(&ablated.stdout).unwrap();
+    let grid = &ablated["ablation"];
+    let clean = grid["clean"].as_array().unwrap().len();
+    assert_eq!((grid["mode"].as_str(), clean), (Some("mean"), 11));
+    for head in grid["heads"].as_array().unwrap() {
+        let per_token: Vec<f64> = serde_json::from_value(head["per_token"].clone()).unwrap();
+        let mean = per_token.iter().sum::<f64>() / 11.0;
+        assert!((head["change"].as_f64().unwrap() - mean).abs() < 1e-9);
+    }
+    assert_eq!(grid["heads"].as_array().unwrap().len(), 8);
     let csv = run(&["--text", "a, b", "--format", "csv"]);
     let csv = String::from_utf8_lossy(&csv.stdout);
     assert!(csv.starts_with("layer,head,query,key,query_token,key_token,weight\n"));

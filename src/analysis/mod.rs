@@ -20,6 +20,7 @@
 //! - [`decay`]: RoFormer's long-range decay bound, the rotary encodings' counterpart of the
 //!   TRF (they add no bias, so they have no TRF).
 
+pub mod ablation;
 pub mod convergence;
 pub mod decay;
 mod encoding;

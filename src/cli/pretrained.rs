@@ -7,8 +7,10 @@ use std::path::PathBuf;
 use candle_core::Tensor;
 use clap::Args;
 
+use crate::analysis::ablation::ablation_grid;
 use crate::analysis::heads::{InductionProbe, head_scores};
 use crate::checkpoint;
+use crate::model::Ablation;
 use crate::report::attend::AttendReport;
 use crate::report::heads::HeadsReport;
 use crate::report::{Format, render, save_figures};
@@ -95,6 +97,10 @@ pub struct AttendArgs {
     /// The head the figure draws.
     #[arg(long, default_value_t = 0)]
     head: usize,
+    /// Ablate each head in turn (its output zeroed, or set to its mean over the text) and
+    /// report the next-token loss change (a forward pass per head).
+    #[arg(long, value_enum)]
+    ablate: Option<Ablation>,
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
     /// Write the chosen head's map (.svg, .png, or .csv with every head's weights and tokens).
@@ -147,6 +153,18 @@ pub fn attend(args: &AttendArgs) -> anyhow::Result<()> {
         };
         attention.push(maps.into_iter().map(causal).collect());
     }
+    let ablation = match args.ablate {
+        Some(mode) => {
+            anyhow::ensure!(
+                n >= 2,
+                "an ablation needs two tokens or more to predict one"
+            );
+            let layers: Vec<usize> = (0..layers).collect();
+            let model = &pretrained.model;
+            Some(ablation_grid(model, &ids, (&layers, heads), mode)?)
+        }
+        None => None,
+    };
     let report = AttendReport {
         model: args.model.clone(),
         family: pretrained.family,
@@ -154,6 +172,7 @@ pub fn attend(args: &AttendArgs) -> anyhow::Result<()> {
         scores,
         attention,
         shown: (args.layer, args.head),
+        ablation,
     };
     if let Some(path) = &args.figure {
         save_figures(&report, path)?;

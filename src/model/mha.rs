@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use candle_core::Tensor;
+use serde::Serialize;
 
 use super::stages::{HeadNorm, InputConv};
 use super::{Build, Linear};
@@ -12,6 +13,25 @@ use crate::attention::{Attention, Mechanism, OutputStage};
 use crate::encodings::Encoding;
 use crate::ops::{self, Precision, WeightDropout, matmul_merge_heads};
 use crate::params::Params;
+
+/// What replaces an ablated head's output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Ablation {
+    /// Zeros: the head removed.
+    Zero,
+    /// Its mean over the input's positions: what it says about this input kept, where it
+    /// says it lost.
+    Mean,
+}
+
+/// One head to ablate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeadAblation {
+    pub layer: usize,
+    pub head: usize,
+    pub mode: Ablation,
+}
 
 pub struct MultiHeadAttention {
     qkv: Linear,
@@ -175,6 +195,31 @@ impl MultiHeadAttention {
     pub fn forward(&self, x: &Tensor) -> Result<(Tensor, Attention)> {
         let (y, attention) = self.attend(x)?;
         Ok((self.out.forward(&y)?, attention))
+    }
+
+    /// x (B, T, D) → output (B, T, D) with head `ablation.head`'s output (after the output
+    /// stage, before the output projection: TransformerLens's `hook_z`) replaced by zeros or
+    /// by its mean over the input's positions.
+    pub fn forward_ablated(&self, x: &Tensor, ablation: HeadAblation) -> Result<Tensor> {
+        let (y, _) = self.attend(x)?;
+        let dh = self.head_dim;
+        let start = ablation.head * dh;
+        let own = y.narrow(2, start, dh)?;
+        let replaced = match ablation.mode {
+            Ablation::Zero => own.zeros_like()?,
+            Ablation::Mean => {
+                let (b, t, _) = own.dims3()?;
+                let mean = own.reshape((b * t, dh))?.mean_keepdim(0)?;
+                mean.reshape((1, 1, dh))?
+                    .broadcast_as(own.shape())?
+                    .contiguous()?
+            }
+        };
+        let width = y.dim(2)?;
+        let before = y.narrow(2, 0, start)?;
+        let after = y.narrow(2, start + dh, width - start - dh)?;
+        self.out
+            .forward(&Tensor::cat(&[&before, &replaced, &after], 2)?)
     }
 
     /// x (B, T, D) → output (B, T, D) for training, without the attention weights where the

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 pub use conv::{PrevToken, ShortConv};
 pub use layers::{Embedding, LayerNorm, Linear, LinearInit, Mlp};
-pub use mha::MultiHeadAttention;
+pub use mha::{Ablation, HeadAblation, MultiHeadAttention};
 pub use transformer::{Forward, Transformer};
 
 use candle_core::Tensor;

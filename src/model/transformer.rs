@@ -5,8 +5,8 @@ use std::sync::Arc;
 use candle_core::Tensor;
 
 use super::{
-    Build, Embedding, LayerNorm, Layout, Linear, MixerKind, Mlp, ModelConfig, MultiHeadAttention,
-    PrevToken, ShortConv, gather_rows,
+    Build, Embedding, HeadAblation, LayerNorm, Layout, Linear, MixerKind, Mlp, ModelConfig,
+    MultiHeadAttention, PrevToken, ShortConv, gather_rows,
 };
 use crate::Result;
 use crate::attention::{Attention, MechanismShape, MechanismSpec};
@@ -340,6 +340,22 @@ impl Transformer {
         Ok(self.head.forward(&self.final_norm.forward(&x)?)?.detach())
     }
 
+    /// Logits at every position (B, T, V) with one head ablated ([`MultiHeadAttention::
+    /// forward_ablated`]), evaluation only (detached).
+    pub fn logits_ablated(&self, ids: &Tensor, ablation: HeadAblation) -> Result<Tensor> {
+        let mut x = self.embed(ids)?.detach();
+        for (layer, block) in self.blocks.iter().enumerate() {
+            let mixed = match &block.mixer {
+                Mixer::Attention(mha) if layer == ablation.layer => {
+                    (&x + mha.forward_ablated(&block.norm.forward(&x)?, ablation)?)?
+                }
+                _ => block.mix(&x, None)?.0,
+            };
+            x = block.feed_forward(mixed, || Ok(x.clone()))?.detach();
+        }
+        Ok(self.head.forward(&self.final_norm.forward(&x)?)?.detach())
+    }
+
     /// Logits at every position and the attention of every attention layer.
     pub fn forward(&self, ids: &Tensor) -> Result<Forward> {
         let mut x = self.embed(ids)?;
@@ -351,5 +367,62 @@ impl Transformer {
         }
         let logits = self.head.forward(&self.final_norm.forward(&x)?)?;
         Ok(Forward { logits, attention })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{D, Device};
+
+    use super::*;
+    use crate::model::Ablation;
+    use crate::params::Params;
+    use crate::preset::Preset;
+
+    /// Zero-ablation takes exactly one head's share out of the output projection, so over all
+    /// heads Σ_h (clean − ablated_h) leaves the projection's bias alone, the same at every
+    /// position; mean-ablation moves each position by the head's deviation from its mean, so
+    /// its changes sum to zero over the positions.
+    #[test]
+    fn ablating_a_head_removes_its_share_of_the_output() {
+        let base = Preset::default().to_toml().unwrap();
+        let overrides = [
+            "model.n_heads=4".to_string(),
+            "model.d_model=32".to_string(),
+        ];
+        let preset = Preset::parse(&base, &overrides, std::path::Path::new("test")).unwrap();
+        let model = preset.build_model(&Params::new(3, &Device::Cpu)).unwrap();
+        let Some(Mixer::Attention(mha)) = model.blocks.first().map(|b| &b.mixer) else {
+            panic!("the first layer is attention");
+        };
+        let x = crate::ops::testing::random(&[2, 9, 32], 4, "ablation");
+        let clean = mha.forward(&x).unwrap().0;
+        let ablated = |head, mode| {
+            let ablation = HeadAblation {
+                layer: 0,
+                head,
+                mode,
+            };
+            (&clean - mha.forward_ablated(&x, ablation).unwrap()).unwrap()
+        };
+        let mut left = clean.clone();
+        for head in 0..4 {
+            let change = ablated(head, Ablation::Zero);
+            assert!(crate::ops::testing::max_abs(&change) > 1e-3, "head {head}");
+            left = (left - change).unwrap();
+            let mean_change = ablated(head, Ablation::Mean).sum((0, 1)).unwrap();
+            assert!(
+                crate::ops::testing::max_abs(&mean_change) < 1e-4,
+                "head {head}"
+            );
+        }
+        let first = left.narrow(1, 0, 1).unwrap().narrow(0, 0, 1).unwrap();
+        let spread = left.broadcast_sub(&first).unwrap().abs().unwrap();
+        let spread = spread
+            .max_keepdim(D::Minus1)
+            .unwrap()
+            .flatten_all()
+            .unwrap();
+        assert!(spread.max(0).unwrap().to_scalar::<f32>().unwrap() < 1e-5);
     }
 }

@@ -7,10 +7,11 @@ use serde::Serialize;
 
 use super::Report;
 use super::table::csv_field;
-use crate::analysis::figures::recall::heatmap;
+use crate::analysis::ablation::AblationGrid;
+use crate::analysis::figures::recall::{heatmap, layer_head_heatmap};
 use crate::analysis::heads::HeadScores;
 use crate::checkpoint::Tokens;
-use crate::figures::Figure;
+use crate::figures::{Figure, Plot};
 
 /// One head's row-normalised weights, `[query][key]` over keys 0..=query.
 pub type HeadMap = Vec<Vec<f32>>;
@@ -26,6 +27,8 @@ pub struct AttendReport {
     pub attention: Vec<Vec<HeadMap>>,
     /// The head the figure draws, (layer, head).
     pub shown: (usize, usize),
+    /// The loss change when each head is ablated, where asked.
+    pub ablation: Option<AblationGrid>,
 }
 
 impl AttendReport {
@@ -47,11 +50,13 @@ impl Report for AttendReport {
                 self.tokens.ids.len()
             ),
             self.numbered_tokens(),
-            "layer head  previous  first  entropy (nats)  look-back (tokens)".into(),
+            "layer head  previous  first  entropy (nats)  look-back (tokens)  Δ loss (nats)".into(),
         ];
         lines.extend(self.scores.iter().map(|s| {
+            let change = self.loss_change(s.layer, s.head);
+            let change = change.map_or("-".into(), |c| format!("{c:+.4}"));
             format!(
-                "{:>5} {:>4}  {:>8.4}  {:>5.3}  {:>14.3}  {:>18.2}",
+                "{:>5} {:>4}  {:>8.4}  {:>5.3}  {:>14.3}  {:>18.2}  {change:>13}",
                 s.layer,
                 s.head,
                 s.previous_token,
@@ -60,6 +65,23 @@ impl Report for AttendReport {
                 self.look_back(s.layer, s.head)
             )
         }));
+        if let Some(grid) = &self.ablation {
+            let mut ranked: Vec<_> = grid.heads.iter().collect();
+            ranked.sort_by(|a, b| b.change.total_cmp(&a.change));
+            let top: Vec<String> = ranked
+                .iter()
+                .take(5)
+                .map(|h| format!("{}.{} ({:+.3})", h.layer, h.head, h.change))
+                .collect();
+            lines.push(format!(
+                "clean loss {:.4} nats a token over {} predictions; Δ loss: {}-ablated head \
+                 minus clean; largest (layer.head): {}",
+                grid.clean_loss,
+                grid.clean.len(),
+                mode_name(grid),
+                top.join(", ")
+            ));
+        }
         lines
     }
 
@@ -81,7 +103,9 @@ impl Report for AttendReport {
             values,
             ["key token", "query token", "weight"],
         );
-        vec![(String::new(), figure)]
+        let mut figures = vec![(String::new(), figure)];
+        figures.extend(self.ablation_figure());
+        figures
     }
 
     /// Tidy: one row per layer, head, query and key at or before it, with both tokens.
@@ -102,7 +126,56 @@ impl Report for AttendReport {
     }
 }
 
+/// "zero" or "mean".
+fn mode_name(grid: &AblationGrid) -> &'static str {
+    match grid.mode {
+        crate::model::Ablation::Zero => "zero",
+        crate::model::Ablation::Mean => "mean",
+    }
+}
+
 impl AttendReport {
+    /// The mean loss change when head (layer, head) is ablated, where the report has them.
+    fn loss_change(&self, layer: usize, head: usize) -> Option<f64> {
+        let grid = self.ablation.as_ref()?;
+        let found = grid
+            .heads
+            .iter()
+            .find(|h| (h.layer, h.head) == (layer, head));
+        found.map(|h| h.change)
+    }
+
+    /// The layers × heads grid of loss changes, as `NAME-ablation`, on the diverging scale
+    /// (an ablation may lower the loss).
+    fn ablation_figure(&self) -> Option<(String, Figure)> {
+        let grid = self.ablation.as_ref()?;
+        let layers: Vec<usize> = (0..self.attention.len()).collect();
+        let heads = self.attention.first().map_or(0, Vec::len);
+        let mut table = vec![vec![f64::NAN; heads]; layers.len()];
+        for h in &grid.heads {
+            table[h.layer][h.head] = h.change;
+        }
+        let mut figure = layer_head_heatmap(
+            format!(
+                "loss change when a head is {}-ablated: {}",
+                mode_name(grid),
+                self.family
+            ),
+            format!(
+                "mean over {} predicted tokens, clean loss {:.3} nats",
+                grid.clean.len(),
+                grid.clean_loss
+            ),
+            &table,
+            &layers,
+            "Δ loss (nats)",
+        );
+        if let Plot::Heatmap(plot) = &mut figure.plot {
+            plot.signed = true;
+        }
+        Some(("ablation".into(), figure))
+    }
+
     /// The head's mean look-back in tokens, Σ_k w_qk (q − k) averaged over queries 1 on: 1 for
     /// a previous-token head, about q for one on the first token.
     fn look_back(&self, layer: usize, head: usize) -> f64 {
