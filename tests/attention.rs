@@ -168,7 +168,10 @@ fn explicit_matrices_match_the_papers_formulas() {
         ),
         // Sliding-window softmax: 3 keys, the query's own included.
         (
-            MechanismSpec::Softmax(SoftmaxConfig { window: Some(3) }),
+            MechanismSpec::Softmax(SoftmaxConfig {
+                window: Some(3),
+                ..Default::default()
+            }),
             Box::new(softmax),
         ),
         (

@@ -294,3 +294,8 @@ fn attend_shows_every_head_on_a_text() {
         "{error}"
     );
 }
+
+#[test]
+fn tinystories_matches_transformers() {
+    assert_matches_transformers("tinystories");
+}

@@ -302,7 +302,10 @@ mod tests {
     /// A sweep tells apart what makes another point of its plots.
     #[test]
     fn labels_name_what_sets_a_variant_apart() {
-        let window = MechanismSpec::Softmax(SoftmaxConfig { window: Some(9) });
+        let window = MechanismSpec::Softmax(SoftmaxConfig {
+            window: Some(9),
+            ..Default::default()
+        });
         assert_eq!(window.label(), "softmax-w9");
         assert_eq!(MechanismSpec::default().label(), "softmax");
         let x2 = MechanismSpec::Rebased(RebasedConfig {

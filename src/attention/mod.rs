@@ -41,7 +41,7 @@ pub use kernel::{
 pub use linformer::{Linformer, LinformerConfig, LinformerSharing};
 pub use mamba2::{Mamba2, Mamba2Config};
 pub use retention::{Retention, RetentionConfig};
-pub use softmax::{SoftmaxAttention, SoftmaxConfig};
+pub use softmax::{SoftmaxAttention, SoftmaxConfig, WindowLayers};
 pub use weights::AttentionWeights;
 
 use crate::Result;
@@ -218,6 +218,15 @@ impl MechanismSpec {
     /// What kind of matrix its weights are.
     pub fn mixing(&self) -> Mixing {
         self.facts().mixing
+    }
+
+    /// The mechanism of model layer `layer`: itself, softmax's window only on the layers its
+    /// `window_layers` names.
+    pub fn at_layer(&self, layer: usize) -> Self {
+        match self {
+            Self::Softmax(config) => Self::Softmax(config.at_layer(layer)),
+            other => other.clone(),
+        }
     }
 }
 

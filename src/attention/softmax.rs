@@ -5,6 +5,8 @@
 //! included (w keys; the `window` encoding's convention). zoology's sliding-window attention
 //! with window b sees b + 1 keys (w = b + 1), and MAD's window of 32 is 33 keys here. The window
 //! is a mask added after whichever encoding, so RoPE, ALiBi or NoPE combine with it.
+//! `window_layers` puts it on every layer or on every other one (GPT-Neo's alternating global
+//! and local layers), and `unscaled` drops the 1/√d of the scores (GPT-Neo's too).
 
 use std::sync::Arc;
 
@@ -22,7 +24,7 @@ use crate::ops::{
     flash_attention, flash_available, flash_enabled, softmax_rows, softmax_rows_biased,
 };
 use crate::params::Params;
-use crate::settings::{Settings, real};
+use crate::settings::{Choices, Settings, Switch, real};
 
 /// Softmax settings.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -32,7 +34,65 @@ pub struct SoftmaxConfig {
     /// earlier key.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window: Option<usize>,
+    /// The model layers the window applies to.
+    #[serde(skip_serializing_if = "WindowLayers::is_all")]
+    pub window_layers: WindowLayers,
+    /// Raw q·k scores, without the 1/√d_head (GPT-Neo).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub unscaled: bool,
 }
+
+/// Which model layers (block indices, from 0) a softmax window applies to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WindowLayers {
+    #[default]
+    All,
+    /// Layers 1, 3, 5…: GPT-Neo's [global, local] pattern.
+    Odd,
+    /// Layers 0, 2, 4….
+    Even,
+}
+
+impl WindowLayers {
+    fn is_all(&self) -> bool {
+        *self == Self::All
+    }
+
+    /// Whether model layer `layer` is windowed.
+    fn includes(self, layer: usize) -> bool {
+        match self {
+            Self::All => true,
+            Self::Odd => layer % 2 == 1,
+            Self::Even => layer.is_multiple_of(2),
+        }
+    }
+}
+
+impl SoftmaxConfig {
+    /// The settings of model layer `layer`: without the window where `window_layers` leaves
+    /// the layer out.
+    pub fn at_layer(&self, layer: usize) -> Self {
+        Self {
+            window: self.window.filter(|_| self.window_layers.includes(layer)),
+            window_layers: WindowLayers::All,
+            ..self.clone()
+        }
+    }
+}
+
+const SWITCHES: &[Switch] = &[
+    Switch {
+        key: "window_layers",
+        label: "layers with the window (GPT-Neo: odd)",
+        choices: Choices::Words(&["all", "odd", "even"]),
+    },
+    Switch {
+        key: "unscaled",
+        label: "raw q·k scores, no 1/√d (GPT-Neo)",
+        choices: Choices::Toggle,
+    },
+];
 
 static FACTS: Facts = Facts {
     name: "softmax",
@@ -44,14 +104,17 @@ static FACTS: Facts = Facts {
     mixing: Mixing::RowStochastic,
     state: "the keys and values seen: H (d_k + d_v) L, or H (d_k + d_v) w with a window \
             (zoology: 2 d L, and 2 d b with b = w - 1)",
-    settings: Settings::of(&[real(
-        "window",
-        1.0,
-        1_048_576.0,
-        "keys each query sees, itself included (zoology's window b = w - 1; MAD's 32 = 33 \
-         keys); unset = every earlier key",
-    )
-    .whole()]),
+    settings: Settings {
+        numbers: &[real(
+            "window",
+            1.0,
+            1_048_576.0,
+            "keys each query sees, itself included (zoology's window b = w - 1; MAD's 32 = 33 \
+             keys); unset = every earlier key",
+        )
+        .whole()],
+        switches: SWITCHES,
+    },
     default: || MechanismSpec::Softmax(SoftmaxConfig::default()),
 };
 
@@ -59,31 +122,62 @@ impl Variant for SoftmaxConfig {
     const FACTS: &'static Facts = &FACTS;
 
     fn build(&self, shape: &MechanismShape, params: &Params) -> Result<Arc<dyn Mechanism>> {
-        Ok(Arc::new(SoftmaxAttention::new(shape, self.window, params)?))
+        let scale = match self.unscaled {
+            true => 1.0,
+            false => 1.0 / (shape.qk_dim as f64).sqrt(),
+        };
+        Ok(Arc::new(SoftmaxAttention::new(
+            shape,
+            (self.window, scale),
+            params,
+        )?))
     }
 
     fn memory(&self, layer: &LayerSize) -> MemoryTerms {
         MemoryTerms::plain(layer)
     }
 
-    /// The key-value cache: the whole sequence, or the window's last w tokens.
+    /// The key-value cache: the whole sequence, or the window's last w tokens (the whole
+    /// sequence where some layers have no window: the largest layer's).
     fn state(&self, layer: &StateShape) -> Option<StateSize> {
-        let kept = self.window.map_or(layer.len, |w| w.min(layer.len));
+        let window = self.window.filter(|_| self.window_layers.is_all());
+        let kept = window.map_or(layer.len, |w| w.min(layer.len));
         let per_token = layer.heads * (layer.qk_dim + layer.head_dim);
         // zoology's sliding window of b counts b tokens though it attends b + 1.
-        let zoology_tokens = self.window.map_or(layer.len, |w| w.saturating_sub(1));
+        let zoology_tokens = window.map_or(layer.len, |w| w.saturating_sub(1));
         Some(StateSize {
             floats: per_token * kept,
             zoology: 2 * layer.heads * layer.head_dim * zoology_tokens,
         })
     }
 
-    /// `softmax-w<w>` with a window.
+    /// `softmax-w<w>` with a window (`-odd`, `-even` on those layers), `-unscaled`.
     fn label(&self) -> String {
-        match self.window {
-            Some(w) => format!("{}-w{w}", FACTS.name),
-            None => FACTS.name.to_string(),
+        let mut label = FACTS.name.to_string();
+        if let Some(w) = self.window {
+            label.push_str(&format!("-w{w}"));
+            match self.window_layers {
+                WindowLayers::All => {}
+                WindowLayers::Odd => label.push_str("-odd"),
+                WindowLayers::Even => label.push_str("-even"),
+            }
         }
+        if self.unscaled {
+            label.push_str("-unscaled");
+        }
+        label
+    }
+
+    /// A choice of layers needs a window to choose them for.
+    fn validate(&self, _seq_len: usize) -> Result<()> {
+        if self.window.is_none() && !self.window_layers.is_all() {
+            return Err(crate::Error::preset(
+                "attention.window_layers",
+                format!("{:?}", self.window_layers).to_lowercase(),
+                "names the layers a window applies to: set attention.window",
+            ));
+        }
+        Ok(())
     }
 
     /// A window is a mask the fused kernels do not take: its weights are built.
@@ -100,8 +194,13 @@ pub struct SoftmaxAttention {
 }
 
 impl SoftmaxAttention {
-    /// Softmax attention of a layer of `shape`, within the last `window` keys when given.
-    pub fn new(shape: &MechanismShape, window: Option<usize>, params: &Params) -> Result<Self> {
+    /// Softmax attention of a layer of `shape`, within the last `window` keys when given, its
+    /// scores q·k times `scale`.
+    pub fn new(
+        shape: &MechanismShape,
+        (window, scale): (Option<usize>, f64),
+        params: &Params,
+    ) -> Result<Self> {
         let window = window
             .map(|width| {
                 let spec = EncodingSpec::Window(WindowConfig { width });
@@ -116,7 +215,7 @@ impl SoftmaxAttention {
             })
             .transpose()?;
         Ok(Self {
-            scale: 1.0 / (shape.qk_dim as f64).sqrt(),
+            scale,
             precision: shape.precision,
             window,
         })
@@ -210,5 +309,30 @@ impl Mechanism for SoftmaxAttention {
     ) -> Result<Attention> {
         let scores = pos.block_scores(q, k, block, &|q, k| self.scores(q, k))?;
         Self::attention(scores, self.bias(pos, block)?, v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// GPT-Neo's layers: the window on the odd ones only, named in the label; a choice of
+    /// layers without a window refused.
+    #[test]
+    fn a_window_on_odd_layers_skips_the_even_ones() {
+        let config = SoftmaxConfig {
+            window: Some(8),
+            window_layers: WindowLayers::Odd,
+            unscaled: true,
+        };
+        assert_eq!(config.at_layer(0).window, None);
+        assert_eq!(config.at_layer(3).window, Some(8));
+        assert_eq!(config.label(), "softmax-w8-odd-unscaled");
+        let lonely = SoftmaxConfig {
+            window_layers: WindowLayers::Even,
+            ..SoftmaxConfig::default()
+        };
+        let error = lonely.validate(64).unwrap_err().to_string();
+        assert!(error.contains("attention.window_layers"), "{error}");
     }
 }

@@ -9,50 +9,31 @@ use candle_core::{Device, Tensor};
 use super::{Config, Pretrained, Tensors, assemble, block_parameter, no_parameter};
 use crate::attention::{MechanismSpec, SoftmaxConfig};
 use crate::encodings::{EncodingSpec, LearnedConfig};
-use crate::model::{Layout, MixerKind, ModelConfig};
 use crate::{Error, Result};
 
 /// What `transformers` prefixes GPT-2's names with when it saves the model with its head.
 const PREFIX: &str = "transformer.";
 
 pub(super) fn build(config: &Config, tensors: &Tensors, device: &Device) -> Result<Pretrained> {
-    let d = config.whole(&["n_embd", "hidden_size"])?;
-    let heads = config.whole(&["n_head", "num_attention_heads"])?;
-    let layers = config.whole(&["n_layer", "num_hidden_layers"])?;
+    let keys = [
+        &["n_embd", "hidden_size"][..],
+        &["n_head", "num_attention_heads"],
+        &["n_layer", "num_hidden_layers"],
+        &["n_inner", "intermediate_size"],
+    ];
+    let model = config.transformer(keys, true)?;
     let positions = config.whole(&["n_positions", "max_position_embeddings"])?;
     let vocab = config.whole(&["vocab_size"])?;
-    let inner = config.whole_or(&["n_inner", "intermediate_size"], 4 * d)?;
-    let refuse = |message: String| Error::RunDir {
-        message,
-        path: config.path.clone(),
-    };
-    if heads == 0 || !d.is_multiple_of(heads) || d == 0 || !inner.is_multiple_of(d) {
-        return Err(refuse(format!(
-            "n_embd {d}, n_head {heads} and n_inner {inner} do not make whole heads and a whole \
-             MLP ratio"
-        )));
-    }
-    let activation = config.activation()?;
     let unscaled = config.value(&["scale_attn_weights"]) == Some(&false.into());
     let by_layer = config.value(&["scale_attn_by_inverse_layer_idx"]) == Some(&true.into());
     if unscaled || by_layer {
-        return Err(refuse(
-            "scores not scaled by 1/sqrt(d_head) (scale_attn_weights false or \
-             scale_attn_by_inverse_layer_idx true) are not supported"
+        return Err(Error::RunDir {
+            message: "scores not scaled by 1/sqrt(d_head) (scale_attn_weights false or \
+                      scale_attn_by_inverse_layer_idx true) are not supported"
                 .into(),
-        ));
+            path: config.path.clone(),
+        });
     }
-    let model = ModelConfig {
-        d_model: d,
-        n_layers: layers,
-        n_heads: heads,
-        mlp_ratio: inner / d,
-        activation,
-        mixers: vec![MixerKind::Attention],
-        tie_embeddings: true,
-        layout: Layout::Attnlab,
-        ..ModelConfig::default()
-    };
     let attention = MechanismSpec::Softmax(SoftmaxConfig::default());
     let encoding = EncodingSpec::Learned(LearnedConfig::default());
     assemble(

@@ -8,48 +8,33 @@
 use candle_core::{DType, Device, Tensor};
 
 use super::{Config, Pretrained, Tensors, assemble, block_parameter, no_parameter};
+use crate::Result;
 use crate::attention::{MechanismSpec, SoftmaxConfig};
 use crate::encodings::{EncodingSpec, RopeConfig};
-use crate::model::{Layout, MixerKind, ModelConfig};
-use crate::{Error, Result};
+use crate::model::ModelConfig;
 
 /// What `transformers` prefixes the model's names with (the head is `embed_out`).
 const PREFIX: &str = "gpt_neox.";
 
 pub(super) fn build(config: &Config, tensors: &Tensors, device: &Device) -> Result<Pretrained> {
-    let d = config.whole(&["hidden_size"])?;
-    let heads = config.whole(&["num_attention_heads"])?;
-    let layers = config.whole(&["num_hidden_layers"])?;
+    let keys = [
+        &["hidden_size"][..],
+        &["num_attention_heads"],
+        &["num_hidden_layers"],
+        &["intermediate_size"],
+    ];
+    let model = ModelConfig {
+        parallel_residual: config.value(&["use_parallel_residual"]) != Some(&false.into()),
+        ..config.transformer(keys, false)?
+    };
     let positions = config.whole(&["max_position_embeddings"])?;
     let vocab = config.whole(&["vocab_size"])?;
-    let inner = config.whole_or(&["intermediate_size"], 4 * d)?;
-    if heads == 0 || d == 0 || !d.is_multiple_of(heads) || !inner.is_multiple_of(d) {
-        return Err(Error::RunDir {
-            message: format!(
-                "hidden_size {d}, num_attention_heads {heads} and intermediate_size {inner} do \
-                 not make whole heads and a whole MLP ratio"
-            ),
-            path: config.path.clone(),
-        });
-    }
-    let model = ModelConfig {
-        d_model: d,
-        n_layers: layers,
-        n_heads: heads,
-        mlp_ratio: inner / d,
-        activation: config.activation()?,
-        parallel_residual: config.value(&["use_parallel_residual"]) != Some(&false.into()),
-        mixers: vec![MixerKind::Attention],
-        tie_embeddings: false,
-        layout: Layout::Attnlab,
-        ..ModelConfig::default()
-    };
     let encoding = EncodingSpec::Rope(RopeConfig {
         base: config.real(&["rotary_emb_base", "rope_theta"])?,
         fraction: config.real(&["rotary_pct", "partial_rotary_factor"])?,
     });
     let biased = config.value(&["attention_bias"]) != Some(&false.into());
-    let head_dim = d / heads;
+    let (heads, head_dim) = (model.n_heads, model.head_dim());
     assemble(
         ("gpt_neox", model),
         (MechanismSpec::Softmax(SoftmaxConfig::default()), encoding),

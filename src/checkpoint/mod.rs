@@ -4,10 +4,12 @@
 //! onto attnlab's parameter names; what is common (reading the config under every spelling
 //! `transformers` has used, the tensors, the checks) is here.
 //!
-//! Families: [`gpt2`] (GPT-2), [`gpt_neox`] (GPT-NeoX, Pythia). GPT-Neo/TinyStories follows,
-//! with the fixtures `scripts/make_hf_fixtures.py` made for all three (tests/fixtures/hf).
+//! Families: [`gpt2`] (GPT-2), [`gpt_neo`] (GPT-Neo, TinyStories), [`gpt_neox`] (GPT-NeoX,
+//! Pythia), each checked against `transformers` on the fixtures `scripts/make_hf_fixtures.py`
+//! made (tests/fixtures/hf).
 
 mod gpt2;
+mod gpt_neo;
 mod gpt_neox;
 mod tokenizer;
 
@@ -20,7 +22,7 @@ use candle_core::{DType, Device, Tensor};
 
 use crate::attention::MechanismSpec;
 use crate::encodings::{EncodingShape, EncodingSpec};
-use crate::model::{Activation, Build, ModelConfig, Transformer};
+use crate::model::{Activation, Build, Layout, MixerKind, ModelConfig, Transformer};
 use crate::ops::Precision;
 use crate::params::Params;
 use crate::{Error, Result};
@@ -49,9 +51,10 @@ pub fn open(folder: &Path, device: &Device) -> Result<Pretrained> {
     match config.string(&["model_type"])?.as_str() {
         "gpt_neox" => gpt_neox::build(&config, &tensors, device),
         "gpt2" => gpt2::build(&config, &tensors, device),
+        "gpt_neo" => gpt_neo::build(&config, &tensors, device),
         other => Err(Error::unsupported(
             format!("the model type '{other}' of {}", config.path.display()),
-            "attnlab opens gpt2 and gpt_neox folders",
+            "attnlab opens gpt2, gpt_neo and gpt_neox folders",
         )),
     }
 }
@@ -108,6 +111,37 @@ impl Config {
     }
 
     /// The MLP's activation (`activation_function` or `hidden_act`).
+    /// A GPT-style model's config: width, heads, layers and MLP width read under each
+    /// family's `[width, heads, layers, inner]` spellings (the MLP 4 × the width where the
+    /// config leaves it out), checked to make whole heads and a whole MLP ratio; attnlab's
+    /// layout, its activation, attention in every layer, the head tied or not.
+    fn transformer(&self, keys: [&[&str]; 4], tie_embeddings: bool) -> Result<ModelConfig> {
+        let [width, heads_keys, layers_keys, inner_keys] = keys;
+        let (d, heads) = (self.whole(width)?, self.whole(heads_keys)?);
+        let inner = self.whole_or(inner_keys, 4 * d)?;
+        if heads == 0 || d == 0 || !d.is_multiple_of(heads) || !inner.is_multiple_of(d) {
+            return Err(Error::RunDir {
+                message: format!(
+                    "{} {d}, {} {heads} and {} {inner} do not make whole heads and a whole MLP \
+                     ratio",
+                    width[0], heads_keys[0], inner_keys[0]
+                ),
+                path: self.path.clone(),
+            });
+        }
+        Ok(ModelConfig {
+            d_model: d,
+            n_layers: self.whole(layers_keys)?,
+            n_heads: heads,
+            mlp_ratio: inner / d,
+            activation: self.activation()?,
+            mixers: vec![MixerKind::Attention],
+            tie_embeddings,
+            layout: Layout::Attnlab,
+            ..ModelConfig::default()
+        })
+    }
+
     fn activation(&self) -> Result<Activation> {
         match self
             .string(&["activation_function", "hidden_act"])?

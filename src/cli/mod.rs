@@ -123,7 +123,7 @@ pub enum Command {
     /// Definition 0.1's check and Theorem 0.4's verdict.
     Extrapolate(extrapolate::ExtrapolateArgs),
     /// Induction, previous-token, first-token and entropy scores of every head of a
-    /// pretrained model in a Hugging Face folder (GPT-2, Pythia), on repeated random tokens.
+    /// pretrained model in a Hugging Face folder (GPT-2, Pythia, GPT-Neo), on repeated random tokens.
     Heads(pretrained::HeadsArgs),
     /// A pretrained model's attention on a text (tokenised by the folder's tokenizer.json):
     /// every layer and head, with each head's previous-token, first-token, entropy and

@@ -188,7 +188,9 @@ impl Transformer {
                             d,
                             config.n_heads,
                             qk_dim,
-                            mechanism.build(&mech_shape, &p.pp("attn"))?,
+                            mechanism
+                                .at_layer(layer)
+                                .build(&mech_shape, &p.pp("attn"))?,
                             layer_encoding(layer)?,
                             &build,
                             &p.pp("attn"),

@@ -81,7 +81,10 @@ mod tests {
         assert_eq!(units(&figure2(softmax.clone(), 64, 1)), 525_056);
         assert_eq!(units(&figure2(softmax, 128, 2)), 1_050_112);
         // zoology's window b = 8 is attnlab's w = 9.
-        let window = MechanismSpec::Softmax(SoftmaxConfig { window: Some(9) });
+        let window = MechanismSpec::Softmax(SoftmaxConfig {
+            window: Some(9),
+            ..Default::default()
+        });
         assert_eq!(units(&figure2(window, 128, 2)), 9_728);
         // Based keeps one key-value head in zoology: d_v = d, H = 1.
         let based = |f| MechanismSpec::Based(BasedConfig { feature_dim: f });
@@ -92,7 +95,10 @@ mod tests {
     /// attnlab's own count: softmax keeps every key and value, a window w of them.
     #[test]
     fn exact_floats_count_what_the_recurrent_forms_keep() {
-        let window = MechanismSpec::Softmax(SoftmaxConfig { window: Some(9) });
+        let window = MechanismSpec::Softmax(SoftmaxConfig {
+            window: Some(9),
+            ..Default::default()
+        });
         let state = figure2(window, 128, 2).state().unwrap();
         assert_eq!(state.floats, 128 * 3 + 9 * 2 * 128);
         let mut linformer = figure2(MechanismSpec::default(), 64, 1);

@@ -90,7 +90,10 @@ pub fn small_mechanisms() -> Vec<MechanismSpec> {
             other => other,
         })
         // Sliding-window softmax: a window shorter than the tiny presets' 16 tokens.
-        .chain([MechanismSpec::Softmax(SoftmaxConfig { window: Some(5) })])
+        .chain([MechanismSpec::Softmax(SoftmaxConfig {
+            window: Some(5),
+            ..Default::default()
+        })])
         .collect()
 }
 
