@@ -12,7 +12,8 @@ network in CI), so each family's quirks are caught on a model of a few hundred K
 - `pythia/` (GPT-NeoX): per-head interleaved qkv, partial rotary (`rotary_pct` 0.25), parallel
   residual, exact GELU, untied head;
 - `tinystories/` (GPT-Neo): separate q/k/v without bias, no 1/sqrt(d) score scaling,
-  alternating global and local (window 8) layers, tied head.
+  alternating global and local (window 8) layers, tied head;
+- `gpt2-bin/`: `gpt2/`'s model saved as `pytorch_model.bin` (PyTorch's pickle).
 
 Each folder holds `config.json` and `model.safetensors` (`save_pretrained`, safe
 serialisation) and `reference.safetensors`: `input_ids` (2, 16) int64, `logits` (2, 16, V)
@@ -147,6 +148,9 @@ def main():
         model.eval()
         folder = out / name
         model.save_pretrained(folder, safe_serialization=True)
+        if name == "gpt2":
+            # The same weights as PyTorch's pickle, the format of older checkpoints.
+            model.save_pretrained(out / "gpt2-bin", safe_serialization=False)
         with torch.no_grad():
             result = model(ids, output_attentions=True)
             reference = {

@@ -299,3 +299,17 @@ fn attend_shows_every_head_on_a_text() {
 fn tinystories_matches_transformers() {
     assert_matches_transformers("tinystories");
 }
+
+/// The GPT-2 fixture saved as PyTorch's pickle (`pytorch_model.bin`) gives the logits the
+/// safetensors copy gives, which match transformers'.
+#[test]
+fn pytorch_pickle_weights_load_as_the_safetensors_do() {
+    let pickled = checkpoint::open(&fixture("gpt2-bin"), &Device::Cpu).unwrap();
+    let reference =
+        candle_core::safetensors::load(fixture("gpt2").join("reference.safetensors"), &Device::Cpu)
+            .unwrap();
+    let ids = reference["input_ids"].to_dtype(DType::U32).unwrap();
+    let logits = pickled.model.forward(&ids).unwrap().logits;
+    let difference = max_difference(&logits, &reference["logits"]);
+    assert!(difference < 1e-4, "logits differ by {difference}");
+}

@@ -186,21 +186,42 @@ struct Tensors {
 }
 
 impl Tensors {
+    /// `model.safetensors`, else `pytorch_model.bin` (PyTorch's pickle, read by candle's
+    /// reader, which builds tensors and runs no code).
     fn read(folder: &Path, device: &Device) -> Result<Self> {
-        let path = folder.join("model.safetensors");
-        if !path.exists() {
-            return Err(Error::RunDir {
-                message: "no model.safetensors in the model folder (pytorch_model.bin is not \
-                          read yet: save the model with safe_serialization=True)"
-                    .into(),
-                path,
+        let (safetensors, pickle) = (
+            folder.join("model.safetensors"),
+            folder.join("pytorch_model.bin"),
+        );
+        let unreadable = |path: &Path, e: candle_core::Error| Error::RunDir {
+            message: format!("cannot read the weights ({e})"),
+            path: path.to_path_buf(),
+        };
+        if safetensors.exists() {
+            let by_name = candle_core::safetensors::load(&safetensors, device)
+                .map_err(|e| unreadable(&safetensors, e))?;
+            return Ok(Self {
+                path: safetensors,
+                by_name,
             });
         }
-        let by_name = candle_core::safetensors::load(&path, device).map_err(|e| Error::RunDir {
-            message: format!("cannot read the weights ({e})"),
-            path: path.clone(),
-        })?;
-        Ok(Self { path, by_name })
+        if !pickle.exists() {
+            return Err(Error::RunDir {
+                message: "no model.safetensors or pytorch_model.bin in the model folder (a \
+                          sharded checkpoint is not read yet)"
+                    .into(),
+                path: safetensors,
+            });
+        }
+        let tensors = candle_core::pickle::read_all(&pickle).map_err(|e| unreadable(&pickle, e))?;
+        let by_name = tensors
+            .into_iter()
+            .map(|(name, t)| Ok((name, t.to_device(device)?)))
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            path: pickle,
+            by_name,
+        })
     }
 
     /// Tensor `name` (or `prefix` + `name`, as a model saved with its LM head names them) of

@@ -17,7 +17,8 @@ use crate::report::{Format, render, save_figures};
 
 #[derive(Debug, Args)]
 pub struct HeadsArgs {
-    /// A Hugging Face model folder (config.json, model.safetensors), e.g. a download of gpt2.
+    /// A Hugging Face model folder (config.json, model.safetensors or pytorch_model.bin), e.g. a
+    /// download of gpt2.
     model: PathBuf,
     /// Random tokens in each half of a probe sequence (TransformerLens's examples use 50).
     #[arg(long, default_value_t = 50, value_parser = super::bounded(2, 4096))]
@@ -79,7 +80,8 @@ pub fn heads(args: &HeadsArgs) -> anyhow::Result<()> {
 #[derive(Debug, Args)]
 #[command(group = clap::ArgGroup::new("input").required(true))]
 pub struct AttendArgs {
-    /// A Hugging Face model folder with its tokenizer.json (config.json, model.safetensors).
+    /// A Hugging Face model folder with its tokenizer.json (config.json, model.safetensors or
+    /// pytorch_model.bin).
     model: PathBuf,
     /// The text to read.
     #[arg(long, group = "input")]
