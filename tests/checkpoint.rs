@@ -182,7 +182,14 @@ fn heads_scores_every_head_of_a_pretrained_model() {
     let scores = report["scores"].as_array().unwrap();
     assert_eq!(scores.len(), 2 * 4, "2 layers × 4 heads");
     for score in scores {
-        for key in ["induction", "previous_token", "first_token"] {
+        let keys = [
+            "induction",
+            "induction_iou",
+            "induction_soft_iou",
+            "previous_token",
+            "first_token",
+        ];
+        for key in keys {
             let value = score[key].as_f64().unwrap();
             assert!((0.0..=1.0).contains(&value), "{key} = {value}");
         }

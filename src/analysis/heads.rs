@@ -9,7 +9,10 @@
 //!   copy, as TransformerLens's mean does;
 //! - previous token: the mean weight on the key just before the query;
 //! - first token: the mean weight on position 0 (the "attention sink"), queries 1 on;
-//! - entropy: the mean entropy of the rows, in nats, queries 1 on (row 0 has one key).
+//! - entropy: the mean entropy of the rows, in nats, queries 1 on (row 0 has one key);
+//! - induction IoU (issue 30's reading, with attnlab's IoU code, [`crate::analysis::iou`]):
+//!   the second copy's queries o + half + i against the ground truth key o + i + 1, hard
+//!   (threshold τ 0.1, pooled over the queries) and soft (Σmin/Σmax) over their whole rows.
 //!
 //! Each is averaged over heads' rows and the probe's sequences.
 
@@ -17,6 +20,7 @@ use candle_core::Tensor;
 use serde::Serialize;
 
 use crate::Result;
+use crate::analysis::iou::{Crop, DEFAULT_BINARISE};
 use crate::rng::{Rng, stream};
 
 /// The induction probe: `rows` sequences of `half` random tokens below `vocab`, repeated, after
@@ -58,6 +62,22 @@ impl InductionProbe {
         self.half == 0
     }
 
+    /// The induction ground truth as an IoU crop: the second copy's queries (o + half + i),
+    /// each reading key o + i + 1, over the whole sequence.
+    pub fn induction_crop(&self) -> Crop {
+        let o = usize::from(self.first.is_some());
+        let (len, queries) = (self.len(), o + self.half..self.len());
+        let mut truth = vec![0.0; queries.len() * len];
+        for (row, q) in queries.clone().enumerate() {
+            truth[row * len + q - self.half + 1] = 1.0;
+        }
+        Crop {
+            query_positions: queries.collect(),
+            context: len,
+            truth,
+        }
+    }
+
     /// The probe in words, for captions.
     pub fn describe(&self) -> String {
         let first = match self.first {
@@ -77,8 +97,12 @@ impl InductionProbe {
 pub struct HeadScores {
     pub layer: usize,
     pub head: usize,
-    /// NaN on an input other than the induction probe (JSON: null).
+    /// NaN on an input other than the induction probe (JSON: null), as are the IoUs.
     pub induction: f64,
+    /// Hard IoU (τ 0.1) of the second copy's rows against the induction targets.
+    pub induction_iou: f64,
+    /// Soft IoU (Σmin/Σmax) of the same rows.
+    pub induction_soft_iou: f64,
     pub previous_token: f64,
     pub first_token: f64,
     /// Nats.
@@ -116,9 +140,26 @@ pub fn head_scores(
                     .map(|a| a * a.ln())
                     .sum::<f64>()
             };
+            let (induction_iou, induction_soft_iou) = match probe {
+                Some(p) => {
+                    let crop = p.induction_crop();
+                    let ious = (0..b).map(|row| {
+                        let rows = crop.query_positions.iter();
+                        let a: Vec<f64> = rows
+                            .flat_map(|&q| (0..t).map(move |k| at(row, q, k)))
+                            .collect();
+                        (crop.hard_iou(&a, DEFAULT_BINARISE), crop.soft_iou(&a))
+                    });
+                    let (hard, soft) = ious.fold((0.0, 0.0), |(h, s), (a, b)| (h + a, s + b));
+                    (hard / b.max(1) as f64, soft / b.max(1) as f64)
+                }
+                None => (f64::NAN, f64::NAN),
+            };
             HeadScores {
                 layer,
                 head,
+                induction_iou,
+                induction_soft_iou,
                 induction: probe.map_or(f64::NAN, |p| {
                     let stripe = p.half.saturating_sub(1).min(t)..t;
                     mean(&|row, q| at(row, q, q + 1 - p.half), stripe)
@@ -171,6 +212,11 @@ mod tests {
         let induction = |q: usize| if q >= 6 { q + 1 - 5 } else { 0 };
         let induction = &head_scores(&one_hot(t, induction), 1, Some(&p)).unwrap()[0];
         assert_eq!((induction.induction, induction.layer), (6.0 / 7.0, 1));
+        // The second copy's five queries all read their targets: IoU 1, hard and soft; the
+        // previous-token head reads none of them.
+        let ious = (induction.induction_iou, induction.induction_soft_iou);
+        assert_eq!(ious, (1.0, 1.0));
+        assert_eq!(previous.induction_iou, 0.0);
         assert!(induction.previous_token < 0.2);
         let sink = &head_scores(&one_hot(t, |_| 0), 0, Some(&p)).unwrap()[0];
         assert_eq!((sink.first_token, sink.entropy), (1.0, 0.0));

@@ -31,7 +31,8 @@ pub struct HeadsArgs {
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
     /// Write the layers × heads induction heatmap (.svg, .png or .csv); the other scores go
-    /// to NAME-previous-token.EXT, NAME-first-token.EXT and NAME-entropy.EXT.
+    /// to NAME-induction-iou.EXT, NAME-induction-soft-iou.EXT, NAME-previous-token.EXT,
+    /// NAME-first-token.EXT and NAME-entropy.EXT.
     #[arg(long)]
     figure: Option<PathBuf>,
 }

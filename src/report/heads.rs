@@ -26,8 +26,10 @@ pub struct HeadsReport {
 type Score = fn(&HeadScores) -> f64;
 
 /// Each score's name, as the figures' file suffixes say it, and its value.
-const SCORES: [(&str, Score); 4] = [
+const SCORES: [(&str, Score); 6] = [
     ("induction", |s| s.induction),
+    ("induction-iou", |s| s.induction_iou),
+    ("induction-soft-iou", |s| s.induction_soft_iou),
     ("previous-token", |s| s.previous_token),
     ("first-token", |s| s.first_token),
     ("entropy", |s| s.entropy),
@@ -56,14 +58,19 @@ impl Report for HeadsReport {
         let mut lines = vec![
             format!("{} ({})", self.model.display(), self.family),
             self.probe_text.clone(),
-            "layer head  induction  previous  first  entropy (nats)".into(),
+            SCORES
+                .iter()
+                .fold("layer head".to_string(), |line, (name, _)| {
+                    line + &format!(" {name:>18}")
+                }),
         ];
         lines.extend(self.scores.iter().map(|s| {
-            format!(
-                "{:>5} {:>4}  {:>9.4}  {:>8.4}  {:>5.3}  {:>7.3}",
-                s.layer, s.head, s.induction, s.previous_token, s.first_token, s.entropy
-            )
+            let values = SCORES
+                .iter()
+                .map(|(_, value)| format!(" {:>18.4}", value(s)));
+            format!("{:>5} {:>4}{}", s.layer, s.head, values.collect::<String>())
         }));
+        lines.push("entropy in nats; IoU: threshold τ 0.1, soft: Σmin/Σmax".into());
         let top: Vec<String> = self
             .by_induction()
             .iter()
@@ -77,8 +84,8 @@ impl Report for HeadsReport {
         lines
     }
 
-    /// The induction heatmap, and the others as `NAME-previous-token`, `NAME-first-token`,
-    /// `NAME-entropy`.
+    /// The induction heatmap, and the others as `NAME-induction-iou`, `NAME-induction-soft-iou`,
+    /// `NAME-previous-token`, `NAME-first-token`, `NAME-entropy`.
     fn figures(&self) -> Vec<(String, Figure)> {
         let layers: Vec<usize> = (0..self.layers).collect();
         SCORES
@@ -103,12 +110,11 @@ impl Report for HeadsReport {
     }
 
     fn csv(&self) -> String {
-        let mut csv = String::from("layer,head,induction,previous_token,first_token,entropy\n");
+        let names = SCORES.map(|(name, _)| name.replace('-', "_"));
+        let mut csv = format!("layer,head,{}\n", names.join(","));
         for s in &self.scores {
-            csv.push_str(&format!(
-                "{},{},{},{},{},{}\n",
-                s.layer, s.head, s.induction, s.previous_token, s.first_token, s.entropy
-            ));
+            let values = SCORES.map(|(_, value)| value(s).to_string());
+            csv.push_str(&format!("{},{},{}\n", s.layer, s.head, values.join(",")));
         }
         csv
     }
