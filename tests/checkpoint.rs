@@ -84,6 +84,15 @@ fn assert_ablation_matches(
         moved > 1e-2,
         "the ablation moved the logits by {moved} only"
     );
+    for (layer, head) in [(2, 0), (1, 4)] {
+        let ablation = HeadAblation {
+            layer,
+            head,
+            mode: Ablation::Zero,
+        };
+        let error = model.logits_ablated(ids, ablation).unwrap_err().to_string();
+        assert!(error.contains("not a head"), "{layer}.{head}: {error}");
+    }
 }
 
 #[test]
@@ -276,6 +285,11 @@ fn attend_shows_every_head_on_a_text() {
         "--ablate",
         "mean",
     ]);
+    assert!(
+        ablated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ablated.stderr)
+    );
     let ablated: serde_json::Value = serde_json::from_slice(&ablated.stdout).unwrap();
     let grid = &ablated["ablation"];
     let clean = grid["clean"].as_array().unwrap().len();
@@ -286,6 +300,13 @@ fn attend_shows_every_head_on_a_text() {
         assert!((head["change"].as_f64().unwrap() - mean).abs() < 1e-9);
     }
     assert_eq!(grid["heads"].as_array().unwrap().len(), 8);
+    let one = run(&["--text", "a", "--format", "json"]);
+    let one: serde_json::Value = serde_json::from_slice(&one.stdout).unwrap();
+    let first = &one["scores"][0];
+    assert!(
+        first["previous_token"].is_null() && first["entropy"].is_null(),
+        "{first}"
+    );
     let csv = run(&["--text", "a, b", "--format", "csv"]);
     let csv = String::from_utf8_lossy(&csv.stdout);
     assert!(csv.starts_with("layer,head,query,key,query_token,key_token,weight\n"));

@@ -289,7 +289,8 @@ fn every_fused_kernel_matches_the_composed_ops() {
             vec![rows.clone()],
             1,
         ),
-        // RMS and L2 norms have no CUDA kernel: the GPU composes them.
+        // RMS and L2 norms have no CUDA kernel: the GPU composes them, so these cases check
+        // that the composed ops run on CUDA and equal the CPU's, not a kernel.
         (
             "L2 norm",
             |t| ops::normalise(&t[0], ops::RowNorm::L2, 1e-6),
@@ -363,7 +364,8 @@ fn every_fused_kernel_matches_the_composed_ops() {
             3,
         ),
         // The convolution's kernel with SiLU into 3 heads of 25 (composed on the GPU round
-        // the convolution's kernel), and GLA's cumulative gate over 5 heads of 15.
+        // the convolution's kernel), and GLA's cumulative gate over 5 heads of 15 (composed
+        // on the GPU: the case checks that it runs there and equals the CPU).
         (
             "causal convolution and SiLU into heads",
             |t| ops::causal_conv_silu_heads(&t[0], &t[1], 3),

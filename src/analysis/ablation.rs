@@ -32,13 +32,14 @@ pub struct AblationGrid {
 /// Next-token losses (nats) of `logits` (1, T, V) on `ids`: position t against token t + 1,
 /// T − 1 values.
 pub fn token_losses(logits: &Tensor, ids: &[u32]) -> Result<Vec<f64>> {
-    let log_p = candle_nn::ops::log_softmax(&logits.squeeze(0)?, D::Minus1)?;
-    let log_p = log_p.to_dtype(candle_core::DType::F64)?.to_vec2::<f64>()?;
-    Ok(ids
-        .windows(2)
-        .zip(&log_p)
-        .map(|(pair, row)| -row[pair[1] as usize])
-        .collect())
+    let predicted = ids.len().saturating_sub(1);
+    let log_p =
+        candle_nn::ops::log_softmax(&logits.squeeze(0)?.narrow(0, 0, predicted)?, D::Minus1)?;
+    // The targets' log-probabilities gathered on the tensor: only T numbers leave it.
+    let targets = Tensor::from_vec(ids[1..].to_vec(), (predicted, 1), log_p.device())?;
+    let picked = log_p.gather(&targets, 1)?.flatten_all()?;
+    let picked = picked.to_dtype(candle_core::DType::F64)?.to_vec1::<f64>()?;
+    Ok(picked.into_iter().map(|l| -l).collect())
 }
 
 /// Each head of `layers` (each with `heads` heads) ablated in turn on `ids` (1, T).

@@ -117,6 +117,7 @@ pub fn head_scores(
     probe: Option<&InductionProbe>,
 ) -> Result<Vec<HeadScores>> {
     let (b, h, t, _) = weights.dims4()?;
+    let crop = probe.map(InductionProbe::induction_crop);
     let data = weights
         .to_dtype(candle_core::DType::F64)?
         .flatten_all()?
@@ -124,8 +125,12 @@ pub fn head_scores(
     Ok((0..h)
         .map(|head| {
             let at = |row: usize, q: usize, k: usize| data[((row * h + head) * t + q) * t + k];
+            // NaN (JSON null) where no query is scored: a one-token text has no previous token.
             let mean = |f: &dyn Fn(usize, usize) -> f64, queries: std::ops::Range<usize>| {
-                let n = (b * queries.len()).max(1) as f64;
+                if b * queries.len() == 0 {
+                    return f64::NAN;
+                }
+                let n = (b * queries.len()) as f64;
                 let total: f64 = (0..b)
                     .flat_map(|row| queries.clone().map(move |q| (row, q)))
                     .map(|(row, q)| f(row, q))
@@ -140,9 +145,8 @@ pub fn head_scores(
                     .map(|a| a * a.ln())
                     .sum::<f64>()
             };
-            let (induction_iou, induction_soft_iou) = match probe {
-                Some(p) => {
-                    let crop = p.induction_crop();
+            let (induction_iou, induction_soft_iou) = match &crop {
+                Some(crop) => {
                     let ious = (0..b).map(|row| {
                         let rows = crop.query_positions.iter();
                         let a: Vec<f64> = rows

@@ -35,10 +35,8 @@ pub struct SoftmaxConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window: Option<usize>,
     /// The model layers the window applies to.
-    #[serde(skip_serializing_if = "WindowLayers::is_all")]
     pub window_layers: WindowLayers,
     /// Raw q·k scores, without the 1/√d_head (GPT-Neo).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub unscaled: bool,
 }
 

@@ -110,7 +110,6 @@ impl Config {
         }
     }
 
-    /// The MLP's activation (`activation_function` or `hidden_act`).
     /// A GPT-style model's config: width, heads, layers and MLP width read under each
     /// family's `[width, heads, layers, inner]` spellings (the MLP 4 × the width where the
     /// config leaves it out), checked to make whole heads and a whole MLP ratio; attnlab's
@@ -142,6 +141,7 @@ impl Config {
         })
     }
 
+    /// The MLP's activation (`activation_function` or `hidden_act`).
     fn activation(&self) -> Result<Activation> {
         match self
             .string(&["activation_function", "hidden_act"])?
@@ -258,7 +258,7 @@ fn assemble(
     device: &Device,
     source: impl Fn(&str, &[usize]) -> Result<Tensor>,
 ) -> Result<Pretrained> {
-    check_buildable(config, &model_config, (&encoding, max_len))?;
+    check_buildable(config, (&model_config, &mechanism), (&encoding, max_len))?;
     let params = Params::new(0, device);
     let model = Transformer::new(
         &model_config,
@@ -304,11 +304,11 @@ fn no_parameter(family: &str, name: &str) -> Error {
 }
 
 /// Refuses what attnlab would build otherwise than the config says: LayerNorm's ε other than
-/// its 1e-5, a `rope_scaling` (not read yet), and a model or encoding its own checks refuse
-/// (e.g. a `rotary_pct` that rotates fewer than 2 channels).
+/// its 1e-5, a `rope_scaling` (not read yet), and a model, mechanism or encoding its own checks
+/// refuse (e.g. a `rotary_pct` that rotates fewer than 2 channels, a `window_size` of 0).
 fn check_buildable(
     config: &Config,
-    model: &ModelConfig,
+    (model, mechanism): (&ModelConfig, &MechanismSpec),
     (encoding, max_len): (&EncodingSpec, usize),
 ) -> Result<()> {
     let refuse = |message: String| Error::RunDir {
@@ -333,6 +333,7 @@ fn check_buildable(
     };
     model
         .validate()
+        .and_then(|()| mechanism.validate(max_len))
         .and_then(|()| encoding.validate(&shape))
         .map_err(|e| refuse(format!("attnlab cannot build this model: {e}")))
 }

@@ -114,11 +114,11 @@ pub struct AttendArgs {
 /// `attnlab attend`.
 pub fn attend(args: &AttendArgs) -> anyhow::Result<()> {
     let device = candle_core::Device::Cpu;
-    let text = match (&args.text, &args.text_file) {
-        (Some(text), _) => text.clone(),
-        (None, Some(path)) => std::fs::read_to_string(path)
+    // clap requires one of the two.
+    let text = match &args.text_file {
+        Some(path) => std::fs::read_to_string(path)
             .map_err(|e| anyhow::anyhow!("cannot read the text file {}: {e}", path.display()))?,
-        (None, None) => anyhow::bail!("give the text with --text or --text-file"),
+        None => args.text.clone().unwrap_or_default(),
     };
     let pretrained = checkpoint::open(&args.model, &device)?;
     let tokenizer = checkpoint::TextTokenizer::open(&args.model)?;

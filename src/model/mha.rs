@@ -25,6 +25,16 @@ pub enum Ablation {
     Mean,
 }
 
+impl Ablation {
+    /// As the CLI and JSON spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Zero => "zero",
+            Self::Mean => "mean",
+        }
+    }
+}
+
 /// One head to ablate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HeadAblation {
@@ -197,9 +207,15 @@ impl MultiHeadAttention {
         Ok((self.out.forward(&y)?, attention))
     }
 
+    /// Heads per layer.
+    pub fn n_heads(&self) -> usize {
+        self.n_heads
+    }
+
     /// x (B, T, D) → output (B, T, D) with head `ablation.head`'s output (after the output
     /// stage, before the output projection: TransformerLens's `hook_z`) replaced by zeros or
-    /// by its mean over the input's positions.
+    /// by its mean over the input's positions (all of them: a position's replacement carries
+    /// what the head wrote at later positions too, as a mean over a reference set would).
     pub fn forward_ablated(&self, x: &Tensor, ablation: HeadAblation) -> Result<Tensor> {
         let (y, _) = self.attend(x)?;
         let dh = self.head_dim;

@@ -343,8 +343,19 @@ impl Transformer {
     }
 
     /// Logits at every position (B, T, V) with one head ablated ([`MultiHeadAttention::
-    /// forward_ablated`]), evaluation only (detached).
+    /// forward_ablated`]), evaluation only (detached); a layer that is not attention, or a
+    /// head past its heads, is an error.
     pub fn logits_ablated(&self, ids: &Tensor, ablation: HeadAblation) -> Result<Tensor> {
+        match self.blocks.get(ablation.layer).map(|b| &b.mixer) {
+            Some(Mixer::Attention(mha)) if ablation.head < mha.n_heads() => {}
+            _ => {
+                return Err(crate::Error::argument(
+                    "ablated head",
+                    format!("{}.{}", ablation.layer, ablation.head),
+                    "is not a head of an attention layer of this model",
+                ));
+            }
+        }
         let mut x = self.embed(ids)?.detach();
         for (layer, block) in self.blocks.iter().enumerate() {
             let mixed = match &block.mixer {

@@ -222,7 +222,7 @@ impl ConvSiluHeads {
         }
     }
 
-    /// Position (head, step) of a sequence's (H, T, W) block, and the head's channels of a step.
+    /// Each head of one step's channels `a` (H·W): its index and its W channels.
     #[inline(always)]
     fn heads_of<'a>(&self, a: &'a [f32]) -> impl Iterator<Item = (usize, &'a [f32])> {
         a.chunks_exact(self.shape.d / self.heads).enumerate()

@@ -91,9 +91,9 @@ fn check_trailing(l1: &Layout, l2: &Layout) -> candle_core::Result<()> {
     Ok(())
 }
 
-/// `f` of every element, in parallel blocks of 4,096: the forward pass of an element-wise op.
-/// f of each element, in parallel chunks compiled for the CPU's widest vectors
-/// ([`super::vectorised`]; `f` should be inlined, as a closure is).
+/// `f` of every element, in parallel blocks of 4,096 compiled for the CPU's widest vectors
+/// ([`super::vectorised`]; `f` should be inlined, as a closure is): the forward pass of an
+/// element-wise op.
 fn map(x: &[f32], f: impl Fn(f32) -> f32 + Sync) -> Vec<f32> {
     let mut out = zeros(x.len());
     out.par_chunks_mut(4096)

@@ -181,12 +181,13 @@ impl CustomOp3 for NormaliseGrad {
 /// block r normalised with row r. One pass each way on the CPU, where standardising and then
 /// applying γᵣ and βᵣ as ops of their own took three passes forward and nine backward: a fifth
 /// of a replica group's step at d 32.
-pub struct LayerNorm {
+pub struct AffineNorm {
     pub norm: RowNorm,
     pub eps: f32,
 }
 
-/// Rows a task of [`LayerNorm`] handles at once: one vector-dispatch per task, not per row.
+/// Rows a task of [`AffineNorm`] or [`Normalise`] handles at once: one vector-dispatch per
+/// task, not per row.
 const ROWS_PER_TASK: usize = 64;
 
 /// x's rows per replica for γ of `params` elements (one replica: every row), checked.
@@ -198,7 +199,7 @@ fn rows_per_replica(x: usize, d: usize, params: usize) -> candle_core::Result<us
     Ok(rows / replicas)
 }
 
-impl CustomOp3 for LayerNorm {
+impl CustomOp3 for AffineNorm {
     fn name(&self) -> &'static str {
         "attnlab-layer-norm"
     }
@@ -247,7 +248,7 @@ impl CustomOp3 for LayerNorm {
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let x = x.contiguous()?;
         let grad = grad.contiguous()?;
-        let op = LayerNormGrad {
+        let op = AffineNormGrad {
             norm: self.norm,
             eps: self.eps,
         };
@@ -260,7 +261,7 @@ impl CustomOp3 for LayerNorm {
     }
 }
 
-/// One row of [`LayerNorm`]: `out` = γ ⊙ ŷ + β.
+/// One row of [`AffineNorm`]: `out` = γ ⊙ ŷ + β.
 #[inline(always)]
 fn layer_norm_row(
     out: &mut [f32],
@@ -274,15 +275,15 @@ fn layer_norm_row(
     }
 }
 
-/// [`LayerNorm`]'s gradients on the CPU in one pass, inputs (dy, x, γ) → [dx | dγ | dβ] flat:
+/// [`AffineNorm`]'s gradients on the CPU in one pass, inputs (dy, x, γ) → [dx | dγ | dβ] flat:
 /// dx from dŷ = dy ⊙ γ ([`RowNorm::input_grad`]); dγ = Σ dy ⊙ ŷ and dβ = Σ dy over each
 /// replica's rows.
-struct LayerNormGrad {
+struct AffineNormGrad {
     norm: RowNorm,
     eps: f32,
 }
 
-impl LayerNormGrad {
+impl AffineNormGrad {
     /// Gradients of one task's rows (all of one replica, with γ its row): dx written, the
     /// task's share of dγ and dβ returned side by side.
     #[inline(always)]
@@ -308,7 +309,7 @@ impl LayerNormGrad {
     }
 }
 
-impl CustomOp3 for LayerNormGrad {
+impl CustomOp3 for AffineNormGrad {
     fn name(&self) -> &'static str {
         "attnlab-layer-norm-grad"
     }

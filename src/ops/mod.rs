@@ -298,7 +298,7 @@ fn affine_norm(
     eps: f64,
 ) -> Result<Tensor> {
     if fused_norm(x, norm) {
-        let op = layer_norm::LayerNorm {
+        let op = layer_norm::AffineNorm {
             norm,
             eps: eps as f32,
         };

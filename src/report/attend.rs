@@ -13,6 +13,9 @@ use crate::analysis::heads::HeadScores;
 use crate::checkpoint::Tokens;
 use crate::figures::{Figure, Plot};
 
+/// Tokens a figure's caption lists (the JSON and CSV have them all).
+const CAPTION_TOKENS: usize = 64;
+
 /// One head's row-normalised weights, `[query][key]` over keys 0..=query.
 pub type HeadMap = Vec<Vec<f32>>;
 
@@ -32,11 +35,15 @@ pub struct AttendReport {
 }
 
 impl AttendReport {
-    /// The tokens numbered, `0 'The' 1 ' cat' …`, for captions and the text report.
-    fn numbered_tokens(&self) -> String {
-        let tokens = self.tokens.tokens.iter().enumerate();
+    /// The first `most` tokens numbered, `0 "The"  1 " cat" …`, for captions and the text
+    /// report, and how many more there are.
+    fn numbered_tokens(&self, most: usize) -> String {
+        let tokens = self.tokens.tokens.iter().enumerate().take(most);
         let numbered: Vec<String> = tokens.map(|(i, t)| format!("{i} {t:?}")).collect();
-        numbered.join("  ")
+        match self.tokens.tokens.len().saturating_sub(most) {
+            0 => numbered.join("  "),
+            more => format!("{}  … ({more} more)", numbered.join("  ")),
+        }
     }
 }
 
@@ -49,7 +56,7 @@ impl Report for AttendReport {
                 self.family,
                 self.tokens.ids.len()
             ),
-            self.numbered_tokens(),
+            self.numbered_tokens(usize::MAX),
             "layer head  previous  first  entropy (nats)  look-back (tokens)  Δ loss (nats)".into(),
         ];
         lines.extend(self.scores.iter().map(|s| {
@@ -78,7 +85,7 @@ impl Report for AttendReport {
                  minus clean; largest (layer.head): {}",
                 grid.clean_loss,
                 grid.clean.len(),
-                mode_name(grid),
+                grid.mode.name(),
                 top.join(", ")
             ));
         }
@@ -98,7 +105,7 @@ impl Report for AttendReport {
             .collect();
         let figure = heatmap(
             format!("attention of layer {layer}, head {head}: {}", self.family),
-            format!("tokens: {}", self.numbered_tokens()),
+            format!("tokens: {}", self.numbered_tokens(CAPTION_TOKENS)),
             (n, n),
             values,
             ["key token", "query token", "weight"],
@@ -126,14 +133,6 @@ impl Report for AttendReport {
     }
 }
 
-/// "zero" or "mean".
-fn mode_name(grid: &AblationGrid) -> &'static str {
-    match grid.mode {
-        crate::model::Ablation::Zero => "zero",
-        crate::model::Ablation::Mean => "mean",
-    }
-}
-
 impl AttendReport {
     /// The mean loss change when head (layer, head) is ablated, where the report has them.
     fn loss_change(&self, layer: usize, head: usize) -> Option<f64> {
@@ -158,7 +157,7 @@ impl AttendReport {
         let mut figure = layer_head_heatmap(
             format!(
                 "loss change when a head is {}-ablated: {}",
-                mode_name(grid),
+                grid.mode.name(),
                 self.family
             ),
             format!(
@@ -176,18 +175,48 @@ impl AttendReport {
         Some(("ablation".into(), figure))
     }
 
-    /// The head's mean look-back in tokens, Σ_k w_qk (q − k) averaged over queries 1 on: 1 for
-    /// a previous-token head, about q for one on the first token.
+    /// The head's mean look-back in tokens ([`look_back`]).
     fn look_back(&self, layer: usize, head: usize) -> f64 {
-        let map = &self.attention[layer][head];
-        let distance = |(q, row): (usize, &Vec<f32>)| {
-            let weighted = row
-                .iter()
-                .enumerate()
-                .map(|(k, &w)| w as f64 * (q - k) as f64);
-            weighted.sum::<f64>()
+        look_back(&self.attention[layer][head])
+    }
+}
+
+/// Σ_k w_qk (q − k) averaged over queries 1 on: 1 for a previous-token head, q/2 on average
+/// for one on the first token; NaN for a map of one token.
+fn look_back(map: &[Vec<f32>]) -> f64 {
+    if map.len() < 2 {
+        return f64::NAN;
+    }
+    let distance = |(q, row): (usize, &Vec<f32>)| {
+        let weighted = row
+            .iter()
+            .enumerate()
+            .map(|(k, &w)| w as f64 * (q - k) as f64);
+        weighted.sum::<f64>()
+    };
+    let total: f64 = map.iter().enumerate().skip(1).map(distance).sum();
+    total / (map.len() - 1) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A previous-token head looks back 1; a head on the first token looks back q from query
+    /// q, (1 + 2 + 3)/3 = 2 over four tokens; one token has nothing to look back at.
+    #[test]
+    fn look_back_is_the_mean_distance_read() {
+        let one_hot = |key: fn(usize) -> usize| -> Vec<Vec<f32>> {
+            (0..4)
+                .map(|q| {
+                    (0..=q)
+                        .map(|k| if k == key(q) { 1.0 } else { 0.0 })
+                        .collect()
+                })
+                .collect()
         };
-        let total: f64 = map.iter().enumerate().skip(1).map(distance).sum();
-        total / map.len().saturating_sub(1).max(1) as f64
+        assert_eq!(look_back(&one_hot(|q| q.saturating_sub(1))), 1.0);
+        assert_eq!(look_back(&one_hot(|_| 0)), 2.0);
+        assert!(look_back(&[vec![1.0]]).is_nan());
     }
 }
