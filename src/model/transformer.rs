@@ -390,7 +390,6 @@ mod tests {
     use super::*;
     use crate::model::Ablation;
     use crate::params::Params;
-    use crate::preset::Preset;
 
     /// Zero-ablation takes exactly one head's share out of the output projection, so over all
     /// heads Σ_h (clean − ablated_h) leaves the projection's bias alone, the same at every
@@ -398,13 +397,21 @@ mod tests {
     /// its changes sum to zero over the positions.
     #[test]
     fn ablating_a_head_removes_its_share_of_the_output() {
-        let base = Preset::default().to_toml().unwrap();
-        let overrides = [
-            "model.n_heads=4".to_string(),
-            "model.d_model=32".to_string(),
-        ];
-        let preset = Preset::parse(&base, &overrides, std::path::Path::new("test")).unwrap();
-        let model = preset.build_model(&Params::new(3, &Device::Cpu)).unwrap();
+        let config = ModelConfig {
+            d_model: 32,
+            n_heads: 4,
+            ..ModelConfig::default()
+        };
+        let model = Transformer::new(
+            &config,
+            &MechanismSpec::Softmax(Default::default()),
+            &EncodingSpec::None(Default::default()),
+            16,
+            9,
+            Precision::F32,
+            &Params::new(3, &Device::Cpu),
+        )
+        .unwrap();
         let Some(Mixer::Attention(mha)) = model.blocks.first().map(|b| &b.mixer) else {
             panic!("the first layer is attention");
         };
