@@ -501,7 +501,7 @@ impl Mechanism for KernelAttention {
             KernelKind::Based | KernelKind::Rebased(_) => (q, k, self.scale),
         };
         let row = RowFunction::Kernel(self.row_kernel());
-        Ok(Some(cpu_attention(&q, &k, v, row, scale, dropout)?))
+        Ok(Some(cpu_attention(&q, &k, v, (row, None), scale, dropout)?))
     }
 
     fn attend_block(

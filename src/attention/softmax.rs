@@ -177,18 +177,14 @@ impl Variant for SoftmaxConfig {
         }
         Ok(())
     }
-
-    /// A window is a mask the fused kernels do not take: its weights are built.
-    fn trains_fused(&self) -> bool {
-        self.window.is_none()
-    }
 }
 
 pub struct SoftmaxAttention {
     scale: f64,
     precision: Precision,
-    /// The sliding window as a 0 / −∞ bias over distances (cached per length and block).
-    window: Option<Arc<dyn Encoding>>,
+    /// The sliding window: its width, and as a 0 / −∞ bias over distances (cached per length
+    /// and block) for the weights.
+    window: Option<(usize, Arc<dyn Encoding>)>,
 }
 
 impl SoftmaxAttention {
@@ -209,7 +205,7 @@ impl SoftmaxAttention {
                     max_len: shape.max_len,
                     embedding_std: 0.0,
                 };
-                spec.build(&encoding, params)
+                Ok::<_, crate::Error>((width, spec.build(&encoding, params)?))
             })
             .transpose()?;
         Ok(Self {
@@ -222,7 +218,7 @@ impl SoftmaxAttention {
     /// The encoding's bias plus the window's, whichever exist, for one block of queries.
     fn bias(&self, pos: &dyn Encoding, block: QueryBlock) -> Result<Option<Tensor>> {
         let window = match &self.window {
-            Some(window) => window.block_bias(block)?,
+            Some((_, window)) => window.block_bias(block)?,
             None => None,
         };
         Ok(match (pos.block_bias(block)?, window) {
@@ -258,8 +254,9 @@ impl Mechanism for SoftmaxAttention {
 
     /// The output without the weights where a kernel runs it: flash attention on a CUDA GPU when
     /// `ATTNLAB_CUDA_FLASH=1` ([`flash_enabled`]: a constant bias goes into the kernel; no
-    /// dropout; f32 whatever `train.precision` says),
-    /// [`cpu_attention`] on the CPU (dropout, no bias; bf16 products take the explicit path).
+    /// dropout, no window; f32 whatever `train.precision` says),
+    /// [`cpu_attention`] on the CPU (dropout, a window, no bias; bf16 products take the explicit
+    /// path).
     /// The rotary encodings rotate q and k first; ReRoPE's two score matrices need the explicit
     /// path.
     fn fused_output(
@@ -270,10 +267,8 @@ impl Mechanism for SoftmaxAttention {
         pos: &dyn Encoding,
         dropout: Option<WeightDropout>,
     ) -> Result<Option<Tensor>> {
-        if self.window.is_some() {
-            return Ok(None);
-        }
-        if dropout.is_none() && flash_enabled() && flash_available(q, v, None) {
+        let window = self.window.as_ref().map(|(width, _)| *width);
+        if window.is_none() && dropout.is_none() && flash_enabled() && flash_available(q, v, None) {
             let bias = pos.logit_bias(q.dim(2)?)?;
             if !flash_available(q, v, bias.as_ref()) {
                 return Ok(None);
@@ -293,7 +288,7 @@ impl Mechanism for SoftmaxAttention {
         let Some((q, k)) = pos.positioned(q, k)? else {
             return Ok(None);
         };
-        let row = RowFunction::Softmax;
+        let row = (RowFunction::Softmax, window);
         Ok(Some(cpu_attention(&q, &k, v, row, self.scale, dropout)?))
     }
 

@@ -10,6 +10,10 @@
 //! [`lower_product`] makes scores (q kᵀ) and the weights' gradient (dO vᵀ);
 //! [`triangular_product`] multiplies weights into values (W v, dS k) and, transposed, values
 //! back (Wᵀ dO, dSᵀ q). The tests compare each with the full `gemm` product.
+//!
+//! Sliding-window attention's weights are a band: row i is nonzero at columns i − w + 1..=i
+//! only. [`lower_band_product`] and [`band_product`] compute and read that band, so a step
+//! costs T·w, not T²/2; the plain forms are the band as wide as the matrix.
 
 use pulp::{Simd, WithSimd};
 
@@ -22,6 +26,15 @@ const SCORE_ROWS: usize = 4;
 /// the multiply-adds.
 const ROWS: usize = 8;
 
+/// How far past a row's band (either side) [`band_product`] reads weights, which must be
+/// zero there: a block of [`ROWS`] rows reads the union of their bands.
+pub const BAND_REACH: usize = ROWS - 1;
+
+/// The first column of row `i`'s band of `width` columns ending at its diagonal.
+pub fn band_start(i: usize, width: usize) -> usize {
+    (i + 1).saturating_sub(width)
+}
+
 /// What [`lower_product`] pads its transposed operand's rows to: a whole number of vectors of
 /// any instruction set (16 lanes at most).
 const PAD: usize = 16;
@@ -30,6 +43,19 @@ const PAD: usize = 16;
 /// Past its diagonal a row keeps what was there or gets values it must ignore (up to the end
 /// of its vector of columns). `bt` is scratch space, reused between calls.
 pub fn lower_product(dst: &mut [f32], a: MatRef, b: MatRef, scale: f32, bt: &mut Vec<f32>) {
+    lower_band_product(dst, (a, b), scale, bt, a.rows);
+}
+
+/// [`lower_product`] on the band of `width` columns ending at each row's diagonal
+/// ([`band_start`]): past either edge a row keeps what was there or gets values to ignore
+/// (to its vectors of columns' ends).
+pub fn lower_band_product(
+    dst: &mut [f32],
+    (a, b): (MatRef, MatRef),
+    scale: f32,
+    bt: &mut Vec<f32>,
+    width: usize,
+) {
     let (t, k) = (a.rows, a.cols);
     assert!(
         b.rows == t && b.cols == k && dst.len() == t * t,
@@ -50,6 +76,7 @@ pub fn lower_product(dst: &mut [f32], a: MatRef, b: MatRef, scale: f32, bt: &mut
         bt,
         padded,
         scale,
+        width,
     });
 }
 
@@ -59,6 +86,7 @@ struct LowerProduct<'a> {
     bt: &'a [f32],
     padded: usize,
     scale: f32,
+    width: usize,
 }
 
 impl WithSimd for LowerProduct<'_> {
@@ -78,11 +106,13 @@ impl WithSimd for LowerProduct<'_> {
 }
 
 impl LowerProduct<'_> {
-    /// Rows i0..i0 + R, over the vectors of columns up to the last row's diagonal.
+    /// Rows i0..i0 + R, over the vectors of columns from the first row's band to the last
+    /// row's diagonal.
     #[inline(always)]
     fn rows<S: Simd, const R: usize>(&mut self, simd: S, i0: usize) {
         let (a, t, lanes) = (self.a, self.a.rows, S::F32_LANES);
-        for c0 in (0..i0 + R).step_by(lanes) {
+        let first = band_start(i0, self.width) / lanes * lanes;
+        for c0 in (first..i0 + R).step_by(lanes) {
             let mut acc = [simd.splat_f32s(0.0); R];
             for d in 0..a.cols {
                 let column = S::as_simd_f32s(&self.bt[d * self.padded + c0..][..lanes]).0[0];
@@ -104,24 +134,51 @@ impl LowerProduct<'_> {
 /// `transposed`, scale · wᵀ · x (wᵀ is 0 below its diagonal): each output row reads only the
 /// rows of x its nonzero weights reach. x is (T, n) with unit column stride.
 pub fn triangular_product(dst: MatMut, w: &[f32], x: MatRef, transposed: bool, scale: f32) {
+    let t = x.rows;
+    band_product(dst, (w, t), x, transposed, scale);
+}
+
+/// [`triangular_product`] for weights nonzero only on the band of `width` columns ending at
+/// each row's diagonal ([`band_start`]), and zero for [`BAND_REACH`] columns past either edge.
+pub fn band_product(
+    dst: MatMut,
+    (w, width): (&[f32], usize),
+    x: MatRef,
+    transposed: bool,
+    scale: f32,
+) {
     let (t, n) = (x.rows, x.cols);
     assert!(
         w.len() == t * t && dst.rows == t && dst.cols == n && x.col_stride == 1,
         "triangular_product: shapes"
     );
     let arch = pulp::Arch::new();
+    let width = width.max(1);
     match transposed {
-        false => arch.dispatch(WeightedProduct::<false> { dst, w, x, scale }),
-        true => arch.dispatch(WeightedProduct::<true> { dst, w, x, scale }),
+        false => arch.dispatch(WeightedProduct::<false> {
+            dst,
+            w,
+            x,
+            scale,
+            width,
+        }),
+        true => arch.dispatch(WeightedProduct::<true> {
+            dst,
+            w,
+            x,
+            scale,
+            width,
+        }),
     }
 }
 
-/// [`triangular_product`], with or without the transpose fixed at compile time.
+/// [`band_product`], with or without the transpose fixed at compile time.
 struct WeightedProduct<'a, const TRANSPOSED: bool> {
     dst: MatMut<'a>,
     w: &'a [f32],
     x: MatRef<'a>,
     scale: f32,
+    width: usize,
 }
 
 impl<const TRANSPOSED: bool> WithSimd for WeightedProduct<'_, TRANSPOSED> {
@@ -148,12 +205,12 @@ impl<const TRANSPOSED: bool> WeightedProduct<'_, TRANSPOSED> {
     fn rows<S: Simd, const R: usize>(&mut self, simd: S, (i0, c0): (usize, usize)) {
         let (w, x, t) = (self.w, self.x, self.x.rows);
         let n = S::F32_LANES.min(x.cols - c0);
-        // The rows of x that rows i0..i0 + R reach: up to the last one's diagonal, or from the
-        // first one's (transposed).
+        // The rows of x that rows i0..i0 + R reach: from the first one's band to the last one's
+        // diagonal, or (transposed) from the first one's diagonal to the last one's band's end.
         let reach = if TRANSPOSED {
-            i0..t
+            i0..(i0 + R - 1 + self.width).min(t)
         } else {
-            0..(i0 + R).min(t)
+            band_start(i0, self.width)..(i0 + R).min(t)
         };
         let mut acc = [simd.splat_f32s(0.0); R];
         for j in reach {
@@ -219,6 +276,50 @@ mod tests {
                     &want[row],
                     &format!("t {t} k {k} row {i}"),
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn band_products_equal_the_full_products_of_the_band() {
+        // Widths of one column, within a block of rows, across vectors, and the whole matrix.
+        for (t, k, width) in [(9, 5, 1), (37, 8, 3), (70, 8, 20), (64, 16, 64)] {
+            let (a, b) = (random(t * k, 1), random(t * k, 2));
+            let (a, b) = (MatRef::row_major(&a, t, k), MatRef::row_major(&b, t, k));
+            let mut full = vec![0f32; t * t];
+            gemm_scaled(MatMut::row_major(&mut full, t, t), a, b.t(), 0.5, false);
+            let mut got = vec![f32::NAN; t * t];
+            lower_band_product(&mut got, (a, b), 0.5, &mut Vec::new(), width);
+            for i in 0..t {
+                let band = i * t + band_start(i, width)..i * t + i + 1;
+                let context = format!("t {t} width {width} row {i}");
+                assert_close(&got[band.clone()], &full[band], &context);
+            }
+            // The band of `full` times x, zero outside, and NaN beyond the zeros the products
+            // may read: a read past them would show.
+            let mut w = vec![f32::NAN; t * t];
+            for i in 0..t {
+                let start = band_start(i, width);
+                let reach = start.saturating_sub(BAND_REACH)..(i + 1 + BAND_REACH).min(t);
+                w[i * t..][reach].fill(0.0);
+                w[i * t + start..=i * t + i].copy_from_slice(&full[i * t + start..=i * t + i]);
+            }
+            let zeroed: Vec<f32> = w
+                .iter()
+                .map(|x| if x.is_nan() { 0.0 } else { *x })
+                .collect();
+            let xs = random(t * k, 4);
+            let x = MatRef::row_major(&xs, t, k);
+            for transposed in [false, true] {
+                let w_ref = MatRef::row_major(&zeroed, t, t);
+                let w_ref = if transposed { w_ref.t() } else { w_ref };
+                let mut want = vec![0f32; t * k];
+                gemm_scaled(MatMut::row_major(&mut want, t, k), w_ref, x, 2.0, false);
+                let mut got = vec![f32::NAN; t * k];
+                let dst = MatMut::row_major(&mut got, t, k);
+                band_product(dst, (&w, width), x, transposed, 2.0);
+                let context = format!("t {t} width {width} transposed {transposed}");
+                assert_close(&got, &want, &context);
             }
         }
     }

@@ -157,10 +157,15 @@ impl CustomOp3 for Conv {
             .for_each(|(s, (y, u))| {
                 let r = self.0.replica(s);
                 let (kernel, bias) = (&kernel[r * k * d..][..k * d], &bias[r * d..][..d]);
-                for (step, y) in y.chunks_mut(d).enumerate() {
-                    y.copy_from_slice(bias);
-                    add_taps(y, u, kernel, step);
-                }
+                super::vectorised(
+                    #[inline(always)]
+                    || {
+                        for (step, y) in y.chunks_mut(d).enumerate() {
+                            y.copy_from_slice(bias);
+                            add_taps(y, u, kernel, step);
+                        }
+                    },
+                )
             });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     });
@@ -246,14 +251,21 @@ impl CustomOp2 for ConvSiluHeads {
                 super::vectorised(
                     #[inline(always)]
                     || {
-                        self.each_step(s, u, kernel, |step, a| {
-                            for (head, a) in self.heads_of(a) {
-                                let y = &mut y[(head * t + step) * w..][..w];
-                                y.iter_mut()
-                                    .zip(a)
-                                    .for_each(|(y, a)| *y = a / (1.0 + exp(-a)));
-                            }
-                        })
+                        self.each_step(
+                            s,
+                            u,
+                            kernel,
+                            // Inlined into the vector instructions' context, as its caller.
+                            #[inline(always)]
+                            |step, a| {
+                                for (head, a) in self.heads_of(a) {
+                                    let y = &mut y[(head * t + step) * w..][..w];
+                                    y.iter_mut()
+                                        .zip(a)
+                                        .for_each(|(y, a)| *y = a / (1.0 + exp(-a)));
+                                }
+                            },
+                        )
                     },
                 )
             });
@@ -312,16 +324,22 @@ impl CustomOp3 for ConvSiluHeadsGrad {
                 super::vectorised(
                     #[inline(always)]
                     || {
-                        op.each_step(s, u, kernel, |step, a| {
-                            let da = &mut da[step * d..][..d];
-                            for ((head, a), da) in op.heads_of(a).zip(da.chunks_exact_mut(w)) {
-                                let g = &g[(head * t + step) * w..][..w];
-                                for ((da, a), g) in da.iter_mut().zip(a).zip(g) {
-                                    let sigmoid = 1.0 / (1.0 + exp(-a));
-                                    *da = g * sigmoid * (1.0 + a * (1.0 - sigmoid));
+                        op.each_step(
+                            s,
+                            u,
+                            kernel,
+                            #[inline(always)]
+                            |step, a| {
+                                let da = &mut da[step * d..][..d];
+                                for ((head, a), da) in op.heads_of(a).zip(da.chunks_exact_mut(w)) {
+                                    let g = &g[(head * t + step) * w..][..w];
+                                    for ((da, a), g) in da.iter_mut().zip(a).zip(g) {
+                                        let sigmoid = 1.0 / (1.0 + exp(-a));
+                                        *da = g * sigmoid * (1.0 + a * (1.0 - sigmoid));
+                                    }
                                 }
-                            }
-                        })
+                            },
+                        )
                     },
                 )
             });
@@ -329,7 +347,9 @@ impl CustomOp3 for ConvSiluHeadsGrad {
     });
 }
 
-/// acc += a ⊙ b, channel by channel: the inner loop of the convolution and both its gradients.
+/// acc += a ⊙ b, channel by channel: the inner loop of the convolution and both its gradients
+/// (inlined into their vector instructions' context: compiled alone, it was SSE).
+#[inline(always)]
 fn multiply_add(acc: &mut [f32], a: &[f32], b: &[f32]) {
     acc.iter_mut()
         .zip(a)
@@ -354,14 +374,20 @@ impl CustomOp2 for InputGrad {
             .enumerate()
             .for_each(|(s, (du, g))| {
                 let kernel = &kernel[self.0.replica(s) * k * d..][..k * d];
-                for (step, du) in du.chunks_mut(d).enumerate() {
-                    for j in 0..k {
-                        let Some(later) = (step + k - 1).checked_sub(j).filter(|&o| o < t) else {
-                            continue;
-                        };
-                        multiply_add(du, &g[later * d..][..d], &kernel[j * d..][..d]);
-                    }
-                }
+                super::vectorised(
+                    #[inline(always)]
+                    || {
+                        for (step, du) in du.chunks_mut(d).enumerate() {
+                            for j in 0..k {
+                                let later = (step + k - 1).checked_sub(j).filter(|&o| o < t);
+                                let Some(later) = later else {
+                                    continue;
+                                };
+                                multiply_add(du, &g[later * d..][..d], &kernel[j * d..][..d]);
+                            }
+                        }
+                    },
+                )
             });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     });
@@ -381,6 +407,7 @@ const SEQUENCES_PER_PARTIAL: usize = 8;
 
 impl KernelGrad {
     /// The (k + 1, D) sums of one run of sequences.
+    #[inline(always)]
     fn partial(&self, u: &[f32], g: &[f32]) -> Vec<f32> {
         let Geometry { k, t, d, .. } = self.0;
         let mut sums = vec![0f32; (k + 1) * d];
@@ -422,7 +449,12 @@ impl CustomOp2 for KernelGrad {
             let partials: Vec<Vec<f32>> = u
                 .par_chunks(run)
                 .zip(g.par_chunks(run))
-                .map(|(u, g)| self.partial(u, g))
+                .map(|(u, g)| {
+                    super::vectorised(
+                        #[inline(always)]
+                        || self.partial(u, g),
+                    )
+                })
                 .collect();
             let mut sums = vec![0f32; (k + 1) * d];
             for partial in &partials {

@@ -10,6 +10,8 @@
 //! It serves softmax, with the attention dropout of zoology's layout (the mask is a function of
 //! each weight's index, [`super::dropout`], so it drops the weights the explicit path drops),
 //! and the kernel mechanisms ([`RowKernel`]); encodings with a bias take the explicit path.
+//! A sliding window makes each row a band of w keys ending at the diagonal: the products and
+//! row passes cover the band only ([`band_product`]), so a step costs T·w, not T²/2.
 //! [`cpu_attention_composed`] is that path, and the reference the tests compare with.
 
 use std::cell::RefCell;
@@ -18,12 +20,15 @@ use std::sync::OnceLock;
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
-use super::causal_products::{lower_product, triangular_product};
+use super::causal_products::{BAND_REACH, band_product, band_start, lower_band_product};
 use super::dropout::Dropout;
 use super::fused::{slice, zeros};
 use super::gemm::{MatMut, MatRef};
 use super::softmax::{softmax_from_stats, softmax_grad_in_place, softmax_in_place};
-use super::{RowKernel, cpu_f32, dot_scores, kernel_rows, matmul_merge_heads, softmax_rows};
+use super::{
+    RowKernel, cpu_f32, dot_scores, kernel_rows, matmul_merge_heads, softmax_rows,
+    softmax_rows_biased,
+};
 use crate::Result;
 
 /// How a row of scores becomes a row of weights.
@@ -87,19 +92,21 @@ pub fn cpu_attention_available(q: &Tensor, v: &Tensor) -> bool {
     cpu_f32(q) && q.rank() == 4 && v.rank() == 4
 }
 
-/// `row`(q kᵀ · scale, causal), dropped out, · v with the heads side by side: q, k (B, H, T, D),
-/// v (B, H, T, Dv) → (B, T, H·Dv). Only where [`cpu_attention_available`].
+/// `row`(q kᵀ · scale, causal, within the last `window` keys when given), dropped out, · v
+/// with the heads side by side: q, k (B, H, T, D), v (B, H, T, Dv) → (B, T, H·Dv). Only where
+/// [`cpu_attention_available`].
 pub fn cpu_attention(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
-    row: RowFunction,
+    (row, window): (RowFunction, Option<usize>),
     scale: f64,
     dropout: Option<WeightDropout>,
 ) -> Result<Tensor> {
     let (b, h, t, _) = q.dims4()?;
     let op = CpuAttention {
         row,
+        width: window.unwrap_or(t).clamp(1, t.max(1)),
         scale: scale as f32,
         dropout: dropout
             .filter(|d| d.p > 0.0)
@@ -110,19 +117,29 @@ pub fn cpu_attention(
         .apply_op3(&k.contiguous()?, &v.contiguous()?, op)?)
 }
 
-/// [`cpu_attention`] from the explicit weights: the training path it replaces.
+/// [`cpu_attention`] from the explicit weights: the training path it replaces. A window is
+/// softmax's, a −∞ bias beyond it.
 pub fn cpu_attention_composed(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
-    row: RowFunction,
+    (row, window): (RowFunction, Option<usize>),
     scale: f64,
     dropout: Option<WeightDropout>,
 ) -> Result<Tensor> {
     let scores = dot_scores(q, k, scale)?;
-    let weights = match row {
-        RowFunction::Softmax => softmax_rows(&scores, true)?,
-        RowFunction::Kernel(kernel) => kernel_rows(&scores, kernel)?,
+    let weights = match (row, window) {
+        (RowFunction::Softmax, None) => softmax_rows(&scores, true)?,
+        (RowFunction::Softmax, Some(w)) => {
+            softmax_rows_biased(&scores, &window_bias(q.dim(2)?, w, q.device())?, true)?
+        }
+        (RowFunction::Kernel(kernel), None) => kernel_rows(&scores, kernel)?,
+        (RowFunction::Kernel(_), Some(_)) => {
+            return Err(crate::Error::Unsupported {
+                what: "a sliding window on a kernel's rows".into(),
+                reason: "the window is softmax attention's".into(),
+            });
+        }
     };
     let weights = match dropout {
         Some(d) => super::dropout(&weights, d.p, d.seeds)?,
@@ -131,8 +148,22 @@ pub fn cpu_attention_composed(
     matmul_merge_heads(&weights, v)
 }
 
+/// (1, T, T): 0 where query i sees key j within the last `width` keys (j > i − width), −∞
+/// before; the causal half is softmax's.
+fn window_bias(t: usize, width: usize, device: &candle_core::Device) -> Result<Tensor> {
+    let bias: Vec<f32> = (0..t * t)
+        .map(|ij| match ij / t >= ij % t + width {
+            true => f32::NEG_INFINITY,
+            false => 0.0,
+        })
+        .collect();
+    Ok(Tensor::from_vec(bias, (1, t, t), device)?)
+}
+
 struct CpuAttention {
     row: RowFunction,
+    /// Keys each query sees, itself included: the sequence's length without a window.
+    width: usize,
     scale: f32,
     dropout: Option<Dropout>,
     /// What the forward pass keeps for the backward pass.
@@ -146,17 +177,18 @@ struct Saved {
     kept: Vec<u8>,
 }
 
-/// The sizes of one call: q, k (b, h, t, dk), v (b, h, t, dv).
+/// The sizes of one call: q, k (b, h, t, dk), v (b, h, t, dv), and the keys each query sees.
 #[derive(Clone, Copy)]
 struct Dims {
     h: usize,
     t: usize,
     dk: usize,
     dv: usize,
+    width: usize,
 }
 
 impl Dims {
-    fn of(q: &Layout, v: &Layout) -> candle_core::Result<Self> {
+    fn of(q: &Layout, v: &Layout, width: usize) -> candle_core::Result<Self> {
         let ([_, h, t, dk], [_, _, _, dv]) = (q.dims(), v.dims()) else {
             candle_core::bail!("attention takes q and v of rank 4");
         };
@@ -165,8 +197,22 @@ impl Dims {
             t: *t,
             dk: *dk,
             dv: *dv,
+            width,
         })
     }
+
+    /// Row `i`'s keys: the band of `width` ending at its diagonal.
+    fn band(&self, i: usize) -> std::ops::RangeInclusive<usize> {
+        band_start(i, self.width)..=i
+    }
+}
+
+/// Zeroes the columns of row `i` (of a T×T matrix) just past its band on either side, those
+/// [`band_product`] reads with it: they may hold scores of other keys.
+fn clear_around_band(row: &mut [f32], d: Dims, i: usize) {
+    let start = band_start(i, d.width);
+    row[start.saturating_sub(BAND_REACH)..start].fill(0.0);
+    row[i + 1..(i + 1 + BAND_REACH).min(d.t)].fill(0.0);
 }
 
 /// The T×T buffers of one head, one set per thread, reused from call to call (allocating them
@@ -206,7 +252,7 @@ fn parts<T>(data: &mut [T], n: usize) -> Vec<&mut [T]> {
 }
 
 impl CpuAttention {
-    /// The lower triangle of `dst` (T×T) = scale · q kᵀ of head `head` (of all B·H).
+    /// The band of `dst` (T×T) = scale · q kᵀ of head `head` (of all B·H).
     fn scores(
         &self,
         d: Dims,
@@ -218,7 +264,7 @@ impl CpuAttention {
         let t = d.t;
         let q = MatRef::row_major(&q[head * t * d.dk..][..t * d.dk], t, d.dk);
         let k = MatRef::row_major(&k[head * t * d.dk..][..t * d.dk], t, d.dk);
-        lower_product(dst, q, k, self.scale, bt);
+        lower_band_product(dst, (q, k), self.scale, bt, d.width);
     }
 
     /// Head `head`'s weights in `ws.weights`, dropped out with its mask written to `kept`
@@ -234,11 +280,13 @@ impl CpuAttention {
         let t = d.t;
         self.scores(d, head, (q, k), &mut ws.weights, &mut ws.transposed);
         for (i, (row, stats)) in ws.weights.chunks_mut(t).zip(stats).enumerate() {
-            *stats = self.row.weights_in_place(&mut row[..=i]);
-            row[i + 1..].fill(0.0);
+            let band = d.band(i);
+            *stats = self.row.weights_in_place(&mut row[band.clone()]);
+            clear_around_band(row, d, i);
             if let Some(dropout) = &self.dropout {
-                let start = (head * t + i) * t;
-                dropout.scale_row(start, &mut row[..=i], &mut kept[i * t..][..=i]);
+                let start = (head * t + i) * t + band.start();
+                let kept = &mut kept[i * t..][band.clone()];
+                dropout.scale_row(start, &mut row[band], kept);
             }
         }
     }
@@ -257,16 +305,18 @@ impl CpuAttention {
         self.scores(d, head, (q, k), &mut ws.scores, &mut ws.transposed);
         let rows = ws.weights.chunks_mut(t).zip(ws.scores.chunks(t));
         for (i, ((w, s), stats)) in rows.zip(stats).enumerate() {
-            self.row.weights_from(&s[..=i], &mut w[..=i], *stats);
-            w[i + 1..].fill(0.0);
+            let band = d.band(i);
+            self.row
+                .weights_from(&s[band.clone()], &mut w[band], *stats);
+            clear_around_band(w, d, i);
         }
     }
 
-    /// `rows` (T×T) times the forward pass's dropout mask `kept` (T×T), if any.
-    fn reapply_dropout(&self, t: usize, rows: &mut [f32], kept: &[u8]) {
+    /// The bands of `rows` (T×T) times the forward pass's dropout mask `kept` (T×T), if any.
+    fn reapply_dropout(&self, d: Dims, rows: &mut [f32], kept: &[u8]) {
         if let Some(dropout) = &self.dropout {
-            for (i, (row, kept)) in rows.chunks_mut(t).zip(kept.chunks(t)).enumerate() {
-                dropout.scale_kept(&mut row[..=i], &kept[..=i]);
+            for (i, (row, kept)) in rows.chunks_mut(d.t).zip(kept.chunks(d.t)).enumerate() {
+                dropout.scale_kept(&mut row[d.band(i)], &kept[d.band(i)]);
             }
         }
     }
@@ -290,7 +340,7 @@ impl CustomOp3 for CpuAttention {
 
     cpu_fwd!(self, |s1, l1, s2, l2, s3, l3| {
         let (q, k, v) = (slice(s1, l1)?, slice(s2, l2)?, slice(s3, l3)?);
-        let d = Dims::of(l1, l3)?;
+        let d = Dims::of(l1, l3, self.width)?;
         let batch = l1.dims()[0];
         let (tt, per_item) = (d.t * d.t, d.t * d.h * d.dv);
         let mut out = zeros(v.len());
@@ -319,7 +369,7 @@ impl CustomOp3 for CpuAttention {
                             cols: d.dv,
                             row_stride: d.h * d.dv,
                         };
-                        triangular_product(out, &ws.weights, v, false, 1.0);
+                        band_product(out, (&ws.weights, d.width), v, false, 1.0);
                     }
                 });
             });
@@ -353,6 +403,15 @@ impl CustomOp3 for CpuAttention {
     }
 }
 
+/// `dst`'s bands and the zeros around them = `src`'s (both T×T), the rest left as it is.
+fn copy_bands(d: Dims, src: &[f32], dst: &mut [f32]) {
+    for (i, (src, dst)) in src.chunks(d.t).zip(dst.chunks_mut(d.t)).enumerate() {
+        let start = band_start(i, d.width);
+        let around = start.saturating_sub(BAND_REACH)..(i + 1 + BAND_REACH).min(d.t);
+        dst[around.clone()].copy_from_slice(&src[around]);
+    }
+}
+
 /// (q, k, v) → [dq | dk | dv] flat, given the output's gradient.
 struct CpuAttentionGrad<'a> {
     forward: &'a CpuAttention,
@@ -383,29 +442,30 @@ impl CpuAttentionGrad<'_> {
         let (per_k, per_v) = (t * d.dk, t * d.dv);
         let dropped = match fwd.dropout {
             Some(_) => {
-                ws.grad.copy_from_slice(&ws.weights);
-                fwd.reapply_dropout(t, &mut ws.grad, kept);
+                copy_bands(d, &ws.weights, &mut ws.grad);
+                fwd.reapply_dropout(d, &mut ws.grad, kept);
                 &ws.grad
             }
             None => &ws.weights,
         };
         let dv = MatMut::row_major(&mut dv[h * per_v..][..per_v], t, d.dv);
-        triangular_product(dv, dropped, dout, true, 1.0);
+        band_product(dv, (dropped, d.width), dout, true, 1.0);
         // dW = dO · vᵀ ⊙ mask, then the row function's gradient in place of the weights.
         let v = MatRef::row_major(&v[head * per_v..][..per_v], t, d.dv);
-        lower_product(&mut ws.grad, dout, v, 1.0, &mut ws.transposed);
-        fwd.reapply_dropout(t, &mut ws.grad, kept);
+        lower_band_product(&mut ws.grad, (dout, v), 1.0, &mut ws.transposed, d.width);
+        fwd.reapply_dropout(d, &mut ws.grad, kept);
         let rows = ws.weights.chunks_mut(t).zip(ws.grad.chunks(t));
         for (i, (((w, dw), s), stats)) in rows.zip(ws.scores.chunks(t)).zip(stats).enumerate() {
+            let band = d.band(i);
             fwd.row
-                .grad_in_place(&mut w[..=i], &dw[..=i], &s[..=i], *stats);
+                .grad_in_place(&mut w[band.clone()], &dw[band.clone()], &s[band], *stats);
         }
         let q = MatRef::row_major(&q[head * per_k..][..per_k], t, d.dk);
         let k = MatRef::row_major(&k[head * per_k..][..per_k], t, d.dk);
         let dq = MatMut::row_major(&mut dq[h * per_k..][..per_k], t, d.dk);
-        triangular_product(dq, &ws.weights, k, false, fwd.scale);
+        band_product(dq, (&ws.weights, d.width), k, false, fwd.scale);
         let dk = MatMut::row_major(&mut dk[h * per_k..][..per_k], t, d.dk);
-        triangular_product(dk, &ws.weights, q, true, fwd.scale);
+        band_product(dk, (&ws.weights, d.width), q, true, fwd.scale);
     }
 }
 
@@ -421,7 +481,7 @@ impl CustomOp3 for CpuAttentionGrad<'_> {
             candle_core::bail!("attention's gradient must be on the CPU");
         };
         let dout = slice(dout, dout_layout)?;
-        let d = Dims::of(l1, l3)?;
+        let d = Dims::of(l1, l3, self.forward.width)?;
         let (n_q, n_v) = (inputs.0.len(), inputs.2.len());
         let mut grads = zeros(2 * n_q + n_v);
         let (dq, rest) = grads.split_at_mut(n_q);
@@ -495,13 +555,27 @@ mod tests {
                     _ => x,
                 });
                 let inputs = inputs.map(|x| Var::from_tensor(&x).unwrap());
-                assert_fused_equals_explicit(row, &inputs);
+                assert_fused_equals_explicit((row, None), &inputs);
+            }
+            // Sliding windows: a band narrower than a block of rows, one wider than a vector,
+            // and one longer than the sequence (one key would leave q and k no gradient).
+            let inputs = inputs.map(|x| Var::from_tensor(&x).unwrap());
+            for window in [2, 5, 19, 40] {
+                assert_fused_equals_explicit((RowFunction::Softmax, Some(window)), &inputs);
             }
         }
     }
 
+    #[test]
+    fn a_kernel_with_a_window_is_refused() {
+        let x = random(&[1, 1, 3, 2], 1, "x");
+        let row = RowFunction::Kernel(RowKernel::Identity);
+        let err = cpu_attention_composed(&x, &x, &x, (row, Some(2)), 1.0, None).unwrap_err();
+        assert!(err.to_string().contains("window"), "{err}");
+    }
+
     /// [`cpu_attention`] against [`cpu_attention_composed`], with and without dropout.
-    fn assert_fused_equals_explicit(row: RowFunction, inputs: &[Var; 3]) {
+    fn assert_fused_equals_explicit(row: (RowFunction, Option<usize>), inputs: &[Var; 3]) {
         let seeds = [11, 12];
         let dropouts = [
             None,

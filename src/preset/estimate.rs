@@ -329,7 +329,7 @@ fn saved_for_backward(preset: &Preset) -> f64 {
 }
 
 /// Whether a training step computes attention without its (B, H, T, T) scores and weights and
-/// without kernel feature maps ([`crate::ops::cpu_attention`]): on the CPU in f32, for a mechanism that trains fused (not Linformer, not a softmax window), with
+/// without kernel feature maps ([`crate::ops::cpu_attention`]): on the CPU in f32, for a mechanism that trains fused (not Linformer), with
 /// an encoding that adds no bias and positions q and k alone (not ReRoPE's two score matrices),
 /// as the mechanisms' `fused_output` decides. A GPU run is estimated with them, flash attention
 /// or not.

@@ -11,16 +11,25 @@
 //! The backward pass walks the tokens back, the states of each span of `chunk` tokens
 //! recomputed from the state before it (kept from a first pass), so it stores T/C states, not T.
 //!
-//! Measured (`attnlab bench --steps-only --set attention.kind=deltanet`, 2 cores): a DeltaNet
-//! training step at d 128, T 64 takes 109–115 ms against 117–126 with the composed chunks,
-//! at T 1024 1.93–2.33 s against 4.45 (docs/recall.md). The row dots of the backward pass are the
-//! kernel's cost: each is a horizontal sum, hence [`dot_difference`] and dg by column.
+//! Each column of the values is a recurrence of its own (r, o and the state's columns), so the
+//! kernel runs blocks of columns ([`Cols`], [`W`] vectors) one after the other, with the
+//! block's sums in vector registers and one pass over the state per token: S_t written, and
+//! S_tᵀ q_t and S_tᵀ k_{t+1} (the next token's r) read as it is written; backward, one pass over
+//! dS and S_{t−1} per token, token t's gradients and token t − 1's read in the same pass. Only
+//! the gradients of q, k, g and β sum over the columns, block by block.
+//!
+//! Measured (`attnlab bench --steps-only --set attention.kind=deltanet`, 2 cores, d 128, T 64):
+//! a DeltaNet training step took 109–115 ms with the first form of this kernel (three passes
+//! per token, its row sums in memory) against 117–126 ms with the composed chunks, and
+//! 62.8–67.9 ms with this one, softmax's 44.9–51.0 (docs/recall.md).
 
 use candle_core::Tensor;
 
-use super::{Dims, Grads, Inputs, Kernel, axpy, decay_matrix, dot, fused};
+use pulp::{Simd, WithSimd};
+
+use super::{Dims, Grads, Inputs, Kernel, decay_matrix, fused};
 use crate::Result;
-use crate::ops::{cpu_f32, unit_lower_inverse, vectorised};
+use crate::ops::{cpu_f32, unit_lower_inverse};
 
 /// q, k (B, H, T, Dk), v (B, H, T, Dv), the log-decay of each step g and the write strength
 /// β (each (B, H, T, 1)) → (B, H, T, Dv), each read q·S times `scale`; `chunk` tokens a span
@@ -112,41 +121,42 @@ impl Kernel for Delta {
     fn forward(d: Dims, head: usize, inputs: Inputs, out: &mut [f32]) {
         let head = Head::of(d, head, inputs);
         Workspace::with(d, |ws| {
-            vectorised(
-                #[inline(always)]
-                || head.forward(out, ws),
-            )
+            pulp::Arch::new().dispatch(Forward {
+                head: &head,
+                out,
+                ws,
+            })
         });
     }
 
     fn backward(d: Dims, head: usize, inputs: Inputs, dout: &[f32], grads: &mut Grads) {
         let head = Head::of(d, head, inputs);
         Workspace::with(d, |ws| {
-            vectorised(
-                #[inline(always)]
-                || head.backward(dout, grads, ws),
-            )
+            pulp::Arch::new().dispatch(Backward {
+                head: &head,
+                dout,
+                grads,
+                ws,
+            })
         });
     }
 }
 
+/// Vectors of a block of the state's columns, held in registers through a pass over its rows.
+const W: usize = 4;
+
 /// One thread's buffers, reused from call to call.
 #[derive(Default)]
 struct Workspace {
-    /// The states before each span; in the forward pass, the running state only.
+    /// A block's state before each span; in the forward pass, the running state. Each state
+    /// is Dk rows of [`BLOCK`] ([`block_state`]).
     states: Vec<f32>,
-    /// A span's states, the one before it first: (len + 1) × Dk·Dv.
+    /// A span's states, the one before it first: (len + 1) states.
     span: Vec<f32>,
-    /// r_t = v_t − P_tᵀ k_t of each token of a span, len × Dv.
+    /// r_t = v_t − P_tᵀ k_t of each token of a span, len rows of [`BLOCK`].
     residuals: Vec<f32>,
-    /// The gradient of the state after the token at hand, Dk × Dv.
+    /// The gradient of the state after the token at hand.
     ds: Vec<f32>,
-    /// u = β r of the token at hand (Dv); in the forward pass, its r.
-    u: Vec<f32>,
-    /// du, then dr = β du (Dv).
-    du: Vec<f32>,
-    /// The decay's gradient summed by column (Dv), before its one horizontal sum.
-    dg: Vec<f32>,
 }
 
 thread_workspace!(Workspace);
@@ -155,13 +165,95 @@ impl Workspace {
     /// Every buffer long enough for `d`.
     fn size(&mut self, d: Dims) {
         let c = d.chunk.min(d.t);
-        self.span.resize((c + 1) * d.state_len(), 0.0);
-        self.residuals.resize(c * d.dv, 0.0);
-        self.ds.resize(d.state_len(), 0.0);
-        self.u.resize(d.dv, 0.0);
-        self.du.resize(d.dv, 0.0);
-        self.dg.resize(d.dv, 0.0);
+        let n = block_state(d);
+        self.states.resize(d.chunks().len() * n, 0.0);
+        self.span.resize((c + 1) * n, 0.0);
+        self.residuals.resize(c * BLOCK, 0.0);
+        self.ds.resize(n, 0.0);
     }
+}
+
+/// A block of the values' columns, `c0..c0 + n`, n at most [`W`] vectors. The delta rule is
+/// independent per column of the values (r, o and the state's columns), so each block runs the
+/// whole recurrence, forward and back, with its sums in vector registers (summed in memory, row
+/// by row, they had made the kernel load- and store-bound); only the gradients of q, k, g and β
+/// sum over columns, block by block.
+#[derive(Clone, Copy)]
+struct Cols {
+    c0: usize,
+    n: usize,
+}
+
+impl Cols {
+    /// The blocks of `dv` columns with vectors of `lanes`.
+    fn of(dv: usize, lanes: usize) -> impl Iterator<Item = Self> {
+        (0..dv).step_by(W * lanes).map(move |c0| Self {
+            c0,
+            n: (W * lanes).min(dv - c0),
+        })
+    }
+
+    /// The block of a row of Dv numbers, vector by vector (empty past the block's end).
+    #[inline(always)]
+    fn load<S: Simd>(self, simd: S, row: &[f32]) -> [S::f32s; W] {
+        let lanes = S::F32_LANES;
+        std::array::from_fn(|j| {
+            let (start, end) = self.vector(j, lanes);
+            simd.partial_load_f32s(&row[start..end])
+        })
+    }
+
+    #[inline(always)]
+    fn store<S: Simd>(self, simd: S, row: &mut [f32], x: [S::f32s; W]) {
+        let lanes = S::F32_LANES;
+        for (j, x) in x.into_iter().enumerate() {
+            let (start, end) = self.vector(j, lanes);
+            simd.partial_store_f32s(&mut row[start..end], x);
+        }
+    }
+
+    /// The columns of vector `j` of the block.
+    #[inline(always)]
+    fn vector(self, j: usize, lanes: usize) -> (usize, usize) {
+        let start = self.c0 + (j * lanes).min(self.n);
+        (start, self.c0 + ((j + 1) * lanes).min(self.n))
+    }
+}
+
+/// A block's row of the state, in the block's own layout: [`W`] whole vectors, zero past the
+/// block's columns, so that the passes over the state load and store whole vectors (pulp's
+/// partial loads are calls, and their branches kept the block's sums out of registers).
+#[inline(always)]
+fn load<S: Simd>(row: &[f32]) -> [S::f32s; W] {
+    let row = S::as_simd_f32s(&row[..W * S::F32_LANES]).0;
+    std::array::from_fn(|j| row[j])
+}
+
+#[inline(always)]
+fn store<S: Simd>(row: &mut [f32], x: [S::f32s; W]) {
+    let row = S::as_mut_simd_f32s(&mut row[..W * S::F32_LANES]).0;
+    row[..W].copy_from_slice(&x);
+}
+
+/// The floats of a block's row of the state: [`W`] vectors of the widest instruction set.
+const BLOCK: usize = W * 16;
+
+/// The floats of a block's state: Dk rows of [`BLOCK`].
+fn block_state(d: Dims) -> usize {
+    d.dk * BLOCK
+}
+
+/// `f` on each vector of a block.
+#[inline(always)]
+fn each<S: Simd>(f: impl FnMut(usize) -> S::f32s) -> [S::f32s; W] {
+    std::array::from_fn(f)
+}
+
+/// The sum of a block's vectors, then of its lanes.
+#[inline(always)]
+fn total<S: Simd>(simd: S, x: [S::f32s; W]) -> f32 {
+    let sum = x.into_iter().reduce(|a, b| simd.add_f32s(a, b));
+    simd.reduce_sum_f32s(sum.unwrap_or(simd.splat_f32s(0.0)))
 }
 
 /// One head's inputs: q with [g, β] as its last columns (T, Dk + 2), k (T, Dk), v (T, Dv).
@@ -180,147 +272,284 @@ impl Head<'_> {
         self.columns(t)[1]
     }
 
-    /// S_{t−1} in `state` → S_t; r_t = v_t − P_tᵀ k_t into `r` (P_t = e^(g_t) S_{t−1}). Two
-    /// passes over the state: Pᵀk as e^(g) (S_{t−1}ᵀ k), and the decay folded into the write
-    /// (a pass of its own was a third of Gated DeltaNet's step).
+    /// Sᵀ k_t over the block, S the state at offset `at` of `states`: one read of it.
     #[inline(always)]
-    fn step(&self, t: usize, state: &mut [f32], r: &mut [f32]) {
-        let (k, dv) = (self.k_row(t), self.d.dv);
-        let decay = self.decay(t);
-        r.fill(0.0);
-        for (&ki, row) in k.iter().zip(state.chunks_exact(dv)) {
-            axpy(ki, row, r);
+    fn read<S: Simd>(&self, simd: S, t: usize, states: &[f32]) -> [S::f32s; W] {
+        let k = self.k_row(t);
+        let mut sum = [simd.splat_f32s(0.0); W];
+        for (&ki, row) in k.iter().zip(states.chunks_exact(BLOCK)) {
+            let (ki, row) = (simd.splat_f32s(ki), load::<S>(row));
+            sum = each::<S>(|j| simd.mul_add_e_f32s(ki, row[j], sum[j]));
         }
-        for (r, v) in r.iter_mut().zip(self.v_row(t)) {
-            *r = v - decay * *r;
-        }
-        let beta = self.beta(t);
-        for (&ki, row) in k.iter().zip(state.chunks_exact_mut(dv)) {
-            let write = beta * ki;
-            for (s, r) in row.iter_mut().zip(&*r) {
-                *s = decay * *s + write * r;
-            }
-        }
+        sum
     }
 
-    /// The state after the span `(start, len)` from the state before it.
+    /// r_t = v_t − e^(g_t) (Sᵀ k_t) over the block, from Sᵀ k_t.
     #[inline(always)]
-    fn advance(&self, (start, len): (usize, usize), state: &mut [f32], r: &mut [f32]) {
-        for t in start..start + len {
-            self.step(t, state, r);
-        }
+    fn residual<S: Simd>(&self, simd: S, cols: Cols, t: usize, sk: [S::f32s; W]) -> [S::f32s; W] {
+        let (v, decay) = (
+            cols.load(simd, self.v_row(t)),
+            simd.splat_f32s(self.decay(t)),
+        );
+        each::<S>(|j| simd.negate_mul_add_e_f32s(decay, sk[j], v[j]))
     }
 
-    /// The head's output (T, Dv) into `out`, its rows H·Dv apart.
+    /// Token t over the block, in one pass over the state: S_t = e^(g_t) S_{t−1} + β_t k_t r_tᵀ
+    /// from the state at `from` in `states` into the one at `to` (the same: in place). Returns
+    /// S_tᵀ q_t (with `READS`) and S_tᵀ k_{t+1} (k_t at the last token), read as S_t is written.
     #[inline(always)]
-    fn forward(&self, out: &mut [f32], ws: &mut Workspace) {
-        let d = self.d;
-        ws.states.clear();
-        ws.states.resize(d.state_len(), 0.0);
-        for t in 0..d.t {
-            self.step(t, &mut ws.states, &mut ws.u);
-            let o = &mut out[t * d.h * d.dv..][..d.dv];
-            for (&qi, row) in self.q_row(t).iter().zip(ws.states.chunks_exact(d.dv)) {
-                axpy(d.scale * qi, row, o);
-            }
-        }
-    }
-
-    /// The head's gradients into `grads` (zeros on entry): dq with [dg, dβ] as its last
-    /// columns, dk, dv, from the output's gradient `dout` (T, Dv, rows H·Dv apart).
-    #[inline(always)]
-    fn backward(&self, dout: &[f32], grads: &mut Grads, ws: &mut Workspace) {
-        let d = self.d;
-        let n = d.state_len();
-        let Workspace {
-            states, residuals, ..
-        } = ws;
-        let r = &mut residuals[..d.dv];
-        d.states(states, |span, state| self.advance(span, state, r));
-        ws.ds.fill(0.0);
-        for ((start, len), before, dout) in d.backwards(&ws.states, dout) {
-            // The span's states again, and each token's r.
-            ws.span[..n].copy_from_slice(before);
-            for i in 0..len {
-                let (done, next) = ws.span.split_at_mut((i + 1) * n);
-                next[..n].copy_from_slice(&done[i * n..]);
-                let r = &mut ws.residuals[i * d.dv..][..d.dv];
-                self.step(start + i, &mut next[..n], r);
-            }
-            for i in (0..len).rev() {
-                let states = (&ws.span[i * n..][..n], &ws.span[(i + 1) * n..][..n]);
-                let r = &ws.residuals[i * d.dv..][..d.dv];
-                let dout = &dout.data[i * dout.row_stride..][..d.dv];
-                let scratch = (&mut ws.u[..], &mut ws.du[..], &mut ws.dg[..]);
-                self.token_backward(start + i, states, (r, dout), &mut ws.ds, scratch, grads);
-            }
-        }
-    }
-
-    /// Token t's gradients, and the state's gradient `ds` carried from S_t back to S_{t−1}.
-    /// With u = β r: S_t = P + k uᵀ gives dk = dS u, du = dSᵀ k, so dβ = du·r and
-    /// dr = β du = dv; r = v − Pᵀk gives dk −= P dr, dP = dS − k drᵀ; P = e^(g) S_{t−1} gives
-    /// dg = Σ dP ⊙ P and dS_{t−1} = e^(g) dP.
-    #[inline(always)]
-    fn token_backward(
+    fn token<S: Simd, const READS: bool>(
         &self,
+        simd: S,
         t: usize,
-        (before, after): (&[f32], &[f32]),
-        (r, dout): (&[f32], &[f32]),
-        ds: &mut [f32],
-        (u, du, dg): (&mut [f32], &mut [f32], &mut [f32]),
-        grads: &mut Grads,
-    ) {
-        let (d, k, q) = (self.d, self.k_row(t), self.q_row(t));
-        let (beta, decay) = (self.beta(t), self.decay(t));
-        u.iter_mut().zip(r).for_each(|(u, r)| *u = beta * r);
-        du.fill(0.0);
-        // o_t = s S_tᵀ q_t: dq = s S_t do, dS += s q doᵀ.
-        let dq = grads.dq_row(t);
+        (states, (from, to)): (&mut [f32], (usize, usize)),
+        r: [S::f32s; W],
+    ) -> ([S::f32s; W], [S::f32s; W]) {
+        let d = self.d;
+        let (q, k, next) = (
+            self.q_row(t),
+            self.k_row(t),
+            self.k_row((t + 1).min(d.t - 1)),
+        );
+        let (decay, beta) = (simd.splat_f32s(self.decay(t)), self.beta(t));
+        let (mut o, mut sk) = ([simd.splat_f32s(0.0); W], [simd.splat_f32s(0.0); W]);
         for i in 0..d.dk {
-            let (row, ds_row) = (&after[i * d.dv..][..d.dv], &mut ds[i * d.dv..][..d.dv]);
-            dq[i] = d.scale * dot(row, dout);
-            axpy(d.scale * q[i], dout, ds_row);
-            axpy(k[i], ds_row, du);
+            let old = load::<S>(&states[from + i * BLOCK..]);
+            let write = simd.splat_f32s(beta * k[i]);
+            let new = each::<S>(|j| simd.mul_add_e_f32s(write, r[j], simd.mul_f32s(decay, old[j])));
+            store::<S>(&mut states[to + i * BLOCK..], new);
+            if READS {
+                let qi = simd.splat_f32s(q[i]);
+                o = each::<S>(|j| simd.mul_add_e_f32s(qi, new[j], o[j]));
+            }
+            let ki = simd.splat_f32s(next[i]);
+            sk = each::<S>(|j| simd.mul_add_e_f32s(ki, new[j], sk[j]));
         }
-        let dbeta = dot(du, r);
-        du.iter_mut().for_each(|x| *x *= beta); // dr
-        grads.dv_row(t).copy_from_slice(du);
-        // Σ dP ⊙ S_{t−1} by column, summed once at the end (a sum per row does not vectorise).
-        dg.fill(0.0);
-        let dk = grads.dk_row(t);
-        for i in 0..d.dk {
-            let (row, ds_row) = (&before[i * d.dv..][..d.dv], &mut ds[i * d.dv..][..d.dv]);
-            dk[i] = dot_difference((ds_row, u), (row, du), decay);
-            // dP = dS − k drᵀ, dg += dP ⊙ S_{t−1} and dS_{t−1} = e^(g) dP, in one pass.
-            for (((ds, &dr), &s), dg) in ds_row.iter_mut().zip(&*du).zip(row).zip(dg.iter_mut()) {
-                let dp = *ds - k[i] * dr;
-                *dg += dp * s;
-                *ds = dp * decay;
+        (o, sk)
+    }
+
+    /// The block's states from the one at offset 0 of `states` (before token `start`) through
+    /// the span `(start, len)`: in place (`keep` false), or each after the one before (`keep`,
+    /// (len + 1) states), with each token's r_t in `residuals` (rows Dv apart) when given.
+    #[inline(always)]
+    fn advance<S: Simd>(
+        &self,
+        (simd, cols): (S, Cols),
+        (start, len): (usize, usize),
+        states: &mut [f32],
+        mut residuals: Option<&mut [f32]>,
+    ) {
+        let n = block_state(self.d);
+        let mut r = self.residual(simd, cols, start, self.read(simd, start, states));
+        for i in 0..len {
+            if let Some(residuals) = residuals.as_deref_mut() {
+                store::<S>(&mut residuals[i * BLOCK..], r);
+            }
+            let at = match residuals.is_some() {
+                true => (i * n, (i + 1) * n),
+                false => (0, 0),
+            };
+            let (_, sk) = self.token::<S, false>(simd, start + i, (states, at), r);
+            if start + i + 1 < self.d.t {
+                r = self.residual(simd, cols, start + i + 1, sk);
             }
         }
-        let dg: f32 = dg.iter().sum();
-        let dgb = grads.dg_row(t);
-        dgb[0] = decay * dg;
-        dgb[1] = dbeta;
     }
 }
 
-/// a·x − c (b·y), in one set of partial sums: one horizontal sum instead of two.
-#[inline(always)]
-fn dot_difference((a, x): (&[f32], &[f32]), (b, y): (&[f32], &[f32]), c: f32) -> f32 {
-    const LANES: usize = 16;
-    let mut lanes = [0f32; LANES];
-    let ((a, ar), (x, xr)) = (a.as_chunks::<LANES>(), x.as_chunks::<LANES>());
-    let ((b, br), (y, yr)) = (b.as_chunks::<LANES>(), y.as_chunks::<LANES>());
-    for ((a, x), (b, y)) in a.iter().zip(x).zip(b.iter().zip(y)) {
-        for (l, (((a, x), b), y)) in lanes.iter_mut().zip(a.iter().zip(x).zip(b).zip(y)) {
-            *l += a * x - c * b * y;
+/// The head's output (T, Dv) into `out`, its rows H·Dv apart.
+struct Forward<'h, 'a> {
+    head: &'h Head<'a>,
+    out: &'h mut [f32],
+    ws: &'h mut Workspace,
+}
+
+impl WithSimd for Forward<'_, '_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) {
+        let (head, d, out) = (self.head, self.head.d, self.out);
+        let state = &mut self.ws.states[..block_state(d)];
+        let scale = simd.splat_f32s(d.scale);
+        for cols in Cols::of(d.dv, S::F32_LANES) {
+            state.fill(0.0);
+            let mut r = cols.load(simd, head.v_row(0));
+            for t in 0..d.t {
+                let (o, sk) = head.token::<S, true>(simd, t, (state, (0, 0)), r);
+                let o = each::<S>(|j| simd.mul_f32s(scale, o[j]));
+                cols.store(simd, &mut out[t * d.h * d.dv..][..d.dv], o);
+                if t + 1 < d.t {
+                    r = head.residual(simd, cols, t + 1, sk);
+                }
+            }
         }
     }
-    let rest = ar.iter().zip(xr).zip(br.iter().zip(yr));
-    let rest: f32 = rest.map(|((a, x), (b, y))| a * x - c * b * y).sum();
-    lanes.iter().sum::<f32>() + rest
+}
+
+/// The head's gradients into `grads` (zeros on entry): dq with [dg, dβ] as its last columns,
+/// dk, dv, from the output's gradient `dout` (T, Dv, rows H·Dv apart). The tokens are walked
+/// back, each span's states recomputed from the state before it (kept from a first pass), so
+/// it stores T/C states, not T.
+struct Backward<'h, 'a, 'g> {
+    head: &'h Head<'a>,
+    dout: &'h [f32],
+    grads: &'h mut Grads<'g>,
+    ws: &'h mut Workspace,
+}
+
+impl WithSimd for Backward<'_, '_, '_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(mut self, simd: S) {
+        let d = self.head.d;
+        for cols in Cols::of(d.dv, S::F32_LANES) {
+            self.states_before_spans(simd, cols);
+            self.ws.ds.fill(0.0);
+            let mut du = None;
+            for (c, (start, len)) in d.chunks().enumerate().rev() {
+                let n = block_state(d);
+                let Workspace {
+                    states,
+                    span,
+                    residuals,
+                    ..
+                } = &mut *self.ws;
+                span[..n].copy_from_slice(&states[c * n..][..n]);
+                let span = &mut span[..(len + 1) * n];
+                let head = self.head;
+                head.advance((simd, cols), (start, len), span, Some(residuals));
+                // The last token's read: dS_T = s q_T doᵀ.
+                let du_t = match du {
+                    Some(du) => du,
+                    None => self.last_read(simd, cols, len * n),
+                };
+                du = Some(self.span_backward((simd, cols), (start, len), du_t));
+            }
+        }
+    }
+}
+
+impl Backward<'_, '_, '_> {
+    /// `ws.states`: the block's state before each span.
+    #[inline(always)]
+    fn states_before_spans<S: Simd>(&mut self, simd: S, cols: Cols) {
+        let (head, n) = (self.head, block_state(self.head.d));
+        let states = &mut self.ws.states;
+        states[..n].fill(0.0);
+        let spans: Vec<_> = head.d.chunks().collect();
+        for (c, &span) in spans.iter().enumerate().take(spans.len() - 1) {
+            let (before, after) = states.split_at_mut((c + 1) * n);
+            after[..n].copy_from_slice(&before[c * n..]);
+            head.advance((simd, cols), span, &mut after[..n], None);
+        }
+    }
+
+    /// Row t of the output's gradient.
+    #[inline(always)]
+    fn dout(&self, t: usize) -> &[f32] {
+        let d = self.head.d;
+        &self.dout[t * d.h * d.dv..][..d.dv]
+    }
+
+    /// The last token's read o = s S_Tᵀ q_T, S_T at `at` in `ws.span`: dS = s q doᵀ (into
+    /// `ws.ds`), dq = s S_T do; returns du = dSᵀ k_T over the block.
+    #[inline(always)]
+    fn last_read<S: Simd>(&mut self, simd: S, cols: Cols, at: usize) -> [S::f32s; W] {
+        let (head, d) = (self.head, self.head.d);
+        let t = d.t - 1;
+        let dout = cols.load(simd, self.dout(t));
+        let (q, k) = (head.q_row(t), head.k_row(t));
+        let mut du = [simd.splat_f32s(0.0); W];
+        for i in 0..d.dk {
+            let row = load::<S>(&self.ws.span[at + i * BLOCK..]);
+            let read = simd.splat_f32s(d.scale * q[i]);
+            let ds = each::<S>(|j| simd.mul_f32s(read, dout[j]));
+            store::<S>(&mut self.ws.ds[i * BLOCK..], ds);
+            let ki = simd.splat_f32s(k[i]);
+            du = each::<S>(|j| simd.mul_add_e_f32s(ki, ds[j], du[j]));
+            let dq = each::<S>(|j| simd.mul_f32s(row[j], dout[j]));
+            self.grads.dq_row(t)[i] += d.scale * total(simd, dq);
+        }
+        du
+    }
+
+    /// The span's tokens back, their states in `ws.span` and residuals in `ws.residuals`, from
+    /// du = dSᵀ k of its last token; returns the du of the token before the span.
+    #[inline(always)]
+    fn span_backward<S: Simd>(
+        &mut self,
+        (simd, cols): (S, Cols),
+        (start, len): (usize, usize),
+        mut du: [S::f32s; W],
+    ) -> [S::f32s; W] {
+        let n = block_state(self.head.d);
+        for i in (0..len).rev() {
+            let r = load::<S>(&self.ws.residuals[i * BLOCK..]);
+            let before = i * n;
+            du = self.token_backward((simd, cols), start + i, (before, r), du);
+        }
+        du
+    }
+
+    /// Token t's gradients from du = dSᵀ k_t (dS, in `ws.ds`, the gradient of S_t with o_t's
+    /// read in it), and dS carried back to S_{t−1} with o_{t−1}'s read added, in one pass over
+    /// dS and S_{t−1} (at `before` in `ws.span`). With u = β r: S_t = P + k uᵀ gives dk = dS u
+    /// and dβ = du·r, dr = β du = dv; r = v − Pᵀk gives dk −= P dr, dP = dS − k drᵀ;
+    /// P = e^(g) S_{t−1} gives dg = Σ dP ⊙ P and dS_{t−1} = e^(g) dP; then o_{t−1} = s S_{t−1}ᵀ
+    /// q_{t−1} gives dq_{t−1} = s S_{t−1} do_{t−1} and dS_{t−1} += s q_{t−1} do_{t−1}ᵀ. Returns
+    /// du of token t − 1.
+    #[inline(always)]
+    fn token_backward<S: Simd>(
+        &mut self,
+        (simd, cols): (S, Cols),
+        t: usize,
+        (before, r): (usize, [S::f32s; W]),
+        du: [S::f32s; W],
+    ) -> [S::f32s; W] {
+        let (head, d) = (self.head, self.head.d);
+        let (beta, decay) = (head.beta(t), head.decay(t));
+        let (betas, decays) = (simd.splat_f32s(beta), simd.splat_f32s(decay));
+        let dr = each::<S>(|j| simd.mul_f32s(betas, du[j]));
+        cols.store(simd, self.grads.dv_row(t), dr);
+        let dbeta = total(simd, each::<S>(|j| simd.mul_f32s(du[j], r[j])));
+        let u = each::<S>(|j| simd.mul_f32s(betas, r[j]));
+        let decayed_dr = each::<S>(|j| simd.mul_f32s(decays, dr[j]));
+        let k = head.k_row(t);
+        // Token t − 1's read, none before the first token.
+        let previous = t.checked_sub(1).map(|p| {
+            let dout = cols.load(simd, self.dout(p));
+            (p, head.q_row(p), head.k_row(p), dout)
+        });
+        let (mut dg, mut du_before) = ([simd.splat_f32s(0.0); W], [simd.splat_f32s(0.0); W]);
+        for i in 0..d.dk {
+            let row = &mut self.ws.ds[i * BLOCK..];
+            let ds = load::<S>(row);
+            let s = load::<S>(&self.ws.span[before + i * BLOCK..]);
+            let dk = each::<S>(|j| {
+                simd.negate_mul_add_e_f32s(s[j], decayed_dr[j], simd.mul_f32s(ds[j], u[j]))
+            });
+            self.grads.dk_row(t)[i] += total(simd, dk);
+            let ki = simd.splat_f32s(k[i]);
+            let dp = each::<S>(|j| simd.negate_mul_add_e_f32s(ki, dr[j], ds[j]));
+            dg = each::<S>(|j| simd.mul_add_e_f32s(dp[j], s[j], dg[j]));
+            let mut ds = each::<S>(|j| simd.mul_f32s(decays, dp[j]));
+            if let Some((p, q, k, dout)) = previous {
+                let read = simd.splat_f32s(d.scale * q[i]);
+                ds = each::<S>(|j| simd.mul_add_e_f32s(read, dout[j], ds[j]));
+                let ki = simd.splat_f32s(k[i]);
+                du_before = each::<S>(|j| simd.mul_add_e_f32s(ki, ds[j], du_before[j]));
+                let dq = each::<S>(|j| simd.mul_f32s(s[j], dout[j]));
+                self.grads.dq_row(p)[i] += d.scale * total(simd, dq);
+            }
+            store::<S>(row, ds);
+        }
+        let dgb = self.grads.dg_row(t);
+        dgb[0] += decay * total(simd, dg);
+        dgb[1] += dbeta;
+        du_before
+    }
 }
 
 #[cfg(test)]
@@ -370,6 +599,8 @@ mod tests {
             (1, 2, 16, 4, 5, 6),
             (2, 1, 13, 16, 3, 2),
             (1, 1, 7, 1, 2, 2),
+            // Values wider than a block of vectors, ending in a partial vector.
+            (1, 2, 21, 8, 9, 70),
         ];
         testing::assert_fused_equals_composed(forms, &cases, |b, h, t, _| [b, h, t, 2]);
     }
