@@ -272,7 +272,7 @@ impl Head<'_> {
         self.columns(t)[1]
     }
 
-    /// Sᵀ k_t over the block, S the state at offset `at` of `states`: one read of it.
+    /// Sᵀ k_t over the block, S the block's state at the start of `states`: one read of it.
     #[inline(always)]
     fn read<S: Simd>(&self, simd: S, t: usize, states: &[f32]) -> [S::f32s; W] {
         let k = self.k_row(t);
