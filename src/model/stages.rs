@@ -64,13 +64,13 @@ impl HeadNorm {
     /// y (B, T, H·Dh) normalised per head, gained and gated by x (B, T, D).
     pub(super) fn apply(&self, x: &Tensor, y: &Tensor) -> Result<Tensor> {
         if let (true, Some(gate)) = (self.gate_first, &self.gate) {
-            return self.normalised(&(y * ops::silu(&gate.forward(x)?)?)?);
+            return self.normalised(&ops::silu_gate(y, &gate.forward(x)?)?);
         }
         let normed = self.normalised(y)?;
-        Ok(match &self.gate {
-            Some(gate) => (normed * ops::silu(&gate.forward(x)?)?)?,
-            None => normed,
-        })
+        match &self.gate {
+            Some(gate) => ops::silu_gate(&normed, &gate.forward(x)?),
+            None => Ok(normed),
+        }
     }
 
     /// y (B, T, H·Dh) through RMSNorm over each head, times the gain.

@@ -1,7 +1,7 @@
-//! Element-wise fused ops: GELU (with a branch-free erf), SiLU and a trailing-shape broadcast
-//! add.
+//! Element-wise fused ops: GELU (with a branch-free erf), SiLU, a SiLU gate and a
+//! trailing-shape broadcast add.
 
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
 use super::fused::{ChunkGrad, column_sums, slice, zeros};
@@ -202,3 +202,89 @@ const SILU_GRAD: ChunkGrad = ChunkGrad {
         )
     },
 };
+
+/// x ⊙ silu(z), the recurrent mixers' output gates (FLA's gated head norm, Mamba-2's
+/// y ⊙ silu(z)): one pass forward and one back for both gradients, where the product and the
+/// SiLU were two ops each way, each a pass over the layer's output and an allocation. The
+/// gate cost Gated DeltaNet 9.5 ms of a 73.5 ms step before, 5.7–6.8 ms of 76.6 after, in a
+/// series ~10 % slower throughout (docs/recall.md). CPU only: [`super::silu_gate`] composes it
+/// elsewhere.
+pub struct SiluGate;
+
+/// The chunk each task of [`SiluGate`] and its gradient takes.
+const GATE_CHUNK: usize = 4096;
+
+impl CustomOp2 for SiluGate {
+    fn name(&self) -> &'static str {
+        "attnlab-silu-gate"
+    }
+
+    cpu_fwd!(self, |s1, l1, s2, l2| {
+        let (x, z) = (slice(s1, l1)?, slice(s2, l2)?);
+        if l1.shape() != l2.shape() {
+            candle_core::bail!("silu_gate: x {:?} and gate {:?}", l1.dims(), l2.dims());
+        }
+        let mut out = zeros(x.len());
+        out.par_chunks_mut(GATE_CHUNK)
+            .zip(x.par_chunks(GATE_CHUNK).zip(z.par_chunks(GATE_CHUNK)))
+            .for_each(|(o, (x, z))| {
+                super::vectorised(
+                    #[inline(always)]
+                    || {
+                        for ((o, x), z) in o.iter_mut().zip(x).zip(z) {
+                            *o = x * z / (1.0 + exp(-z));
+                        }
+                    },
+                )
+            });
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    });
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        z: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let grads = grad.contiguous()?.apply_op3_no_bwd(x, z, &SiluGateGrad)?;
+        let n = x.elem_count();
+        let dx = grads.narrow(0, 0, n)?.reshape(x.shape())?;
+        let dz = grads.narrow(0, n, n)?.reshape(z.shape())?;
+        Ok((Some(dx), Some(dz)))
+    }
+}
+
+/// (g, x, z) → [dx | dz] flat: dx = g ⊙ silu(z), dz = g ⊙ x ⊙ σ(z)(1 + z(1 − σ(z))).
+struct SiluGateGrad;
+
+impl CustomOp3 for SiluGateGrad {
+    fn name(&self) -> &'static str {
+        "attnlab-silu-gate-grad"
+    }
+
+    cpu_fwd!(self, |s1, l1, s2, l2, s3, l3| {
+        let (g, x, z) = (slice(s1, l1)?, slice(s2, l2)?, slice(s3, l3)?);
+        let n = x.len();
+        let mut out = zeros(2 * n);
+        let (dx, dz) = out.split_at_mut(n);
+        dx.par_chunks_mut(GATE_CHUNK)
+            .zip(dz.par_chunks_mut(GATE_CHUNK))
+            .zip(g.par_chunks(GATE_CHUNK))
+            .zip(x.par_chunks(GATE_CHUNK).zip(z.par_chunks(GATE_CHUNK)))
+            .for_each(|(((dx, dz), g), (x, z))| {
+                super::vectorised(
+                    #[inline(always)]
+                    || {
+                        let rows = dx.iter_mut().zip(dz.iter_mut()).zip(g);
+                        for (((dx, dz), g), (x, z)) in rows.zip(x.iter().zip(z)) {
+                            let sigmoid = 1.0 / (1.0 + exp(-z));
+                            *dx = g * z * sigmoid;
+                            *dz = g * x * sigmoid * (1.0 + z * (1.0 - sigmoid));
+                        }
+                    },
+                )
+            });
+        Ok((CpuStorage::F32(out), Shape::from(2 * n)))
+    });
+}

@@ -248,6 +248,22 @@ pub fn silu(x: &Tensor) -> Result<Tensor> {
     Ok(x.silu()?)
 }
 
+/// x ⊙ silu(gate), the two the same shape: fused on the CPU in f32 ([`elementwise::SiluGate`]),
+/// [`silu_gate_composed`] elsewhere.
+pub fn silu_gate(x: &Tensor, gate: &Tensor) -> Result<Tensor> {
+    if cpu_f32(x) && cpu_f32(gate) && x.shape() == gate.shape() {
+        return Ok(x
+            .contiguous()?
+            .apply_op2(&gate.contiguous()?, elementwise::SiluGate)?);
+    }
+    silu_gate_composed(x, gate)
+}
+
+/// [`silu_gate`] from a product and SiLU: the reference.
+pub fn silu_gate_composed(x: &Tensor, gate: &Tensor) -> Result<Tensor> {
+    Ok((x * silu(gate)?)?)
+}
+
 /// LayerNorm over the last dimension: γ ⊙ standardised x + β. γ and β are (d), or (R, d) for
 /// R replicas of a model whose rows x (R·N…, d) stacks (`replicas.rs`): replica r's block of rows
 /// takes row r.
@@ -640,6 +656,15 @@ mod tests {
         let composed = value_and_grad(|x| Ok(x.silu()?), &x, &upstream);
         assert_close(&fused.0, &composed.0, "silu value");
         assert_close(&fused.1, &composed.1, "silu gradient");
+        // The gate: both gradients, against the product of the composed ops.
+        let gate = Var::from_tensor(&random((2, 3, 5, 7), 23)).unwrap();
+        let run = |f: fn(&Tensor, &Tensor) -> Result<Tensor>| {
+            let y = f(x.as_tensor(), gate.as_tensor()).unwrap();
+            value_and_grads(&y, &upstream, &[&x, &gate])
+        };
+        let (fused, composed) = (run(silu_gate), run(silu_gate_composed));
+        let names = ["silu_gate value", "silu_gate dx", "silu_gate dgate"];
+        assert_all_close(&fused, &composed, &names);
         for causal in [false, true] {
             let fused = value_and_grad(|x| softmax_rows(x, causal), &x, &upstream);
             let composed = value_and_grad(|x| softmax_rows_composed(x, causal), &x, &upstream);
