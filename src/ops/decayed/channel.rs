@@ -245,8 +245,9 @@ impl<'a> Head<'a> {
     /// The states before each chunk, one after the other in `ws.states`.
     fn states(&self, ws: &mut Workspace) {
         let Workspace { states, kf, kd, .. } = ws;
-        self.d
-            .states(states, |chunk, state| self.advance(chunk, state, (kf, kd)));
+        self.d.states((states, self.d.state_len()), |chunk, state| {
+            self.advance(chunk, state, (kf, kd))
+        });
     }
 
     /// The head's gradients into `g` (zeros on entry) from the output's gradient `dout`

@@ -329,8 +329,9 @@ impl Head<'_> {
     }
 
     /// The block's states from the one at offset 0 of `states` (before token `start`) through
-    /// the span `(start, len)`: in place (`keep` false), or each after the one before (`keep`,
-    /// (len + 1) states), with each token's r_t in `residuals` (rows Dv apart) when given.
+    /// the span `(start, len)`: in place without `residuals`, or with them each state after
+    /// the one before ((len + 1) states) and each token's r_t in `residuals` (rows of
+    /// [`BLOCK`]).
     #[inline(always)]
     fn advance<S: Simd>(
         &self,
@@ -403,13 +404,14 @@ impl WithSimd for Backward<'_, '_, '_> {
 
     #[inline(always)]
     fn with_simd<S: Simd>(mut self, simd: S) {
-        let d = self.head.d;
+        let (head, d, n) = (self.head, self.head.d, block_state(self.head.d));
         for cols in Cols::of(d.dv, S::F32_LANES) {
-            self.states_before_spans(simd, cols);
+            d.states((&mut self.ws.states, n), |span, state| {
+                head.advance((simd, cols), span, state, None)
+            });
             self.ws.ds.fill(0.0);
             let mut du = None;
             for (c, (start, len)) in d.chunks().enumerate().rev() {
-                let n = block_state(d);
                 let Workspace {
                     states,
                     span,
@@ -418,7 +420,6 @@ impl WithSimd for Backward<'_, '_, '_> {
                 } = &mut *self.ws;
                 span[..n].copy_from_slice(&states[c * n..][..n]);
                 let span = &mut span[..(len + 1) * n];
-                let head = self.head;
                 head.advance((simd, cols), (start, len), span, Some(residuals));
                 // The last token's read: dS_T = s q_T doᵀ.
                 let du_t = match du {
@@ -432,20 +433,6 @@ impl WithSimd for Backward<'_, '_, '_> {
 }
 
 impl Backward<'_, '_, '_> {
-    /// `ws.states`: the block's state before each span.
-    #[inline(always)]
-    fn states_before_spans<S: Simd>(&mut self, simd: S, cols: Cols) {
-        let (head, n) = (self.head, block_state(self.head.d));
-        let states = &mut self.ws.states;
-        states[..n].fill(0.0);
-        let spans: Vec<_> = head.d.chunks().collect();
-        for (c, &span) in spans.iter().enumerate().take(spans.len() - 1) {
-            let (before, after) = states.split_at_mut((c + 1) * n);
-            after[..n].copy_from_slice(&before[c * n..]);
-            head.advance((simd, cols), span, &mut after[..n], None);
-        }
-    }
-
     /// Row t of the output's gradient.
     #[inline(always)]
     fn dout(&self, t: usize) -> &[f32] {
@@ -463,14 +450,11 @@ impl Backward<'_, '_, '_> {
         let (q, k) = (head.q_row(t), head.k_row(t));
         let mut du = [simd.splat_f32s(0.0); W];
         for i in 0..d.dk {
-            let row = load::<S>(&self.ws.span[at + i * BLOCK..]);
-            let read = simd.splat_f32s(d.scale * q[i]);
-            let ds = each::<S>(|j| simd.mul_f32s(read, dout[j]));
+            let s = load::<S>(&self.ws.span[at + i * BLOCK..]);
+            let zero = [simd.splat_f32s(0.0); W];
+            let (ds, dq) = read_grad(simd, (d.scale * q[i], k[i]), (s, dout), zero, &mut du);
             store::<S>(&mut self.ws.ds[i * BLOCK..], ds);
-            let ki = simd.splat_f32s(k[i]);
-            du = each::<S>(|j| simd.mul_add_e_f32s(ki, ds[j], du[j]));
-            let dq = each::<S>(|j| simd.mul_f32s(row[j], dout[j]));
-            self.grads.dq_row(t)[i] += d.scale * total(simd, dq);
+            self.grads.dq_row(t)[i] += d.scale * dq;
         }
         du
     }
@@ -536,12 +520,10 @@ impl Backward<'_, '_, '_> {
             dg = each::<S>(|j| simd.mul_add_e_f32s(dp[j], s[j], dg[j]));
             let mut ds = each::<S>(|j| simd.mul_f32s(decays, dp[j]));
             if let Some((p, q, k, dout)) = previous {
-                let read = simd.splat_f32s(d.scale * q[i]);
-                ds = each::<S>(|j| simd.mul_add_e_f32s(read, dout[j], ds[j]));
-                let ki = simd.splat_f32s(k[i]);
-                du_before = each::<S>(|j| simd.mul_add_e_f32s(ki, ds[j], du_before[j]));
-                let dq = each::<S>(|j| simd.mul_f32s(s[j], dout[j]));
-                self.grads.dq_row(p)[i] += d.scale * total(simd, dq);
+                let read = (d.scale * q[i], k[i]);
+                let dq;
+                (ds, dq) = read_grad(simd, read, (s, dout), ds, &mut du_before);
+                self.grads.dq_row(p)[i] += d.scale * dq;
             }
             store::<S>(row, ds);
         }
@@ -550,6 +532,24 @@ impl Backward<'_, '_, '_> {
         dgb[1] += dbeta;
         du_before
     }
+}
+
+/// Row i of a token's read o = s Sᵀ q back, from (s q_i, k_i), S's row i and the output's
+/// gradient do: returns dS's row i with s q_i do added to `ds`, and S_i·do (dq_i over s);
+/// adds k_i times the new row to `du` (dSᵀ k, for the token's write).
+#[inline(always)]
+fn read_grad<S: Simd>(
+    simd: S,
+    (read, ki): (f32, f32),
+    (s, dout): ([S::f32s; W], [S::f32s; W]),
+    ds: [S::f32s; W],
+    du: &mut [S::f32s; W],
+) -> ([S::f32s; W], f32) {
+    let (read, ki) = (simd.splat_f32s(read), simd.splat_f32s(ki));
+    let ds = each::<S>(|j| simd.mul_add_e_f32s(read, dout[j], ds[j]));
+    *du = each::<S>(|j| simd.mul_add_e_f32s(ki, ds[j], du[j]));
+    let dq = total(simd, each::<S>(|j| simd.mul_f32s(s[j], dout[j])));
+    (ds, dq)
 }
 
 #[cfg(test)]

@@ -186,12 +186,16 @@ impl Dims {
         }
     }
 
-    /// The states before each chunk, one after the other in `states`, from `advance(chunk,
-    /// state)` that turns the state before a chunk into the state after it. Inlined, so that
-    /// `advance` is compiled for the vector width of its caller ([`crate::ops::vectorised`]).
+    /// The states before each chunk, `n` floats each, one after the other in `states`, from
+    /// `advance(chunk, state)` that turns the state before a chunk into the state after it.
+    /// Inlined, so that `advance` is compiled for the vector width of its caller
+    /// ([`crate::ops::vectorised`]).
     #[inline(always)]
-    fn states(self, states: &mut Vec<f32>, mut advance: impl FnMut((usize, usize), &mut [f32])) {
-        let n = self.state_len();
+    fn states(
+        self,
+        (states, n): (&mut Vec<f32>, usize),
+        mut advance: impl FnMut((usize, usize), &mut [f32]),
+    ) {
         let chunks: Vec<_> = self.chunks().collect();
         states.clear();
         states.resize(chunks.len() * n, 0.0);

@@ -217,8 +217,9 @@ impl Head<'_> {
     /// The states before each chunk, one after the other in `ws.states`.
     fn states(&self, ws: &mut Workspace) {
         let Workspace { states, scaled, .. } = ws;
-        self.d
-            .states(states, |chunk, state| self.advance(chunk, state, scaled));
+        self.d.states((states, self.d.state_len()), |chunk, state| {
+            self.advance(chunk, state, scaled)
+        });
     }
 
     /// The head's gradients into `grads` (zeros on entry): dq with dG as its last column,
