@@ -324,6 +324,26 @@ fn wait_for_loaded_run(harness: &mut Harness<'_, AttnlabApp>) {
             .selected()
             .is_some_and(|r| !r.steps.is_empty() && r.attention.is_some())
     });
+    settle(harness);
+}
+
+/// Runs frames until no background job is live and the frames settle. A job that ends between
+/// two frames asks for a repaint, so a plain `harness.run()` could see it arrive past its frame
+/// limit on a loaded machine; this waits for the jobs first and tries again if one more began.
+fn settle(harness: &mut Harness<'_, AttnlabApp>) {
+    let start = Instant::now();
+    loop {
+        run_until(harness, "the background jobs to end", |app| {
+            app.jobs.live().is_empty()
+        });
+        if harness.try_run().is_ok() {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the frames never settled"
+        );
+    }
 }
 
 /// A window with one finished tiny run (trained in-process) in its run list, exporting to `root`.
@@ -948,18 +968,18 @@ fn clicking_an_attention_map_zooms_it_onto_plot_axes() {
     app.tab = Tab::Attention;
     let mut harness = harness(app);
     wait_for_loaded_run(&mut harness);
-    harness.run();
+    settle(&mut harness);
     let maps: Vec<_> = harness
         .get_all_by_role(egui::accesskit::Role::Image)
         .collect();
     assert_eq!(maps.len(), 4, "2 layers x 2 heads");
     maps[1].click();
-    harness.run();
+    settle(&mut harness);
     // The zoomed head is drawn on titled plot axes (painted text, checked in the view's unit
     // tests); here: the zoom itself, and the way back.
     harness.get_by_label("layer 0 head 1");
     harness.get_by_label("all heads").click();
-    harness.run();
+    settle(&mut harness);
     assert_eq!(
         harness
             .get_all_by_role(egui::accesskit::Role::Image)
