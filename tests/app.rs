@@ -987,3 +987,60 @@ fn clicking_an_attention_map_zooms_it_onto_plot_axes() {
         4
     );
 }
+
+/// A pretrained model's folder opened from the command queue (as "Open model..." does) reads
+/// the text box: its heads' score grid, a click on a cell shows that head's map, and ablating
+/// every head fills the ablation grid.
+#[test]
+fn a_pretrained_model_reads_the_text_and_its_grids_click_through_to_heads() {
+    let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf/gpt2");
+    let mut harness = harness(AttnlabApp::new(Persisted::default()));
+    harness
+        .state()
+        .commands
+        .push(attnlab::app::Command::OpenModel(folder.clone()));
+    harness.step();
+    assert_eq!(harness.state().tab, Tab::Pretrained);
+    settle(&mut harness);
+    assert_eq!(harness.state().views.pretrained.recent, vec![folder.clone()]);
+    harness.get_by_label("Read").click();
+    harness.step();
+    settle(&mut harness);
+    shown_head(&harness, "layer 0 head 0");
+    let grids: Vec<_> = harness
+        .get_all_by_role(egui::accesskit::Role::Image)
+        .collect();
+    // The score grid, then the layer's heads (the fixture has 4 heads).
+    assert_eq!(grids.len(), 5, "the score grid and four head maps");
+    grids[2].click();
+    harness.step();
+    settle(&mut harness);
+    shown_head(&harness, "layer 0 head 1");
+    // The grid's centre is the corner of layer 1 head 2 (2 layers × 4 heads).
+    harness
+        .get_all_by_role(egui::accesskit::Role::Image)
+        .next()
+        .unwrap()
+        .click();
+    harness.step();
+    settle(&mut harness);
+    shown_head(&harness, "layer 1 head 2");
+    harness.get_by_label("zero").click();
+    harness.step();
+    settle(&mut harness);
+    assert!(
+        harness.query_by_label("ablate the heads to see this grid").is_none(),
+        "the ablation grid is shown once computed"
+    );
+    assert_eq!(
+        harness.state().persisted().model_dirs,
+        vec![folder],
+        "the folder is remembered for the next start"
+    );
+}
+
+/// The Pretrained view's heading of the head it shows on plot axes (the head maps carry the
+/// same words on hover).
+fn shown_head(harness: &Harness<'_, AttnlabApp>, label: &str) {
+    harness.get_by_role_and_label(egui::accesskit::Role::Label, label);
+}

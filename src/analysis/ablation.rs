@@ -1,6 +1,8 @@
 //! Head ablation, as TransformerLens does it on `hook_z`: a head's output replaced by zeros or
 //! by its mean over the input, and how much the model's next-token loss on that input rises.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use candle_core::{D, Tensor};
 use serde::Serialize;
 
@@ -43,18 +45,27 @@ pub fn token_losses(logits: &Tensor, ids: &[u32]) -> Result<Vec<f64>> {
 }
 
 /// Each head of `layers` (each with `heads` heads) ablated in turn on `ids` (1, T).
+/// A forward pass per head, so the window shows its progress (0..1) and may cancel it between
+/// heads: `Ok(None)` when cancelled.
 pub fn ablation_grid(
     model: &Transformer,
     ids: &Tensor,
     (layers, heads): (&[usize], usize),
     mode: Ablation,
-) -> Result<AblationGrid> {
+    progress: &mut dyn FnMut(f32),
+    cancel: &AtomicBool,
+) -> Result<Option<AblationGrid>> {
     let tokens = ids.flatten_all()?.to_vec1::<u32>()?;
     let clean = token_losses(&model.forward(ids)?.logits, &tokens)?;
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
     let mut results = Vec::new();
+    let total = (layers.len() * heads).max(1) as f32;
     for &layer in layers {
         for head in 0..heads {
+            if cancel.load(Ordering::Relaxed) {
+                return Ok(None);
+            }
+            progress(results.len() as f32 / total);
             let ablation = HeadAblation { layer, head, mode };
             let ablated = token_losses(&model.logits_ablated(ids, ablation)?, &tokens)?;
             let per_token: Vec<f64> = ablated.iter().zip(&clean).map(|(a, c)| a - c).collect();
@@ -66,12 +77,12 @@ pub fn ablation_grid(
             });
         }
     }
-    Ok(AblationGrid {
+    Ok(Some(AblationGrid {
         mode,
         clean_loss: mean(&clean),
         clean,
         heads: results,
-    })
+    }))
 }
 
 #[cfg(test)]

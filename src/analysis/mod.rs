@@ -28,6 +28,7 @@ pub mod erf;
 pub mod figures;
 pub mod heads;
 pub mod iou;
+pub mod reading;
 pub mod receptive_field;
 mod run_erf;
 pub mod spectrum;

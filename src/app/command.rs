@@ -32,6 +32,10 @@ pub enum Command {
     AskOpenRun,
     /// Add a run folder to the run list.
     OpenRun(PathBuf),
+    /// Ask for a Hugging Face model folder, then open it.
+    AskOpenModel,
+    /// Open a pretrained model's folder in the Pretrained view, and show it.
+    OpenModel(PathBuf),
     /// Load a shipped preset (compiled in) into the editor (asking about unsaved changes).
     OpenShipped(&'static str),
     /// Run experiment `i` of [`crate::experiments::EXPERIMENTS`]: load its first preset into

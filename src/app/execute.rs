@@ -185,6 +185,14 @@ impl AttnlabApp {
             Command::SavePreset(path) => self.save_preset(&path),
             Command::AskOpenRun => self.ask_open_run(),
             Command::OpenRun(dir) => self.runs.open(dir),
+            Command::AskOpenModel => self.ask(
+                || rfd::FileDialog::new().pick_folder(),
+                Command::OpenModel,
+            ),
+            Command::OpenModel(dir) => {
+                self.tab = Tab::Pretrained;
+                self.views.pretrained.open(&self.jobs, dir);
+            }
             Command::Show(tab) => self.tab = tab,
             Command::ToggleShortcuts => self.show_shortcuts = !self.show_shortcuts,
             Command::CopyCliCommand => match self.cli_command() {

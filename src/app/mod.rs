@@ -49,6 +49,8 @@ pub struct Persisted {
     pub preset_path: Option<PathBuf>,
     pub run_dirs: Vec<PathBuf>,
     pub recent: Vec<PathBuf>,
+    /// Model folders the Pretrained view opened, newest first.
+    pub model_dirs: Vec<PathBuf>,
     pub tab: Tab,
     pub runs_root: Option<PathBuf>,
 }
@@ -118,6 +120,7 @@ impl AttnlabApp {
             clipboard: None,
             demo_ready: None,
         };
+        app.views.pretrained.recent = persisted.model_dirs;
         for dir in persisted.run_dirs {
             if dir.join("preset.toml").is_file() {
                 app.runs.open(dir);
@@ -133,6 +136,7 @@ impl AttnlabApp {
             preset_path: self.editor.path.clone(),
             run_dirs: self.runs.dirs(),
             recent: self.recent.clone(),
+            model_dirs: self.views.pretrained.recent.clone(),
             tab: self.tab,
             runs_root: Some(self.runs_root.clone()),
         }

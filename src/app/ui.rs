@@ -86,6 +86,10 @@ impl AttnlabApp {
                 );
             });
             push(ui.button("Open run..."), Command::AskOpenRun);
+            let model = ui
+                .button("Open model...")
+                .on_hover_text("a pretrained model's Hugging Face folder: GPT-2, Pythia, GPT-Neo");
+            push(model, Command::AskOpenModel);
             ui.separator();
             let problem = self.editor.problem().map(str::to_string);
             let start = ui

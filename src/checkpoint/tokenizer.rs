@@ -21,6 +21,19 @@ pub struct Tokens {
     pub tokens: Vec<String>,
 }
 
+impl Tokens {
+    /// The first `most` tokens numbered, `0 "The"  1 " cat" …`, for captions and reports, and
+    /// how many more there are.
+    pub fn numbered(&self, most: usize) -> String {
+        let tokens = self.tokens.iter().enumerate().take(most);
+        let numbered: Vec<String> = tokens.map(|(i, t)| format!("{i} {t:?}")).collect();
+        match self.tokens.len().saturating_sub(most) {
+            0 => numbered.join("  "),
+            more => format!("{}  … ({more} more)", numbered.join("  ")),
+        }
+    }
+}
+
 impl TextTokenizer {
     /// `folder`/tokenizer.json, or the error naming it.
     pub fn open(folder: &Path) -> Result<Self> {

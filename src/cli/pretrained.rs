@@ -3,12 +3,13 @@
 //! text.
 
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 
-use candle_core::Tensor;
 use clap::Args;
 
 use crate::analysis::ablation::ablation_grid;
-use crate::analysis::heads::{InductionProbe, head_scores};
+use crate::analysis::heads::InductionProbe;
+use crate::analysis::reading::{induction_scores, read_text, tokenise};
 use crate::checkpoint;
 use crate::model::Ablation;
 use crate::report::attend::AttendReport;
@@ -48,20 +49,7 @@ pub fn heads(args: &HeadsArgs) -> anyhow::Result<()> {
         first: pretrained.first_token,
         seed: args.seed,
     };
-    anyhow::ensure!(
-        probe.len() <= pretrained.max_len,
-        "a probe of {} tokens is longer than the model's {} positions: lower --half",
-        probe.len(),
-        pretrained.max_len
-    );
-    let ids = Tensor::from_vec(probe.tokens(), (probe.rows, probe.len()), &device)?;
-    let weights = pretrained.model.attention_weights(&ids)?;
-    let mut scores = Vec::new();
-    for (layer, weights) in weights.iter().enumerate() {
-        if let Some(weights) = weights {
-            scores.extend(head_scores(weights, layer, Some(&probe))?);
-        }
-    }
+    let scores = induction_scores(&pretrained, &probe)?;
     let report = HeadsReport {
         model: args.model.clone(),
         family: pretrained.family,
@@ -122,15 +110,7 @@ pub fn attend(args: &AttendArgs) -> anyhow::Result<()> {
     };
     let pretrained = checkpoint::open(&args.model, &device)?;
     let tokenizer = checkpoint::TextTokenizer::open(&args.model)?;
-    let first = pretrained.first_token.filter(|_| !args.no_first);
-    let tokens = tokenizer.encode(&text, first, pretrained.vocab_size)?;
-    let n = tokens.ids.len();
-    anyhow::ensure!(n > 0, "the text has no tokens");
-    anyhow::ensure!(
-        n <= pretrained.max_len,
-        "the text is {n} tokens, longer than the model's {} positions",
-        pretrained.max_len
-    );
+    let tokens = tokenise(&pretrained, &tokenizer, &text, !args.no_first)?;
     let (layers, heads) = (
         pretrained.model_config.n_layers,
         pretrained.model_config.n_heads,
@@ -141,39 +121,26 @@ pub fn attend(args: &AttendArgs) -> anyhow::Result<()> {
         args.layer,
         args.head
     );
-    let ids = Tensor::from_vec(tokens.ids.clone(), (1, n), &device)?;
-    let mut scores = Vec::new();
-    let mut attention = Vec::new();
-    for (layer, weights) in pretrained.model.attention_weights(&ids)?.iter().enumerate() {
-        let Some(weights) = weights else { continue };
-        scores.extend(head_scores(weights, layer, None)?);
-        let maps = weights.squeeze(0)?.to_vec3::<f32>()?;
-        let causal = |map: Vec<Vec<f32>>| -> Vec<Vec<f32>> {
-            map.into_iter()
-                .enumerate()
-                .map(|(q, row)| row[..=q].to_vec())
-                .collect()
-        };
-        attention.push(maps.into_iter().map(causal).collect());
-    }
+    let reading = read_text(&pretrained, tokens)?;
     let ablation = match args.ablate {
         Some(mode) => {
             anyhow::ensure!(
-                n >= 2,
+                reading.tokens.ids.len() >= 2,
                 "an ablation needs two tokens or more to predict one"
             );
-            let layers: Vec<usize> = (0..layers).collect();
-            let model = &pretrained.model;
-            Some(ablation_grid(model, &ids, (&layers, heads), mode)?)
+            let ids = reading.ids(&device)?;
+            let shape = (reading.layers.as_slice(), heads);
+            let never = AtomicBool::new(false);
+            ablation_grid(&pretrained.model, &ids, shape, mode, &mut |_| {}, &never)?
         }
         None => None,
     };
     let report = AttendReport {
         model: args.model.clone(),
         family: pretrained.family,
-        tokens,
-        scores,
-        attention,
+        tokens: reading.tokens,
+        scores: reading.scores,
+        attention: reading.attention,
         shown: (args.layer, args.head),
         ablation,
     };

@@ -10,14 +10,13 @@ use super::table::csv_field;
 use crate::analysis::ablation::AblationGrid;
 use crate::analysis::figures::recall::{heatmap, layer_head_heatmap};
 use crate::analysis::heads::HeadScores;
+use crate::analysis::reading::HeadMap;
 use crate::checkpoint::Tokens;
 use crate::figures::{Figure, Plot};
 
 /// Tokens a figure's caption lists (the JSON and CSV have them all).
 const CAPTION_TOKENS: usize = 64;
 
-/// One head's row-normalised weights, `[query][key]` over keys 0..=query.
-pub type HeadMap = Vec<Vec<f32>>;
 
 #[derive(Debug, Serialize)]
 pub struct AttendReport {
@@ -34,19 +33,6 @@ pub struct AttendReport {
     pub ablation: Option<AblationGrid>,
 }
 
-impl AttendReport {
-    /// The first `most` tokens numbered, `0 "The"  1 " cat" …`, for captions and the text
-    /// report, and how many more there are.
-    fn numbered_tokens(&self, most: usize) -> String {
-        let tokens = self.tokens.tokens.iter().enumerate().take(most);
-        let numbered: Vec<String> = tokens.map(|(i, t)| format!("{i} {t:?}")).collect();
-        match self.tokens.tokens.len().saturating_sub(most) {
-            0 => numbered.join("  "),
-            more => format!("{}  … ({more} more)", numbered.join("  ")),
-        }
-    }
-}
-
 impl Report for AttendReport {
     fn text(&self) -> Vec<String> {
         let mut lines = vec![
@@ -56,7 +42,7 @@ impl Report for AttendReport {
                 self.family,
                 self.tokens.ids.len()
             ),
-            self.numbered_tokens(usize::MAX),
+            self.tokens.numbered(usize::MAX),
             "layer head  previous  first  entropy (nats)  look-back (tokens)  Δ loss (nats)".into(),
         ];
         lines.extend(self.scores.iter().map(|s| {
@@ -105,7 +91,7 @@ impl Report for AttendReport {
             .collect();
         let figure = heatmap(
             format!("attention of layer {layer}, head {head}: {}", self.family),
-            format!("tokens: {}", self.numbered_tokens(CAPTION_TOKENS)),
+            format!("tokens: {}", self.tokens.numbered(CAPTION_TOKENS)),
             (n, n),
             values,
             ["key token", "query token", "weight"],

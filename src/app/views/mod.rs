@@ -127,6 +127,7 @@ views! {
     Spectra, spectra: SpectraView, "Spectra";
     Sweep, sweep: SweepView, "Sweep";
     Extrapolation, extrapolation: ExtrapolationView, "Extrapolation";
+    Pretrained, pretrained: PretrainedView, "Pretrained model";
 }
 
 impl Views {
