@@ -1002,7 +1002,10 @@ fn a_pretrained_model_reads_the_text_and_its_grids_click_through_to_heads() {
     harness.step();
     assert_eq!(harness.state().tab, Tab::Pretrained);
     settle(&mut harness);
-    assert_eq!(harness.state().views.pretrained.recent, vec![folder.clone()]);
+    assert_eq!(
+        harness.state().views.pretrained.recent,
+        vec![folder.clone()]
+    );
     harness.get_by_label("Read").click();
     harness.step();
     settle(&mut harness);
@@ -1029,7 +1032,9 @@ fn a_pretrained_model_reads_the_text_and_its_grids_click_through_to_heads() {
     harness.step();
     settle(&mut harness);
     assert!(
-        harness.query_by_label("ablate the heads to see this grid").is_none(),
+        harness
+            .query_by_label("ablate the heads to see this grid")
+            .is_none(),
         "the ablation grid is shown once computed"
     );
     assert_eq!(
@@ -1043,4 +1048,31 @@ fn a_pretrained_model_reads_the_text_and_its_grids_click_through_to_heads() {
 /// same words on hover).
 fn shown_head(harness: &Harness<'_, AttnlabApp>, label: &str) {
     harness.get_by_role_and_label(egui::accesskit::Role::Label, label);
+}
+
+/// The Extrapolation view scores a pretrained model's folder on a text file: perplexity at each
+/// typed length, missing (with the reason) past GPT-2's learned positions.
+#[test]
+fn the_extrapolation_view_scores_a_pretrained_model_on_a_text_file() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut app = AttnlabApp::new(Persisted::default());
+    app.tab = Tab::Extrapolation;
+    let view = &mut app.views.extrapolation;
+    view.model_folder = root.join("tests/fixtures/hf/gpt2").display().to_string();
+    view.corpus = root.join("README.md").display().to_string();
+    view.lengths = "32,64,128".into();
+    let mut harness = harness(app);
+    harness.run();
+    harness.get_by_label("Evaluate model").click();
+    harness.step();
+    settle(&mut harness);
+    let view = &harness.state().views.extrapolation;
+    assert_eq!(view.error, None);
+    let report = view.report.as_ref().expect("a report");
+    let ppl = &report.sweep.ppl["gpt2"];
+    assert!(ppl[0].is_some() && ppl[1].is_some(), "{ppl:?}");
+    assert!(
+        ppl[2].is_none(),
+        "GPT-2 has 64 positions in the fixture: {ppl:?}"
+    );
 }

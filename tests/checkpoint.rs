@@ -341,3 +341,56 @@ fn pytorch_pickle_weights_load_as_the_safetensors_do() {
     let difference = max_difference(&logits, &reference["logits"]);
     assert!(difference < 1e-4, "logits differ by {difference}");
 }
+
+/// `attnlab extrapolate MODEL_DIR --corpus FILE`: perplexity at each length on the user's text,
+/// missing past GPT-2's learned positions; a model folder without --corpus, or beside other
+/// targets, is refused in words.
+#[test]
+fn extrapolate_scores_a_pretrained_model_on_a_text_file() {
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_attnlab"))
+            .arg("extrapolate")
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .unwrap()
+    };
+    let model = "tests/fixtures/hf/gpt2";
+    let out = run(&[
+        model,
+        "--corpus",
+        "README.md",
+        "--lengths",
+        "16,64,128",
+        "--format",
+        "json",
+        "--quiet",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sweep: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(sweep["train_length"], 64);
+    let ppl = sweep["ppl"]["gpt2"].as_array().unwrap();
+    assert!(
+        ppl[0].as_f64().is_some_and(|p| p > 1.0) && ppl[1].is_f64(),
+        "{ppl:?}"
+    );
+    assert!(ppl[2].is_null(), "no positions past 64: {ppl:?}");
+    let note = &sweep["curves"][0]["points"][2]["note"];
+    assert!(note.as_str().unwrap().contains("first 64 tokens"), "{note}");
+    let no_corpus = run(&[model]);
+    let error = String::from_utf8_lossy(&no_corpus.stderr);
+    assert!(
+        !no_corpus.status.success() && error.contains("--corpus"),
+        "{error}"
+    );
+    let beside = run(&[model, "tests/fixtures/hf/pythia", "--corpus", "README.md"]);
+    let error = String::from_utf8_lossy(&beside.stderr);
+    assert!(
+        !beside.status.success() && error.contains("alone"),
+        "{error}"
+    );
+}

@@ -53,7 +53,9 @@ pub fn tokenise(
     }
     if n > pretrained.max_len {
         let max = pretrained.max_len;
-        return Err(refused(format!("is longer than the model's {max} positions")));
+        return Err(refused(format!(
+            "is longer than the model's {max} positions"
+        )));
     }
     Ok(tokens)
 }
@@ -78,7 +80,9 @@ pub fn read_text(pretrained: &Pretrained, tokens: Tokens) -> Result<TextReading>
                 .collect()
         };
         let maps = weights.squeeze(0)?.to_vec3::<f32>()?;
-        reading.attention.push(maps.into_iter().map(causal).collect());
+        reading
+            .attention
+            .push(maps.into_iter().map(causal).collect());
         reading.layers.push(layer);
     }
     Ok(reading)
@@ -86,7 +90,10 @@ pub fn read_text(pretrained: &Pretrained, tokens: Tokens) -> Result<TextReading>
 
 /// Every head's scores on the induction probe (TransformerLens's induction score and attnlab's
 /// induction IoU beside the others); a probe longer than the model's positions is refused.
-pub fn induction_scores(pretrained: &Pretrained, probe: &InductionProbe) -> Result<Vec<HeadScores>> {
+pub fn induction_scores(
+    pretrained: &Pretrained,
+    probe: &InductionProbe,
+) -> Result<Vec<HeadScores>> {
     if probe.len() > pretrained.max_len {
         return Err(Error::Argument {
             name: "the induction probe".into(),
@@ -125,9 +132,15 @@ mod tests {
     #[test]
     fn a_reading_has_every_heads_causal_rows() {
         let (model, tokenizer) = gpt2();
-        let tokens = tokenise(&model, &tokenizer, "The cat sat on the mat", true).unwrap();
+        let text = "The cat sat on the mat";
+        let tokens = tokenise(&model, &tokenizer, text, true).unwrap();
+        let plain = tokenise(&model, &tokenizer, text, false).unwrap();
+        let first: Vec<u32> = model.first_token.into_iter().chain(plain.ids).collect();
+        assert_eq!(
+            tokens.ids, first,
+            "the first token, where the model has one, then the text"
+        );
         let n = tokens.ids.len();
-        assert_eq!(tokens.ids[0], model.first_token.unwrap());
         let reading = read_text(&model, tokens).unwrap();
         let (layers, heads) = (model.model_config.n_layers, model.model_config.n_heads);
         assert_eq!(reading.layers, (0..layers).collect::<Vec<_>>());

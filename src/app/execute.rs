@@ -185,12 +185,13 @@ impl AttnlabApp {
             Command::SavePreset(path) => self.save_preset(&path),
             Command::AskOpenRun => self.ask_open_run(),
             Command::OpenRun(dir) => self.runs.open(dir),
-            Command::AskOpenModel => self.ask(
-                || rfd::FileDialog::new().pick_folder(),
-                Command::OpenModel,
-            ),
+            Command::AskOpenModel => {
+                self.ask(|| rfd::FileDialog::new().pick_folder(), Command::OpenModel)
+            }
             Command::OpenModel(dir) => {
                 self.tab = Tab::Pretrained;
+                // The Extrapolation view scores the same model on a text file.
+                self.views.extrapolation.model_folder = dir.display().to_string();
                 self.views.pretrained.open(&self.jobs, dir);
             }
             Command::Show(tab) => self.tab = tab,

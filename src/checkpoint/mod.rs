@@ -44,6 +44,40 @@ pub struct Pretrained {
     pub model: Transformer,
 }
 
+impl Pretrained {
+    /// The same weights under another positional encoding (an inference-time rotary scaling)
+    /// for inputs up to `max_len` tokens: the length experiments rebuild the model this way
+    /// at every evaluation length.
+    pub fn with_encoding(&self, encoding: &EncodingSpec, max_len: usize) -> Result<Transformer> {
+        let params = Params::new(0, self.params.device());
+        let model = Transformer::new(
+            &self.model_config,
+            &self.mechanism,
+            encoding,
+            self.vocab_size,
+            max_len,
+            Precision::F32,
+            &params,
+        )?;
+        let weights: HashMap<String, Tensor> = self
+            .params
+            .vars()
+            .into_iter()
+            .map(|(name, var)| (name, var.as_tensor().clone()))
+            .collect();
+        for (name, var) in params.vars() {
+            let weight = weights.get(&name).ok_or_else(|| {
+                Error::Internal(format!(
+                    "{} rebuilt with a parameter {name} it lacks",
+                    self.family
+                ))
+            })?;
+            var.set(weight)?;
+        }
+        Ok(model)
+    }
+}
+
 /// The model in Hugging Face folder `folder`, on `device`.
 pub fn open(folder: &Path, device: &Device) -> Result<Pretrained> {
     let config = Config::read(folder)?;

@@ -13,10 +13,15 @@ use crate::train::RunDir;
 
 #[derive(Debug, Args)]
 pub struct ExtrapolateArgs {
-    /// Presets (files ending in .toml: trained first) or run folders of LM runs.
+    /// Presets (files ending in .toml: trained first) or run folders of LM runs; or one
+    /// pretrained model's Hugging Face folder (GPT-2, Pythia, GPT-Neo) with --corpus.
     #[arg(required = true)]
     targets: Vec<PathBuf>,
-    /// Evaluation lengths in tokens, comma-separated (default L,2L,4L,…,64L).
+    /// A pretrained model's text to score (UTF-8, read through the folder's tokenizer.json).
+    #[arg(long)]
+    corpus: Option<PathBuf>,
+    /// Evaluation lengths in tokens, comma-separated (default L,2L,4L,…,64L; for a
+    /// pretrained model L/4,L/2,L,2L,4L with L its positions).
     #[arg(long, value_delimiter = ',')]
     lengths: Vec<usize>,
     #[arg(long, value_enum, default_value_t = Protocol::NonOverlapping)]
@@ -85,23 +90,24 @@ pub fn extrapolate(args: &ExtrapolateArgs) -> anyhow::Result<()> {
     };
     // Before training any preset target: a bad option would only show after it.
     options.validate()?;
-    let (presets, mut runs) = split_targets(args)?;
-    if !presets.is_empty() {
-        let trained = extrapolation::train_presets(
-            &presets,
-            &args.runs,
-            &mut |f| progress("training", f),
-            &mut |_, _| {},
-            cancel,
-        )?;
-        runs.splice(0..0, trained);
-    }
-    let sweep = extrapolation::extrapolate_runs(
-        &runs,
-        &options,
-        &mut |f| progress("evaluating", f),
-        cancel,
-    )?;
+    let sweep = match pretrained_target(args)? {
+        Some(folder) => {
+            let Some(corpus) = &args.corpus else {
+                anyhow::bail!(
+                    "{} is a pretrained model's folder: give the text to score with --corpus FILE",
+                    folder.display()
+                );
+            };
+            extrapolation::pretrained::extrapolate_folder(
+                folder,
+                corpus,
+                &options,
+                &mut |f| progress("evaluating", f),
+                cancel,
+            )?
+        }
+        None => runs_sweep(args, &options, &mut progress, cancel)?,
+    };
     if let Some(path) = &args.out {
         crate::io::write_json(path, &sweep)?;
     }
@@ -114,6 +120,45 @@ pub fn extrapolate(args: &ExtrapolateArgs) -> anyhow::Result<()> {
     }
     out!("{}", render(&report, args.format)?);
     Ok(())
+}
+
+/// The one target when it is a pretrained model's folder (a `config.json` and no
+/// `preset.toml`); several targets with a model folder among them are refused.
+fn pretrained_target(args: &ExtrapolateArgs) -> anyhow::Result<Option<&PathBuf>> {
+    let is_model = |t: &PathBuf| t.join("config.json").is_file() && !t.join("preset.toml").exists();
+    match args.targets.iter().find(|t| is_model(t)) {
+        Some(folder) if args.targets.len() > 1 => anyhow::bail!(
+            "{} is a pretrained model's folder: extrapolate it alone, not beside other targets",
+            folder.display()
+        ),
+        found => Ok(found),
+    }
+}
+
+/// Trains the preset targets, then evaluates every run.
+fn runs_sweep(
+    args: &ExtrapolateArgs,
+    options: &Options,
+    progress: &mut dyn FnMut(&str, f32),
+    cancel: &std::sync::atomic::AtomicBool,
+) -> anyhow::Result<extrapolation::Extrapolation> {
+    let (presets, mut runs) = split_targets(args)?;
+    if !presets.is_empty() {
+        let trained = extrapolation::train_presets(
+            &presets,
+            &args.runs,
+            &mut |f| progress("training", f),
+            &mut |_, _| {},
+            cancel,
+        )?;
+        runs.splice(0..0, trained);
+    }
+    Ok(extrapolation::extrapolate_runs(
+        &runs,
+        options,
+        &mut |f| progress("evaluating", f),
+        cancel,
+    )?)
 }
 
 /// Preset files (loaded with the overrides) and run folders, in the order given.

@@ -17,6 +17,7 @@
 
 pub mod figures;
 pub mod perplexity;
+pub mod pretrained;
 pub mod variants;
 
 use std::collections::BTreeMap;
@@ -121,6 +122,21 @@ pub struct LengthPoint {
     pub attention_block_bytes: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+}
+
+impl LengthPoint {
+    /// A length the model cannot run at, and why.
+    fn missing(length: usize, why: String) -> Self {
+        Self {
+            length,
+            ppl: None,
+            tokens: 0,
+            secs: 0.0,
+            peak_bytes: None,
+            attention_block_bytes: 0,
+            note: Some(why),
+        }
+    }
 }
 
 /// One model's perplexity against length, with both extrapolation verdicts.
@@ -355,13 +371,14 @@ fn validation_tokens(preset: &Preset) -> Result<Vec<u32>> {
     }
 }
 
-/// The longest sequence `preset`'s encoding has positions for, when it has a table.
-fn position_limit(preset: &Preset) -> Option<usize> {
+/// The longest sequence `encoding` has positions for, when it has a table (of the
+/// `trained` positions).
+fn position_limit(encoding: &EncodingSpec, trained: usize) -> Option<usize> {
     matches!(
-        preset.encoding,
+        encoding,
         EncodingSpec::Learned(_) | EncodingSpec::DietAbs(_)
     )
-    .then(|| preset.task.seq_len())
+    .then_some(trained)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -414,14 +431,6 @@ fn evaluate_curve(
             cancel,
         )?);
     }
-    let ppl: Vec<Option<f64>> = points.iter().map(|p| p.ppl).collect();
-    let delta = relative_change(&ppl, lengths, train_length);
-    let beyond: Vec<f64> = lengths
-        .iter()
-        .zip(&delta)
-        .filter(|(n, _)| **n > train_length)
-        .filter_map(|(_, d)| *d)
-        .collect();
     let verdict = match variant {
         None => StudiedEncoding::from_run(run, None)?.verdict()?,
         Some(_) => StudiedEncoding::untrained(
@@ -431,7 +440,7 @@ fn evaluate_curve(
         )?
         .verdict()?,
     };
-    Ok(Curve {
+    let curve = Curve {
         name: match variant {
             Some(v) => format!("{} + {}", preset.name, v.label),
             None => preset.name.clone(),
@@ -440,12 +449,30 @@ fn evaluate_curve(
         encoding: evaluated.encoding.name().into(),
         inference: variant.map(|v| v.description.to_string()),
         points,
-        extrapolates: (!beyond.is_empty()).then(|| beyond.iter().all(|&d| d < options.delta)),
-        delta,
+        extrapolates: None,
+        delta: Vec::new(),
         theorem: verdict.verdict,
         theorem_evidence: verdict.evidence,
         device_notice: None,
-    })
+    };
+    Ok(curve.judged(lengths, train_length, options.delta))
+}
+
+impl Curve {
+    /// Definition 0.1 on the curve's points: δ_n per length, and whether every δ_n beyond the
+    /// training length is below `threshold`.
+    fn judged(mut self, lengths: &[usize], train_length: usize, threshold: f64) -> Self {
+        let ppl: Vec<Option<f64>> = self.points.iter().map(|p| p.ppl).collect();
+        self.delta = relative_change(&ppl, lengths, train_length);
+        let beyond: Vec<f64> = lengths
+            .iter()
+            .zip(&self.delta)
+            .filter(|(n, _)| **n > train_length)
+            .filter_map(|(_, d)| *d)
+            .collect();
+        self.extrapolates = (!beyond.is_empty()).then(|| beyond.iter().all(|&d| d < threshold));
+        self
+    }
 }
 
 /// Builds the model of `preset` (the run's with `overrides`) for length `n` on `device`
@@ -458,30 +485,57 @@ fn evaluate_length(
     tick: &mut dyn FnMut(usize, usize),
     cancel: &AtomicBool,
 ) -> Result<LengthPoint> {
-    let windows = (pass.batch_tokens / n).max(1) as u64;
-    let block = windows * preset.model.n_heads as u64 * pass.chunk.min(n) as u64 * n as u64 * 4;
-    let mut point = LengthPoint {
-        length: n,
-        ppl: None,
-        tokens: 0,
-        secs: 0.0,
-        peak_bytes: None,
-        attention_block_bytes: block,
-        note: None,
+    let limit = position_limit(&preset.encoding, preset.task.seq_len());
+    let build = || {
+        let opening = Opening::default()
+            .overrides(overrides)
+            .on(device)
+            .max_len(limit.unwrap_or(n.max(preset.task.seq_len())));
+        Ok(LoadedRun::open(run, &opening)?.model)
     };
-    let limit = position_limit(preset);
-    if let Some(limit) = limit.filter(|&limit| n > limit) {
-        point.note = Some(format!(
+    let at = Length {
+        n,
+        heads: preset.model.n_heads,
+        encoding: &preset.encoding,
+        limit,
+    };
+    score_length(at, pass, device, build, tick, cancel)
+}
+
+/// One evaluation length of one model: n, the model's heads and encoding, and the longest
+/// input its positions allow where they are a table.
+struct Length<'a> {
+    n: usize,
+    heads: usize,
+    encoding: &'a EncodingSpec,
+    limit: Option<usize>,
+}
+
+/// Scores the model `build` makes at length `at.n`, with its time and peak memory; a length
+/// past the encoding's table is a point without perplexity and a note saying why.
+fn score_length(
+    at: Length<'_>,
+    pass: &perplexity::Pass<'_>,
+    device: &Device,
+    build: impl FnOnce() -> Result<crate::model::Transformer>,
+    tick: &mut dyn FnMut(usize, usize),
+    cancel: &AtomicBool,
+) -> Result<LengthPoint> {
+    let n = at.n;
+    if let Some(limit) = at.limit.filter(|&limit| n > limit) {
+        let why = format!(
             "{} positions exist only for the first {limit} tokens (trained table)",
-            preset.encoding.name()
-        ));
-        return Ok(point);
+            at.encoding.name()
+        );
+        return Ok(LengthPoint::missing(n, why));
     }
-    let opening = Opening::default()
-        .overrides(overrides)
-        .on(device)
-        .max_len(limit.unwrap_or(n.max(preset.task.seq_len())));
-    let model = LoadedRun::open(run, &opening)?.model;
+    let windows = (pass.batch_tokens / n).max(1) as u64;
+    let mut point = LengthPoint {
+        attention_block_bytes: windows * at.heads as u64 * pass.chunk.min(n) as u64 * n as u64 * 4,
+        note: None,
+        ..LengthPoint::missing(n, String::new())
+    };
+    let model = build()?;
     let reset = crate::memory::reset_peak();
     let started = Instant::now();
     let scored = perplexity::score(&model, device, pass, n, tick, cancel)?;

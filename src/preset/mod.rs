@@ -393,6 +393,23 @@ pub fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// `spec` with `overrides` applied, each spelled as `--set` spells it (`encoding.kind=pi`,
+/// `encoding.scale=2`): the inference-time scalings of a model that has no preset file (a
+/// pretrained one).
+pub fn encoding_with(spec: &EncodingSpec, overrides: &[String]) -> Result<EncodingSpec> {
+    let syntax = |e: &dyn std::fmt::Display| Error::preset("encoding", "", e.to_string());
+    let section = toml::Value::try_from(spec).map_err(|e| syntax(&e))?;
+    let mut table = toml::Table::new();
+    table.insert("encoding".into(), section);
+    for item in overrides {
+        apply_override(&mut table, item)?;
+    }
+    let section = table
+        .remove("encoding")
+        .unwrap_or(toml::Value::Table(toml::Table::new()));
+    section.try_into().map_err(|e| syntax(&e))
+}
+
 /// Applies `a.b.c=value` to a TOML table. The value is parsed as TOML (`3e-3`, `true`,
 /// `"x"`, `[1, 2]`), and taken as a string when it is not valid TOML (`kind=based`).
 fn apply_override(table: &mut toml::Table, item: &str) -> Result<()> {

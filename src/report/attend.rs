@@ -17,7 +17,6 @@ use crate::figures::{Figure, Plot};
 /// Tokens a figure's caption lists (the JSON and CSV have them all).
 const CAPTION_TOKENS: usize = 64;
 
-
 #[derive(Debug, Serialize)]
 pub struct AttendReport {
     pub model: PathBuf,

@@ -15,6 +15,7 @@ use super::super::plot::{PlotOptions, show_figure};
 use super::{RunList, View, ViewContext, run_buttons};
 use crate::Preset;
 use crate::experiments::{PRESETS, shipped};
+use crate::extrapolation::pretrained::extrapolate_folder;
 use crate::extrapolation::{
     Extrapolation, Options, Protocol, extrapolate_runs, train_and_extrapolate,
 };
@@ -32,9 +33,19 @@ pub struct ExtrapolationView {
     log_ppl: bool,
     /// Shipped language-modelling presets (names) ticked for "train and evaluate".
     pub ticked: BTreeSet<&'static str>,
+    /// A pretrained model's Hugging Face folder, and the text file it is scored on.
+    pub model_folder: String,
+    pub corpus: String,
+    dialog: Option<Job<Option<Picked>>>,
     job: Option<Job<Done>>,
     pub report: Option<ExtrapolationReport>,
     pub error: Option<String>,
+}
+
+/// What a file dialog of this view picked.
+enum Picked {
+    ModelFolder(PathBuf),
+    Corpus(PathBuf),
 }
 
 /// `Ok(None)` for a cancelled computation (the library reports it as [`crate::Error::Cancelled`]).
@@ -56,6 +67,11 @@ impl View for ExtrapolationView {
     }
 
     fn logic(&mut self, cx: &ViewContext) {
+        match take_result(&mut self.dialog, &mut self.error, None) {
+            Some(Some(Picked::ModelFolder(dir))) => self.model_folder = dir.display().to_string(),
+            Some(Some(Picked::Corpus(file))) => self.corpus = file.display().to_string(),
+            _ => {}
+        }
         let cancelled = Some("extrapolation cancelled");
         if let Some((sweep, new_runs)) = take_result(&mut self.job, &mut self.error, cancelled) {
             for dir in new_runs {
@@ -228,7 +244,46 @@ impl ExtrapolationView {
                 )
                 .on_hover_text("trains each ticked preset, then evaluates them all (one job)");
             if button.clicked() {
-                self.train_and_evaluate(cx, options);
+                self.train_and_evaluate(cx, options.clone());
+            }
+        });
+        self.pretrained_ui(ui, cx.jobs, options);
+    }
+
+    /// A pretrained model's folder and a text file of the user's, and the button that scores
+    /// it (lengths L/4 … 4L of its positions unless typed; Pythia's rotary scalings with it).
+    fn pretrained_ui(&mut self, ui: &mut egui::Ui, jobs: &Jobs, options: Options) {
+        ui.horizontal_wrapped(|ui| {
+            ui.label("pretrained model:");
+            let idle = self.dialog.is_none();
+            for (value, hint, picked) in [
+                (&mut self.model_folder, "Hugging Face folder", true),
+                (&mut self.corpus, "your text file", false),
+            ] {
+                ui.add(egui::TextEdit::singleline(value).hint_text(hint).desired_width(220.0));
+                if ui.add_enabled(idle, egui::Button::new("...").small()).clicked() {
+                    self.dialog = Some(jobs.run("file dialog", move || match picked {
+                        true => rfd::FileDialog::new().pick_folder().map(Picked::ModelFolder),
+                        false => rfd::FileDialog::new().pick_file().map(Picked::Corpus),
+                    }));
+                }
+            }
+            let ready = !self.model_folder.trim().is_empty() && !self.corpus.trim().is_empty();
+            let button = ui
+                .add_enabled(ready, egui::Button::new("Evaluate model"))
+                .on_hover_text(
+                    "perplexity on your text at L/4 … 4L of the model's positions (or the typed \
+                     lengths), with PI, NTK and ReRoPE for a rotary model (Pythia); attnlab \
+                     cannot download WikiText, so the numbers are your text's",
+                )
+                .on_disabled_hover_text("give a model folder and a text file");
+            if button.clicked() {
+                let folder = PathBuf::from(self.model_folder.trim());
+                let corpus = PathBuf::from(self.corpus.trim());
+                self.job = Some(jobs.spawn("extrapolation", move |progress, cancel| {
+                    let sweep = extrapolate_folder(&folder, &corpus, &options, progress, cancel);
+                    Ok(unless_cancelled(sweep)?.map(|s| (s, Vec::new())))
+                }));
             }
         });
     }
