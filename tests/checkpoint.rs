@@ -394,3 +394,51 @@ fn extrapolate_scores_a_pretrained_model_on_a_text_file() {
         "{error}"
     );
 }
+
+/// A checkpoint sharded as `transformers` saves large models (`model.safetensors.index.json`
+/// naming each tensor's shard) loads as the whole file does; a shard the index names but the
+/// folder lacks is refused by name.
+#[test]
+fn a_sharded_checkpoint_loads_as_the_whole_one() {
+    let whole = fixture("gpt2");
+    let folder = tempfile::tempdir().unwrap();
+    for file in ["config.json", "tokenizer.json"] {
+        std::fs::copy(whole.join(file), folder.path().join(file)).unwrap();
+    }
+    let tensors =
+        candle_core::safetensors::load(whole.join("model.safetensors"), &Device::Cpu).unwrap();
+    let names = [
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+    ];
+    let mut shards = [
+        std::collections::HashMap::new(),
+        std::collections::HashMap::new(),
+    ];
+    let mut weight_map = serde_json::Map::new();
+    for (i, (name, tensor)) in tensors.into_iter().enumerate() {
+        weight_map.insert(name.clone(), names[i % 2].into());
+        shards[i % 2].insert(name, tensor);
+    }
+    for (shard, name) in shards.iter().zip(names) {
+        candle_core::safetensors::save(shard, folder.path().join(name)).unwrap();
+    }
+    let index = serde_json::json!({ "metadata": {}, "weight_map": weight_map });
+    let index_path = folder.path().join("model.safetensors.index.json");
+    std::fs::write(&index_path, index.to_string()).unwrap();
+    let ids = Tensor::new(&[[1u32, 7, 42, 3, 200]], &Device::Cpu).unwrap();
+    let logits = |dir: &Path| {
+        let model = checkpoint::open(dir, &Device::Cpu).unwrap();
+        model.model.forward(&ids).unwrap().logits
+    };
+    assert_eq!(max_difference(&logits(&whole), &logits(folder.path())), 0.0);
+    std::fs::remove_file(folder.path().join(names[1])).unwrap();
+    let error = checkpoint::open(folder.path(), &Device::Cpu)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        error.contains(names[1]) && error.contains("missing"),
+        "{error}"
+    );
+}

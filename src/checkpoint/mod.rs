@@ -221,40 +221,35 @@ struct Tensors {
 
 impl Tensors {
     /// `model.safetensors`, else `pytorch_model.bin` (PyTorch's pickle, read by candle's
-    /// reader, which builds tensors and runs no code).
+    /// reader, which builds tensors and runs no code), each whole or sharded (its
+    /// `.index.json` names the shard of every tensor, as `transformers` saves models over its
+    /// shard size).
     fn read(folder: &Path, device: &Device) -> Result<Self> {
-        let (safetensors, pickle) = (
-            folder.join("model.safetensors"),
-            folder.join("pytorch_model.bin"),
-        );
-        let unreadable = |path: &Path, e: candle_core::Error| Error::RunDir {
-            message: format!("cannot read the weights ({e})"),
-            path: path.to_path_buf(),
-        };
-        if safetensors.exists() {
-            let by_name = candle_core::safetensors::load(&safetensors, device)
-                .map_err(|e| unreadable(&safetensors, e))?;
-            return Ok(Self {
-                path: safetensors,
-                by_name,
-            });
+        for (file, pickle) in [
+            ("model.safetensors", false),
+            ("model.safetensors.index.json", false),
+            ("pytorch_model.bin", true),
+            ("pytorch_model.bin.index.json", true),
+        ] {
+            let path = folder.join(file);
+            if !path.exists() {
+                continue;
+            }
+            let files = match file.ends_with(".index.json") {
+                true => shard_files(&path)?,
+                false => vec![path.clone()],
+            };
+            let mut by_name = HashMap::new();
+            for file in files {
+                by_name.extend(read_weights(&file, pickle, device)?);
+            }
+            return Ok(Self { path, by_name });
         }
-        if !pickle.exists() {
-            return Err(Error::RunDir {
-                message: "no model.safetensors or pytorch_model.bin in the model folder (a \
-                          sharded checkpoint is not read yet)"
-                    .into(),
-                path: safetensors,
-            });
-        }
-        let tensors = candle_core::pickle::read_all(&pickle).map_err(|e| unreadable(&pickle, e))?;
-        let by_name = tensors
-            .into_iter()
-            .map(|(name, t)| Ok((name, t.to_device(device)?)))
-            .collect::<Result<_>>()?;
-        Ok(Self {
-            path: pickle,
-            by_name,
+        Err(Error::RunDir {
+            message: "no model.safetensors or pytorch_model.bin (whole, or sharded with its \
+                      .index.json) in the model folder"
+                .into(),
+            path: folder.to_path_buf(),
         })
     }
 
@@ -280,6 +275,49 @@ impl Tensors {
         }
         Ok(tensor.to_dtype(DType::F32)?)
     }
+}
+
+/// Every tensor of one weights file, on `device`.
+fn read_weights(path: &Path, pickle: bool, device: &Device) -> Result<HashMap<String, Tensor>> {
+    let unreadable = |e: candle_core::Error| Error::RunDir {
+        message: format!("cannot read the weights ({e})"),
+        path: path.to_path_buf(),
+    };
+    if !pickle {
+        return candle_core::safetensors::load(path, device).map_err(unreadable);
+    }
+    candle_core::pickle::read_all(path)
+        .map_err(unreadable)?
+        .into_iter()
+        .map(|(name, t)| Ok((name, t.to_device(device)?)))
+        .collect()
+}
+
+/// The shard files a sharded checkpoint's index names (its `weight_map`'s values), each once,
+/// beside the index; one that is missing is refused by name.
+fn shard_files(index: &Path) -> Result<Vec<PathBuf>> {
+    let text = crate::io::read_text(index, "shard index", crate::io::MAX_TEXT_FILE)?;
+    let bad = |message: String| Error::RunDir {
+        message,
+        path: index.to_path_buf(),
+    };
+    let json: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| bad(format!("the shard index is not JSON ({e})")))?;
+    let map = json["weight_map"]
+        .as_object()
+        .ok_or_else(|| bad("the shard index has no weight_map".into()))?;
+    let names: std::collections::BTreeSet<&str> = map.values().filter_map(|v| v.as_str()).collect();
+    let folder = index.parent().unwrap_or(Path::new("."));
+    names
+        .into_iter()
+        .map(|name| {
+            let shard = folder.join(name);
+            match shard.is_file() {
+                true => Ok(shard),
+                false => Err(bad(format!("the shard {name} the index names is missing"))),
+            }
+        })
+        .collect()
 }
 
 /// The model `config` describes with every parameter set by `source` (attnlab's name and
