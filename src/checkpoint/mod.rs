@@ -49,7 +49,7 @@ impl Pretrained {
     /// for inputs up to `max_len` tokens: the length experiments rebuild the model this way
     /// at every evaluation length.
     pub fn with_encoding(&self, encoding: &EncodingSpec, max_len: usize) -> Result<Transformer> {
-        let params = Params::new(0, self.params.device());
+        let params = Params::to_be_loaded(self.params.device());
         let model = Transformer::new(
             &self.model_config,
             &self.mechanism,
@@ -331,7 +331,7 @@ fn assemble(
     source: impl Fn(&str, &[usize]) -> Result<Tensor>,
 ) -> Result<Pretrained> {
     check_buildable(config, (&model_config, &mechanism), (&encoding, max_len))?;
-    let params = Params::new(0, device);
+    let params = Params::to_be_loaded(device);
     let model = Transformer::new(
         &model_config,
         &mechanism,
