@@ -54,6 +54,7 @@ pub const PRESETS: &[Shipped] = shipped![
     "lm_t5",
     "lm_type1",
     "lm_type2",
+    "mad_in_context_recall",
     "mqar_based",
     "mqar_deltanet",
     "mqar_gated_deltanet",

@@ -6,7 +6,10 @@
 //! another one.
 
 use rand::SeedableRng;
-pub use rand::{Rng, seq::SliceRandom};
+pub use rand::{
+    Rng,
+    seq::{IndexedRandom, SliceRandom},
+};
 use rand_chacha::ChaCha8Rng;
 
 /// The generator used throughout attnlab: ChaCha8 is portable and stable across platforms.

@@ -13,6 +13,7 @@ use crate::ops::Precision;
 use crate::settings::{Choices, Hyperparameter, Section, Switch};
 use crate::tasks::TaskSpec;
 use crate::tasks::lm::{LmConfig, Tokens};
+use crate::tasks::mad::{MadConfig, Probe, Split as MadSplit};
 use crate::tasks::mqar::MqarConfig;
 use crate::train::{Schedule, TrainConfig};
 
@@ -289,6 +290,7 @@ fn task_ui(ui: &mut egui::Ui, task: &mut TaskSpec) {
                 let choices = [
                     TaskSpec::Mqar(MqarConfig::default()),
                     TaskSpec::Lm(LmConfig::default()),
+                    TaskSpec::Mad(MadConfig::default()),
                 ];
                 for choice in choices {
                     let selected = choice.name() == task.name();
@@ -300,14 +302,174 @@ fn task_ui(ui: &mut egui::Ui, task: &mut TaskSpec) {
             .response
             .labelled_by(label.id)
             .on_hover_text(format!(
-                "mqar: multi-query associative recall; lm: next-byte prediction on text; {}",
+                "mqar: multi-query associative recall; lm: next-byte prediction on text; mad: \
+                 one of MAD's six synthetic probes; {}",
                 key_hint("task")
             ));
     });
     match task {
         TaskSpec::Mqar(t) => mqar_ui(ui, t),
         TaskSpec::Lm(t) => lm_ui(ui, t),
+        TaskSpec::Mad(t) => mad_ui(ui, t),
     }
+}
+
+/// A MAD probe: which, the settings its `changes` vary (each showing the probe's baseline until
+/// changed), and its first training and test rows.
+fn mad_ui(ui: &mut egui::Ui, t: &mut MadConfig) {
+    ui.horizontal(|ui| {
+        let label = ui.label("probe");
+        egui::ComboBox::from_id_salt("mad probe")
+            .selected_text(t.probe.name())
+            .show_ui(ui, |ui| {
+                for probe in Probe::ALL {
+                    if ui
+                        .selectable_label(t.probe == probe, probe.name())
+                        .clicked()
+                        && t.probe != probe
+                    {
+                        // Another probe starts from its own baseline.
+                        *t = MadConfig {
+                            probe,
+                            ..MadConfig::default()
+                        };
+                    }
+                }
+            })
+            .response
+            .labelled_by(label.id)
+            .on_hover_text(key_hint("task.probe"));
+    });
+    let resolved = t.resolved();
+    let optional =
+        |ui: &mut egui::Ui, label: &str, key: &str, value: &mut Option<usize>, shown: usize| {
+            let mut v = value.unwrap_or(shown);
+            number(ui, label, key, &mut v, 1..=1_000_000);
+            if v != shown {
+                *value = Some(v);
+            }
+        };
+    optional(
+        ui,
+        "vocabulary",
+        "task.vocab_size",
+        &mut t.vocab_size,
+        resolved.vocab_size,
+    );
+    optional(
+        ui,
+        "length L",
+        "task.length",
+        &mut t.length,
+        resolved.length,
+    );
+    optional(
+        ui,
+        "training rows",
+        "task.train_examples",
+        &mut t.train_examples,
+        resolved.train_examples,
+    );
+    optional(
+        ui,
+        "test rows",
+        "task.test_examples",
+        &mut t.test_examples,
+        resolved.test_examples,
+    );
+    match t.probe {
+        Probe::NoisyInContextRecall => {
+            optional(
+                ui,
+                "noise tokens",
+                "task.noise_vocab_size",
+                &mut t.noise_vocab_size,
+                resolved.noise_vocab_size,
+            );
+            let mut frac = t.frac_noise.unwrap_or(resolved.frac_noise);
+            real(
+                ui,
+                "noise fraction",
+                "task.frac_noise",
+                &mut frac,
+                0.0..=1.0,
+                0.01,
+            );
+            if frac != resolved.frac_noise {
+                t.frac_noise = Some(frac);
+            }
+        }
+        Probe::FuzzyInContextRecall => {
+            optional(
+                ui,
+                "key motif size",
+                "task.k_motif_size",
+                &mut t.k_motif_size,
+                resolved.k_motif_size,
+            );
+            optional(
+                ui,
+                "value motif size",
+                "task.v_motif_size",
+                &mut t.v_motif_size,
+                resolved.v_motif_size,
+            );
+        }
+        Probe::SelectiveCopying => {
+            optional(
+                ui,
+                "tokens to copy",
+                "task.num_tokens_to_copy",
+                &mut t.num_tokens_to_copy,
+                resolved.num_tokens_to_copy,
+            );
+        }
+        _ => {}
+    }
+    let resolved = t.resolved();
+    if resolved.validate().is_ok() {
+        for (split, name) in [(MadSplit::Train, "train"), (MadSplit::Test, "test")] {
+            if let Some(row) = resolved.rows(split, 1).first() {
+                ui.label(
+                    egui::RichText::new(sample_row(name, row))
+                        .small()
+                        .monospace(),
+                )
+                .on_hover_text(
+                    "the first row: tokens, and under each the label scored there (- none)",
+                );
+            }
+        }
+    }
+}
+
+/// A row as two lines, tokens over their labels, cut at 48 positions.
+fn sample_row(split: &str, row: &crate::tasks::mad::Row) -> String {
+    const SHOWN: usize = 48;
+    let cell = |v: String| format!("{v:>4}");
+    let tokens: String = row
+        .inputs
+        .iter()
+        .take(SHOWN)
+        .map(|t| cell(t.to_string()))
+        .collect();
+    let labels: String = row
+        .labels
+        .iter()
+        .take(SHOWN)
+        .map(|&l| {
+            cell(if l == crate::tasks::IGNORE {
+                "-".into()
+            } else {
+                l.to_string()
+            })
+        })
+        .collect();
+    let more = match row.inputs.len().saturating_sub(SHOWN) {
+        0 => String::new(),
+        n => format!(" … ({n} more)"),
+    };
+    format!("{split} row{more}\ninputs {tokens}\nlabels {labels}")
 }
 
 /// Language modelling: the corpus (a built-in one or any UTF-8 file or folder) and its split.

@@ -1,22 +1,16 @@
-//! `attnlab data mqar`: show what the model is trained on.
-
-use std::path::Path;
+//! `attnlab data mqar` and `attnlab data mad`: show what the model is trained on.
 
 use crate::Preset;
 use crate::tasks::IGNORE;
-use crate::tasks::mqar::{Example, Split};
+use crate::tasks::mad;
+use crate::tasks::mqar::Split;
 
-use super::SplitArg;
+use super::{DataArgs, SplitArg};
 use crate::report::{Format, Table};
 
-pub fn mqar(
-    path: &Path,
-    overrides: &[String],
-    n: usize,
-    split: SplitArg,
-    format: Format,
-) -> anyhow::Result<()> {
-    let preset = Preset::load(path, overrides)?;
+pub fn mqar(args: &DataArgs) -> anyhow::Result<()> {
+    let (path, split, format) = (&args.preset, args.split, args.format);
+    let preset = Preset::load(path, &args.overrides)?;
     let Some(config) = preset.task.mqar() else {
         anyhow::bail!(
             "preset {} has task {}, not mqar",
@@ -28,13 +22,48 @@ pub fn mqar(
         SplitArg::Train => Split::Train,
         SplitArg::Test => Split::Test,
     };
-    let examples = config.examples(split, n);
+    let examples = config.examples(split, args.n);
+    let rows = examples
+        .iter()
+        .map(|e| (e.inputs.as_slice(), e.labels.as_slice()));
+    print_rows(&examples, rows, format)
+}
+
+/// `attnlab data mad`: rows of a MAD probe, `{"inputs": […], "labels": […]}` each, a label
+/// -100 where nothing is scored in that split.
+pub fn mad(args: &DataArgs) -> anyhow::Result<()> {
+    let (path, split, format) = (&args.preset, args.split, args.format);
+    let preset = Preset::load(path, &args.overrides)?;
+    let crate::tasks::TaskSpec::Mad(config) = &preset.task else {
+        anyhow::bail!(
+            "preset {} has task {}, not mad",
+            path.display(),
+            preset.task.name()
+        );
+    };
+    let split = match split {
+        SplitArg::Train => mad::Split::Train,
+        SplitArg::Test => mad::Split::Test,
+    };
+    let rows = config.resolved().rows(split, args.n);
+    let pairs = rows
+        .iter()
+        .map(|r| (r.inputs.as_slice(), r.labels.as_slice()));
+    print_rows(&rows, pairs, format)
+}
+
+/// `all` as JSON, or its rows (tokens and labels) as tidy CSV or aligned text.
+fn print_rows<'a>(
+    all: &impl serde::Serialize,
+    rows: impl Iterator<Item = (&'a [u32], &'a [i32])> + Clone,
+    format: Format,
+) -> anyhow::Result<()> {
     match format {
-        Format::Json => outln!("{}", serde_json::to_string_pretty(&examples)?),
-        Format::Csv => out!("{}", tidy_rows(&examples).csv()),
+        Format::Json => outln!("{}", serde_json::to_string_pretty(all)?),
+        Format::Csv => out!("{}", tidy_rows(rows).csv()),
         Format::Text => {
-            for e in &examples {
-                outln!("{}", text_row(e));
+            for (inputs, labels) in rows {
+                outln!("{}", text_row(inputs, labels));
             }
         }
     }
@@ -42,10 +71,10 @@ pub fn mqar(
 }
 
 /// One line per token: its row, position, id and target (empty where nothing is scored).
-fn tidy_rows(examples: &[Example]) -> Table {
+fn tidy_rows<'a>(rows: impl Iterator<Item = (&'a [u32], &'a [i32])>) -> Table {
     let mut table = Table::new(&["row", "position", "input", "label"]);
-    for (row, e) in examples.iter().enumerate() {
-        for (position, (&input, &label)) in e.inputs.iter().zip(&e.labels).enumerate() {
+    for (row, (inputs, labels)) in rows.enumerate() {
+        for (position, (&input, &label)) in inputs.iter().zip(labels).enumerate() {
             let label = (label != IGNORE).then_some(label);
             table.push(vec![
                 row.into(),
@@ -59,20 +88,14 @@ fn tidy_rows(examples: &[Example]) -> Table {
 }
 
 /// Two aligned lines: tokens, and the targets under their query positions.
-fn text_row(example: &Example) -> String {
-    let width = example
-        .inputs
+fn text_row(inputs: &[u32], labels: &[i32]) -> String {
+    let width = inputs
         .iter()
         .map(|t| t.to_string().len())
         .max()
         .unwrap_or(1);
-    let tokens: Vec<String> = example
-        .inputs
-        .iter()
-        .map(|t| format!("{t:>width$}"))
-        .collect();
-    let labels: Vec<String> = example
-        .labels
+    let tokens: Vec<String> = inputs.iter().map(|t| format!("{t:>width$}")).collect();
+    let labels: Vec<String> = labels
         .iter()
         .map(|&l| {
             if l == IGNORE {

@@ -144,18 +144,24 @@ const MAX_DATA_ROWS: u64 = 1000;
 #[derive(Debug, Subcommand)]
 pub enum DataCommand {
     /// MQAR rows with labels and ground-truth positions.
-    Mqar {
-        preset: PathBuf,
-        #[arg(long = "set", value_name = "KEY=VALUE")]
-        overrides: Vec<String>,
-        /// Number of rows (at most 1000).
-        #[arg(long, default_value_t = 4, value_parser = bounded(1, MAX_DATA_ROWS))]
-        n: usize,
-        #[arg(long, value_enum, default_value_t = SplitArg::Train)]
-        split: SplitArg,
-        #[arg(long, value_enum, default_value_t = Format::Json)]
-        format: Format,
-    },
+    Mqar(DataArgs),
+    /// Rows of a MAD probe (task.kind = "mad"): inputs and the label scored at each position
+    /// (-100: none in that split).
+    Mad(DataArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DataArgs {
+    preset: PathBuf,
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    overrides: Vec<String>,
+    /// Number of rows (at most 1000).
+    #[arg(long, default_value_t = 4, value_parser = bounded(1, MAX_DATA_ROWS))]
+    n: usize,
+    #[arg(long, value_enum, default_value_t = SplitArg::Train)]
+    split: SplitArg,
+    #[arg(long, value_enum, default_value_t = Format::Json)]
+    format: Format,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -252,13 +258,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Some(Command::Data { task }) => match task {
-            DataCommand::Mqar {
-                preset,
-                overrides,
-                n,
-                split,
-                format,
-            } => data::mqar(&preset, &overrides, n, split, format),
+            DataCommand::Mqar(args) => data::mqar(&args),
+            DataCommand::Mad(args) => data::mad(&args),
         },
         Some(Command::Bench(args)) => bench::bench(&args),
         Some(Command::Eval {

@@ -352,6 +352,7 @@ fn logit_bytes(preset: &Preset) -> f64 {
     let scored = match &preset.task {
         TaskSpec::Mqar(c) => c.num_kv_pairs,
         TaskSpec::Lm(c) => c.seq_len,
+        TaskSpec::Mad(c) => c.resolved().row_len(),
     };
     F32 * 4.0 * (preset.train.batch_size * scored) as f64 * preset.task.vocab_size() as f64
 }
@@ -375,6 +376,7 @@ fn data_bytes(task: &TaskSpec) -> f64 {
             windows + rows * (24.0 + c.num_kv_pairs as f64 * truth)
         }
         TaskSpec::Lm(c) => windows + 5.0 * (c.train_bytes as f64 + c.valid_bytes as f64),
+        TaskSpec::Mad(_) => windows,
     }
 }
 

@@ -6,6 +6,7 @@
 
 pub mod corpus;
 pub mod lm;
+pub mod mad;
 pub mod mqar;
 
 use candle_core::{Device, Tensor};
@@ -46,6 +47,8 @@ pub enum TaskSpec {
     Mqar(mqar::MqarConfig),
     /// Next-token language modelling on a text corpus.
     Lm(lm::LmConfig),
+    /// One of MAD's six synthetic probes (Poli et al. 2024).
+    Mad(mad::MadConfig),
 }
 
 impl Default for TaskSpec {
@@ -59,6 +62,7 @@ impl TaskSpec {
         match self {
             Self::Mqar(_) => "mqar",
             Self::Lm(_) => "lm",
+            Self::Mad(_) => "mad",
         }
     }
 
@@ -66,6 +70,7 @@ impl TaskSpec {
         match self {
             Self::Mqar(c) => c.vocab_size,
             Self::Lm(c) => c.vocab_size,
+            Self::Mad(c) => c.resolved().vocab_size,
         }
     }
 
@@ -74,6 +79,7 @@ impl TaskSpec {
         match self {
             Self::Mqar(c) => c.seq_len,
             Self::Lm(c) => c.seq_len,
+            Self::Mad(c) => c.resolved().row_len(),
         }
     }
 
@@ -81,7 +87,7 @@ impl TaskSpec {
     pub fn mqar(&self) -> Option<&mqar::MqarConfig> {
         match self {
             Self::Mqar(c) => Some(c),
-            Self::Lm(_) => None,
+            Self::Lm(_) | Self::Mad(_) => None,
         }
     }
 
@@ -89,6 +95,7 @@ impl TaskSpec {
         match self {
             Self::Mqar(c) => c.train_examples,
             Self::Lm(c) => c.train_examples,
+            Self::Mad(c) => c.resolved().train_examples,
         }
     }
 
@@ -96,6 +103,7 @@ impl TaskSpec {
         match self {
             Self::Mqar(c) => c.test_examples,
             Self::Lm(c) => c.test_examples,
+            Self::Mad(c) => c.resolved().test_examples,
         }
     }
 
@@ -103,17 +111,18 @@ impl TaskSpec {
     pub fn lm(&self) -> Option<&lm::LmConfig> {
         match self {
             Self::Lm(c) => Some(c),
-            Self::Mqar(_) => None,
+            Self::Mqar(_) | Self::Mad(_) => None,
         }
     }
 
     /// Whether a position may not look at later positions. MQAR's targets never appear after
-    /// their query, so non-causal mixers (Linformer) are allowed there; language modelling
-    /// predicts the next token, which a non-causal mixer would see.
+    /// their query, so non-causal mixers (Linformer) are allowed there; language modelling and
+    /// MAD's probes (the next token, the data to copy, the value after a key) would be seen by
+    /// a non-causal mixer.
     pub fn requires_causal(&self) -> bool {
         match self {
             Self::Mqar(_) => false,
-            Self::Lm(_) => true,
+            Self::Lm(_) | Self::Mad(_) => true,
         }
     }
 
@@ -122,6 +131,7 @@ impl TaskSpec {
         match self {
             Self::Mqar(c) => c.validate(),
             Self::Lm(c) => c.validate(),
+            Self::Mad(c) => c.validate(),
         }
     }
 
@@ -133,6 +143,10 @@ impl TaskSpec {
                 c.generate(mqar::Split::Test),
             )),
             Self::Lm(c) => c.datasets(),
+            Self::Mad(c) => {
+                let c = c.resolved();
+                Ok((c.generate(mad::Split::Train), c.generate(mad::Split::Test)))
+            }
         }
     }
 }
