@@ -274,12 +274,16 @@ impl Resolved {
         };
         let mut rng = rng::stream(self.seed, label);
         let map = (self.probe == Probe::Memorization).then(|| self.memory());
+        let motifs = match self.probe {
+            Probe::FuzzyInContextRecall => self.motifs(split),
+            _ => Default::default(),
+        };
         (0..n)
             .map(|_| match self.probe {
                 Probe::InContextRecall | Probe::NoisyInContextRecall => {
                     shifted(self.recall(&mut rng), split)
                 }
-                Probe::FuzzyInContextRecall => shifted(self.fuzzy_recall(&mut rng, split), split),
+                Probe::FuzzyInContextRecall => shifted(self.fuzzy_recall(&mut rng, &motifs), split),
                 Probe::SelectiveCopying => self.selective_copying(&mut rng),
                 Probe::Compression => self.compression(&mut rng),
                 Probe::Memorization => {
@@ -348,10 +352,10 @@ impl Resolved {
         row
     }
 
-    /// Fuzzy in-context recall: keys and values are motifs (ordered tuples of distinct tokens,
-    /// keys of 1..=k tokens in training and exactly k at test, values of 1..=v), the probe
-    /// pair put into the context once, then asked at the end; left-padded to L + 1.
-    fn fuzzy_recall(&self, rng: &mut AttnRng, split: Split) -> Unshifted {
+    /// Fuzzy recall's key and value motifs of `split`, grouped by size: ordered tuples of
+    /// distinct tokens, keys `[0, (V−1)/2)` of 1..=k tokens in training and exactly k at test,
+    /// values `[(V−1)/2, V−1)` of 1..=v.
+    fn motifs(&self, split: Split) -> (Vec<Vec<Vec<u32>>>, Vec<Vec<Vec<u32>>>) {
         let pad = (self.vocab_size - 1) as u32;
         let half = pad / 2;
         let (keys, values): (Vec<u32>, Vec<u32>) = ((0..half).collect(), (half..pad).collect());
@@ -359,8 +363,21 @@ impl Resolved {
             Split::Train => 1..=self.k_motif_size,
             Split::Test => self.k_motif_size..=self.k_motif_size,
         };
-        let key_motifs = motifs(&keys, key_sizes.clone());
-        let value_motifs = motifs(&values, 1..=self.v_motif_size);
+        (
+            motifs(&keys, key_sizes),
+            motifs(&values, 1..=self.v_motif_size),
+        )
+    }
+
+    /// Fuzzy in-context recall: keys and values are motifs ([`Self::motifs`]), the probe pair
+    /// put into the context once, then asked at the end; left-padded to L + 1 with the pad
+    /// token V − 1.
+    fn fuzzy_recall(
+        &self,
+        rng: &mut AttnRng,
+        (key_motifs, value_motifs): &(Vec<Vec<Vec<u32>>>, Vec<Vec<Vec<u32>>>),
+    ) -> Unshifted {
+        let pad = (self.vocab_size - 1) as u32;
         let draw = |rng: &mut AttnRng, motifs: &[Vec<Vec<u32>>]| -> Vec<u32> {
             let size = rng.random_range(0..motifs.len());
             motifs[size].choose(rng).cloned().unwrap_or_default()
