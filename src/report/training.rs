@@ -188,6 +188,7 @@ mod tests {
             step: 2,
             epoch: 0.2,
             accuracy: 0.25,
+            macro_accuracy: None,
             loss: 1.0,
             elapsed_secs: 0.2,
         }];

@@ -28,6 +28,10 @@ pub struct EvalRecord {
     pub epoch: f64,
     /// Fraction of scored positions predicted exactly.
     pub accuracy: f64,
+    /// Macro accuracy (MAD's metric, torchmetrics' default): per target class, the fraction
+    /// predicted exactly, averaged over classes; absent in run folders written before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub macro_accuracy: Option<f64>,
     #[serde(with = "float_or_text")]
     pub loss: f64,
     pub elapsed_secs: f64,
@@ -255,6 +259,7 @@ mod tests {
             step: 3,
             epoch: 0.5,
             accuracy: 0.25,
+            macro_accuracy: Some(0.5),
             loss: f64::NEG_INFINITY,
             elapsed_secs: 1.0,
         });

@@ -106,6 +106,7 @@ mod tests {
             step: 1,
             epoch: 0.1,
             accuracy: 0.5,
+            macro_accuracy: None,
             loss: 1.0,
             elapsed_secs: 0.2,
         }];

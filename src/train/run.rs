@@ -561,6 +561,7 @@ fn record_eval(
         step: trainer.step(),
         epoch: trainer.epoch(),
         accuracy: eval.accuracy,
+        macro_accuracy: Some(eval.macro_accuracy).filter(|m| m.is_finite()),
         loss: eval.loss,
         elapsed_secs: clock.started.elapsed().as_secs_f64(),
     };
