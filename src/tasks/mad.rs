@@ -17,6 +17,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::mqar::QueryTruth;
 use super::{Dataset, IGNORE, check_split_size};
 use crate::rng::{self, AttnRng, IndexedRandom, Rng, SliceRandom};
 use crate::{Error, Result};
@@ -146,11 +147,16 @@ pub enum Split {
     Test,
 }
 
-/// One row: its tokens and, per position, what the model must output there.
+/// One row: its tokens, per position what the model must output there, and where each scored
+/// query must read in the row, for the probes that retrieve from context (in-context and
+/// noisy recall at test: the value after the key's latest earlier occurrence; selective
+/// copying: the data token it writes). Fuzzy recall, compression and memorisation have none.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Row {
     pub inputs: Vec<u32>,
     pub labels: Vec<i32>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub queries: Vec<QueryTruth>,
 }
 
 /// The largest MAD vocabulary (its largest setting is memorisation's 8,192).
@@ -281,7 +287,11 @@ impl Resolved {
         (0..n)
             .map(|_| match self.probe {
                 Probe::InContextRecall | Probe::NoisyInContextRecall => {
-                    shifted(self.recall(&mut rng), split)
+                    let row = shifted(self.recall(&mut rng), split);
+                    match split {
+                        Split::Test => with_recall_truth(row),
+                        Split::Train => row,
+                    }
                 }
                 Probe::FuzzyInContextRecall => shifted(self.fuzzy_recall(&mut rng, &motifs), split),
                 Probe::SelectiveCopying => self.selective_copying(&mut rng),
@@ -306,6 +316,7 @@ impl Resolved {
         for row in self.rows(split, n) {
             data.inputs.extend(row.inputs);
             data.labels.extend(row.labels);
+            data.queries.push(row.queries);
         }
         data
     }
@@ -428,15 +439,30 @@ impl Resolved {
             before[rng.random_range(0..n)] += 1;
         }
         let mut inputs = Vec::with_capacity(self.length);
+        let mut at = Vec::with_capacity(n);
         for (&token, &blanks) in data.iter().zip(&before) {
             inputs.extend(std::iter::repeat_n(blank, blanks));
+            at.push(inputs.len());
             inputs.push(token);
         }
         inputs.push(copy);
         inputs.extend(std::iter::repeat_n(blank, n));
         let mut labels = vec![IGNORE; self.length - n];
         labels.extend(data.iter().map(|&t| t as i32));
-        Row { inputs, labels }
+        let queries = (0..n)
+            .map(|j| QueryTruth {
+                position: self.length - n + j,
+                key: blank,
+                value: data[j],
+                key_positions: Vec::new(),
+                value_positions: vec![at[j]],
+            })
+            .collect();
+        Row {
+            inputs,
+            labels,
+            queries,
+        }
     }
 
     /// Compression: L − 1 uniform tokens and the compression token, every one its own target
@@ -448,7 +474,11 @@ impl Resolved {
             .collect();
         inputs.push(last);
         let labels = inputs.iter().map(|&t| t as i32).collect();
-        Row { inputs, labels }
+        Row {
+            inputs,
+            labels,
+            queries: Vec::new(),
+        }
     }
 
     /// Memorisation's fixed key → value map (MAD's `generate_kv_map` over the V − 1 tokens
@@ -472,6 +502,7 @@ impl Resolved {
         let mut row = Row {
             inputs: Vec::with_capacity(self.length),
             labels: Vec::with_capacity(self.length),
+            queries: Vec::new(),
         };
         for _ in 0..self.length / 2 {
             let (key, value) = map.choose(rng).copied().unwrap_or((0, 0));
@@ -526,7 +557,29 @@ fn shifted(row: Unshifted, split: Split) -> Row {
     Row {
         inputs: row.inputs[..n].to_vec(),
         labels,
+        queries: Vec::new(),
     }
+}
+
+/// A recall test row's ground truth: each scored position holds a key, whose value the model
+/// must read right after the key's latest earlier occurrence (keys and values are disjoint
+/// tokens, so an equal token is that key).
+fn with_recall_truth(mut row: Row) -> Row {
+    row.queries = (0..row.inputs.len())
+        .filter(|&p| row.labels[p] != IGNORE)
+        .filter_map(|p| {
+            let key = row.inputs[p];
+            let earlier = (0..p).rev().find(|&q| row.inputs[q] == key)?;
+            Some(QueryTruth {
+                position: p,
+                key,
+                value: row.labels[p] as u32,
+                key_positions: vec![earlier],
+                value_positions: vec![earlier + 1],
+            })
+        })
+        .collect();
+    row
 }
 
 /// The ordered tuples of distinct `tokens` of each size in `sizes`, grouped by size.
@@ -646,6 +699,40 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The ground truth of recall and selective copying points at the value each scored query
+    /// outputs: a recall query at the token after its key's latest earlier occurrence, a copy
+    /// at its data token.
+    #[test]
+    fn ground_truth_points_at_what_each_query_outputs() {
+        for p in [
+            Probe::InContextRecall,
+            Probe::NoisyInContextRecall,
+            Probe::SelectiveCopying,
+        ] {
+            for row in probe(p).rows(Split::Test, 50) {
+                assert_eq!(
+                    row.queries.len(),
+                    scored(&row),
+                    "{p:?}: a truth per scored query"
+                );
+                for q in &row.queries {
+                    assert_eq!(row.labels[q.position], q.value as i32);
+                    assert!(q.value_positions[0] < q.position);
+                    assert_eq!(row.inputs[q.value_positions[0]], q.value, "{p:?} {q:?}");
+                    if let Some(&k) = q.key_positions.first() {
+                        let later = row.inputs[k + 1..q.position].contains(&q.key);
+                        assert!(!later, "{p:?}: not the latest occurrence of key {}", q.key);
+                    }
+                }
+            }
+        }
+        let train = probe(Probe::InContextRecall).rows(Split::Train, 1);
+        assert!(
+            train[0].queries.is_empty(),
+            "training rows score every token, no truth"
+        );
     }
 
     /// Fuzzy recall: test keys are all k tokens (the probe's key, read back before its value,
