@@ -202,3 +202,45 @@ fn iou_command_compares_runs_as_bars() {
     let o = attnlab(&["iou", softmax.to_str().unwrap(), "--with", "x"]);
     assert!(!o.status.success(), "--with without --bars is refused");
 }
+
+/// MAD's in-context recall and selective copying carry a ground truth (the value after the
+/// key's latest earlier occurrence; the data token to copy), so IoU runs on their runs too;
+/// memorisation has none and is refused in words.
+#[test]
+fn iou_runs_on_mads_retrieval_probes_and_refuses_memorisation() {
+    use attnlab::tasks::TaskSpec;
+    use attnlab::tasks::mad::{MadConfig, Probe};
+    let root = tempfile::tempdir().unwrap();
+    let mad = |probe: Probe, length: usize| {
+        let mut p = protocol_preset(MechanismSpec::Softmax(Default::default()));
+        p.task = TaskSpec::Mad(MadConfig {
+            probe,
+            length: Some(length),
+            num_tokens_to_copy: Some(4),
+            vocab_size: Some(if probe == Probe::Memorization { 32 } else { 16 }),
+            train_examples: Some(32),
+            test_examples: Some(8),
+            ..MadConfig::default()
+        });
+        p
+    };
+    for probe in [Probe::InContextRecall, Probe::SelectiveCopying] {
+        let run = TrainedRun::open(&trained_run(&mad(probe, 16), root.path())).unwrap();
+        let table = run_iou(&run, &protocol(8), &mut |_| {}, &AtomicBool::new(false))
+            .unwrap()
+            .unwrap();
+        assert_eq!(table.hard[0].len(), 2, "{probe:?}: one cell per head");
+        for value in table.hard.iter().chain(&table.soft).flatten() {
+            assert!((0.0..=1.0).contains(value), "{probe:?}: {value}");
+        }
+    }
+    let run = TrainedRun::open(&trained_run(&mad(Probe::Memorization, 16), root.path())).unwrap();
+    let error = run_iou(&run, &protocol(8), &mut |_| {}, &AtomicBool::new(false))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        error.contains("ground truth") && error.contains("memorization"),
+        "{error}"
+    );
+}

@@ -350,12 +350,6 @@ impl IouTable {
     }
 }
 
-/// The context length (crop width) of `run`'s MQAR rows.
-fn context_len(run: &TrainedRun) -> Result<usize> {
-    let c = run.mqar()?;
-    Ok(2 * c.num_kv_pairs * c.num_passes)
-}
-
 /// An error unless `attention` is over the sequence's own tokens (Linformer's is not).
 fn check_token_columns(run: &TrainedRun, attention: &AttentionWeights) -> Result<()> {
     let [_, _, tq, tk] = attention.shape;
@@ -389,7 +383,7 @@ pub fn run_iou(
             "are too few: IoU needs at least 1 example",
         ));
     }
-    let context = context_len(run)?;
+    let context = run.context_len()?;
     let layers = run.attention_layers();
     let heads = run.preset.model.n_heads;
     let mut hard = vec![vec![Moments::default(); heads]; layers.len()];
@@ -512,7 +506,7 @@ pub fn example_iou(
     check_token_columns(run, weights)?;
     let protocol = &protocol.for_run(run);
     let weights = protocol.read(weights);
-    let crop = Crop::new(&example.queries, context_len(run)?, protocol.target);
+    let crop = Crop::new(&example.queries, run.context_len()?, protocol.target);
     let a = crop.of(weights.matrix(0, head), weights.shape[3]);
     let binarised = a
         .chunks(crop.context)

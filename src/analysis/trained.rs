@@ -9,7 +9,9 @@ use candle_core::{Device, Tensor};
 use crate::attention::AttentionWeights;
 use crate::model::Transformer;
 use crate::preset::Preset;
-use crate::tasks::mqar::{Example, MqarConfig, Split};
+use crate::tasks::TaskSpec;
+use crate::tasks::mad;
+use crate::tasks::mqar::{Example, Split};
 use crate::train::{LoadedRun, Opening, RunDir};
 use crate::{Error, Result};
 
@@ -54,15 +56,29 @@ impl TrainedRun {
         })
     }
 
-    /// The run's MQAR settings; analyses with a ground truth need them.
-    pub fn mqar(&self) -> Result<&MqarConfig> {
-        self.preset.task.mqar().ok_or_else(|| Error::RunDir {
+    /// An error naming the run and its task: the analysis needs a ground truth it lacks.
+    fn no_ground_truth(&self) -> Error {
+        let task = match &self.preset.task {
+            TaskSpec::Mad(c) => format!("MAD's {}", c.probe.name()),
+            other => other.name().to_string(),
+        };
+        Error::RunDir {
             message: format!(
-                "this analysis needs an MQAR run, but the run's task is {}",
-                self.preset.task.name()
+                "this analysis needs a task with a ground truth (MQAR; MAD's in-context, noisy \
+                 recall or selective copying), but the run's task is {task}"
             ),
             path: self.run.path().to_path_buf(),
-        })
+        }
+    }
+
+    /// How many positions from the start of a row hold what the queries read: MQAR's context
+    /// of key-value pairs; for MAD's probes the whole row (pairs run through it).
+    pub fn context_len(&self) -> Result<usize> {
+        match &self.preset.task {
+            TaskSpec::Mqar(c) => Ok(2 * c.num_kv_pairs * c.num_passes),
+            TaskSpec::Mad(c) if c.resolved().has_ground_truth() => Ok(c.resolved().row_len()),
+            _ => Err(self.no_ground_truth()),
+        }
     }
 
     /// The first `n` rows of the run's test split (the generator continues past
@@ -76,7 +92,14 @@ impl TrainedRun {
                 format!("is too many: an analysis generates at most {MAX_TEST_ROWS}"),
             ));
         }
-        Ok(self.mqar()?.examples(Split::Test, n))
+        match &self.preset.task {
+            TaskSpec::Mqar(c) => Ok(c.examples(Split::Test, n)),
+            TaskSpec::Mad(c) if c.resolved().has_ground_truth() => {
+                let rows = c.resolved().rows(mad::Split::Test, n).into_iter();
+                Ok(rows.map(mad::Row::into_example).collect())
+            }
+            _ => Err(self.no_ground_truth()),
+        }
     }
 
     /// Model layers whose mixer is attention.

@@ -188,7 +188,26 @@ impl MadConfig {
     }
 }
 
+impl Row {
+    /// The row as an MQAR example: the views and IoU read a ground truth in that shape.
+    pub fn into_example(self) -> super::mqar::Example {
+        super::mqar::Example {
+            inputs: self.inputs,
+            labels: self.labels,
+            queries: self.queries,
+        }
+    }
+}
+
 impl Resolved {
+    /// Whether test rows say where each query must read ([`Row::queries`]).
+    pub fn has_ground_truth(&self) -> bool {
+        matches!(
+            self.probe,
+            Probe::InContextRecall | Probe::NoisyInContextRecall | Probe::SelectiveCopying
+        )
+    }
+
     /// Tokens per row as the model sees them.
     pub fn row_len(&self) -> usize {
         match self.probe {
