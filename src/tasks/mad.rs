@@ -385,7 +385,7 @@ impl Resolved {
     /// Fuzzy recall's key and value motifs of `split`, grouped by size: ordered tuples of
     /// distinct tokens, keys `[0, (V−1)/2)` of 1..=k tokens in training and exactly k at test,
     /// values `[(V−1)/2, V−1)` of 1..=v.
-    fn motifs(&self, split: Split) -> (Vec<Vec<Vec<u32>>>, Vec<Vec<Vec<u32>>>) {
+    fn motifs(&self, split: Split) -> Motifs {
         let pad = (self.vocab_size - 1) as u32;
         let half = pad / 2;
         let (keys, values): (Vec<u32>, Vec<u32>) = ((0..half).collect(), (half..pad).collect());
@@ -393,27 +393,23 @@ impl Resolved {
             Split::Train => 1..=self.k_motif_size,
             Split::Test => self.k_motif_size..=self.k_motif_size,
         };
-        (
-            motifs(&keys, key_sizes),
-            motifs(&values, 1..=self.v_motif_size),
-        )
+        Motifs {
+            keys: motifs(&keys, key_sizes),
+            values: motifs(&values, 1..=self.v_motif_size),
+        }
     }
 
     /// Fuzzy in-context recall: keys and values are motifs ([`Self::motifs`]), the probe pair
     /// put into the context once, then asked at the end; left-padded to L + 1 with the pad
     /// token V − 1.
-    fn fuzzy_recall(
-        &self,
-        rng: &mut AttnRng,
-        (key_motifs, value_motifs): &(Vec<Vec<Vec<u32>>>, Vec<Vec<Vec<u32>>>),
-    ) -> Unshifted {
+    fn fuzzy_recall(&self, rng: &mut AttnRng, motifs: &Motifs) -> Unshifted {
         let pad = (self.vocab_size - 1) as u32;
-        let draw = |rng: &mut AttnRng, motifs: &[Vec<Vec<u32>>]| -> Vec<u32> {
+        let draw = |rng: &mut AttnRng, motifs: &BySize| -> Vec<u32> {
             let size = rng.random_range(0..motifs.len());
             motifs[size].choose(rng).cloned().unwrap_or_default()
         };
-        let probe_key = draw(rng, &key_motifs);
-        let probe_value = draw(rng, &value_motifs);
+        let probe_key = draw(rng, &motifs.keys);
+        let probe_value = draw(rng, &motifs.values);
         let probe_len = probe_key.len() + probe_value.len();
         let probe_at = rng.random_range(0..self.length - 2 * probe_len);
         let longest = self.k_motif_size + self.v_motif_size;
@@ -429,8 +425,8 @@ impl Resolved {
                     (probe_key.clone(), probe_value.clone())
                 }
                 false => {
-                    let key = draw(rng, &key_motifs);
-                    let fresh = draw(rng, &value_motifs);
+                    let key = draw(rng, &motifs.keys);
+                    let fresh = draw(rng, &motifs.values);
                     let value = value_of.entry(key.clone()).or_insert(fresh).clone();
                     (key, value)
                 }
@@ -601,8 +597,18 @@ fn with_recall_truth(mut row: Row) -> Row {
     row
 }
 
+/// Motifs grouped by size: `[size index][motif][token]`.
+type BySize = Vec<Vec<Vec<u32>>>;
+
+/// Fuzzy recall's key and value motifs of one split.
+#[derive(Default)]
+struct Motifs {
+    keys: BySize,
+    values: BySize,
+}
+
 /// The ordered tuples of distinct `tokens` of each size in `sizes`, grouped by size.
-fn motifs(tokens: &[u32], sizes: std::ops::RangeInclusive<usize>) -> Vec<Vec<Vec<u32>>> {
+fn motifs(tokens: &[u32], sizes: std::ops::RangeInclusive<usize>) -> BySize {
     sizes
         .map(|size| {
             let mut all = vec![Vec::new()];
