@@ -42,7 +42,8 @@ pub fn tokenise(
 ) -> Result<Tokens> {
     let first = pretrained.first_token.filter(|_| first);
     let tokens = tokenizer.encode(text, first, pretrained.vocab_size)?;
-    let n = tokens.ids.len();
+    // The text's own tokens: the first token alone reads nothing.
+    let n = tokens.ids.len() - usize::from(first.is_some());
     let refused = |reason: String| Error::Argument {
         name: "the text".into(),
         value: format!("of {n} tokens"),
@@ -51,7 +52,7 @@ pub fn tokenise(
     if n == 0 {
         return Err(refused("gives the model nothing to read".into()));
     }
-    if n > pretrained.max_len {
+    if tokens.ids.len() > pretrained.max_len {
         let max = pretrained.max_len;
         return Err(refused(format!(
             "is longer than the model's {max} positions"
@@ -63,7 +64,7 @@ pub fn tokenise(
 /// Every attending layer's maps and head scores of `pretrained` on `tokens`.
 pub fn read_text(pretrained: &Pretrained, tokens: Tokens) -> Result<TextReading> {
     let n = tokens.ids.len();
-    let ids = Tensor::from_vec(tokens.ids.clone(), (1, n), &Device::Cpu)?;
+    let ids = Tensor::from_vec(tokens.ids.clone(), (1, n), pretrained.params.device())?;
     let mut reading = TextReading {
         tokens,
         attention: Vec::new(),
@@ -104,7 +105,8 @@ pub fn induction_scores(
             ),
         });
     }
-    let ids = Tensor::from_vec(probe.tokens(), (probe.rows, probe.len()), &Device::Cpu)?;
+    let device = pretrained.params.device();
+    let ids = Tensor::from_vec(probe.tokens(), (probe.rows, probe.len()), device)?;
     let mut scores = Vec::new();
     for (layer, weights) in pretrained.model.attention_weights(&ids)?.iter().enumerate() {
         if let Some(weights) = weights {
@@ -158,8 +160,10 @@ mod tests {
     #[test]
     fn an_empty_or_too_long_text_is_refused_in_words() {
         let (model, tokenizer) = gpt2();
-        let empty = tokenise(&model, &tokenizer, "", false).unwrap_err();
-        assert!(empty.to_string().contains("of 0 tokens"), "{empty}");
+        for first in [false, true] {
+            let empty = tokenise(&model, &tokenizer, "", first).unwrap_err();
+            assert!(empty.to_string().contains("of 0 tokens"), "{empty}");
+        }
         let long = "word ".repeat(model.max_len + 1);
         let long = tokenise(&model, &tokenizer, &long, false).unwrap_err();
         assert!(long.to_string().contains("positions"), "{long}");

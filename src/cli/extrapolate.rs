@@ -106,7 +106,14 @@ pub fn extrapolate(args: &ExtrapolateArgs) -> anyhow::Result<()> {
                 cancel,
             )?
         }
-        None => runs_sweep(args, &options, &mut progress, cancel)?,
+        None => {
+            anyhow::ensure!(
+                args.corpus.is_none(),
+                "--corpus is for a pretrained model's folder: runs are scored on their own \
+                 validation text"
+            );
+            runs_sweep(args, &options, &mut progress, cancel)?
+        }
     };
     if let Some(path) = &args.out {
         crate::io::write_json(path, &sweep)?;

@@ -522,16 +522,20 @@ fn score_length(
     cancel: &AtomicBool,
 ) -> Result<LengthPoint> {
     let n = at.n;
+    let windows = (pass.batch_tokens / n).max(1) as u64;
+    let block = windows * at.heads as u64 * pass.chunk.min(n) as u64 * n as u64 * 4;
     if let Some(limit) = at.limit.filter(|&limit| n > limit) {
         let why = format!(
             "{} positions exist only for the first {limit} tokens (trained table)",
             at.encoding.name()
         );
-        return Ok(LengthPoint::missing(n, why));
+        return Ok(LengthPoint {
+            attention_block_bytes: block,
+            ..LengthPoint::missing(n, why)
+        });
     }
-    let windows = (pass.batch_tokens / n).max(1) as u64;
     let mut point = LengthPoint {
-        attention_block_bytes: windows * at.heads as u64 * pass.chunk.min(n) as u64 * n as u64 * 4,
+        attention_block_bytes: block,
         note: None,
         ..LengthPoint::missing(n, String::new())
     };

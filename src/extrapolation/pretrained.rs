@@ -45,7 +45,11 @@ pub fn extrapolate_folder(
     options.validate()?;
     let pretrained = checkpoint::open(folder, &Device::Cpu)?;
     let text = crate::io::read_text(corpus, "corpus", MAX_CORPUS)?;
-    let tokens = TextTokenizer::open(folder)?.encode(&text, None, pretrained.vocab_size)?;
+    // Only `max_tokens` tokens are scored: the text's start is enough (a token is a few
+    // bytes), so a large corpus is not tokenised whole.
+    let enough = text.floor_char_boundary(options.max_tokens.saturating_add(1).saturating_mul(32));
+    let tokens =
+        TextTokenizer::open(folder)?.encode(&text[..enough], None, pretrained.vocab_size)?;
     extrapolate_pretrained(&pretrained, folder, &tokens.ids, options, progress, cancel)
 }
 
@@ -64,7 +68,14 @@ pub fn extrapolate_pretrained(
         true => default_lengths(train_length),
         false => options.lengths.clone(),
     };
-    let longest = lengths.iter().copied().max().unwrap_or(train_length);
+    // Lengths past a position table are reported missing, so the text need only cover the
+    // longest length the model can run at.
+    let limit = super::position_limit(&pretrained.encoding, train_length);
+    let runnable = lengths
+        .iter()
+        .copied()
+        .filter(|&n| limit.is_none_or(|l| n <= l));
+    let longest = runnable.max().unwrap_or(train_length);
     let available = tokens.len().saturating_sub(1).min(options.max_tokens);
     let span = available / longest * longest;
     if span == 0 {
@@ -97,8 +108,8 @@ pub fn extrapolate_pretrained(
         .enumerate()
     {
         let mut points = Vec::new();
-        let mut encoding = pretrained.encoding.clone();
         for (i, &n) in lengths.iter().enumerate() {
+            let mut encoding = pretrained.encoding.clone();
             if let Some(variant) = variant {
                 match variant_encoding(pretrained, variant, n) {
                     Ok(spec) => encoding = spec,
@@ -129,14 +140,30 @@ pub fn extrapolate_pretrained(
                 cancel,
             )?);
         }
-        let verdict = theorem(pretrained, &encoding)?;
+        // The curve is named and judged by its encoding at L (a scaling that does not apply to
+        // the model says why instead).
+        let (encoding, verdict) =
+            match variant.map(|v| variant_encoding(pretrained, v, train_length)) {
+                None => (
+                    pretrained.encoding.name().to_string(),
+                    theorem(pretrained, &pretrained.encoding)?,
+                ),
+                Some(Ok(spec)) => (spec.name().to_string(), theorem(pretrained, &spec)?),
+                Some(Err(why)) => {
+                    let label = variant.map_or("", |v| v.label);
+                    (
+                        label.to_string(),
+                        ("not-applicable".to_string(), why.to_string()),
+                    )
+                }
+            };
         let curve = Curve {
             name: match variant {
                 Some(v) => format!("{name} + {}", v.label),
                 None => name.clone(),
             },
             run: folder.to_path_buf(),
-            encoding: encoding.name().into(),
+            encoding,
             inference: variant.map(|v| v.description.to_string()),
             points,
             extrapolates: None,

@@ -108,7 +108,8 @@ impl Probe {
 pub struct MadConfig {
     pub probe: Probe,
     pub vocab_size: Option<usize>,
-    /// MAD's L (`seq_len`): recall rows are L − 1 tokens after the shift.
+    /// MAD's L (`seq_len`): in-context and noisy recall rows are L − 1 tokens after the shift,
+    /// the other probes' L.
     pub length: Option<usize>,
     pub train_examples: Option<usize>,
     pub test_examples: Option<usize>,
@@ -271,13 +272,7 @@ impl Resolved {
                     return bad("num_tokens_to_copy", &n, reason);
                 }
             }
-            Probe::Compression => {
-                return Err(Error::unsupported(
-                    "training on compression".to_string(),
-                    "it scores every token against itself, which a causal model copies; MAD's \
-                     auto-encoder head is not built yet (attnlab data shows the rows)",
-                ));
-            }
+            Probe::Compression => {}
             Probe::Memorization => {
                 if l % 2 != 0 {
                     return bad(
@@ -299,10 +294,6 @@ impl Resolved {
         };
         let mut rng = rng::stream(self.seed, label);
         let map = (self.probe == Probe::Memorization).then(|| self.memory());
-        let motifs = match self.probe {
-            Probe::FuzzyInContextRecall => self.motifs(split),
-            _ => Default::default(),
-        };
         (0..n)
             .map(|_| match self.probe {
                 Probe::InContextRecall | Probe::NoisyInContextRecall => {
@@ -312,7 +303,7 @@ impl Resolved {
                         Split::Train => row,
                     }
                 }
-                Probe::FuzzyInContextRecall => shifted(self.fuzzy_recall(&mut rng, &motifs), split),
+                Probe::FuzzyInContextRecall => shifted(self.fuzzy_recall(&mut rng, split), split),
                 Probe::SelectiveCopying => self.selective_copying(&mut rng),
                 Probe::Compression => self.compression(&mut rng),
                 Probe::Memorization => {
@@ -320,6 +311,20 @@ impl Resolved {
                 }
             })
             .collect()
+    }
+
+    /// The training and test datasets. Compression is refused: it scores every token
+    /// against itself, which a causal model copies, and MAD's auto-encoder head that makes it
+    /// a test of compression is not built yet (its rows can be seen: `attnlab data mad`).
+    pub fn datasets(&self) -> Result<(Dataset, Dataset)> {
+        if self.probe == Probe::Compression {
+            return Err(Error::unsupported(
+                "training on compression".to_string(),
+                "it scores every token against itself, which a causal model copies; MAD's \
+                 auto-encoder head is not built yet (attnlab data mad shows the rows)",
+            ));
+        }
+        Ok((self.generate(Split::Train), self.generate(Split::Test)))
     }
 
     /// The whole split as a dataset.
@@ -349,7 +354,9 @@ impl Resolved {
         let (keys, values) = (0..plain / 2, plain / 2..plain);
         let noise = plain..self.vocab_size as u32;
         let pairs = self.length / 2;
-        let not_noise = rng.random_range(0..pairs);
+        // MAD draws it from all L/2 slots, of which its loop visits L/2 − 1, so every slot may
+        // be noise (its probe then has no key to ask); drawn among the visited slots here.
+        let not_noise = rng.random_range(0..pairs - 1);
         let mut row = Unshifted::default();
         let mut value_of: HashMap<u32, u32> = HashMap::new();
         let mut presented: Vec<u32> = Vec::new();
@@ -374,7 +381,7 @@ impl Resolved {
                 presented.push(key);
             }
         }
-        // Every slot but one can be noise, and the one left is a pair: a key was presented.
+        // Slot `not_noise` is a pair, so a key was presented.
         let key = *presented.choose(rng).unwrap_or(&keys.start);
         let value = value_of.get(&key).copied().unwrap_or(values.start);
         row.push(key, None);
@@ -382,34 +389,23 @@ impl Resolved {
         row
     }
 
-    /// Fuzzy recall's key and value motifs of `split`, grouped by size: ordered tuples of
-    /// distinct tokens, keys `[0, (V−1)/2)` of 1..=k tokens in training and exactly k at test,
-    /// values `[(V−1)/2, V−1)` of 1..=v.
-    fn motifs(&self, split: Split) -> Motifs {
+    /// Fuzzy in-context recall: keys and values are motifs, ordered tuples of distinct
+    /// tokens (keys from `[0, (V−1)/2)` of 1..=k tokens in training and exactly k at test,
+    /// values from `[(V−1)/2, V−1)` of 1..=v), a key's value fixed within the row; the probe
+    /// pair is put into the context once, then asked at the end; left-padded to L + 1 with
+    /// the pad token V − 1.
+    fn fuzzy_recall(&self, rng: &mut AttnRng, split: Split) -> Unshifted {
         let pad = (self.vocab_size - 1) as u32;
-        let half = pad / 2;
-        let (keys, values): (Vec<u32>, Vec<u32>) = ((0..half).collect(), (half..pad).collect());
+        let (keys, values) = (0..pad / 2, pad / 2..pad);
         let key_sizes = match split {
             Split::Train => 1..=self.k_motif_size,
             Split::Test => self.k_motif_size..=self.k_motif_size,
         };
-        Motifs {
-            keys: motifs(&keys, key_sizes),
-            values: motifs(&values, 1..=self.v_motif_size),
-        }
-    }
-
-    /// Fuzzy in-context recall: keys and values are motifs ([`Self::motifs`]), the probe pair
-    /// put into the context once, then asked at the end; left-padded to L + 1 with the pad
-    /// token V − 1.
-    fn fuzzy_recall(&self, rng: &mut AttnRng, motifs: &Motifs) -> Unshifted {
-        let pad = (self.vocab_size - 1) as u32;
-        let draw = |rng: &mut AttnRng, motifs: &BySize| -> Vec<u32> {
-            let size = rng.random_range(0..motifs.len());
-            motifs[size].choose(rng).cloned().unwrap_or_default()
-        };
-        let probe_key = draw(rng, &motifs.keys);
-        let probe_value = draw(rng, &motifs.values);
+        let value_sizes = 1..=self.v_motif_size;
+        let key = |rng: &mut AttnRng| motif(rng, keys.clone(), key_sizes.clone());
+        let value = |rng: &mut AttnRng| motif(rng, values.clone(), value_sizes.clone());
+        let probe_key = key(rng);
+        let probe_value = value(rng);
         let probe_len = probe_key.len() + probe_value.len();
         let probe_at = rng.random_range(0..self.length - 2 * probe_len);
         let longest = self.k_motif_size + self.v_motif_size;
@@ -425,8 +421,7 @@ impl Resolved {
                     (probe_key.clone(), probe_value.clone())
                 }
                 false => {
-                    let key = draw(rng, &motifs.keys);
-                    let fresh = draw(rng, &motifs.values);
+                    let (key, fresh) = (key(rng), value(rng));
                     let value = value_of.entry(key.clone()).or_insert(fresh).clone();
                     (key, value)
                 }
@@ -597,36 +592,24 @@ fn with_recall_truth(mut row: Row) -> Row {
     row
 }
 
-/// Motifs grouped by size: `[size index][motif][token]`.
-type BySize = Vec<Vec<Vec<u32>>>;
-
-/// Fuzzy recall's key and value motifs of one split.
-#[derive(Default)]
-struct Motifs {
-    keys: BySize,
-    values: BySize,
-}
-
-/// The ordered tuples of distinct `tokens` of each size in `sizes`, grouped by size.
-fn motifs(tokens: &[u32], sizes: std::ops::RangeInclusive<usize>) -> BySize {
-    sizes
-        .map(|size| {
-            let mut all = vec![Vec::new()];
-            for _ in 0..size {
-                all = all
-                    .into_iter()
-                    .flat_map(|prefix: Vec<u32>| {
-                        tokens
-                            .iter()
-                            .filter(|t| !prefix.contains(t))
-                            .map(|&t| [prefix.as_slice(), &[t]].concat())
-                            .collect::<Vec<_>>()
-                    })
-                    .collect();
-            }
-            all
-        })
-        .collect()
+/// A motif: a size drawn from `sizes`, then that many distinct tokens of `tokens` in random
+/// order (every ordered tuple of that size equally likely; drawn by rejection, as motifs are
+/// at most 4 tokens of at least as many).
+fn motif(
+    rng: &mut AttnRng,
+    tokens: std::ops::Range<u32>,
+    sizes: std::ops::RangeInclusive<usize>,
+) -> Vec<u32> {
+    let size = rng.random_range(sizes);
+    loop {
+        let drawn: Vec<u32> = (0..size)
+            .map(|_| rng.random_range(tokens.clone()))
+            .collect();
+        let distinct = (1..drawn.len()).all(|i| !drawn[..i].contains(&drawn[i]));
+        if distinct {
+            return drawn;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -860,6 +843,18 @@ mod tests {
         }
     }
 
+    /// Compression's rows are generated and shown, its training refused in words.
+    #[test]
+    fn compression_is_generated_but_not_trained() {
+        let config = MadConfig {
+            probe: Probe::Compression,
+            ..MadConfig::default()
+        };
+        config.validate().unwrap();
+        let error = config.resolved().datasets().unwrap_err().to_string();
+        assert!(error.contains("auto-encoder"), "{error}");
+    }
+
     #[test]
     fn settings_it_cannot_honour_are_refused_naming_the_key() {
         let cases = [
@@ -887,7 +882,6 @@ mod tests {
                 },
                 "task.noise_vocab_size",
             ),
-            (Probe::Compression, MadConfig::default(), "auto-encoder"),
         ];
         for (p, config, key) in cases {
             let error = MadConfig { probe: p, ..config }

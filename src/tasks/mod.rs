@@ -143,10 +143,7 @@ impl TaskSpec {
                 c.generate(mqar::Split::Test),
             )),
             Self::Lm(c) => c.datasets(),
-            Self::Mad(c) => {
-                let c = c.resolved();
-                Ok((c.generate(mad::Split::Train), c.generate(mad::Split::Test)))
-            }
+            Self::Mad(c) => c.resolved().datasets(),
         }
     }
 }

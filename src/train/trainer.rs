@@ -70,6 +70,12 @@ impl ClassCounts {
         }
     }
 
+    /// The fraction of all positions predicted exactly (0 when none were counted).
+    pub fn micro_accuracy(&self) -> f64 {
+        let targets: u64 = self.targets.iter().sum();
+        self.hits.iter().sum::<u64>() as f64 / targets.max(1) as f64
+    }
+
     /// torchmetrics' `MulticlassAccuracy(average="macro")`, MAD's metric: each class's recall
     /// tp / (tp + fn), averaged over the classes that were a target or a prediction (a class
     /// only ever predicted counts as 0; one never seen at all is left out). NaN when empty.
@@ -623,7 +629,7 @@ fn evaluate_in_pool(
     if replicas == 0 {
         return Ok(Vec::new());
     }
-    let (mut correct, mut loss_sum) = (vec![0f64; replicas], vec![0f64; replicas]);
+    let mut loss_sum = vec![0f64; replicas];
     let mut classes = vec![ClassCounts::default(); replicas];
     let mut scored = 0usize;
     let rows: Vec<usize> = (0..test.len()).collect();
@@ -643,29 +649,22 @@ fn evaluate_in_pool(
                 )
             })
             .collect::<Result<Vec<_>>>()?;
-        let predicted = logits.argmax(D::Minus1)?;
-        let hits = predicted
-            .eq(&batch.targets)?
-            .to_dtype(DType::F32)?
-            .reshape((replicas, per_replica))?
-            .sum(1)?;
-        let (predicted, targets) = (predicted.to_vec1::<u32>()?, batch.targets.to_vec1::<u32>()?);
+        // To the host per pass: the losses, and the predictions with their targets, which
+        // both accuracies count by class.
+        let losses = Tensor::stack(&losses, 0)?.to_vec1::<f32>()?;
+        let predicted = logits.argmax(D::Minus1)?.to_vec1::<u32>()?;
+        let targets = batch.targets.to_vec1::<u32>()?;
         for (r, counts) in classes.iter_mut().enumerate() {
             let part = r * per_replica..(r + 1) * per_replica;
             counts.add(&predicted[part.clone()], &targets[part]);
-        }
-        // One copy to the host per pass: the losses and hit counts side by side.
-        let read = Tensor::cat(&[Tensor::stack(&losses, 0)?, hits], 0)?.to_vec1::<f32>()?;
-        for r in 0..replicas {
-            loss_sum[r] += f64::from(read[r]) * per_replica as f64;
-            correct[r] += f64::from(read[replicas + r]);
+            loss_sum[r] += f64::from(losses[r]) * per_replica as f64;
         }
         scored += per_replica;
     }
     let scored = scored.max(1) as f64;
     Ok((0..replicas)
         .map(|r| EvalStats {
-            accuracy: correct[r] / scored,
+            accuracy: classes[r].micro_accuracy(),
             macro_accuracy: classes[r].macro_accuracy(),
             loss: loss_sum[r] / scored,
         })
@@ -687,6 +686,9 @@ mod tests {
     #[test]
     fn macro_accuracy_matches_torchmetrics_hand_case() {
         assert!((macro_of(&[2, 1, 0, 1], &[2, 1, 0, 0]) - 5.0 / 6.0).abs() < 1e-12);
+        let mut micro = ClassCounts::default();
+        micro.add(&[2, 1, 0, 1], &[2, 1, 0, 0]);
+        assert_eq!(micro.micro_accuracy(), 0.75);
         // Counted in two parts, as an evaluation's passes do: the same.
         let mut counts = ClassCounts::default();
         counts.add(&[2, 1], &[2, 1]);

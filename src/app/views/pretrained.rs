@@ -103,6 +103,18 @@ impl Score {
         }
     }
 
+    /// The score in exported file names.
+    fn slug(self) -> &'static str {
+        match self {
+            Score::PreviousToken => "previous-token",
+            Score::FirstToken => "first-token",
+            Score::Entropy => "entropy",
+            Score::Induction => "induction",
+            Score::InductionIou => "induction-iou",
+            Score::AblationChange => "ablation",
+        }
+    }
+
     /// Signed scores are drawn on a diverging scale around 0.
     fn signed(self) -> bool {
         self == Score::AblationChange
@@ -136,20 +148,36 @@ pub struct PretrainedView {
     probe: Option<Vec<HeadScores>>,
     ablation_job: Option<Job<AblationGrid>>,
     ablation: Option<AblationGrid>,
-    mode: Ablation,
     score: Score,
     /// The head shown on plot axes: (index into the reading's layers, head).
     head: (usize, usize),
-    /// The shown layer's head maps and the shown head's map as textures, made once per
-    /// reading, layer and head.
+    /// Bumped whenever the reading, the probe's scores or the ablation change: the cached
+    /// grid is redrawn when it or the score differs.
+    version: u64,
+    /// The shown layer's head maps as textures and the shown head's map as numbers, made when
+    /// the reading, the layer or the head changes (not every frame).
     textures: Option<Textures>,
+    /// The score grid's texture, its colours and values, for (score, version).
+    grid: Option<(Score, u64, Grid)>,
     error: Option<String>,
 }
 
-/// Textures of one reading's layer.
+/// Textures of one reading's layer, and the shown head's map.
 struct Textures {
-    key: (usize, usize),
+    /// (version, layer index, head).
+    key: (u64, usize, usize),
     maps: Vec<egui::TextureHandle>,
+    /// The shown head's map as a row-major square, and its colour range.
+    values: Vec<f32>,
+    scale: ColourScale,
+}
+
+/// The score grid as drawn: `[layer][head]` values, flat values, colours and texture.
+struct Grid {
+    table: Vec<Vec<f64>>,
+    values: Vec<f32>,
+    scale: ColourScale,
+    texture: egui::TextureHandle,
 }
 
 /// The sentence a new view reads: the indirect-object sentence of interpretability's classic
@@ -174,10 +202,11 @@ impl Default for PretrainedView {
             probe: None,
             ablation_job: None,
             ablation: None,
-            mode: Ablation::Zero,
             score: Score::default(),
             head: (0, 0),
+            version: 0,
             textures: None,
+            grid: None,
             error: None,
         }
     }
@@ -188,6 +217,8 @@ impl View for PretrainedView {
         if let Some(opened) = take_result(&mut self.opening, &mut self.error, None) {
             self.remember(opened.folder.clone());
             self.model = Some(opened);
+            // The old model's work is dropped (cancelled) with its results.
+            (self.reading_job, self.probe_job, self.ablation_job) = (None, None, None);
             self.forget_results();
         }
         if let Some(Some(text)) = take_result(&mut self.text_dialog, &mut self.error, None) {
@@ -195,19 +226,22 @@ impl View for PretrainedView {
         }
         if let Some(reading) = take_result(&mut self.reading_job, &mut self.error, None) {
             self.reading = Some(reading);
-            self.ablation = None;
-            self.textures = None;
+            // An ablation of the previous text belongs to it.
+            (self.ablation, self.ablation_job) = (None, None);
             self.head = (0, 0);
+            self.version += 1;
         }
         let cancelled = Some("the probe was cancelled");
         if let Some(scores) = take_result(&mut self.probe_job, &mut self.error, cancelled) {
             self.probe = Some(scores);
             self.score = Score::Induction;
+            self.version += 1;
         }
         let cancelled = Some("the ablation was cancelled");
         if let Some(grid) = take_result(&mut self.ablation_job, &mut self.error, cancelled) {
             self.ablation = Some(grid);
             self.score = Score::AblationChange;
+            self.version += 1;
         }
     }
 
@@ -271,7 +305,7 @@ impl PretrainedView {
         self.reading = None;
         self.probe = None;
         self.ablation = None;
-        self.textures = None;
+        self.version += 1;
     }
 
     /// The model line: open a folder (or a recent one), and what is open.
@@ -326,11 +360,7 @@ impl PretrainedView {
                     let Some(path) = rfd::FileDialog::new().pick_file() else {
                         return Ok(Some(None));
                     };
-                    let text = std::fs::read_to_string(&path).map_err(|cause| crate::Error::Io {
-                        context: "cannot read the text file".into(),
-                        path,
-                        cause,
-                    })?;
+                    let text = crate::io::read_text(&path, "text", crate::io::MAX_TEXT_FILE)?;
                     Ok(Some(Some(text)))
                 }));
             }
@@ -351,27 +381,32 @@ impl PretrainedView {
         });
     }
 
-    /// Reads the text as a job; a text the model cannot read is refused at once.
+    /// Reads the text as a job (a text the model cannot read ends it with the reason); an
+    /// ablation still running belongs to the previous text and is dropped.
     fn read(&mut self, jobs: &Jobs, model: &Arc<Opened>) {
-        let tokens = match tokenise(&model.pretrained, &model.tokenizer, &self.text, self.first) {
-            Ok(tokens) => tokens,
-            Err(e) => {
-                self.error = Some(e.to_string());
-                return;
-            }
-        };
-        let model = model.clone();
+        let (model, text, first) = (model.clone(), self.text.clone(), self.first);
+        self.ablation_job = None;
         self.reading_job = Some(jobs.spawn("reading the text", move |_, _| {
+            let tokens = tokenise(&model.pretrained, &model.tokenizer, &text, first)?;
             Ok(Some(read_text(&model.pretrained, tokens)?))
         }));
     }
 
-    /// The shown layer's head maps as textures, each on its own colour range.
+    /// The shown layer's head maps as textures, each on its own colour range, and the shown
+    /// head's map; remade only when the reading, the layer or the head changes.
     fn refresh(&mut self, ctx: &egui::Context) {
         let Some(reading) = &self.reading else { return };
-        let key = (self.head.0, reading.tokens.ids.len());
-        if self.textures.as_ref().is_some_and(|t| t.key == key) {
-            return;
+        let key = (self.version, self.head.0, self.head.1);
+        match &mut self.textures {
+            Some(t) if t.key == key => return,
+            // Another head of the same layer: its thumbnails stand.
+            Some(t) if (t.key.0, t.key.1) == (key.0, key.1) => {
+                t.values = square(&reading.attention[key.1][key.2]);
+                t.scale = ColourScale::of(&t.values, false);
+                t.key = key;
+                return;
+            }
+            _ => {}
         }
         let n = reading.tokens.ids.len();
         let maps = reading.attention[self.head.0]
@@ -384,7 +419,14 @@ impl PretrainedView {
                 ctx.load_texture(name, image, egui::TextureOptions::NEAREST)
             })
             .collect();
-        self.textures = Some(Textures { key, maps });
+        let values = square(&reading.attention[key.1][key.2]);
+        let scale = ColourScale::of(&values, false);
+        self.textures = Some(Textures {
+            key,
+            maps,
+            values,
+            scale,
+        });
     }
 
     /// The score grid with its choice of score, the probe and ablation buttons, and the shown
@@ -399,6 +441,8 @@ impl PretrainedView {
         let Some(reading) = &self.reading else { return };
         ui.label(reading.tokens.numbered(40));
         let layers = reading.layers.clone();
+        // The reading's own head count: the grid and the maps are of its data.
+        let heads = reading.attention.first().map_or(0, Vec::len);
         egui::ComboBox::from_label("head score")
             .selected_text(self.score.label())
             .show_ui(ui, |ui| {
@@ -409,34 +453,28 @@ impl PretrainedView {
             });
         self.probe_controls(ui, jobs, model);
         self.ablation_controls(ui, jobs, model);
-        let heads = model.pretrained.model_config.n_heads;
-        match self.grid() {
-            Some(table) => {
-                let values: Vec<f32> = table.iter().flatten().map(|&v| v as f32).collect();
-                let scale = match self.score.signed() {
-                    true => ColourScale::signed(&values),
-                    false => ColourScale::of(&values, false),
-                };
+        self.refresh_grid(ui.ctx(), (layers.len(), heads));
+        match &self.grid {
+            Some((score, _, grid)) => {
+                let score = *score;
                 ui.horizontal(|ui| {
-                    scale.legend(ui, self.score.label());
-                    let (score, caption) = (self.score, self.caption(model));
-                    exporter.buttons(ui, &format!("heads-{}", slug(score)), || {
+                    grid.scale.legend(ui, score.label());
+                    let caption = self.caption(model);
+                    exporter.buttons(ui, &format!("heads-{}", score.slug()), || {
                         layer_head_heatmap(
                             format!("{}: {}", model.pretrained.family, score.label()),
                             caption,
-                            &table,
+                            &grid.table,
                             &layers,
                             score.label(),
                         )
                     });
                 });
-                let image = scale.image(&values, layers.len(), heads);
-                let texture =
-                    ui.ctx()
-                        .load_texture("pretrained-scores", image, egui::TextureOptions::NEAREST);
-                if let Some(cell) = grid_image(ui, &texture, (&layers, heads), &values, self.score)
-                {
+                let shape = (layers.as_slice(), heads);
+                if let Some(cell) = grid_image(ui, &grid.texture, shape, &grid.values, score) {
                     self.head = cell;
+                    // The maps follow on the next frame.
+                    ui.ctx().request_repaint();
                 }
             }
             None => {
@@ -449,8 +487,31 @@ impl PretrainedView {
         self.layer_maps_ui(ui, heads);
     }
 
-    /// The grid of the chosen score, `[layer][head]`, if computed.
-    fn grid(&self) -> Option<Vec<Vec<f64>>> {
+    /// The chosen score's grid as drawn, made again only when the score or the results change.
+    fn refresh_grid(&mut self, ctx: &egui::Context, (layers, heads): (usize, usize)) {
+        if self.grid.as_ref().is_some_and(|(s, v, _)| (*s, *v) == (self.score, self.version)) {
+            return;
+        }
+        self.grid = self.table().map(|table| {
+            let values: Vec<f32> = table.iter().flatten().map(|&v| v as f32).collect();
+            let scale = match self.score.signed() {
+                true => ColourScale::signed(&values),
+                false => ColourScale::of(&values, false),
+            };
+            let image = scale.image(&values, layers, heads);
+            let texture = ctx.load_texture("pretrained-scores", image, egui::TextureOptions::NEAREST);
+            let grid = Grid {
+                table,
+                values,
+                scale,
+                texture,
+            };
+            (self.score, self.version, grid)
+        });
+    }
+
+    /// The table of the chosen score, `[layer][head]`, if computed.
+    fn table(&self) -> Option<Vec<Vec<f64>>> {
         let reading = self.reading.as_ref()?;
         let heads = reading.attention.first().map_or(0, Vec::len);
         let table = |values: Vec<f64>| -> Vec<Vec<f64>> {
@@ -471,7 +532,8 @@ impl PretrainedView {
     fn caption(&self, model: &Opened) -> String {
         let on = match self.score {
             Score::Induction | Score::InductionIou => {
-                format!("on the induction probe ({})", probe().describe())
+                let probe = probe_for(&model.pretrained);
+                format!("on the induction probe ({})", probe.describe())
             }
             Score::AblationChange => match &self.ablation {
                 Some(grid) => format!(
@@ -493,15 +555,11 @@ impl PretrainedView {
                 None => {
                     let button = ui
                         .button("Run the induction probe")
-                        .on_hover_text(probe().describe());
+                        .on_hover_text(probe_for(&model.pretrained).describe());
                     if button.clicked() {
                         let model = model.clone();
                         self.probe_job = Some(jobs.spawn("induction probe", move |_, _| {
-                            let probe = InductionProbe {
-                                vocab: model.pretrained.vocab_size,
-                                first: model.pretrained.first_token,
-                                ..probe()
-                            };
+                            let probe = probe_for(&model.pretrained);
                             Ok(Some(induction_scores(&model.pretrained, &probe)?))
                         }));
                     }
@@ -535,7 +593,6 @@ impl PretrainedView {
                     }
                 };
                 let (model, layers) = (model.clone(), reading.layers.clone());
-                self.mode = mode;
                 self.ablation_job = Some(jobs.spawn("ablating heads", move |progress, cancel| {
                     let heads = model.pretrained.model_config.n_heads;
                     let shape = (layers.as_slice(), heads);
@@ -549,7 +606,7 @@ impl PretrainedView {
     fn layer_maps_ui(&mut self, ui: &mut egui::Ui, heads: usize) {
         let Some(reading) = &self.reading else { return };
         let Some(textures) = &self.textures else { return };
-        let layer = reading.layers[self.head.0];
+        let layer = reading.layers[textures.key.1];
         ui.label(format!("layer {layer}: its heads (click one)"));
         let side = ((ui.available_width() - 8.0) / heads.min(8) as f32).clamp(32.0, 160.0);
         let mut clicked = None;
@@ -564,7 +621,8 @@ impl PretrainedView {
             }
         });
         if let Some(head) = clicked {
-            self.head.1 = head;
+            self.head = (textures.key.1, head);
+            ui.ctx().request_repaint();
         }
     }
 
@@ -573,14 +631,15 @@ impl PretrainedView {
         let (Some(reading), Some(textures)) = (&self.reading, &self.textures) else {
             return;
         };
-        let (index, head) = self.head;
+        // What the textures were made for (the head picked this frame shows on the next).
+        let (_, index, head) = textures.key;
         let Some(texture) = textures.maps.get(head) else {
             return;
         };
         let layer = reading.layers[index];
         let tokens = &reading.tokens.tokens;
         let n = tokens.len();
-        let values = square(&reading.attention[index][head]);
+        let values = &textures.values;
         ui.horizontal(|ui| {
             ui.strong(format!("layer {layer} head {head}"));
             exporter.buttons(ui, &format!("pretrained-layer{layer}-head{head}"), || {
@@ -593,7 +652,7 @@ impl PretrainedView {
                 )
             });
         });
-        ColourScale::of(&values, false).legend(ui, "weight");
+        textures.scale.legend(ui, "weight");
         axes_note(ui, QUERY_KEY_AXES);
         let ticks = |mark: GridMark, _: &std::ops::RangeInclusive<f64>| token_tick(mark.value, tokens);
         let hover = |at: &HoverPosition| {
@@ -601,7 +660,7 @@ impl PretrainedView {
             | HoverPosition::NearDataPoint { position, .. }) = at;
             let (i, j) = (position.y.floor(), position.x.floor());
             let inside = (0.0..n as f64).contains(&i) && (0.0..n as f64).contains(&j);
-            inside.then(|| cell_text(&values, tokens, i as usize, j as usize))
+            inside.then(|| cell_text(values, tokens, i as usize, j as usize))
         };
         titled_plot("pretrained-head", QUERY_KEY_AXES)
             .height(ui.available_height().max(240.0))
@@ -619,29 +678,19 @@ impl PretrainedView {
     }
 }
 
-/// The probe the view runs: TransformerLens's 50 random tokens repeated, over 8 sequences (the
-/// vocabulary and first token are the model's).
-fn probe() -> InductionProbe {
+/// The probe the view runs on `model`: TransformerLens's 50 random tokens repeated (fewer where
+/// the model's positions are fewer), over 8 sequences, after its first token.
+fn probe_for(model: &Pretrained) -> InductionProbe {
+    let first = usize::from(model.first_token.is_some());
     InductionProbe {
         rows: 8,
-        half: 50,
-        vocab: 0,
-        first: None,
+        half: 50.min(model.max_len.saturating_sub(first) / 2).max(1),
+        vocab: model.vocab_size,
+        first: model.first_token,
         seed: 0,
     }
 }
 
-/// A file-name-safe name of a score.
-fn slug(score: Score) -> &'static str {
-    match score {
-        Score::PreviousToken => "previous-token",
-        Score::FirstToken => "first-token",
-        Score::Entropy => "entropy",
-        Score::Induction => "induction",
-        Score::InductionIou => "induction-iou",
-        Score::AblationChange => "ablation",
-    }
-}
 
 /// A causal map (row q over keys 0..=q) as a row-major square, zeros above the diagonal.
 fn square(map: &[Vec<f32>]) -> Vec<f32> {
