@@ -85,6 +85,13 @@ impl Options {
                 "is too short: every length must be at least 1 token",
             ));
         }
+        if !(self.delta.is_finite() && self.delta > 0.0) {
+            return Err(Error::argument(
+                "delta (--delta)",
+                self.delta,
+                "must be a positive number: Definition 0.1's threshold on |ppl_n − ppl_L| / ppl_L",
+            ));
+        }
         let positive = [
             ("stride (--stride)", self.stride.unwrap_or(1)),
             ("chunk (--chunk)", self.chunk),
@@ -581,6 +588,16 @@ mod tests {
         };
         let err = zero_chunk.validate().unwrap_err().to_string();
         assert!(err.contains("--chunk"), "{err}");
+        for delta in [f64::NAN, 0.0, -1.0, f64::INFINITY] {
+            let err = Options {
+                delta,
+                ..Options::default()
+            }
+            .validate()
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains("--delta"), "{delta}: {err}");
+        }
         assert!(Options::default().validate().is_ok());
     }
 
