@@ -522,6 +522,48 @@ fn a_sweep_fills_its_grid_and_shows_its_summary() {
     assert!(root.path().join("out/summary.json").is_file());
 }
 
+/// MAD-lite's shape in small: one probe, two decays; the view shows MAD's score beside the
+/// published row and its bar figure.
+#[test]
+fn a_mad_sweep_shows_mads_score_beside_the_published_row() {
+    let root = tempfile::tempdir().unwrap();
+    let base =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("presets/mad_in_context_recall.toml");
+    let file = root.path().join("sweep.toml");
+    let tiny = "model.d_model=16 model.n_heads=2 task.train_examples=32 task.test_examples=16 \
+                train.batch_size=8 train.max_steps=2";
+    let set: Vec<String> = tiny.split(' ').map(|o| format!("{o:?}")).collect();
+    let text = format!(
+        "name = \"m\"\nbase = {base:?}\nout = {:?}\nset = [{}]\n\
+         [axes]\nprobe = [\"memorization\"]\nweight_decay = [0.0, 0.1]\n",
+        root.path().join("out"),
+        set.join(", ")
+    );
+    std::fs::write(&file, text).unwrap();
+    let mut app = app(root.path());
+    app.tab = Tab::Sweep;
+    let mut harness = harness(app);
+    harness.state_mut().views.sweep.path = file.display().to_string();
+    harness.run();
+    harness.get_by_label("Load").click();
+    harness.run();
+    assert_eq!(harness.state().views.sweep.error, None);
+    harness.get_by_label("Run sweep").click();
+    step_while_working(&mut harness);
+    run_until(&mut harness, "the sweep's summary", |app| {
+        app.views.sweep.report.is_some()
+    });
+    harness.run();
+    let summary = &harness.state().views.sweep.report.as_ref().unwrap().summary;
+    assert_eq!(summary.runs.len(), 2);
+    assert!(summary.points.is_empty(), "MAD runs are no MQAR point");
+    assert_eq!(summary.mad.len(), 1);
+    assert_eq!((summary.mad[0].runs, summary.mad[0].settings), (2, 1));
+    harness.get_by_label("memorization");
+    harness.get_by_label("0.852 (Transformer)");
+    harness.get_by_label("MAD score per task");
+}
+
 #[test]
 fn extrapolation_of_a_language_model_fills_the_table_and_exports() {
     let root = tempfile::tempdir().unwrap();

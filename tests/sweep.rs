@@ -86,6 +86,20 @@ fn a_resumed_sweep_trains_only_unfinished_cells() {
     assert_eq!(summary.points.len(), 1, "one mechanism, length and width");
     assert_eq!(summary.points[0].seeds, 2);
     assert_eq!(summary.points[0].by_lr.len(), 2);
+    assert!(summary.unreadable.is_empty());
+
+    // A run whose summary no longer reads is named and left out; the others still count.
+    let broken = sweep.finished_run(&sweep.cells[3]).unwrap();
+    std::fs::write(broken.join("summary.json"), "{ not json").unwrap();
+    let summary = attnlab::sweep::collect(&[sweep.out.clone()]).unwrap();
+    assert_eq!(summary.runs.len(), 3);
+    assert_eq!(summary.unreadable.len(), 1);
+    let name = broken.file_name().unwrap().to_string_lossy();
+    assert!(
+        summary.unreadable[0].contains(&*name),
+        "{:?}",
+        summary.unreadable
+    );
 }
 
 #[test]

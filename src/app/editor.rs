@@ -15,7 +15,7 @@ use crate::tasks::TaskSpec;
 use crate::tasks::lm::{LmConfig, Tokens};
 use crate::tasks::mad::{MadConfig, Probe, Split as MadSplit};
 use crate::tasks::mqar::MqarConfig;
-use crate::train::{Schedule, TrainConfig};
+use crate::train::{Metric, Schedule, TrainConfig};
 
 /// The preset being edited, where it came from, and what was last saved.
 pub struct Editor {
@@ -185,15 +185,12 @@ fn model_ui(ui: &mut egui::Ui, m: &mut ModelConfig) {
     ui.horizontal(|ui| {
         let label = ui.label("layout");
         egui::ComboBox::from_id_salt("layout")
-            .selected_text(match m.layout {
-                Layout::Attnlab => "attnlab",
-                Layout::Zoology => "zoology",
-            })
+            .selected_text(m.layout.name())
             .show_ui(ui, |ui| {
-                ui.selectable_value(&mut m.layout, Layout::Attnlab, "attnlab")
-                    .on_hover_text("PyTorch's module defaults (the benchmark's reference)");
-                ui.selectable_value(&mut m.layout, Layout::Zoology, "zoology")
-                    .on_hover_text("zoology's MQAR model: N(0, 0.02) init, tied head, dropout 0.1, LayerNorm between mixers");
+                for layout in Layout::ALL {
+                    ui.selectable_value(&mut m.layout, layout, layout.name())
+                        .on_hover_text(layout.summary());
+                }
             })
             .response
             .labelled_by(label.id)
@@ -202,7 +199,7 @@ fn model_ui(ui: &mut egui::Ui, m: &mut ModelConfig) {
                 key_hint("model.layout")
             ));
     });
-    if m.layout == Layout::Attnlab {
+    if m.layout != Layout::Zoology {
         ui.checkbox(&mut m.tie_embeddings, "tie embeddings with the output head")
             .on_hover_text(key_hint("model.tie_embeddings"));
     }
@@ -621,9 +618,9 @@ fn train_ui(ui: &mut egui::Ui, t: &mut TrainConfig) {
         "schedule",
         "train.schedule",
         &mut t.schedule,
-        &[Schedule::Cosine, Schedule::Constant],
+        &[Schedule::Cosine, Schedule::CosineEpochs, Schedule::Constant],
     );
-    if t.schedule == Schedule::Cosine {
+    if t.schedule != Schedule::Constant {
         real(
             ui,
             "final learning rate",
@@ -681,6 +678,13 @@ fn train_ui(ui: &mut egui::Ui, t: &mut TrainConfig) {
         &mut t.target_accuracy,
         0.0..=1.0,
         1e-3,
+    );
+    choice(
+        ui,
+        "accuracy (target, summary)",
+        "train.metric",
+        &mut t.metric,
+        &[Metric::Micro, Metric::Macro],
     );
     seed(ui, "seed", "train.seed", &mut t.seed);
     ui.horizontal(|ui| {

@@ -287,6 +287,9 @@ fn report(summary: SweepSummary, dir: &std::path::Path) -> anyhow::Result<()> {
         eprintln!("wrote {}", path.display());
     }
     out!("{}", render(&report, Format::Text)?);
+    for why in &report.summary.unreadable {
+        eprintln!("left out, unreadable: {why}");
+    }
     if report.summary.duplicates > 0 {
         eprintln!(
             "{} runs repeated the settings of a later run and were left out",

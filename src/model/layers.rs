@@ -1,14 +1,14 @@
-//! Linear, LayerNorm, Embedding and MLP, written with differentiable ops only. They start like
-//! PyTorch's modules (so `attnlab bench` and the PyTorch reference start alike) or like
-//! zoology's ([`super::Build`] chooses, from `model.layout`).
+//! Linear, the norms, Embedding and the MLPs, written with differentiable ops only. They start
+//! like PyTorch's modules (so `attnlab bench` and the PyTorch reference start alike), like
+//! zoology's or like MAD's ([`super::Build`] chooses, from `model.layout`).
 
 use candle_core::Tensor;
 
-use super::{Activation, Build};
+use super::{Activation, Build, Layout};
 use crate::Result;
 use crate::ops::{
     Precision, add_bias_replicas, add_broadcast, gelu_erf, gelu_tanh, layer_norm, linear,
-    linear_heads, linear_replicas,
+    linear_heads, linear_replicas, rms_norm, silu_gate,
 };
 use crate::params::{Init, Params};
 
@@ -17,6 +17,8 @@ use crate::params::{Init, Params};
 pub enum LinearInit {
     /// `nn.Linear`'s: weight and bias U(±1/√in).
     Torch,
+    /// `nn.Linear`'s weight, the bias zeroed (mad-lab's `_init_weights`).
+    TorchZeroBias,
     /// Weight N(0, std²), bias 0 (GPT-2's and zoology's).
     Normal(f64),
 }
@@ -29,6 +31,7 @@ impl LinearInit {
                 let bound = Init::Uniform(1.0 / (in_dim as f64).sqrt());
                 (bound, bound)
             }
+            Self::TorchZeroBias => (Self::Torch.inits(in_dim).0, Init::Constant(0.0)),
             Self::Normal(std) => (Init::Normal(std), Init::Constant(0.0)),
         }
     }
@@ -136,23 +139,37 @@ impl Linear {
     }
 }
 
-/// LayerNorm over the last dimension, γ = 1, β = 0 at start, ε = 1e-5.
-pub struct LayerNorm {
+/// LayerNorm over the last dimension (γ = 1, β = 0 at start), or RMSNorm (γ only) where the
+/// layout says ([`Layout::rms_norm`]); ε = 1e-5 in both, as PyTorch's and mad-lab's.
+pub struct Norm {
     weight: Tensor,
-    bias: Tensor,
+    /// β: LayerNorm's; `None` for RMSNorm.
+    bias: Option<Tensor>,
 }
 
-impl LayerNorm {
-    pub fn new(dim: usize, params: &Params) -> Result<Self> {
+impl Norm {
+    const EPS: f64 = 1e-5;
+
+    pub fn new(dim: usize, layout: Layout, params: &Params) -> Result<Self> {
         Ok(Self {
             weight: params.get("weight", dim, Init::Constant(1.0))?,
-            bias: params.get("bias", dim, Init::Constant(0.0))?,
+            bias: (!layout.rms_norm())
+                .then(|| params.get("bias", dim, Init::Constant(0.0)))
+                .transpose()?,
         })
+    }
+
+    /// The parameters of one norm of width `dim` in `layout`.
+    pub fn parameters(dim: usize, layout: Layout) -> usize {
+        if layout.rms_norm() { dim } else { 2 * dim }
     }
 
     /// With replicas, weight and bias are (R, dim), one row per replica.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        layer_norm(x, &self.weight, &self.bias, 1e-5)
+        match &self.bias {
+            Some(bias) => layer_norm(x, &self.weight, bias, Self::EPS),
+            None => rms_norm(x, &self.weight, Self::EPS),
+        }
     }
 }
 
@@ -188,11 +205,20 @@ impl Embedding {
     }
 }
 
-/// Linear → GELU (erf as `nn.GELU()`, or its tanh approximation) → Linear.
-pub struct Mlp {
-    up: Linear,
-    activation: Activation,
-    down: Linear,
+/// The channel mixer: Linear → GELU (erf as `nn.GELU()`, or its tanh approximation) →
+/// Linear, or in the MAD layout SwiGLU, w3(silu(w1 x) ⊙ w2 x) without biases (mad-lab's
+/// `mlp.py`, its parameter names).
+pub enum Mlp {
+    Gelu {
+        up: Linear,
+        activation: Activation,
+        down: Linear,
+    },
+    SwiGlu {
+        w1: Linear,
+        w2: Linear,
+        w3: Linear,
+    },
 }
 
 impl Mlp {
@@ -202,19 +228,49 @@ impl Mlp {
         build: &Build,
         params: &Params,
     ) -> Result<Self> {
-        Ok(Self {
+        if build.layout == Layout::Mad {
+            let no_bias = |dims, residual, name: &str| {
+                let init = build.linear_init(residual);
+                Linear::new(dims, false, init, build.precision, &params.pp(name))
+            };
+            return Ok(Self::SwiGlu {
+                w1: no_bias((dim, hidden), false, "w1")?,
+                w2: no_bias((dim, hidden), false, "w2")?,
+                w3: no_bias((hidden, dim), true, "w3")?,
+            });
+        }
+        Ok(Self::Gelu {
             up: build.linear((dim, hidden), false, &params.pp("up"))?,
             activation,
             down: build.linear((hidden, dim), true, &params.pp("down"))?,
         })
     }
 
+    /// The parameters of an MLP of `(dim, hidden)` in `layout`.
+    pub fn parameters((dim, hidden): (usize, usize), layout: Layout) -> usize {
+        match layout {
+            Layout::Mad => 3 * dim * hidden,
+            Layout::Attnlab | Layout::Zoology => 2 * dim * hidden + hidden + dim,
+        }
+    }
+
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let hidden = self.up.forward(x)?;
-        let hidden = match self.activation {
-            Activation::Gelu => gelu_erf(&hidden)?,
-            Activation::GeluTanh => gelu_tanh(&hidden)?,
-        };
-        self.down.forward(&hidden)
+        match self {
+            Self::Gelu {
+                up,
+                activation,
+                down,
+            } => {
+                let hidden = up.forward(x)?;
+                let hidden = match activation {
+                    Activation::Gelu => gelu_erf(&hidden)?,
+                    Activation::GeluTanh => gelu_tanh(&hidden)?,
+                };
+                down.forward(&hidden)
+            }
+            Self::SwiGlu { w1, w2, w3 } => {
+                w3.forward(&silu_gate(&w2.forward(x)?, &w1.forward(x)?)?)
+            }
+        }
     }
 }

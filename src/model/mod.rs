@@ -19,7 +19,7 @@ mod transformer;
 use serde::{Deserialize, Serialize};
 
 pub use conv::{PrevToken, ShortConv};
-pub use layers::{Embedding, LayerNorm, Linear, LinearInit, Mlp};
+pub use layers::{Embedding, Linear, LinearInit, Mlp, Norm};
 pub use mha::{Ablation, HeadAblation, MultiHeadAttention};
 pub use transformer::{Forward, Transformer};
 
@@ -47,6 +47,7 @@ impl Build {
     pub fn linear_init(&self, residual: bool) -> LinearInit {
         match self.layout {
             Layout::Attnlab => LinearInit::Torch,
+            Layout::Mad => LinearInit::TorchZeroBias,
             Layout::Zoology if residual => {
                 LinearInit::Normal(Self::ZOOLOGY_STD / (2.0 * self.n_layers as f64).sqrt())
             }
@@ -74,7 +75,8 @@ impl Build {
     pub fn embedding_std(layout: Layout) -> f64 {
         match layout {
             Layout::Attnlab => 1.0,
-            Layout::Zoology => Self::ZOOLOGY_STD,
+            // mad-lab's `LanguageModel._init_weights`: N(0, 0.02), as zoology's.
+            Layout::Zoology | Layout::Mad => Self::ZOOLOGY_STD,
         }
     }
 }
@@ -137,14 +139,60 @@ pub enum Layout {
     /// weights; and with `mlp_ratio = 0` its Identity state mixer, which still adds
     /// LayerNorm(x) to the residual stream after every mixer.
     Zoology,
+    /// MAD's model (mad-lab's `LanguageModel`, Poli et al. 2024): RMSNorm (ε 1e-5) before every
+    /// sub-layer and at the end, SwiGLU channel mixers w3(silu(w1 x) ⊙ w2 x) without biases
+    /// ([`Self::mlp_hidden`]), linear weights U(±1/√in) with zero biases, embeddings
+    /// N(0, 0.02), an untied LM head with a bias, no dropout. Positions come from the
+    /// encoding (RoPE in MAD).
+    Mad,
 }
 
 impl Layout {
+    /// Every layout, in the editor's order.
+    pub const ALL: [Self; 3] = [Self::Attnlab, Self::Zoology, Self::Mad];
+
+    /// As presets spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Attnlab => "attnlab",
+            Self::Zoology => "zoology",
+            Self::Mad => "mad",
+        }
+    }
+
+    /// One line on what sets it apart, for the editor.
+    pub fn summary(self) -> &'static str {
+        match self {
+            Self::Attnlab => "PyTorch's module defaults (the benchmark's reference)",
+            Self::Zoology => {
+                "zoology's MQAR model: N(0, 0.02) init, tied head, dropout 0.1, LayerNorm between mixers"
+            }
+            Self::Mad => {
+                "MAD's model (Poli et al. 2024): RMSNorm, SwiGLU, zero biases, N(0, 0.02) embeddings, untied head"
+            }
+        }
+    }
+
     /// Dropout on the embeddings when the preset leaves it unset.
     pub fn embed_dropout(self) -> f64 {
         match self {
-            Self::Attnlab => 0.0,
+            Self::Attnlab | Self::Mad => 0.0,
             Self::Zoology => 0.1,
+        }
+    }
+
+    /// Whether the block and final norms are RMSNorm (weight only) rather than LayerNorm.
+    pub fn rms_norm(self) -> bool {
+        self == Self::Mad
+    }
+
+    /// The channel mixer's hidden width for `model.mlp_ratio` r at width d: r·d, or for
+    /// MAD's SwiGLU 16·⌈int(2·r·d/3)/16⌉ (mad-lab's `mlp.py`: 352 at d 128, r 4), two thirds
+    /// of it because SwiGLU has three matrices instead of two.
+    pub fn mlp_hidden(self, d: usize, ratio: usize) -> usize {
+        match self {
+            Self::Mad => (2 * ratio * d / 3).div_ceil(16) * 16,
+            Self::Attnlab | Self::Zoology => ratio * d,
         }
     }
 
@@ -219,6 +267,11 @@ impl ModelConfig {
     pub fn attention_dropout(&self) -> f64 {
         self.attention_dropout
             .unwrap_or_else(|| self.layout.attention_dropout())
+    }
+
+    /// The channel mixer's hidden width ([`Layout::mlp_hidden`]).
+    pub fn mlp_hidden(&self) -> usize {
+        self.layout.mlp_hidden(self.d_model, self.mlp_ratio)
     }
 
     /// Layers whose mixer is attention, in order.
@@ -305,5 +358,35 @@ mod tests {
         assert!(parallel(4).validate().is_ok());
         let error = parallel(0).validate().unwrap_err().to_string();
         assert!(error.contains("model.parallel_residual"), "{error}");
+    }
+
+    /// MAD's benchmark model (d 128, 16 heads, attention + SwiGLU twice, vocabulary 16), counted
+    /// by hand from mad-lab's modules: embedding 16·128; per block an RMSNorm (128), the qkv and
+    /// output projections with biases (128·384 + 384, 128·128 + 128), an RMSNorm and SwiGLU
+    /// 3·128·352; the final RMSNorm and the head with a bias (128·16 + 16). Its biases start at
+    /// zero and its norms have no shift.
+    #[test]
+    fn the_mad_layout_builds_mads_model() {
+        assert_eq!(Layout::Mad.mlp_hidden(128, 4), 352);
+        assert_eq!(Layout::Attnlab.mlp_hidden(128, 4), 512);
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("presets")
+            .join("mad_in_context_recall.toml");
+        let preset = crate::preset::Preset::load(&path, &[]).unwrap();
+        let params = Params::new(0, &candle_core::Device::Cpu);
+        preset.build_model(&params).unwrap();
+        let block = 128 + (128 * 384 + 384) + (128 * 128 + 128) + 128 + 3 * 128 * 352;
+        assert_eq!(params.count(), 16 * 128 + 2 * block + 128 + (128 * 16 + 16));
+        for (name, var) in params.vars() {
+            let values = var.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            assert!(!name.ends_with("norm.bias"), "{name}: RMSNorm has no bias");
+            if name.ends_with("bias") {
+                assert!(values.iter().all(|&v| v == 0.0), "{name} starts at zero");
+            }
+            if name.starts_with("embedding") {
+                let std = (values.iter().map(|v| v * v).sum::<f32>() / values.len() as f32).sqrt();
+                assert!((std - 0.02).abs() < 0.002, "{name}: std {std}");
+            }
+        }
     }
 }

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use candle_core::Tensor;
 
 use super::{
-    Build, Embedding, HeadAblation, LayerNorm, Layout, Linear, MixerKind, Mlp, ModelConfig,
-    MultiHeadAttention, PrevToken, ShortConv, gather_rows,
+    Build, Embedding, HeadAblation, Layout, Linear, MixerKind, Mlp, ModelConfig,
+    MultiHeadAttention, Norm, PrevToken, ShortConv, gather_rows,
 };
 use crate::Result;
 use crate::attention::{Attention, MechanismShape, MechanismSpec};
@@ -25,15 +25,15 @@ enum StateMixer {
     /// Nothing (the attnlab layout without an MLP).
     None,
     /// x + norm(x): zoology's Identity state mixer, applied to its LayerNorm's output.
-    Norm(LayerNorm),
+    Norm(Norm),
     /// x + mlp(norm(x)).
-    Mlp(LayerNorm, Mlp),
+    Mlp(Norm, Mlp),
 }
 
 /// Pre-norm residual block: x + mixer(norm(x)), then the state mixer; with a parallel
 /// residual (GPT-NeoX's `use_parallel_residual`) x + mixer(norm₁(x)) + mlp(norm₂(x)).
 struct Block {
-    norm: LayerNorm,
+    norm: Norm,
     mixer: Mixer,
     state: StateMixer,
     parallel: bool,
@@ -110,7 +110,7 @@ pub struct Transformer {
     embedding: Embedding,
     input_encoding: Arc<dyn Encoding>,
     blocks: Vec<Block>,
-    final_norm: LayerNorm,
+    final_norm: Norm,
     head: Linear,
     /// Dropout on the embeddings while training.
     embed_dropout: f64,
@@ -205,17 +205,22 @@ impl Transformer {
                     )?),
                     MixerKind::PrevToken => Mixer::PrevToken(PrevToken),
                 };
-                let state_norm = || LayerNorm::new(d, &p.pp("mlp_norm"));
+                let state_norm = || Norm::new(d, config.layout, &p.pp("mlp_norm"));
                 let state = match (config.mlp_ratio, config.layout) {
-                    (0, Layout::Attnlab) => StateMixer::None,
+                    (0, Layout::Attnlab | Layout::Mad) => StateMixer::None,
                     (0, Layout::Zoology) => StateMixer::Norm(state_norm()?),
-                    (ratio, _) => StateMixer::Mlp(
+                    (_, _) => StateMixer::Mlp(
                         state_norm()?,
-                        Mlp::new((d, ratio * d), config.activation, &build, &p.pp("mlp"))?,
+                        Mlp::new(
+                            (d, config.mlp_hidden()),
+                            config.activation,
+                            &build,
+                            &p.pp("mlp"),
+                        )?,
                     ),
                 };
                 Ok(Block {
-                    norm: LayerNorm::new(d, &p.pp("norm"))?,
+                    norm: Norm::new(d, config.layout, &p.pp("norm"))?,
                     mixer,
                     state,
                     parallel: config.parallel_residual,
@@ -226,18 +231,20 @@ impl Transformer {
         let head = match config.layout {
             // zoology's LanguageModel: lm_head shares the embedding and has no bias.
             Layout::Zoology => Linear::from_weight(embedding.weight().clone(), None, precision),
-            Layout::Attnlab if config.tie_embeddings => {
+            Layout::Attnlab | Layout::Mad if config.tie_embeddings => {
                 let bias =
                     params.get("head.bias", vocab_size, crate::params::Init::Constant(0.0))?;
                 Linear::from_weight(embedding.weight().clone(), Some(bias), precision)
             }
-            Layout::Attnlab => build.linear((d, vocab_size), false, &params.pp("head"))?,
+            Layout::Attnlab | Layout::Mad => {
+                build.linear((d, vocab_size), false, &params.pp("head"))?
+            }
         };
         Ok(Self {
             embedding,
             input_encoding,
             blocks,
-            final_norm: LayerNorm::new(d, &params.pp("final_norm"))?,
+            final_norm: Norm::new(d, config.layout, &params.pp("final_norm"))?,
             head,
             embed_dropout: config.embed_dropout(),
         })

@@ -13,7 +13,7 @@
 use super::Preset;
 use crate::attention::{LayerSize, MechanismSpec};
 use crate::encodings::{EncodingSpec, Family};
-use crate::model::{Layout, MixerKind};
+use crate::model::{Layout, MixerKind, Mlp, Norm};
 use crate::tasks::TaskSpec;
 use crate::{Error, Result};
 
@@ -261,23 +261,23 @@ fn parameter_count(preset: &Preset) -> f64 {
         + preset.attention.memory(&layer_size(preset)).parameters;
     let mut blocks = 0.0;
     for layer in 0..m.n_layers {
-        blocks += 2.0 * d; // the block's LayerNorm
+        let norm = Norm::parameters(m.d_model, m.layout) as f64;
+        blocks += norm; // the block's norm
         blocks += match m.mixer(layer) {
             MixerKind::Attention => attention,
             MixerKind::ShortConv => m.conv_kernel as f64 * d + d + linear(d, d),
             MixerKind::PrevToken => 0.0,
         };
-        let hidden = (m.mlp_ratio * m.d_model) as f64;
         blocks += match (m.mlp_ratio, m.layout) {
-            (0, Layout::Attnlab) => 0.0,
-            (0, Layout::Zoology) => 2.0 * d,
-            _ => 2.0 * d + linear(d, hidden) + linear(hidden, d),
+            (0, Layout::Attnlab | Layout::Mad) => 0.0,
+            (0, Layout::Zoology) => norm,
+            _ => norm + Mlp::parameters((m.d_model, m.mlp_hidden()), m.layout) as f64,
         };
     }
     let head = match m.layout {
         Layout::Zoology => 0.0,
-        Layout::Attnlab if m.tie_embeddings => vocab,
-        Layout::Attnlab => linear(d, vocab),
+        Layout::Attnlab | Layout::Mad if m.tie_embeddings => vocab,
+        Layout::Attnlab | Layout::Mad => linear(d, vocab),
     };
     let encodings = preset.encoding.parameters(&preset.encoding_shape()) as f64
         * if preset.encoding.is_per_layer() {
@@ -285,7 +285,7 @@ fn parameter_count(preset: &Preset) -> f64 {
         } else {
             1.0
         };
-    vocab * d + blocks + 2.0 * d + head + encodings
+    vocab * d + blocks + Norm::parameters(m.d_model, m.layout) as f64 + head + encodings
 }
 
 /// What one training step keeps alive at its peak in its layers: per layer the normalised
@@ -410,6 +410,8 @@ mod tests {
                     (Layout::Attnlab, 0, false),
                     (Layout::Attnlab, 4, true),
                     (Layout::Zoology, 2, false),
+                    (Layout::Mad, 4, false),
+                    (Layout::Mad, 0, true),
                 ] {
                     let mut preset = tiny();
                     preset.attention = mechanism.clone();

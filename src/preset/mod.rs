@@ -35,7 +35,7 @@ use crate::{Error, Result};
 pub use command::train_command;
 pub use estimate::{MemoryEstimate, bytes};
 pub use state::ModelState;
-pub use train::{Schedule, TrainConfig};
+pub use train::{Metric, Schedule, TrainConfig};
 
 /// The preset schema this build reads and writes.
 pub const SCHEMA: u32 = 1;

@@ -14,8 +14,24 @@ pub enum Schedule {
     /// Cosine decay from `lr` to `min_lr` over the run (PyTorch's `CosineAnnealingLR` per step).
     #[default]
     Cosine,
+    /// The same cosine stepped once an epoch, constant within one: `CosineAnnealingLR(T_max =
+    /// epochs)` stepped per epoch, as MAD's Lightning module does (Lightning's default interval).
+    CosineEpochs,
     /// `lr` throughout.
     Constant,
+}
+
+/// Which test accuracy is a run's headline: what `train.target_accuracy` stops on and what
+/// `summary.json`'s last and best accuracies hold. Both are recorded at every evaluation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Metric {
+    /// The fraction of scored positions predicted exactly (zoology's MQAR accuracy).
+    #[default]
+    Micro,
+    /// Per target class the fraction predicted exactly, averaged over the classes seen:
+    /// torchmetrics' `MulticlassAccuracy` default, MAD's metric.
+    Macro,
 }
 
 /// The `[train]` section of a preset. Defaults are the benchmark's (and PyTorch's) settings.
@@ -43,8 +59,11 @@ pub struct TrainConfig {
     pub grad_clip: f64,
     /// Evaluate every this many steps; 0 means once per epoch (zoology's protocol).
     pub eval_every: usize,
-    /// Stop once test accuracy reaches this value (zoology stops at 0.99); 0 never stops early.
+    /// Stop once test accuracy reaches this value (zoology stops at 0.99, MAD at 0.999); 0
+    /// never stops early.
     pub target_accuracy: f64,
+    /// Which accuracy the target and the summary read: `micro` or `macro` (MAD's).
+    pub metric: Metric,
     /// Seed of the initialisation and of the data order.
     pub seed: u64,
     /// `cpu`, `cuda:N` or `metal`.
@@ -71,6 +90,7 @@ impl Default for TrainConfig {
             grad_clip: 0.0,
             eval_every: 0,
             target_accuracy: 0.99,
+            metric: Metric::Micro,
             seed: 0,
             device: crate::device::DeviceName::Cpu,
             precision: crate::ops::Precision::F32,

@@ -1,5 +1,6 @@
 //! The report of a sweep (the ReBased paper's Figure 1): the best learning rate per mechanism,
-//! length and width, and one accuracy-vs-d_model figure per length.
+//! length and width, and one accuracy-vs-d_model figure per length; for runs of MAD's probes,
+//! MAD's score per mechanism and task.
 
 use std::path::{Path, PathBuf};
 
@@ -10,7 +11,7 @@ use serde_json::json;
 use super::{Report, Table, with_suffix};
 use crate::figures::{self, Figure};
 use crate::sweep::SweepSummary;
-use crate::sweep::figures::{accuracy_panels, frontier_panels};
+use crate::sweep::figures::{accuracy_panels, frontier_panels, mad_figure};
 use crate::{Error, Result};
 
 /// `attnlab sweep`, `sweep collect` and the Sweep view: the summary of a sweep's finished runs.
@@ -39,9 +40,20 @@ impl SweepReport {
 }
 
 impl Report for SweepReport {
-    /// The best-lr table; it is printed as CSV, so that it pastes into a spreadsheet.
+    /// The best-lr table, then MAD's scores where there are any.
     fn text(&self) -> Vec<String> {
-        self.table().text()
+        let (points, mad) = (&self.summary.points, &self.summary.mad);
+        let mut lines = match points.is_empty() && !mad.is_empty() {
+            true => Vec::new(),
+            false => self.table().text(),
+        };
+        if !mad.is_empty() {
+            if !lines.is_empty() {
+                lines.push(String::new());
+            }
+            lines.extend(self.mad_table().text());
+        }
+        lines
     }
 
     /// One accuracy panel per (length, pairs) as `NAME-L<len>-N<pairs>` (no panel stands for
@@ -53,7 +65,8 @@ impl Report for SweepReport {
         let frontier = frontier_panels(&self.summary)
             .into_iter()
             .map(|((seq_len, pairs), figure)| (format!("frontier-L{seq_len}-N{pairs}"), figure));
-        accuracy.chain(frontier).collect()
+        let mad = mad_figure(&self.summary).map(|figure| ("mad".to_string(), figure));
+        accuracy.chain(frontier).chain(mad).collect()
     }
 
     fn csv(&self) -> String {
@@ -62,6 +75,35 @@ impl Report for SweepReport {
 }
 
 impl SweepReport {
+    /// MAD's score per mechanism and task, with the published score beside it where there is
+    /// one, the runs it rests on and their epoch scale.
+    fn mad_table(&self) -> Table {
+        let mut table = Table::new(&[
+            "mechanism",
+            "mad_task",
+            "score",
+            "published",
+            "settings",
+            "runs",
+            "epoch_scale",
+            "macro",
+        ]);
+        for s in &self.summary.mad {
+            let published = crate::sweep::mad::published(&s.mechanism, &s.probe);
+            table.push(vec![
+                json!(s.mechanism),
+                json!(s.probe),
+                json!(s.score),
+                json!(published.map(|(model, score)| format!("{score} ({model})"))),
+                json!(s.settings),
+                json!(s.runs),
+                json!(s.epoch_scale),
+                json!(s.macro_metric),
+            ]);
+        }
+        table
+    }
+
     /// One row per point: its cell, best lr, the mean and spread over seeds there, and the
     /// model's recurrent state.
     fn table(&self) -> Table {
@@ -110,6 +152,7 @@ mod tests {
             seed,
             accuracy,
             state_zoology: None,
+            mad: None,
         }
     }
 
@@ -144,6 +187,30 @@ mod tests {
         assert_eq!(suffixes, ["L64-N4", "L128-N4"]);
         let json = render(&report, Format::Json).unwrap();
         assert!(json.starts_with("{\n  \"runs\""), "{json}");
+    }
+
+    /// A sweep of MAD's probes only: MAD's table alone in the text, its figure among them.
+    #[test]
+    fn mad_runs_give_mads_table_and_figure() {
+        let mut cell = run("softmax", 128, 0, 0.5);
+        cell.mad = Some(crate::sweep::mad::MadCell {
+            probe: "in-context-recall".into(),
+            setting: "baseline".into(),
+            weight_decay: 0.1,
+            last_accuracy: 0.75,
+            metric: crate::preset::Metric::Macro,
+            epochs: 10,
+        });
+        let report = SweepReport {
+            summary: summarise(vec![cell]),
+        };
+        assert!(report.summary.points.is_empty(), "no MQAR point");
+        let text = report.text();
+        assert_eq!(text.len(), 2, "{text:?}");
+        let row: Vec<&str> = text[1].split_whitespace().collect();
+        assert_eq!(row[..4], ["softmax", "in-context-recall", "0.75", "0.941"]);
+        let suffixes: Vec<String> = report.figures().into_iter().map(|(s, _)| s).collect();
+        assert_eq!(suffixes, ["mad"]);
     }
 
     #[test]

@@ -1,9 +1,14 @@
 //! The sweep's figures: the ReBased paper's Figure 1 (accuracy against d_model, one figure
-//! per sequence length) and the Based paper's Figure 2 (accuracy against the recurrent state,
-//! the recall-vs-state frontier).
+//! per sequence length), the Based paper's Figure 2 (accuracy against the recurrent state,
+//! the recall-vs-state frontier) and MAD's per-task scores beside the published ones.
 
+use super::mad::{MadScore, published};
 use super::{SummaryPoint, SweepSummary};
-use crate::figures::{Figure, LinePlot, Plot, Series};
+use crate::figures::{BarPlot, BarSeries, Figure, LinePlot, Plot, Series};
+use crate::tasks::mad::Probe;
+
+/// Axis titles (x, y) of the MAD score figure.
+pub const MAD_AXES: [&str; 2] = ["MAD task", "MAD score (last macro accuracy)"];
 
 /// Axis titles (x, y) of every panel, which the window's plots of them show too.
 pub const ACCURACY_AXES: [&str; 2] = ["d_model (model width)", "best test accuracy"];
@@ -161,6 +166,74 @@ pub fn frontier_panels(summary: &SweepSummary) -> Vec<((usize, usize), Figure)> 
         .collect()
 }
 
+/// MAD's score per probe (groups, in MAD's order) and mechanism (bars), each mechanism's
+/// published row beside it where the DeltaNet paper's table has one; `None` without MAD runs.
+/// The caption gives the epoch scale: below 1 the scores are not MAD's protocol.
+pub fn mad_figure(summary: &SweepSummary) -> Option<Figure> {
+    let scores = &summary.mad;
+    let probes: Vec<&str> = Probe::ALL
+        .iter()
+        .map(|p| p.name())
+        .filter(|p| scores.iter().any(|s| s.probe == *p))
+        .collect();
+    let mut mechanisms: Vec<&str> = scores.iter().map(|s| s.mechanism.as_str()).collect();
+    mechanisms.sort_unstable();
+    mechanisms.dedup();
+    let score = |mechanism: &str, probe: &str| {
+        scores
+            .iter()
+            .find(|s| s.mechanism == mechanism && s.probe == probe)
+            .map_or(f64::NAN, |s| s.score)
+    };
+    let mut series = Vec::new();
+    for mechanism in mechanisms {
+        series.push(BarSeries {
+            name: format!("{mechanism} (attnlab)"),
+            values: probes.iter().map(|p| score(mechanism, p)).collect(),
+            errors: None,
+        });
+        let rows: Vec<_> = probes.iter().map(|p| published(mechanism, p)).collect();
+        if let Some((model, _)) = rows.iter().flatten().next() {
+            series.push(BarSeries {
+                name: format!("{model} (Yang et al. 2024)"),
+                values: rows
+                    .iter()
+                    .map(|r| r.map_or(f64::NAN, |(_, s)| s))
+                    .collect(),
+                errors: None,
+            });
+        }
+    }
+    (!probes.is_empty()).then(|| Figure {
+        title: "MAD score per task".into(),
+        caption: Some(mad_caption(scores)),
+        plot: Plot::Bars(BarPlot {
+            x_label: MAD_AXES[0].into(),
+            y_label: MAD_AXES[1].into(),
+            groups: probes.iter().map(|p| p.to_string()).collect(),
+            series,
+        }),
+    })
+}
+
+/// How the scores were made: MAD's rule, the epoch scale and the metric.
+fn mad_caption(scores: &[MadScore]) -> String {
+    let scale = scores.iter().map(|s| s.epoch_scale).fold(0.0, f64::max);
+    let metric = match scores.iter().all(|s| s.macro_metric) {
+        true => "macro accuracy",
+        false => "some runs scored micro accuracy, not MAD's macro",
+    };
+    format!(
+        "per setting the best lr x weight decay run's last test accuracy, mean over settings; \
+         {metric}; EPOCH SCALE {scale} of MAD's 200 epochs{}; published: DeltaNet paper's table",
+        if scale < 1.0 {
+            " (not MAD's protocol)"
+        } else {
+            ""
+        }
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,5 +302,51 @@ mod tests {
         let marker = &lines.series[2];
         assert!(marker.dashed && marker.name.contains("40000"), "{marker:?}");
         assert_eq!(marker.points, [(40_000.0, 0.0), (40_000.0, 1.0)]);
+    }
+
+    fn mad_score(mechanism: &str, probe: &str, score: f64) -> MadScore {
+        MadScore {
+            mechanism: mechanism.into(),
+            probe: probe.into(),
+            score,
+            settings: 1,
+            runs: 6,
+            epoch_scale: 0.05,
+            macro_metric: true,
+        }
+    }
+
+    /// Tasks in MAD's order, a bar per mechanism with its published row beside it where the
+    /// table has one (none for ReBased), a missing score as NaN, the epoch scale in words.
+    #[test]
+    fn the_mad_figure_puts_the_published_rows_beside_ours() {
+        assert!(mad_figure(&SweepSummary::default()).is_none());
+        let summary = SweepSummary {
+            mad: vec![
+                mad_score("rebased", "memorization", 0.4),
+                mad_score("softmax", "memorization", 0.8),
+                mad_score("softmax", "in-context-recall", 0.9),
+            ],
+            ..SweepSummary::default()
+        };
+        let figure = mad_figure(&summary).unwrap();
+        assert_eq!(figure.axes(), MAD_AXES);
+        assert!(figure.caption.unwrap().contains("EPOCH SCALE 0.05"));
+        let Plot::Bars(bars) = figure.plot else {
+            panic!("bars")
+        };
+        assert_eq!(bars.groups, ["in-context-recall", "memorization"]);
+        let names: Vec<&str> = bars.series.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "rebased (attnlab)",
+                "softmax (attnlab)",
+                "Transformer (Yang et al. 2024)"
+            ]
+        );
+        assert!(bars.series[0].values[0].is_nan());
+        assert_eq!(bars.series[0].values[1], 0.4);
+        assert_eq!(bars.series[2].values, [0.941, 0.852]);
     }
 }

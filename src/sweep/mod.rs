@@ -14,7 +14,9 @@
 //! seq_len = [64, 128]
 //! num_kv_pairs = [4, 8]                  # one per seq_len
 //! lr = [1e-3, 3e-3]
+//! weight_decay = [0.0, 0.1]
 //! seed = [0, 1, 2]                       # train.seed: initialisation and data order
+//! probe = ["in-context-recall"]          # task.probe of a MAD base preset
 //! ```
 //!
 //! Cells that differ only in per-run settings (seed, learning rate, …; see
@@ -29,6 +31,7 @@
 //! `collect` merges folders trained anywhere.
 
 pub mod figures;
+pub mod mad;
 mod summary;
 
 use std::cmp::Reverse;
@@ -73,11 +76,14 @@ fn default_replicas() -> usize {
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 struct Axes {
+    /// MAD's probes (`task.probe`), with each probe's baseline settings.
+    probe: Vec<String>,
     mechanism: Vec<toml::Value>,
     d_model: Vec<usize>,
     seq_len: Vec<usize>,
     num_kv_pairs: Vec<usize>,
     lr: Vec<f64>,
+    weight_decay: Vec<f64>,
     seed: Vec<u64>,
 }
 
@@ -282,15 +288,14 @@ impl Axes {
                 .collect()
         };
         let strings = |v: &[usize]| v.iter().map(usize::to_string).collect();
+        let reals = |v: &[f64]| v.iter().map(f64::to_string).collect();
         Ok(vec![
+            simple("", "task.probe", self.probe.clone()),
             mechanisms,
             lengths,
             simple("d", "model.d_model", strings(&self.d_model)),
-            simple(
-                "lr",
-                "train.lr",
-                self.lr.iter().map(f64::to_string).collect(),
-            ),
+            simple("lr", "train.lr", reals(&self.lr)),
+            simple("wd", "train.weight_decay", reals(&self.weight_decay)),
             simple(
                 "s",
                 "train.seed",
@@ -800,6 +805,28 @@ mod tests {
         let first = &sweep.cells[ordered[0][0]].id;
         assert!(first.contains("L128-d64"), "{first}");
         assert_eq!(ordered.concat().len(), all.len());
+    }
+
+    /// MAD-lite: each probe's baseline × 3 lrs × 2 decays, a group of replicas per probe, every
+    /// cell on MAD's protocol with the probe its id names.
+    #[test]
+    fn the_mad_lite_sweep_trains_each_probe_as_one_group() {
+        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("sweeps/mad_lite.toml");
+        let sweep = Sweep::load(&file).unwrap();
+        assert_eq!(sweep.cells.len(), 5 * 3 * 2);
+        let groups = sweep.all_groups().unwrap();
+        assert_eq!(groups.len(), 5);
+        assert!(groups.iter().all(|g| g.len() == 6), "{groups:?}");
+        let cell = &sweep.cells[7];
+        assert_eq!(cell.id, "noisy-in-context-recall-lr0.0001-wd0.1");
+        let preset = sweep.preset(cell).unwrap();
+        let crate::tasks::TaskSpec::Mad(task) = &preset.task else {
+            panic!("a MAD task")
+        };
+        assert_eq!(task.probe.name(), "noisy-in-context-recall");
+        assert_eq!(preset.train.weight_decay, 0.1);
+        assert_eq!(preset.train.metric, crate::preset::Metric::Macro);
+        assert_eq!(preset.model.layout, crate::model::Layout::Mad);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! seeds, as the ReBased paper's Figure 1 (`main_fig_parsing.ipynb`): for each mechanism,
 //! length and width, the lr with the highest mean accuracy over seeds, with the mean and the
 //! sample standard deviation (n − 1; 0 for one seed) over seeds at that lr. A run's accuracy is
-//! its best test accuracy over evaluations (the paper's `max_accuracy`).
+//! its best test accuracy over evaluations (the paper's `max_accuracy`). Runs of MAD's probes
+//! make MAD's score instead ([`super::mad`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -10,6 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::is_finished;
+use super::mad::{self, MadCell, MadScore};
 use crate::preset::Preset;
 use crate::train::RunDir;
 use crate::{Error, Result};
@@ -32,6 +34,9 @@ pub struct CellResult {
     pub accuracy: f64,
     /// The model's recurrent state in zoology's units (`None`: it has none, as Linformer).
     pub state_zoology: Option<usize>,
+    /// What a run of a MAD probe adds to MAD's score; such runs are no point of the MQAR plots.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mad: Option<MadCell>,
 }
 
 /// One point of the Figure-1 plot: a mechanism at one length and width, at its best lr.
@@ -60,6 +65,13 @@ pub struct SweepSummary {
     pub points: Vec<SummaryPoint>,
     /// Runs left out because a later run had the same settings.
     pub duplicates: usize,
+    /// MAD's score per mechanism and probe, from the runs of MAD's probes.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub mad: Vec<MadScore>,
+    /// Run folders left out because their files did not read, each with why: one broken run
+    /// costs its own result, not the others'.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<String>,
 }
 
 /// The name a run's mechanism gets in the summary: the kind, with what sets it apart as a
@@ -70,7 +82,7 @@ pub fn mechanism_label(preset: &Preset) -> String {
 
 /// Every finished run folder under `dirs` (searched a few levels deep), summarised.
 pub fn collect(dirs: &[PathBuf]) -> Result<SweepSummary> {
-    let mut runs = Vec::new();
+    let mut found = Found::default();
     for dir in dirs {
         if !dir.is_dir() {
             return Err(Error::RunDir {
@@ -78,33 +90,30 @@ pub fn collect(dirs: &[PathBuf]) -> Result<SweepSummary> {
                 path: dir.clone(),
             });
         }
-        find_runs(dir, MAX_DEPTH, &mut runs)?;
+        find_runs(dir, MAX_DEPTH, &mut found)?;
     }
-    runs.sort_by(|a, b| a.run_dir.cmp(&b.run_dir));
-    Ok(summarise(runs))
+    found.runs.sort_by(|a, b| a.run_dir.cmp(&b.run_dir));
+    Ok(SweepSummary {
+        unreadable: found.unreadable,
+        ..summarise(found.runs)
+    })
 }
 
-/// Adds the finished runs at or under `dir` to `runs`.
-fn find_runs(dir: &Path, depth: usize, runs: &mut Vec<CellResult>) -> Result<()> {
+/// What [`collect`] found: the finished runs, and the run folders that did not read.
+#[derive(Default)]
+struct Found {
+    runs: Vec<CellResult>,
+    unreadable: Vec<String>,
+}
+
+/// Adds the finished runs at or under `dir` to `found`; a run folder whose summary or preset
+/// does not read is named in `found.unreadable`, with the error.
+fn find_runs(dir: &Path, depth: usize, found: &mut Found) -> Result<()> {
     if let Ok(run) = RunDir::open(dir) {
-        let summary = run.read_summary()?;
-        if is_finished(summary.status) {
-            let preset = run.read_preset()?;
-            let (seq_len, num_kv_pairs) = preset
-                .task
-                .mqar()
-                .map_or((preset.task.seq_len(), 0), |c| (c.seq_len, c.num_kv_pairs));
-            runs.push(CellResult {
-                run_dir: dir.to_path_buf(),
-                mechanism: mechanism_label(&preset),
-                seq_len,
-                num_kv_pairs,
-                d_model: preset.model.d_model,
-                lr: preset.train.lr,
-                seed: preset.train.seed,
-                accuracy: summary.best_accuracy.unwrap_or(0.0),
-                state_zoology: preset.state().map(|s| s.zoology_units),
-            });
+        match finished_run(&run, dir) {
+            Ok(Some(result)) => found.runs.push(result),
+            Ok(None) => {}
+            Err(e) => found.unreadable.push(e.to_string()),
         }
         return Ok(());
     }
@@ -118,9 +127,34 @@ fn find_runs(dir: &Path, depth: usize, runs: &mut Vec<CellResult>) -> Result<()>
         .collect();
     subdirs.sort();
     for sub in subdirs {
-        find_runs(&sub, depth - 1, runs)?;
+        find_runs(&sub, depth - 1, found)?;
     }
     Ok(())
+}
+
+/// The result of the run in `dir`, `None` while it is unfinished.
+fn finished_run(run: &RunDir, dir: &Path) -> Result<Option<CellResult>> {
+    let summary = run.read_summary()?;
+    if !is_finished(summary.status) {
+        return Ok(None);
+    }
+    let preset = run.read_preset()?;
+    let (seq_len, num_kv_pairs) = preset
+        .task
+        .mqar()
+        .map_or((preset.task.seq_len(), 0), |c| (c.seq_len, c.num_kv_pairs));
+    Ok(Some(CellResult {
+        run_dir: dir.to_path_buf(),
+        mechanism: mechanism_label(&preset),
+        seq_len,
+        num_kv_pairs,
+        d_model: preset.model.d_model,
+        lr: preset.train.lr,
+        seed: preset.train.seed,
+        accuracy: summary.best_accuracy.unwrap_or(0.0),
+        state_zoology: preset.state().map(|s| s.zoology_units),
+        mad: MadCell::of(&preset, &summary),
+    }))
 }
 
 /// A point of the plot: mechanism, sequence length, pairs, d_model.
@@ -129,7 +163,8 @@ type CellKey = (String, usize, usize, usize);
 /// Groups `runs` (later ones replace earlier ones with the same settings) into summary points.
 pub fn summarise(runs: Vec<CellResult>) -> SweepSummary {
     let total = runs.len();
-    let mut unique: BTreeMap<(String, usize, usize, usize, u64, u64), CellResult> = BTreeMap::new();
+    type RunKey = (String, usize, usize, usize, u64, u64, Option<String>);
+    let mut unique: BTreeMap<RunKey, CellResult> = BTreeMap::new();
     for run in runs {
         let key = (
             run.mechanism.clone(),
@@ -138,13 +173,14 @@ pub fn summarise(runs: Vec<CellResult>) -> SweepSummary {
             run.d_model,
             run.lr.to_bits(),
             run.seed,
+            run.mad.as_ref().map(MadCell::key),
         );
         unique.insert(key, run);
     }
     let runs: Vec<CellResult> = unique.into_values().collect();
     let mut cells: BTreeMap<CellKey, BTreeMap<u64, Vec<f64>>> = BTreeMap::new();
     let mut states: BTreeMap<CellKey, Option<usize>> = BTreeMap::new();
-    for run in &runs {
+    for run in runs.iter().filter(|r| r.mad.is_none()) {
         let key = (
             run.mechanism.clone(),
             run.seq_len,
@@ -194,7 +230,12 @@ pub fn summarise(runs: Vec<CellResult>) -> SweepSummary {
         })
         .collect();
     SweepSummary {
+        unreadable: Vec::new(),
         duplicates: total - runs.len(),
+        mad: mad::scores(
+            runs.iter()
+                .filter_map(|r| Some((r.mechanism.as_str(), r.mad.as_ref()?))),
+        ),
         runs,
         points,
     }
@@ -228,6 +269,7 @@ mod tests {
             seed,
             accuracy,
             state_zoology: Some(4 * d_model),
+            mad: None,
         }
     }
 

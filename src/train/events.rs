@@ -193,6 +193,10 @@ pub struct Summary {
     pub epoch: f64,
     pub elapsed_secs: f64,
     pub last_loss: Option<f32>,
+    /// `train.metric`, the accuracy of `last_accuracy` and `best_accuracy` (runs saved before
+    /// it existed: micro).
+    #[serde(default)]
+    pub metric: super::Metric,
     pub last_accuracy: Option<f64>,
     pub best_accuracy: Option<f64>,
     /// Seconds (training and evaluation) until test accuracy first reached the target.

@@ -15,7 +15,7 @@ pub mod run_dir;
 pub mod trainer;
 pub mod worker;
 
-pub use crate::preset::{Schedule, TrainConfig};
+pub use crate::preset::{Metric, Schedule, TrainConfig};
 pub use events::{EvalRecord, MetricRecord, RunStatus, StepRecord, Summary, TrainEvent};
 pub use loaded::{LoadedRun, Opening};
 pub use optim::AdamW;

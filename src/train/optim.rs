@@ -12,23 +12,26 @@ use crate::ops::{
     AdamStep, ParamUpdate, adamw_all_in_place, adamw_step_composed, fusable, sum_squares_all,
 };
 
-/// Learning rate used at step `step` (0-based) of `total`.
-pub fn learning_rate(config: &TrainConfig, step: usize, total: usize) -> f64 {
+/// Learning rate used at step `step` (0-based) of `total`, with `per_epoch` steps an epoch.
+pub fn learning_rate(config: &TrainConfig, step: usize, (total, per_epoch): (usize, usize)) -> f64 {
     let warmup = config.warmup_steps;
     if step < warmup {
         return config.lr * (step + 1) as f64 / warmup as f64;
     }
-    match config.schedule {
-        Schedule::Constant => config.lr,
-        Schedule::Cosine => {
-            let span = total.saturating_sub(warmup).max(1) as f64;
-            let progress = ((step - warmup) as f64 / span).min(1.0);
-            config.min_lr
-                + (config.lr - config.min_lr)
-                    * 0.5
-                    * (1.0 + (std::f64::consts::PI * progress).cos())
+    let (done, span) = (step - warmup, total.saturating_sub(warmup).max(1));
+    let progress = match config.schedule {
+        Schedule::Constant => return config.lr,
+        Schedule::Cosine => done as f64 / span as f64,
+        // Epoch e of E: PyTorch's T_max = E steps of the scheduler, the last epoch at E − 1.
+        Schedule::CosineEpochs => {
+            let per_epoch = per_epoch.max(1);
+            (done / per_epoch) as f64 / span.div_ceil(per_epoch) as f64
         }
-    }
+    };
+    config.min_lr
+        + (config.lr - config.min_lr)
+            * 0.5
+            * (1.0 + (std::f64::consts::PI * progress.min(1.0)).cos())
 }
 
 /// A parameter and its AdamW moments [m; v], side by side in a (2·n) buffer so the fused
@@ -312,9 +315,38 @@ mod tests {
             lr: 1.0,
             ..TrainConfig::default()
         };
-        assert_eq!(learning_rate(&c, 0, 100), 1.0);
-        assert!((learning_rate(&c, 50, 100) - 0.5).abs() < 1e-12);
-        assert!(learning_rate(&c, 100, 100).abs() < 1e-12);
+        assert_eq!(learning_rate(&c, 0, (100, 10)), 1.0);
+        assert!((learning_rate(&c, 50, (100, 10)) - 0.5).abs() < 1e-12);
+        assert!(learning_rate(&c, 100, (100, 10)).abs() < 1e-12);
+    }
+
+    /// MAD's schedule: `CosineAnnealingLR(T_max = 10, eta_min = 1e-6)` stepped per epoch over
+    /// 10 epochs of 7 steps, at epochs 0, 1, 5 and 9: the closed form PyTorch's documentation
+    /// gives, η_min + (η₀ − η_min)(1 + cos(π e / 10)) / 2, evaluated in Python.
+    #[test]
+    fn the_per_epoch_cosine_holds_within_an_epoch_and_steps_between() {
+        let c = TrainConfig {
+            lr: 1e-3,
+            min_lr: 1e-6,
+            schedule: Schedule::CosineEpochs,
+            ..TrainConfig::default()
+        };
+        let at = |step| learning_rate(&c, step, (70, 7));
+        let pytorch = [
+            (0, 1e-3),
+            (1, 9.755_527_298_894_294e-4),
+            (5, 5.005e-4),
+            (9, 2.544_727_011_057_081_4e-5),
+        ];
+        for (epoch, expected) in pytorch {
+            for step in epoch * 7..(epoch + 1) * 7 {
+                let lr = at(step);
+                assert!(
+                    (lr - expected).abs() < 1e-12,
+                    "step {step}: {lr} against {expected}"
+                );
+            }
+        }
     }
 
     #[test]
@@ -324,8 +356,8 @@ mod tests {
             warmup_steps: 4,
             ..TrainConfig::default()
         };
-        assert_eq!(learning_rate(&c, 0, 100), 0.25);
-        assert_eq!(learning_rate(&c, 3, 100), 1.0);
+        assert_eq!(learning_rate(&c, 0, (100, 10)), 0.25);
+        assert_eq!(learning_rate(&c, 3, (100, 10)), 1.0);
     }
 
     /// The fused in-place update and the tensor ops agree over three steps, with clipping

@@ -445,8 +445,9 @@ fn evaluate_active(
         if !unless_diverged(trainer, r, member, clock, recorded, emit)? {
             continue;
         }
-        let target = trainer.replica_preset(r).train.target_accuracy;
-        if target > 0.0 && eval.accuracy >= target {
+        let train = &trainer.replica_preset(r).train;
+        let target = train.target_accuracy;
+        if target > 0.0 && eval.headline(train.metric) >= target {
             trainer.freeze(r);
             finish(member, clock, RunStatus::TargetReached, &mut |e| emit(r, e))?;
         }
@@ -497,6 +498,7 @@ fn initial_summary(trainer: &Trainer, r: usize) -> Summary {
         device: trainer.device_name(),
         device_notice: trainer.device_notice().map(str::to_string),
         precision: preset.train.precision,
+        metric: preset.train.metric,
         n_params: trainer.params().count(),
         state_floats: state.map(|s| s.floats),
         state_zoology: state.map(|s| s.zoology_units),
@@ -572,10 +574,12 @@ fn record_eval(
     let dir = &member.dir;
     save_attention(dir, trainer, rows, attention)?;
     let summary = &mut member.summary;
-    summary.last_accuracy = Some(eval.accuracy);
-    summary.best_accuracy = Some(summary.best_accuracy.unwrap_or(0.0).max(eval.accuracy));
-    let target = trainer.replica_preset(r).train.target_accuracy;
-    if target > 0.0 && eval.accuracy >= target && summary.time_to_target_secs.is_none() {
+    let train = &trainer.replica_preset(r).train;
+    let accuracy = eval.headline(train.metric);
+    summary.last_accuracy = Some(accuracy);
+    summary.best_accuracy = Some(summary.best_accuracy.unwrap_or(0.0).max(accuracy));
+    let target = train.target_accuracy;
+    if target > 0.0 && accuracy >= target && summary.time_to_target_secs.is_none() {
         summary.time_to_target_secs = Some(record.elapsed_secs);
     }
     dir.write_summary(summary)?;

@@ -9,7 +9,7 @@ use super::optim::{AdamW, Update, learning_rate};
 use crate::model::Transformer;
 use crate::ops::{cross_entropy, cross_entropy_groups, mix_seed};
 use crate::params::Params;
-use crate::preset::Preset;
+use crate::preset::{Metric, Preset};
 use crate::rng::{self, AttnRng, SliceRandom};
 use crate::tasks::{Batch, Dataset};
 use crate::{Error, Result};
@@ -40,6 +40,16 @@ pub struct EvalStats {
     /// over the classes ([`ClassCounts::macro_accuracy`], MAD's metric).
     pub macro_accuracy: f64,
     pub loss: f64,
+}
+
+impl EvalStats {
+    /// The accuracy `metric` names (NaN macro accuracy, no class seen, reaches no target).
+    pub fn headline(&self, metric: Metric) -> f64 {
+        match metric {
+            Metric::Micro => self.accuracy,
+            Metric::Macro => self.macro_accuracy,
+        }
+    }
 }
 
 /// Per class of a classification, over a whole split: how often it was the target, how often
@@ -545,7 +555,7 @@ impl Trainer {
                 } else {
                     1.0
                 };
-                let lr = learning_rate(train, self.step, self.total_steps);
+                let lr = learning_rate(train, self.step, (self.total_steps, self.steps_per_epoch));
                 updates[slot] = Some(Update { lr, grad_scale });
                 outcomes[r] = ReplicaStep::Trained(StepStats {
                     loss: values[slot],
@@ -694,6 +704,33 @@ mod tests {
         counts.add(&[2, 1], &[2, 1]);
         counts.add(&[0, 1], &[0, 0]);
         assert!((counts.macro_accuracy() - 5.0 / 6.0).abs() < 1e-12);
+    }
+
+    /// `scripts/check_macro_accuracy.py`'s random case, built from the same generator: 1,000
+    /// positions, targets in 0..17, predictions in 0..20, about a tenth ignored (-100, left out
+    /// as an evaluation leaves unscored positions out), 60 % of the rest right. The value is
+    /// what torchmetrics' `MulticlassAccuracy(num_classes=20, ignore_index=-100)` printed.
+    #[test]
+    fn macro_accuracy_matches_torchmetrics_on_a_random_case() {
+        let mut x: u32 = 12_345;
+        let mut next = || {
+            x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            x
+        };
+        let (mut predictions, mut targets) = (Vec::new(), Vec::new());
+        for _ in 0..1000 {
+            let t = next() % 17;
+            let ignored = (next() >> 16) % 10 == 0;
+            let r = next();
+            let p = if (r >> 8) % 10 < 6 { t } else { (r >> 16) % 20 };
+            if !ignored {
+                targets.push(t);
+                predictions.push(p);
+            }
+        }
+        let mut counts = ClassCounts::default();
+        counts.add(&predictions, &targets);
+        assert!((counts.macro_accuracy() - 0.505_430_8).abs() < 1e-6);
     }
 
     /// A class only ever predicted counts as 0; one never seen is left out; nothing is NaN.

@@ -771,6 +771,10 @@ impl SweepView {
                     ui.end_row();
                 }
             });
+        for why in &summary.unreadable {
+            ui.colored_label(ui.visuals().warn_fg_color, format!("left out, unreadable: {why}"));
+        }
+        mad_ui(ui, &summary.mad);
         let n = self.panels.len().clamp(1, 3);
         for row in self.panels.chunks(n) {
             ui.columns(n, |columns| {
@@ -789,6 +793,33 @@ impl SweepView {
             });
         }
     }
+}
+
+/// MAD's score per mechanism and task with the published one beside it, where the sweep ran
+/// MAD's probes.
+fn mad_ui(ui: &mut egui::Ui, scores: &[crate::sweep::mad::MadScore]) {
+    if scores.is_empty() {
+        return;
+    }
+    ui.strong("MAD score (per setting the best lr x decay run's last accuracy, mean over settings)");
+    egui::Grid::new("sweep-mad").striped(true).show(ui, |ui| {
+        for head in ["mechanism", "task", "score", "published", "runs", "epoch scale"] {
+            ui.strong(head);
+        }
+        ui.end_row();
+        for s in scores {
+            ui.label(&s.mechanism);
+            ui.label(&s.probe);
+            ui.label(format!("{:.3}", s.score));
+            let published = crate::sweep::mad::published(&s.mechanism, &s.probe);
+            ui.label(published.map_or("-".into(), |(model, p)| format!("{p:.3} ({model})")))
+                .on_hover_text("the DeltaNet paper's MAD table (Yang et al. 2024)");
+            ui.label(s.runs.to_string());
+            ui.label(format!("{}", s.epoch_scale))
+                .on_hover_text("the runs' epochs over MAD's 200: below 1, not MAD's protocol");
+            ui.end_row();
+        }
+    });
 }
 
 /// The groups of replicas of the running sweep, a line each, with how the machine is shared.
