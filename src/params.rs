@@ -194,15 +194,16 @@ impl Params {
     }
 
     /// Writes replica `replica`'s parameters to a safetensors file (atomically), under the
-    /// names and shapes a lone model has: its run folder reads like any other.
-    pub fn save_replica(&self, replica: usize, path: &Path) -> Result<()> {
+    /// names and shapes a lone model has: its run folder reads like any other; `step`, the
+    /// training step, goes in its header.
+    pub fn save_replica(&self, replica: usize, path: &Path, step: Option<usize>) -> Result<()> {
         let tensors = self
             .lock()
             .vars
             .iter()
             .map(|(name, var)| Ok((name.clone(), var.as_tensor().get(replica)?)))
             .collect::<Result<std::collections::HashMap<String, Tensor>>>()?;
-        save_tensors(&tensors, path)
+        save_tensors(&tensors, path, step)
     }
 
     /// The first parameter (by name) holding a NaN or an infinity, of replica `replica` when
@@ -241,15 +242,16 @@ impl Params {
         all / self.seeds.len()
     }
 
-    /// Writes every parameter to a safetensors file (atomically).
-    pub fn save(&self, path: &Path) -> Result<()> {
+    /// Writes every parameter to a safetensors file (atomically), `step`, the training step,
+    /// in its header.
+    pub fn save(&self, path: &Path, step: Option<usize>) -> Result<()> {
         let tensors: std::collections::HashMap<String, Tensor> = self
             .lock()
             .vars
             .iter()
             .map(|(name, var)| (name.clone(), var.as_tensor().clone()))
             .collect();
-        save_tensors(&tensors, path)
+        save_tensors(&tensors, path, step)
     }
 
     /// Overwrites every parameter with the values stored in a safetensors file. A parameter
@@ -284,13 +286,26 @@ impl Params {
     }
 }
 
-/// Writes `tensors` to a safetensors file atomically, readable by everyone like the run
-/// folder's other files: the safetensors crate creates its files 0600, so a checkpoint in a
+/// The key of a checkpoint header's metadata that holds the training step it was saved at.
+const STEP_METADATA: &str = "step";
+
+/// The most bytes a safetensors header may declare before [`saved_step`] refuses to read it
+/// (a model of 100k tensors has a header of a few MB).
+const MAX_HEADER: u64 = 100 << 20;
+
+/// Writes `tensors` to a safetensors file atomically, with the training `step` it holds in its
+/// header's metadata where given, readable by everyone like the run folder's other files: the
+/// safetensors crate creates its files 0600, so a checkpoint (or the optimiser's state) in a
 /// shared run folder was unreadable to colleagues.
-fn save_tensors(tensors: &std::collections::HashMap<String, Tensor>, path: &Path) -> Result<()> {
+pub(crate) fn save_tensors(
+    tensors: &std::collections::HashMap<String, Tensor>,
+    path: &Path,
+    step: Option<usize>,
+) -> Result<()> {
     crate::io::write_atomically(path, |tmp| {
+        let metadata = step.map(|s| [(STEP_METADATA.to_string(), s.to_string())].into());
         // candle's error would not say which file (a full disk read "No space left on device").
-        candle_core::safetensors::save(tensors, tmp).map_err(|e| {
+        safetensors::serialize_to_file(tensors.iter(), metadata, tmp).map_err(|e| {
             Error::io(
                 "cannot write checkpoint",
                 path,
@@ -305,6 +320,39 @@ fn save_tensors(tensors: &std::collections::HashMap<String, Tensor>, path: &Path
         }
         Ok(())
     })
+}
+
+/// The training step a safetensors file was saved at ([`save_tensors`]), read from its header
+/// alone; `None` for a file saved without one (before attnlab recorded it).
+pub fn saved_step(path: &Path) -> Result<Option<usize>> {
+    use std::io::Read as _;
+    let bad = |why: String| Error::RunDir {
+        message: format!("cannot read the checkpoint's header: {why}"),
+        path: path.to_path_buf(),
+    };
+    let meta = std::fs::metadata(path).map_err(|e| Error::io("cannot read", path, e))?;
+    if !meta.is_file() {
+        return Err(bad("not a regular file".into()));
+    }
+    let mut file = std::fs::File::open(path).map_err(|e| Error::io("cannot open", path, e))?;
+    let mut len = [0u8; 8];
+    file.read_exact(&mut len)
+        .map_err(|e| Error::io("cannot read", path, e))?;
+    let len = u64::from_le_bytes(len);
+    if len > MAX_HEADER.min(meta.len().saturating_sub(8)) {
+        return Err(bad(format!("it declares {len} bytes")));
+    }
+    let mut header = vec![0u8; len as usize];
+    file.read_exact(&mut header)
+        .map_err(|e| Error::io("cannot read", path, e))?;
+    let header: serde_json::Value =
+        serde_json::from_slice(&header).map_err(|e| bad(e.to_string()))?;
+    let step = header
+        .get("__metadata__")
+        .and_then(|m| m.get(STEP_METADATA))
+        .and_then(|s| s.as_str());
+    step.map(|s| s.parse().map_err(|_| bad(format!("step {s:?}"))))
+        .transpose()
 }
 
 /// The first `n` values of `init` for parameter `name` of a model seeded `seed`.
@@ -376,7 +424,7 @@ mod tests {
         let params = Params::new(0, &Device::Cpu);
         params.get("w", 4, Init::Constant(1.0)).unwrap();
         let path = blocker.join("model.safetensors");
-        let err = params.save(&path).unwrap_err().to_string();
+        let err = params.save(&path, None).unwrap_err().to_string();
         assert!(
             err.contains("cannot write checkpoint") && err.contains("model.safetensors"),
             "{err}"
@@ -437,7 +485,8 @@ mod tests {
         let path = dir.path().join("m.safetensors");
         let model = Params::new(0, &Device::Cpu);
         model.get("w", 2, Init::Normal(1.0)).unwrap();
-        model.save(&path).unwrap();
+        model.save(&path, Some(7)).unwrap();
+        assert_eq!(saved_step(&path).unwrap(), Some(7));
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o644);
     }
@@ -461,7 +510,8 @@ mod tests {
         }
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r1.safetensors");
-        stacked.save_replica(1, &path).unwrap();
+        stacked.save_replica(1, &path, None).unwrap();
+        assert_eq!(saved_step(&path).unwrap(), None);
         let lone = Params::new(7, &Device::Cpu);
         lone.pp("x").get("w", (2, 3), Init::Constant(0.0)).unwrap();
         lone.load(&path).unwrap();

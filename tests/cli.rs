@@ -167,6 +167,27 @@ fn check_prints_a_preset_that_loads_back() {
     let preset = attnlab::Preset::parse(&text, &[], Path::new("stdout")).unwrap();
     assert_eq!(preset.train.lr, 0.01);
     assert_eq!(preset.attention.name(), "rebased");
+    // A corpus that is not there is refused by check, not first by training.
+    let o = attnlab(&[
+        "check",
+        "presets/lm_rope.toml",
+        "--set",
+        "task.corpus=\"/nonexistent/corpus.txt\"",
+    ]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("task.corpus") && err.contains("/nonexistent"),
+        "{err}"
+    );
+}
+
+/// --head and --layer choose the example's map: without --example they were silently ignored.
+#[test]
+fn iou_refuses_an_example_head_without_an_example() {
+    let o = attnlab(&["iou", "runs/any", "--head", "99"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--example"), "{}", stderr(&o));
 }
 
 #[test]

@@ -172,6 +172,15 @@ fn stopping_a_run_keeps_its_results() {
     let run_dir = attnlab::train::RunDir::open(&run_dir.unwrap()).unwrap();
     assert_eq!(run_dir.read_summary().unwrap(), summary);
     assert!(run_dir.checkpoint_path().is_file());
+    // The checkpoint and the optimiser's state are readable by colleagues (the safetensors
+    // crate creates its files 0600; the optimiser's state was left so).
+    #[cfg(unix)]
+    for file in ["model.safetensors", "optimizer.safetensors"] {
+        use std::os::unix::fs::PermissionsExt as _;
+        let path = run_dir.path().join(file);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o044, 0o044, "{file}: mode {mode:o}");
+    }
     let index = run_dir.read_attention_index().unwrap();
     // The stop evaluates and saves the weights of its own step, not those of the last
     // scheduled evaluation.
@@ -194,7 +203,7 @@ fn checkpoint_restores_the_model() {
     let mut trainer = Trainer::new(&preset).unwrap();
     trainer.train_step().unwrap();
     let path = dir.path().join("m.safetensors");
-    trainer.params().save(&path).unwrap();
+    trainer.params().save(&path, None).unwrap();
     let before = trainer.evaluate().unwrap();
     let fresh = Trainer::new(&preset).unwrap();
     fresh.params().load(&path).unwrap();
@@ -343,13 +352,14 @@ fn a_crashed_run_resumes_from_its_time_based_checkpoint() {
         |step, dir| {
             if step == 11 {
                 std::fs::create_dir(crashed.path().join("attention")).unwrap();
-                // In the order they are written, so their times say the pair is complete.
+                // The optimiser's state before the weights, as a copy file by file may order
+                // them: the steps in their headers, not their times, say the pair is complete.
                 for file in [
                     "preset.toml",
                     "metrics.jsonl",
                     "summary.json",
-                    "model.safetensors",
                     "optimizer.safetensors",
+                    "model.safetensors",
                 ] {
                     std::fs::copy(dir.join(file), crashed.path().join(file)).unwrap();
                 }

@@ -48,13 +48,19 @@ pub enum Binarise {
 }
 
 impl Binarise {
-    /// Checks the parameter; errors say what is allowed.
-    pub fn validate(self) -> Result<Self> {
+    /// Checks the parameter for rows of `keys` positions; errors say what is allowed.
+    pub fn validate(self, keys: usize) -> Result<Self> {
         match self {
             Self::TopK(0) => Err(Error::argument(
                 "binarisation",
                 self,
                 "needs K ≥ 1 in topk:K (topk:1 is argmax)",
+            )),
+            // More than a row holds would keep every position: threshold:0, silently.
+            Self::TopK(k) if k > keys => Err(Error::argument(
+                "binarisation",
+                self,
+                format!("keeps more positions than the {keys} of a row: K ≤ {keys}"),
             )),
             Self::Threshold(t) if !(0.0..1.0).contains(&t) => Err(Error::argument(
                 "binarisation",
@@ -114,7 +120,7 @@ impl FromStr for Binarise {
             Some(("threshold", t)) => Self::Threshold(t.parse().map_err(|_| bad())?),
             _ => return Err(bad()),
         };
-        parsed.validate()
+        parsed.validate(usize::MAX)
     }
 }
 
@@ -374,7 +380,6 @@ pub fn run_iou(
     progress: &mut dyn FnMut(f32),
     cancel: &AtomicBool,
 ) -> Result<Option<IouTable>> {
-    protocol.binarise.validate()?;
     let protocol = &protocol.for_run(run);
     if protocol.examples == 0 {
         return Err(Error::argument(
@@ -384,6 +389,7 @@ pub fn run_iou(
         ));
     }
     let context = run.context_len()?;
+    protocol.binarise.validate(context)?;
     let layers = run.attention_layers();
     let heads = run.preset.model.n_heads;
     let mut hard = vec![vec![Moments::default(); heads]; layers.len()];
@@ -470,7 +476,7 @@ pub fn example_iou(
     head: usize,
     protocol: &IouProtocol,
 ) -> Result<ExampleIou> {
-    protocol.binarise.validate()?;
+    protocol.binarise.validate(run.context_len()?)?;
     let layers = run.attention_layers();
     if !layers.contains(&layer) {
         return Err(Error::argument(
@@ -670,5 +676,9 @@ mod tests {
         for bad in ["top", "topk:0", "topk:x", "threshold:1", "threshold:-0.1"] {
             assert!(bad.parse::<Binarise>().is_err(), "{bad}");
         }
+        // A K past a row's keys would keep every position: refused where the length is known.
+        assert!(Binarise::TopK(64).validate(64).is_ok());
+        let err = Binarise::TopK(65).validate(64).unwrap_err().to_string();
+        assert!(err.contains("topk:65") && err.contains("K ≤ 64"), "{err}");
     }
 }

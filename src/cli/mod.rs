@@ -255,6 +255,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             );
             outln!("# {}", state_line(&preset));
             preset.check_fits_here()?;
+            preset.task.check_inputs_here()?;
             Ok(())
         }
         Some(Command::Data { task }) => match task {

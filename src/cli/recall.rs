@@ -74,9 +74,10 @@ pub struct IouArgs {
     #[arg(long)]
     example: Option<usize>,
     /// Model layer of the example (default: the last attention layer).
-    #[arg(long)]
+    #[arg(long, requires = "example")]
     layer: Option<usize>,
-    #[arg(long, default_value_t = 0)]
+    /// Head of the example (its range is checked against the run's heads).
+    #[arg(long, default_value_t = 0, requires = "example")]
     head: usize,
     /// Write the example's attention and ground truth (NAME-attention.EXT, NAME-truth.EXT).
     #[arg(long, requires = "example")]

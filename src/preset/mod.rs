@@ -295,7 +295,8 @@ impl Preset {
         Ok(())
     }
 
-    /// A file-name-safe version of the name.
+    /// A file-name-safe version of the name; `run` for a name with no letter or digit to keep
+    /// (`..` made run folders named `<stamp>-`, and a preset file `.toml`).
     pub fn slug(&self) -> String {
         let slug: String = self
             .name
@@ -308,7 +309,10 @@ impl Preset {
                 }
             })
             .collect();
-        slug.trim_matches('-').to_string()
+        match slug.trim_matches('-') {
+            "" => "run".into(),
+            slug => slug.to_string(),
+        }
     }
 }
 
@@ -636,6 +640,15 @@ mod tests {
         );
         let longest = format!("name=\"{}\"", "é".repeat(MAX_NAME_CHARS));
         assert!(parse(MINIMAL, &[&longest]).is_ok());
+    }
+
+    /// A name with nothing a file name keeps gives a folder named `run`, not `<stamp>-`.
+    #[test]
+    fn a_name_without_letters_still_names_its_folder() {
+        let slug = |name: &str| parse(MINIMAL, &[&format!("name={name:?}")]).unwrap().slug();
+        assert_eq!(slug(".."), "run");
+        assert_eq!(slug("日本"), "run");
+        assert_eq!(slug("a b/c"), "a-b-c");
     }
 
     #[test]

@@ -120,6 +120,14 @@ impl Sweep {
     /// Reads `path` and checks every cell's preset before any work starts.
     pub fn load(path: &Path) -> Result<Self> {
         let text = crate::io::read_text(path, "sweep", crate::io::MAX_TEXT_FILE)?;
+        if text.trim().is_empty() {
+            return Err(Error::RunDir {
+                message: "invalid sweep: the file is empty; a sweep needs at least `name` and \
+                          `base` (the preset each cell starts from), see docs/recall.md"
+                    .into(),
+                path: path.to_path_buf(),
+            });
+        }
         let file: SweepFile = toml::from_str(&text).map_err(|e| Error::PresetSyntax {
             path: path.to_path_buf(),
             message: e.to_string(),
@@ -766,6 +774,20 @@ mod tests {
         let err = check_grid_size(&big).unwrap_err();
         assert!(err.contains("1000000000 cells"), "{err}");
         assert!(check_grid_size(&axes("seed = [0, 1]")).is_ok());
+    }
+
+    /// An empty file said only "missing field name".
+    #[test]
+    fn an_empty_sweep_file_says_what_a_sweep_needs() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("empty.toml");
+        std::fs::write(&path, "\n  \n").unwrap();
+        let err = Sweep::load(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("the file is empty") && err.contains("`base`"),
+            "{err}"
+        );
+        assert!(err.contains("empty.toml"), "{err}");
     }
 
     #[test]

@@ -142,6 +142,11 @@ impl LmConfig {
         Ok(())
     }
 
+    /// Whether `corpus` names a built-in corpus or a file or folder that exists here.
+    pub fn check_corpus(&self) -> Result<()> {
+        self.source().map(|_| ())
+    }
+
     fn source(&self) -> Result<CorpusSource> {
         CorpusSource::resolve(&self.corpus)
     }

@@ -107,6 +107,15 @@ impl TaskSpec {
         }
     }
 
+    /// Whether the task's inputs exist on this machine: a language model's corpus (which
+    /// training reads only when it starts; `attnlab check` asks here first).
+    pub fn check_inputs_here(&self) -> Result<()> {
+        match self {
+            Self::Lm(c) => c.check_corpus(),
+            Self::Mqar(_) | Self::Mad(_) => Ok(()),
+        }
+    }
+
     /// The language-modelling settings, when this is the LM task.
     pub fn lm(&self) -> Option<&lm::LmConfig> {
         match self {

@@ -127,15 +127,28 @@ impl RunDir {
 
     /// Refuses a checkpoint that cannot continue the run exactly: one without optimiser state
     /// (killed before its first checkpoint, or saved by an attnlab that could not resume), or
-    /// weights newer than it (killed between the two writes: the optimiser state goes second).
+    /// weights of another step than it (killed between the two writes). The steps are read
+    /// from the files' headers; folders saved before they were recorded compare modification
+    /// times (the optimiser state goes second), which a copy file by file can reorder.
     pub fn check_resumable_checkpoint(&self) -> Result<()> {
-        let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
         let refuse = |why: &str| {
             Err(Error::RunDir {
                 message: format!("cannot resume: {why}"),
                 path: self.path.clone(),
             })
         };
+        let step = |path: &Path| crate::params::saved_step(path).ok().flatten();
+        match (step(&self.checkpoint_path()), step(&self.optimizer_path())) {
+            (Some(weights), Some(state)) if weights == state => return Ok(()),
+            (Some(weights), Some(state)) => {
+                return refuse(&format!(
+                    "model.safetensors holds step {weights} and optimizer.safetensors step \
+                     {state} (the run was killed between writing them)"
+                ));
+            }
+            _ => {}
+        }
+        let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
         match (
             modified(&self.checkpoint_path()),
             modified(&self.optimizer_path()),
@@ -566,5 +579,27 @@ mod tests {
         run.check_resumable_checkpoint().unwrap();
         set_time(run.checkpoint_path(), 1002);
         assert!(refused(&run).contains("killed between writing them"));
+    }
+
+    /// Files that record their step are compared by it, whatever their times (a folder copied
+    /// file by file); different steps are refused, naming both.
+    #[test]
+    fn a_checkpoint_with_steps_is_resumable_when_the_steps_agree() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = RunDir {
+            path: dir.path().to_path_buf(),
+        };
+        let tensors: std::collections::HashMap<String, Tensor> = [(
+            "w".to_string(),
+            Tensor::zeros(2, candle_core::DType::F32, &candle_core::Device::Cpu).unwrap(),
+        )]
+        .into();
+        let save = |path: PathBuf, step| crate::params::save_tensors(&tensors, &path, Some(step));
+        save(run.optimizer_path(), 12).unwrap();
+        save(run.checkpoint_path(), 12).unwrap();
+        run.check_resumable_checkpoint().unwrap();
+        save(run.optimizer_path(), 11).unwrap();
+        let err = run.check_resumable_checkpoint().unwrap_err().to_string();
+        assert!(err.contains("step 12") && err.contains("step 11"), "{err}");
     }
 }

@@ -326,8 +326,8 @@ impl Trainer {
             });
         }
         match replica {
-            Some(slot) => self.params.save_replica(slot, path),
-            None => self.params.save(path),
+            Some(slot) => self.params.save_replica(slot, path, Some(self.step)),
+            None => self.params.save(path, Some(self.step)),
         }
     }
 
@@ -353,9 +353,7 @@ impl Trainer {
             .collect();
         let step = Tensor::new(&[self.step as i64], &Device::Cpu)?;
         tensors.insert(STEP_KEY.into(), step);
-        crate::io::write_atomically(path, |tmp| {
-            candle_core::safetensors::save(&tensors, tmp).map_err(Error::from)
-        })
+        crate::params::save_tensors(&tensors, path, Some(self.step))
     }
 
     /// Continues a lone model from a checkpoint (`weights`) and its optimiser state
