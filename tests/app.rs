@@ -346,6 +346,19 @@ fn settle(harness: &mut Harness<'_, AttnlabApp>) {
     }
 }
 
+/// Language modelling on generated text at L 8, small enough to train in a test.
+fn tiny_language_model() -> attnlab::tasks::TaskSpec {
+    attnlab::tasks::TaskSpec::Lm(attnlab::tasks::lm::LmConfig {
+        corpus: "generated".into(),
+        seq_len: 8,
+        train_bytes: 4000,
+        valid_bytes: 600,
+        train_examples: 64,
+        test_examples: 8,
+        ..Default::default()
+    })
+}
+
 /// A window with one finished tiny run (trained in-process) in its run list, exporting to `root`.
 fn app_with_finished_run(root: &std::path::Path) -> AttnlabApp {
     let mut app = app(root);
@@ -393,17 +406,34 @@ fn a_run_folder_that_reached_its_target_or_failed_says_so_in_words() {
 #[test]
 fn iou_of_a_run_fills_the_table_shows_an_example_and_exports() {
     let root = tempfile::tempdir().unwrap();
+    let mut lm = app(root.path()).editor.preset;
+    lm.name = "text".into();
+    lm.train.max_steps = Some(2);
+    lm.task = tiny_language_model();
+    let text = common::trained_run(&lm, root.path());
     let mut app = app_with_finished_run(root.path());
+    app.runs.open(text);
     app.tab = Tab::Iou;
     app.views.iou.protocol.examples = 100;
     let mut harness = harness(app);
     wait_for_loaded_run(&mut harness);
-    harness.get_by_label("Compute for the selected run").click();
+    // A language model in the list is left out with why; the MQAR run's table is kept.
+    harness.get_by_label("Compute for every run").click();
     step_while_working(&mut harness);
     run_until(&mut harness, "the IoU table", |app| {
-        !app.views.iou.reports.is_empty()
+        !app.views.iou.reports.is_empty() || app.views.iou.error.is_some()
     });
     harness.run();
+    assert_eq!(harness.state().views.iou.error, None);
+    assert_eq!(harness.state().views.iou.reports.len(), 1);
+    let left_out = harness
+        .state()
+        .views
+        .iou
+        .left_out
+        .clone()
+        .unwrap_or_default();
+    assert!(left_out.contains("text ("), "{left_out}");
     let table = &harness.state().views.iou.reports[0].value.table;
     assert_eq!(table.examples, 100);
     assert_eq!((table.hard.len(), table.hard[0].len()), (2, 2));
@@ -569,32 +599,31 @@ fn extrapolation_of_a_language_model_fills_the_table_and_exports() {
     let root = tempfile::tempdir().unwrap();
     let mut app = app(root.path());
     app.exporter.folder = Some(root.path().to_path_buf());
+    // An MQAR run in the list too: "every run" leaves it out, saying why, and keeps the rest.
+    app.editor.preset.train.max_steps = Some(2);
+    app.editor.preset.name = "recall".into();
+    let mqar = common::trained_run(&app.editor.preset, root.path());
+    app.runs.open(mqar);
     let p = &mut app.editor.preset;
+    p.name = "text".into();
     p.encoding = attnlab::encodings::EncodingSpec::from_name("alibi").unwrap();
     p.model.n_layers = 1;
     p.train.max_steps = Some(2);
-    p.task = attnlab::tasks::TaskSpec::Lm(attnlab::tasks::lm::LmConfig {
-        corpus: "generated".into(),
-        seq_len: 8,
-        train_bytes: 4000,
-        valid_bytes: 600,
-        train_examples: 64,
-        test_examples: 8,
-        ..Default::default()
-    });
+    p.task = tiny_language_model();
     let dir = common::trained_run(&app.editor.preset, root.path());
     app.runs.open(dir.clone());
     app.tab = Tab::Extrapolation;
     app.views.extrapolation.lengths = "8, 16, 32".into();
     let mut harness = harness(app);
     wait_for_loaded_run(&mut harness);
-    harness.get_by_label("Compute for the selected run").click();
+    harness.get_by_label("Compute for every run").click();
     step_while_working(&mut harness);
     run_until(&mut harness, "the perplexity table", |app| {
         app.views.extrapolation.report.is_some() || app.views.extrapolation.error.is_some()
     });
     assert_eq!(harness.state().views.extrapolation.error, None);
     harness.run();
+    harness.get_by_label_contains("recall (a mqar run, not a language model)");
     let result = &harness
         .state()
         .views

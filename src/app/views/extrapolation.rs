@@ -12,7 +12,7 @@ use super::super::command::Command;
 use super::super::export::Exporter;
 use super::super::jobs::{Job, Jobs, take_result};
 use super::super::plot::{PlotOptions, show_figure};
-use super::{RunList, View, ViewContext, run_buttons};
+use super::{RunList, View, ViewContext, left_out_line, run_buttons};
 use crate::Preset;
 use crate::experiments::{PRESETS, shipped};
 use crate::extrapolation::pretrained::extrapolate_folder;
@@ -22,8 +22,24 @@ use crate::extrapolation::{
 use crate::report::extrapolation::ExtrapolationReport;
 use crate::train::{RunDir, TrainEvent};
 
-/// What a job of this view hands back: the sweep, and run folders that are new to the list.
-type Done = (Extrapolation, Vec<PathBuf>);
+/// What a job of this view hands back.
+struct Done {
+    sweep: Extrapolation,
+    /// Run folders that are new to the list (trained by the job).
+    new_runs: Vec<PathBuf>,
+    /// Runs of the list the table cannot hold, with why.
+    left_out: Vec<String>,
+}
+
+impl Done {
+    fn of(sweep: Extrapolation) -> Self {
+        Self {
+            sweep,
+            new_runs: Vec::new(),
+            left_out: Vec::new(),
+        }
+    }
+}
 
 #[derive(Default)]
 pub struct ExtrapolationView {
@@ -40,6 +56,8 @@ pub struct ExtrapolationView {
     job: Option<Job<Done>>,
     pub report: Option<ExtrapolationReport>,
     pub error: Option<String>,
+    /// The runs the last evaluation left out, and why.
+    pub left_out: Option<String>,
 }
 
 /// What a file dialog of this view picked.
@@ -73,12 +91,13 @@ impl View for ExtrapolationView {
             _ => {}
         }
         let cancelled = Some("extrapolation cancelled");
-        if let Some((sweep, new_runs)) = take_result(&mut self.job, &mut self.error, cancelled) {
-            for dir in new_runs {
+        if let Some(done) = take_result(&mut self.job, &mut self.error, cancelled) {
+            for dir in done.new_runs {
                 cx.commands.push(Command::OpenRun(dir));
             }
+            self.left_out = left_out_line(&done.left_out);
             self.report = Some(ExtrapolationReport {
-                sweep,
+                sweep: done.sweep,
                 log_ppl: self.log_ppl,
             });
         }
@@ -97,6 +116,9 @@ impl View for ExtrapolationView {
         }
         if let Some(error) = &self.error {
             ui.colored_label(ui.visuals().error_fg_color, error);
+        }
+        if let Some(left_out) = &self.left_out {
+            ui.colored_label(ui.visuals().warn_fg_color, left_out);
         }
         ui.separator();
         let Some(report) = &self.report else {
@@ -202,12 +224,12 @@ impl ExtrapolationView {
             }
         };
         self.job = Some(jobs.spawn("extrapolation", move |progress, cancel| {
-            let dirs = list
-                .iter()
-                .map(|(_, dir)| RunDir::open(dir))
-                .collect::<crate::Result<Vec<_>>>()?;
+            let (dirs, left_out) = one_table_of(&list)?;
             let sweep = extrapolate_runs(&dirs, &options, progress, cancel);
-            Ok(unless_cancelled(sweep)?.map(|s| (s, Vec::new())))
+            Ok(unless_cancelled(sweep)?.map(|sweep| Done {
+                left_out,
+                ..Done::of(sweep)
+            }))
         }));
     }
 
@@ -282,7 +304,7 @@ impl ExtrapolationView {
                 let corpus = PathBuf::from(self.corpus.trim());
                 self.job = Some(jobs.spawn("extrapolation", move |progress, cancel| {
                     let sweep = extrapolate_folder(&folder, &corpus, &options, progress, cancel);
-                    Ok(unless_cancelled(sweep)?.map(|s| (s, Vec::new())))
+                    Ok(unless_cancelled(sweep)?.map(Done::of))
                 }));
             }
         });
@@ -312,11 +334,51 @@ impl ExtrapolationView {
                     };
                     let done =
                         train_and_extrapolate(&presets, &root, &options, progress, events, cancel);
-                    Ok(unless_cancelled(done)?.map(|(dirs, sweep)| {
-                        (sweep, dirs.iter().map(|d| d.path().to_path_buf()).collect())
+                    Ok(unless_cancelled(done)?.map(|(dirs, sweep)| Done {
+                        new_runs: dirs.iter().map(|d| d.path().to_path_buf()).collect(),
+                        ..Done::of(sweep)
                     }))
                 }),
         );
+    }
+}
+
+/// The runs of `list` (name, folder) one perplexity table can hold: language models trained
+/// at the first one's length; the others named with why ("Compute for every run" had stopped
+/// at an MQAR run and lost the perplexities already computed). An error when none is left.
+fn one_table_of(list: &RunList) -> crate::Result<(Vec<RunDir>, Vec<String>)> {
+    let (mut kept, mut left_out) = (Vec::new(), Vec::new());
+    let mut length = None;
+    for (name, dir) in list {
+        let opened = RunDir::open(dir).and_then(|run| Ok((run.read_preset()?, run)));
+        let (preset, run) = match opened {
+            Ok(opened) => opened,
+            Err(e) => {
+                left_out.push(format!("{name} ({e})"));
+                continue;
+            }
+        };
+        let len = preset.task.seq_len();
+        let why = match (preset.task.lm(), length) {
+            (None, _) => format!("{name} (a {} run, not a language model)", preset.task.name()),
+            (Some(_), Some(first)) if first != len => {
+                format!("{name} (trained at L = {len}, the table's runs at {first})")
+            }
+            (Some(_), _) => {
+                length = Some(len);
+                kept.push(run);
+                continue;
+            }
+        };
+        left_out.push(why);
+    }
+    match kept.is_empty() {
+        true => Err(crate::Error::argument(
+            "runs",
+            left_out.join("; "),
+            "hold no language model: perplexity against length needs one",
+        )),
+        false => Ok((kept, left_out)),
     }
 }
 

@@ -9,7 +9,7 @@ use super::super::jobs::{Job, Jobs, take_result};
 use super::super::plot::{PlotOptions, show_figure};
 use super::super::runs::RunStore;
 use super::colour::ColourScale;
-use super::{PerRun, RunList, View, ViewContext, analyse_runs, run_buttons};
+use super::{Analysed, PerRun, RunList, View, ViewContext, analyse_runs, left_out_line, run_buttons};
 use crate::analysis::TrainedRun;
 use crate::analysis::figures::recall;
 use crate::analysis::iou::{
@@ -30,13 +30,15 @@ pub struct IouView {
     pub protocol: IouProtocol,
     /// Reports computed so far, one per run folder (a recomputation replaces it).
     pub reports: Vec<PerRun<IouReport>>,
-    job: Option<Job<Vec<PerRun<IouReport>>>>,
+    job: Option<Job<Analysed<IouReport>>>,
     row: usize,
     layer: usize,
     head: usize,
     example_job: Option<Job<(ExampleIou, String)>>,
     example: Option<ShownExample>,
     pub error: Option<String>,
+    /// The runs the last computation left out, and why.
+    pub left_out: Option<String>,
 }
 
 impl Default for IouView {
@@ -51,6 +53,7 @@ impl Default for IouView {
             example_job: None,
             example: None,
             error: None,
+            left_out: None,
         }
     }
 }
@@ -92,6 +95,9 @@ impl View for IouView {
         if let Some(error) = &self.error {
             ui.colored_label(ui.visuals().error_fg_color, error);
         }
+        if let Some(left_out) = &self.left_out {
+            ui.colored_label(ui.visuals().warn_fg_color, left_out);
+        }
         ui.separator();
         egui::ScrollArea::vertical().show(ui, |ui| {
             let selected = runs.selected().and_then(|r| r.dir.clone());
@@ -119,8 +125,9 @@ impl IouView {
     /// Takes in whatever the workers finished.
     fn collect(&mut self, ctx: &egui::Context) {
         let cancelled = Some("IoU cancelled");
-        if let Some(reports) = take_result(&mut self.job, &mut self.error, cancelled) {
-            replace_runs(&mut self.reports, reports, |r| &r.dir);
+        if let Some(analysed) = take_result(&mut self.job, &mut self.error, cancelled) {
+            self.left_out = left_out_line(&analysed.left_out);
+            replace_runs(&mut self.reports, analysed.done, |r| &r.dir);
         }
         if let Some((example, mechanism)) =
             take_result(&mut self.example_job, &mut self.error, None)

@@ -153,20 +153,39 @@ pub struct PerRun<T> {
     pub value: T,
 }
 
+/// What [`analyse_runs`] made of a list of runs: each result, and the runs it left out with
+/// why (another task's run, an unreadable folder): a run that does not apply costs its own
+/// result only, not those already computed.
+pub struct Analysed<T> {
+    pub done: Vec<PerRun<T>>,
+    pub left_out: Vec<String>,
+}
+
+/// One line naming the runs left out and why, `None` when none was: what a view shows beside
+/// the results it kept.
+pub fn left_out_line(left_out: &[String]) -> Option<String> {
+    (!left_out.is_empty()).then(|| format!("left out: {}", left_out.join("; ")))
+}
+
 /// Runs `analyse` on each run folder of `runs` (name, folder) in turn, reloading its
-/// checkpoint; progress is spread evenly over the runs. `Ok(None)` when cancelled.
+/// checkpoint; progress is spread evenly over the runs. A run whose analysis fails is left
+/// out with the error, the others go on. `Ok(None)` when cancelled.
 pub fn analyse_runs<T>(
     runs: &[(String, PathBuf)],
     progress: &mut dyn FnMut(f32),
     cancel: &AtomicBool,
     analyse: impl Fn(&TrainedRun, &mut dyn FnMut(f32), &AtomicBool) -> crate::Result<Option<T>>,
-) -> crate::Result<Option<Vec<PerRun<T>>>> {
-    let mut done = Vec::new();
+) -> crate::Result<Option<Analysed<T>>> {
+    let (mut done, mut left_out) = (Vec::new(), Vec::new());
     for (i, (name, dir)) in runs.iter().enumerate() {
-        let run = TrainedRun::open(dir)?;
         let mut part = |p: f32| progress((i as f32 + p) / runs.len() as f32);
-        let Some(value) = analyse(&run, &mut part, cancel)? else {
-            return Ok(None);
+        let value = match TrainedRun::open(dir).and_then(|run| analyse(&run, &mut part, cancel)) {
+            Ok(Some(value)) => value,
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                left_out.push(format!("{name} ({e})"));
+                continue;
+            }
         };
         done.push(PerRun {
             dir: dir.clone(),
@@ -174,7 +193,7 @@ pub fn analyse_runs<T>(
             value,
         });
     }
-    Ok(Some(done))
+    Ok(Some(Analysed { done, left_out }))
 }
 
 /// "Compute" buttons for the selected run, for it and the runs ticked to compare (when there

@@ -8,7 +8,7 @@ use eframe::egui;
 use super::super::export::Exporter;
 use super::super::jobs::{Job, Jobs, take_result};
 use super::super::plot::{PlotOptions, show_figure};
-use super::{RunList, View, ViewContext, analyse_runs, run_buttons};
+use super::{RunList, View, ViewContext, analyse_runs, left_out_line, run_buttons};
 use crate::analysis::spectrum::{SpectrumProtocol, run_spectrum};
 use crate::report::recall::{SpectrumEntry, SpectrumReport};
 
@@ -17,8 +17,11 @@ pub struct SpectraView {
     pub protocol: SpectrumProtocol,
     /// Every run computed so far, one entry per run folder (a recomputation replaces it).
     pub report: SpectrumReport,
-    job: Option<Job<Vec<SpectrumEntry>>>,
+    /// The entries computed, and the runs left out with why.
+    job: Option<Job<(Vec<SpectrumEntry>, Vec<String>)>>,
     pub error: Option<String>,
+    /// The runs the last computation left out, and why.
+    pub left_out: Option<String>,
 }
 
 impl View for SpectraView {
@@ -42,7 +45,8 @@ impl View for SpectraView {
 
     fn logic(&mut self, _cx: &ViewContext) {
         let cancelled = Some("spectrum cancelled");
-        if let Some(entries) = take_result(&mut self.job, &mut self.error, cancelled) {
+        if let Some((entries, left_out)) = take_result(&mut self.job, &mut self.error, cancelled) {
+            self.left_out = left_out_line(&left_out);
             self.report.merge(entries);
         }
     }
@@ -60,6 +64,9 @@ impl View for SpectraView {
         });
         if let Some(error) = &self.error {
             ui.colored_label(ui.visuals().error_fg_color, error);
+        }
+        if let Some(left_out) = &self.left_out {
+            ui.colored_label(ui.visuals().warn_fg_color, left_out);
         }
         ui.separator();
         if self.report.runs.is_empty() {
@@ -89,10 +96,12 @@ impl SpectraView {
                 run_spectrum(run, &protocol, progress, cancel)
             })?;
             Ok(spectra.map(|spectra| {
-                spectra
+                let entries = spectra
+                    .done
                     .into_iter()
                     .map(|r| SpectrumEntry::new(r.dir, r.name, r.value))
-                    .collect()
+                    .collect();
+                (entries, spectra.left_out)
             }))
         }));
     }
