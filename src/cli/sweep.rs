@@ -273,8 +273,9 @@ fn cell_line(id: &str, s: &crate::train::Summary) -> String {
         .best_accuracy
         .map_or("-".into(), |a| format!("{:.2}%", 100.0 * a));
     format!(
-        "{id}: {}, best test accuracy {accuracy}, {} steps in {:.1} s",
+        "{id}: {}, best test accuracy ({}) {accuracy}, {} steps in {:.1} s",
         s.status.describe(),
+        s.metric.name(),
         s.steps,
         s.elapsed_secs
     )

@@ -91,8 +91,12 @@ fn follow(handle: TrainHandle, estimate: &MemoryEstimate, quiet: bool) -> anyhow
             TrainEvent::Eval(e) => {
                 last_accuracy = Some(e.accuracy);
                 bar.set_message(status_line(last_loss, last_accuracy, tokens_per_s));
+                // Macro accuracy beside the micro one: a MAD run stops on it.
+                let macro_accuracy = e
+                    .macro_accuracy
+                    .map_or(String::new(), |m| format!("  macro {:>6.2}%", 100.0 * m));
                 let line = format!(
-                    "step {:>6}  epoch {:>6.2}  test acc {:>6.2}%  test loss {:.4}",
+                    "step {:>6}  epoch {:>6.2}  test acc {:>6.2}%{macro_accuracy}  test loss {:.4}",
                     e.step,
                     e.epoch,
                     100.0 * e.accuracy,
@@ -136,13 +140,14 @@ fn status_line(loss: f32, accuracy: Option<f64>, tokens_per_s: f64) -> String {
 /// The line printed when a run ends.
 pub fn summary_line(s: &Summary) -> String {
     format!(
-        "{} ({} / {}): {} after {} steps in {:.1} s; test accuracy {}; loss {}; {:.0} tokens/s",
+        "{} ({} / {}): {} after {} steps in {:.1} s; test accuracy ({}) {}; loss {}; {:.0} tokens/s",
         s.name,
         s.mechanism,
         s.encoding,
         s.status.describe(),
         s.steps,
         s.elapsed_secs,
+        s.metric.name(),
         s.last_accuracy
             .map_or("-".into(), |a| format!("{:.2}%", 100.0 * a)),
         s.last_loss.map_or("-".into(), |l| format!("{l:.4}")),

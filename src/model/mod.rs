@@ -122,8 +122,8 @@ pub struct ModelConfig {
     pub attention_dropout: Option<f64>,
 }
 
-/// How the model is built. Both have the same blocks; they differ where the papers' code and
-/// PyTorch's defaults differ.
+/// How the model is built. attnlab's and zoology's have the same blocks and differ where the
+/// papers' code and PyTorch's defaults differ; MAD's changes the norms and the channel mixer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Layout {

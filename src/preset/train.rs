@@ -15,7 +15,8 @@ pub enum Schedule {
     #[default]
     Cosine,
     /// The same cosine stepped once an epoch, constant within one: `CosineAnnealingLR(T_max =
-    /// epochs)` stepped per epoch, as MAD's Lightning module does (Lightning's default interval).
+    /// epochs)` stepped per epoch, as MAD's Lightning module does (Lightning's default interval);
+    /// after a warm-up, from the epoch it ends in.
     CosineEpochs,
     /// `lr` throughout.
     Constant,
@@ -32,6 +33,16 @@ pub enum Metric {
     /// Per target class the fraction predicted exactly, averaged over the classes seen:
     /// torchmetrics' `MulticlassAccuracy` default, MAD's metric.
     Macro,
+}
+
+impl Metric {
+    /// As presets spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Micro => "micro",
+            Self::Macro => "macro",
+        }
+    }
 }
 
 /// The `[train]` section of a preset. Defaults are the benchmark's (and PyTorch's) settings.

@@ -199,7 +199,7 @@ mod tests {
             weight_decay: 0.1,
             last_accuracy: 0.75,
             metric: crate::preset::Metric::Macro,
-            epochs: 10,
+            epochs: 10.0,
         });
         let report = SweepReport {
             summary: summarise(vec![cell]),

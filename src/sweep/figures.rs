@@ -8,7 +8,7 @@ use crate::figures::{BarPlot, BarSeries, Figure, LinePlot, Plot, Series};
 use crate::tasks::mad::Probe;
 
 /// Axis titles (x, y) of the MAD score figure.
-pub const MAD_AXES: [&str; 2] = ["MAD task", "MAD score (last macro accuracy)"];
+pub const MAD_AXES: [&str; 2] = ["MAD task", "MAD score (last test accuracy)"];
 
 /// Axis titles (x, y) of every panel, which the window's plots of them show too.
 pub const ACCURACY_AXES: [&str; 2] = ["d_model (model width)", "best test accuracy"];

@@ -25,7 +25,8 @@ pub struct MadCell {
     /// The run's last test accuracy in `metric` (MAD scores the last model, not the best).
     pub last_accuracy: f64,
     pub metric: Metric,
-    pub epochs: usize,
+    /// The epochs the run was planned for: its steps (`max_steps` included) over an epoch's.
+    pub epochs: f64,
 }
 
 impl MadCell {
@@ -35,13 +36,14 @@ impl MadCell {
             return None;
         };
         let resolved = config.resolved();
+        let per_epoch = preset.train.steps_per_epoch(resolved.train_examples);
         Some(Self {
             probe: resolved.probe.name().into(),
             setting: format!("{resolved:?}"),
             weight_decay: preset.train.weight_decay,
             last_accuracy: summary.last_accuracy.unwrap_or(0.0),
             metric: summary.metric,
-            epochs: preset.train.epochs,
+            epochs: summary.total_steps as f64 / per_epoch as f64,
         })
     }
 
@@ -94,8 +96,7 @@ pub fn scores<'a>(runs: impl IntoIterator<Item = (&'a str, &'a MadCell)>) -> Vec
                 score: best.iter().sum::<f64>() / best.len() as f64,
                 settings: best.len(),
                 runs: cells.len(),
-                epoch_scale: cells.iter().map(|c| c.epochs).max().unwrap_or(0) as f64
-                    / MAD_EPOCHS as f64,
+                epoch_scale: cells.iter().map(|c| c.epochs).fold(0.0, f64::max) / MAD_EPOCHS as f64,
                 macro_metric: cells.iter().all(|c| c.metric == Metric::Macro),
             }
         })
@@ -162,7 +163,7 @@ mod tests {
             weight_decay: wd,
             last_accuracy: accuracy,
             metric: Metric::Macro,
-            epochs: 10,
+            epochs: 10.0,
         }
     }
 

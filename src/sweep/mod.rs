@@ -14,10 +14,11 @@
 //! seq_len = [64, 128]
 //! num_kv_pairs = [4, 8]                  # one per seq_len
 //! lr = [1e-3, 3e-3]
-//! weight_decay = [0.0, 0.1]
 //! seed = [0, 1, 2]                       # train.seed: initialisation and data order
-//! probe = ["in-context-recall"]          # task.probe of a MAD base preset
 //! ```
+//!
+//! A MAD base preset (`sweeps/mad_lite.toml`) takes two more axes, `probe` (`task.probe`) and
+//! `weight_decay`; its runs are summarised as MAD's score (`mad.rs`).
 //!
 //! Cells that differ only in per-run settings (seed, learning rate, …; see
 //! [`crate::train::replicas`]) train as replicas of one batched model, a group, each into its
@@ -145,6 +146,7 @@ impl Sweep {
         check_folder_name(&file.name).map_err(|why| bad("name", why))?;
         let base = path.parent().unwrap_or(Path::new("")).join(&file.base);
         let axes = file.axes.values().map_err(|(key, why)| bad(key, why))?;
+        let decays = !file.axes.weight_decay.is_empty();
         check_grid_size(&axes).map_err(|why| bad("axes", why))?;
         let cells = grid(&axes, &file.set);
         check_cell_ids(&cells).map_err(|why| bad("axes", why))?;
@@ -160,12 +162,26 @@ impl Sweep {
             cells,
         };
         for cell in &sweep.cells {
-            sweep.preset(cell).map_err(|e| {
+            let preset = sweep.preset(cell).map_err(|e| {
                 bad(
                     &format!("cell {}", cell.id),
                     format!("{e} (overrides {})", cell.overrides.join(" ")),
                 )
             })?;
+            // An MQAR point is the best lr's mean over seeds: runs of other decays would be
+            // taken for more seeds. MAD's score takes the best over lr × decay.
+            if decays && !matches!(preset.task, crate::tasks::TaskSpec::Mad(_)) {
+                return Err(bad(
+                    "axes.weight_decay",
+                    format!(
+                        "is for MAD sweeps (their score takes the best of lr x decay); cell {} \
+                         is a {} run, whose summary picks the best lr only: set \
+                         train.weight_decay in `set`, one sweep per decay",
+                        cell.id,
+                        preset.task.name()
+                    ),
+                ));
+            }
         }
         Ok(sweep)
     }
@@ -774,6 +790,21 @@ mod tests {
         let err = check_grid_size(&big).unwrap_err();
         assert!(err.contains("1000000000 cells"), "{err}");
         assert!(check_grid_size(&axes("seed = [0, 1]")).is_ok());
+    }
+
+    /// A decay axis over MQAR runs would have its runs taken for more seeds of an lr.
+    #[test]
+    fn a_decay_axis_is_for_mad_sweeps_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("presets/mqar_softmax.toml");
+        let path = dir.path().join("wd.toml");
+        let text = format!("name = \"wd\"\nbase = {base:?}\n[axes]\nweight_decay = [0.0, 0.1]\n");
+        std::fs::write(&path, text).unwrap();
+        let err = Sweep::load(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("axes.weight_decay") && err.contains("a mqar run"),
+            "{err}"
+        );
     }
 
     /// An empty file said only "missing field name".

@@ -22,10 +22,11 @@ pub fn learning_rate(config: &TrainConfig, step: usize, (total, per_epoch): (usi
     let progress = match config.schedule {
         Schedule::Constant => return config.lr,
         Schedule::Cosine => done as f64 / span as f64,
-        // Epoch e of E: PyTorch's T_max = E steps of the scheduler, the last epoch at E − 1.
+        // Epoch e of E: PyTorch's T_max = E steps of the scheduler, the last epoch at E − 1;
+        // epochs counted from step 0, so the rate holds within one even after a warm-up.
         Schedule::CosineEpochs => {
             let per_epoch = per_epoch.max(1);
-            (done / per_epoch) as f64 / span.div_ceil(per_epoch) as f64
+            (step / per_epoch) as f64 / total.max(1).div_ceil(per_epoch) as f64
         }
     };
     config.min_lr
@@ -347,6 +348,14 @@ mod tests {
                 );
             }
         }
+        // After a warm-up of 3 steps, epoch 1 (steps 7 to 13) still holds one rate.
+        let warm = TrainConfig {
+            warmup_steps: 3,
+            ..c
+        };
+        let rates: Vec<f64> = (7..14).map(|s| learning_rate(&warm, s, (70, 7))).collect();
+        assert!(rates.iter().all(|&r| r == rates[0]), "{rates:?}");
+        assert_eq!(learning_rate(&warm, 0, (70, 7)), 1e-3 / 3.0);
     }
 
     #[test]

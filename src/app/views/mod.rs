@@ -169,7 +169,8 @@ pub fn left_out_line(left_out: &[String]) -> Option<String> {
 
 /// Runs `analyse` on each run folder of `runs` (name, folder) in turn, reloading its
 /// checkpoint; progress is spread evenly over the runs. A run whose analysis fails is left
-/// out with the error, the others go on. `Ok(None)` when cancelled.
+/// out with the error, the others go on; when none is left, the errors are the error.
+/// `Ok(None)` when cancelled.
 pub fn analyse_runs<T>(
     runs: &[(String, PathBuf)],
     progress: &mut dyn FnMut(f32),
@@ -192,6 +193,13 @@ pub fn analyse_runs<T>(
             name: name.clone(),
             value,
         });
+    }
+    if done.is_empty() && !left_out.is_empty() {
+        return Err(crate::Error::argument(
+            "runs",
+            left_out.join("; "),
+            "could not be analysed",
+        ));
     }
     Ok(Some(Analysed { done, left_out }))
 }
