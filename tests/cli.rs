@@ -491,3 +491,84 @@ fn curves_compares_run_folders_as_lines_points_and_figures() {
         stderr(&o)
     );
 }
+
+/// A folder in mad-lab's published layout (here: attnlab's own rows written as int64 `.npy`)
+/// becomes a preset with `data import-mad`; `data mad` then shows the folder's rows, ground
+/// truth included, and the preset trains on them.
+#[test]
+fn import_mad_reads_a_published_folder_into_a_preset_that_trains() {
+    let tmp = tempfile::tempdir().unwrap();
+    let name = "t-CR_vs-16_sl-128_ntr-6_nte-8_km-1_vm-1_mq-1_fn-0#0_nvs-0_ntc-0_s-12345";
+    let dir = tmp.path().join(name);
+    let rows = |split: &str, n: &str| {
+        let o = attnlab(&[
+            "data",
+            "mad",
+            "presets/mad_in_context_recall.toml",
+            "--set",
+            "task.train_examples=6",
+            "--set",
+            "task.test_examples=8",
+            "--set",
+            "train.batch_size=2",
+            "--split",
+            split,
+            "--n",
+            n,
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    for (split, n) in [("train", 6), ("test", 8)] {
+        let generated = rows(split, &n.to_string());
+        std::fs::create_dir_all(dir.join(split)).unwrap();
+        for (field, file) in [("inputs", "inputs.npy"), ("labels", "targets.npy")] {
+            let values: Vec<i64> = generated
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|r| r[field].as_array().unwrap().clone())
+                .map(|v| v.as_i64().unwrap())
+                .collect();
+            let tensor = candle_core::Tensor::from_vec(values, (n, 127), &candle_core::Device::Cpu);
+            tensor
+                .unwrap()
+                .write_npy(dir.join(split).join(file))
+                .unwrap();
+        }
+    }
+    let preset = tmp.path().join("imported.toml");
+    let dir_arg = dir.to_str().unwrap();
+    let o = attnlab(&[
+        "data",
+        "import-mad",
+        dir_arg,
+        "--out",
+        preset.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("6 training and 8 test rows"),
+        "{}",
+        stderr(&o)
+    );
+    let o = attnlab(&["data", "mad", preset.to_str().unwrap(), "--split", "test"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let read: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(read, rows("test", "4"));
+    let out = tmp.path().join("runs");
+    let o = attnlab(&[
+        "train",
+        preset.to_str().unwrap(),
+        "--set",
+        "train.max_steps=2",
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // A folder whose name the settings cannot come from is refused naming it.
+    let o = attnlab(&["data", "import-mad", tmp.path().to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("paths.py"), "{}", stderr(&o));
+}

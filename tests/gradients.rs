@@ -152,3 +152,19 @@ fn per_layer_encodings_train_in_hybrid_models() {
         assert_eq!(tables, expected);
     }
 }
+
+/// MAD's auto-encoder head (`model.head = "autoencoder"`): its decoder, and every block under
+/// it through the one pooled position, in both layouts its init differs in.
+#[test]
+fn the_auto_encoder_head_trains() {
+    use attnlab::model::{Head, Layout};
+    for layout in [Layout::Mad, Layout::Attnlab] {
+        let mut preset = common::tiny(
+            attnlab::attention::MechanismSpec::Softmax(Default::default()),
+            attnlab::encodings::EncodingSpec::Rope(Default::default()),
+        );
+        preset.model.layout = layout;
+        preset.model.head = Head::Autoencoder;
+        assert_every_parameter_gets_a_gradient(&preset);
+    }
+}

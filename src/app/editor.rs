@@ -8,7 +8,7 @@ use eframe::egui;
 use crate::Preset;
 use crate::attention::MechanismSpec;
 use crate::encodings::EncodingSpec;
-use crate::model::{Activation, Layout, MixerKind, ModelConfig};
+use crate::model::{Activation, Head, Layout, MixerKind, ModelConfig};
 use crate::ops::Precision;
 use crate::settings::{Choices, Hyperparameter, Section, Switch};
 use crate::tasks::TaskSpec;
@@ -198,6 +198,10 @@ fn model_ui(ui: &mut egui::Ui, m: &mut ModelConfig) {
                 "how the architecture is built (docs/presets.md); {}",
                 key_hint("model.layout")
             ));
+    });
+    // auto: MAD's auto-encoder for compression, the LM head otherwise.
+    named_choice(ui, "head", "model.head", &mut m.head, &Head::ALL, |h| {
+        h.name().to_string()
     });
     if m.layout != Layout::Zoology {
         ui.checkbox(&mut m.tie_embeddings, "tie embeddings with the output head")
@@ -424,7 +428,11 @@ fn mad_ui(ui: &mut egui::Ui, t: &mut MadConfig) {
         _ => {}
     }
     let resolved = t.resolved();
-    if resolved.validate().is_ok() {
+    if let Some(dir) = &t.data {
+        // Reading the files on every frame would stall the window: `attnlab data mad` shows them.
+        ui.label(format!("rows from mad-lab's data in {}", dir.display()))
+            .on_hover_text(key_hint("task.data"));
+    } else if resolved.validate().is_ok() {
         for (split, name) in [(MadSplit::Train, "train"), (MadSplit::Test, "test")] {
             if let Some(row) = resolved.rows(split, 1).first() {
                 ui.label(

@@ -5,7 +5,7 @@ use crate::tasks::IGNORE;
 use crate::tasks::mad;
 use crate::tasks::mqar::Split;
 
-use super::{DataArgs, SplitArg};
+use super::{DataArgs, ImportMadArgs, SplitArg};
 use crate::report::{Format, Table};
 
 pub fn mqar(args: &DataArgs) -> anyhow::Result<()> {
@@ -45,11 +45,51 @@ pub fn mad(args: &DataArgs) -> anyhow::Result<()> {
         SplitArg::Train => mad::Split::Train,
         SplitArg::Test => mad::Split::Test,
     };
-    let rows = config.resolved().rows(split, args.n);
+    let rows = config.rows(split, args.n)?;
     let pairs = rows
         .iter()
         .map(|r| (r.inputs.as_slice(), r.labels.as_slice()));
     print_rows(&rows, pairs, format)
+}
+
+/// `attnlab data import-mad DIR`: `mad_in_context_recall` (MAD's model and protocol) with the
+/// task the folder's name states and `task.data` its absolute path, after reading every file.
+pub fn import_mad(args: &ImportMadArgs) -> anyhow::Result<()> {
+    let dir = std::fs::canonicalize(&args.dir)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", args.dir.display()))?;
+    let task = mad::MadConfig {
+        data: Some(dir.clone()),
+        ..crate::tasks::mad_data::settings_of(&dir)?
+    };
+    let mut preset = crate::experiments::shipped("mad_in_context_recall")?.preset(&[])?;
+    preset.name = format!("mad-{}", task.probe.name());
+    preset.description = format!(
+        "MAD's {} on mad-lab's published rows ({}), in MAD's model and protocol",
+        task.probe.name(),
+        dir.display()
+    );
+    // MAD's batch of 128 and the views' examples, unless the folder holds fewer rows.
+    let resolved = task.resolved();
+    preset.train.batch_size = preset.train.batch_size.min(resolved.train_examples);
+    preset.eval.attention_examples = preset.eval.attention_examples.min(resolved.test_examples);
+    preset.task = crate::tasks::TaskSpec::Mad(task);
+    preset.validate()?;
+    let (train, test) = preset.task.datasets()?;
+    eprintln!(
+        "{}: {} training and {} test rows of {} tokens read and checked",
+        dir.display(),
+        train.len(),
+        test.len(),
+        train.seq_len
+    );
+    match &args.out {
+        Some(path) => {
+            preset.save(path)?;
+            outln!("wrote {}", path.display());
+        }
+        None => out!("{}", preset.to_toml()?),
+    }
+    Ok(())
 }
 
 /// `all` as JSON, or its rows (tokens and labels) as tidy CSV or aligned text.

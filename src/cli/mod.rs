@@ -148,6 +148,19 @@ pub enum DataCommand {
     /// Rows of a MAD probe (task.kind = "mad"): inputs and the label scored at each position
     /// (-100: none in that split).
     Mad(DataArgs),
+    /// The preset that trains on a folder of mad-lab's published data (Zenodo 10843663:
+    /// train/ and test/, each inputs.npy and targets.npy): MAD's model and protocol, the task
+    /// its folder's name states, every file checked; printed, or written to --out.
+    ImportMad(ImportMadArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ImportMadArgs {
+    /// The data folder, named as mad-lab names it (t-CR_vs-16_sl-128_ntr-12800_…).
+    dir: PathBuf,
+    /// Write the preset here instead of printing it.
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -261,6 +274,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Data { task }) => match task {
             DataCommand::Mqar(args) => data::mqar(&args),
             DataCommand::Mad(args) => data::mad(&args),
+            DataCommand::ImportMad(args) => data::import_mad(&args),
         },
         Some(Command::Bench(args)) => bench::bench(&args),
         Some(Command::Eval {

@@ -72,6 +72,7 @@ mod tests {
     fn short_conv_is_causal() {
         let p = Params::new(1, &Device::Cpu);
         let build = Build {
+            autoencoder: false,
             precision: crate::ops::Precision::F32,
             layout: super::super::Layout::Attnlab,
             n_layers: 1,

@@ -10,6 +10,7 @@
 //! MQAR model (what the Based, ReBased and zoology papers trained), so learning rates and
 //! steps-to-99% transfer to and from the papers.
 
+mod autoencoder;
 mod conv;
 mod layers;
 mod mha;
@@ -18,6 +19,7 @@ mod transformer;
 
 use serde::{Deserialize, Serialize};
 
+pub use autoencoder::AutoEncoder;
 pub use conv::{PrevToken, ShortConv};
 pub use layers::{Embedding, Linear, LinearInit, Mlp, Norm};
 pub use mha::{Ablation, HeadAblation, MultiHeadAttention};
@@ -36,6 +38,9 @@ pub struct Build {
     pub precision: Precision,
     pub layout: Layout,
     pub n_layers: usize,
+    /// Whether the model ends in MAD's auto-encoder, whose `_init_weights` starts every linear
+    /// layer of the MAD layout N(0, 0.02) with a zero bias, the blocks' included.
+    pub autoencoder: bool,
 }
 
 impl Build {
@@ -47,6 +52,7 @@ impl Build {
     pub fn linear_init(&self, residual: bool) -> LinearInit {
         match self.layout {
             Layout::Attnlab => LinearInit::Torch,
+            Layout::Mad if self.autoencoder => LinearInit::Normal(Self::ZOOLOGY_STD),
             Layout::Mad => LinearInit::TorchZeroBias,
             Layout::Zoology if residual => {
                 LinearInit::Normal(Self::ZOOLOGY_STD / (2.0 * self.n_layers as f64).sqrt())
@@ -120,6 +126,43 @@ pub struct ModelConfig {
     /// mechanisms have none, as in zoology); unset = the layout's (zoology 0.1, attnlab 0).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attention_dropout: Option<f64>,
+    /// What turns the last block's output into logits ([`Head`]); `auto` = the task's.
+    #[serde(skip_serializing_if = "Head::is_auto")]
+    pub head: Head,
+}
+
+/// What turns the last block's output into logits at each position.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Head {
+    /// The task's own: MAD's auto-encoder for its compression probe, the LM head otherwise
+    /// (the preset resolves it; a model built with `auto` has the LM head).
+    #[default]
+    Auto,
+    /// The final norm, then a linear layer at every position: a language model's.
+    Lm,
+    /// MAD's auto-encoder (mad-lab's `AutoEncoder`): the blocks encode the sequence, its last
+    /// position is pooled, and a decoder MLP writes every position p from the pool plus a
+    /// sinusoid of p, so the sequence must pass through one vector.
+    Autoencoder,
+}
+
+impl Head {
+    /// Every head, in the editor's order.
+    pub const ALL: [Self; 3] = [Self::Auto, Self::Lm, Self::Autoencoder];
+
+    /// As presets spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Lm => "lm",
+            Self::Autoencoder => "autoencoder",
+        }
+    }
+
+    fn is_auto(&self) -> bool {
+        *self == Self::Auto
+    }
 }
 
 /// How the model is built. attnlab's and zoology's have the same blocks and differ where the
@@ -217,6 +260,7 @@ impl Default for ModelConfig {
             layout: Layout::Attnlab,
             embed_dropout: None,
             attention_dropout: None,
+            head: Head::Auto,
         }
     }
 }

@@ -4,8 +4,9 @@ use std::sync::Arc;
 
 use candle_core::Tensor;
 
+use super::autoencoder::AutoEncoder;
 use super::{
-    Build, Embedding, HeadAblation, Layout, Linear, MixerKind, Mlp, ModelConfig,
+    Build, Embedding, Head, HeadAblation, Layout, Linear, MixerKind, Mlp, ModelConfig,
     MultiHeadAttention, Norm, PrevToken, ShortConv, gather_rows,
 };
 use crate::Result;
@@ -105,13 +106,32 @@ pub struct Forward {
     pub attention: Vec<Option<Attention>>,
 }
 
+/// What turns the last block's output into logits ([`Head`]).
+enum Unembedding {
+    /// The final norm, then the LM head at each position.
+    Lm {
+        final_norm: Norm,
+        head: Linear,
+    },
+    AutoEncoder(AutoEncoder),
+}
+
+impl Unembedding {
+    /// Logits (B, T, V) at every position of the blocks' output x (B, T, D).
+    fn logits(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Self::Lm { final_norm, head } => head.forward(&final_norm.forward(x)?),
+            Self::AutoEncoder(autoencoder) => autoencoder.logits(x),
+        }
+    }
+}
+
 /// Decoder-only transformer.
 pub struct Transformer {
     embedding: Embedding,
     input_encoding: Arc<dyn Encoding>,
     blocks: Vec<Block>,
-    final_norm: Norm,
-    head: Linear,
+    unembedding: Unembedding,
     /// Dropout on the embeddings while training.
     embed_dropout: f64,
 }
@@ -173,6 +193,7 @@ impl Transformer {
             precision,
             layout: config.layout,
             n_layers: config.n_layers,
+            autoencoder: config.head == Head::Autoencoder,
         };
         // zoology's MHA has attention dropout; its other mixers have none.
         let attention_dropout = match mechanism {
@@ -228,6 +249,16 @@ impl Transformer {
             })
             .collect::<Result<Vec<_>>>()?;
         let embedding = Embedding::new(vocab_size, d, &build, &params.pp("embedding"))?;
+        if build.autoencoder {
+            let autoencoder = AutoEncoder::new((d, vocab_size, max_len), &build, params)?;
+            return Ok(Self {
+                embedding,
+                input_encoding,
+                blocks,
+                unembedding: Unembedding::AutoEncoder(autoencoder),
+                embed_dropout: config.embed_dropout(),
+            });
+        }
         let head = match config.layout {
             // zoology's LanguageModel: lm_head shares the embedding and has no bias.
             Layout::Zoology => Linear::from_weight(embedding.weight().clone(), None, precision),
@@ -240,12 +271,12 @@ impl Transformer {
                 build.linear((d, vocab_size), false, &params.pp("head"))?
             }
         };
+        let final_norm = Norm::new(d, config.layout, &params.pp("final_norm"))?;
         Ok(Self {
             embedding,
             input_encoding,
             blocks,
-            final_norm: Norm::new(d, config.layout, &params.pp("final_norm"))?,
-            head,
+            unembedding: Unembedding::Lm { final_norm, head },
             embed_dropout: config.embed_dropout(),
         })
     }
@@ -271,7 +302,8 @@ impl Transformer {
     ///
     /// Semantics-preserving shortcut: the last block's output projection, residual and MLP,
     /// the final norm and the LM head only run on the scored rows (4 of 64 positions in
-    /// MQAR), since no later layer reads the others.
+    /// MQAR), since no later layer reads the others. The auto-encoder reads the last position
+    /// of every row, so its last block runs in full.
     fn logits_rows(
         &self,
         ids: &Tensor,
@@ -293,9 +325,18 @@ impl Transformer {
             x = block.feed_forward(block.mix_output(&x, seeds.as_deref())?, || Ok(x.clone()))?;
         }
         let seeds = site(1 + earlier.len());
-        let mixed = last.mix_rows(&x, rows, seeds.as_deref())?;
-        let scored = last.feed_forward(mixed, || gather_rows(&x, rows))?; // (R, D)
-        self.head.forward(&self.final_norm.forward(&scored)?)
+        match &self.unembedding {
+            Unembedding::Lm { final_norm, head } => {
+                let mixed = last.mix_rows(&x, rows, seeds.as_deref())?;
+                let scored = last.feed_forward(mixed, || gather_rows(&x, rows))?; // (R, D)
+                head.forward(&final_norm.forward(&scored)?)
+            }
+            Unembedding::AutoEncoder(autoencoder) => {
+                let mixed = last.mix_output(&x, seeds.as_deref())?;
+                let x = last.feed_forward(mixed, || Ok(x.clone()))?;
+                autoencoder.logits_rows(&x, rows)
+            }
+        }
     }
 
     /// The positional encoding of every attention layer (`None` for convolution layers), with
@@ -346,7 +387,7 @@ impl Transformer {
                 .feed_forward(block.mix(&x, Some(chunk))?.0, || Ok(x.clone()))?
                 .detach();
         }
-        Ok(self.head.forward(&self.final_norm.forward(&x)?)?.detach())
+        Ok(self.unembedding.logits(&x)?.detach())
     }
 
     /// Logits at every position (B, T, V) with one head ablated ([`MultiHeadAttention::
@@ -373,7 +414,7 @@ impl Transformer {
             };
             x = block.feed_forward(mixed, || Ok(x.clone()))?.detach();
         }
-        Ok(self.head.forward(&self.final_norm.forward(&x)?)?.detach())
+        Ok(self.unembedding.logits(&x)?.detach())
     }
 
     /// Logits at every position and the attention of every attention layer.
@@ -385,7 +426,7 @@ impl Transformer {
             x = block.feed_forward(mixed, || Ok(x.clone()))?;
             attention.push(layer_attention);
         }
-        let logits = self.head.forward(&self.final_norm.forward(&x)?)?;
+        let logits = self.unembedding.logits(&x)?;
         Ok(Forward { logits, attention })
     }
 }

@@ -13,7 +13,7 @@
 use super::Preset;
 use crate::attention::{LayerSize, MechanismSpec};
 use crate::encodings::{EncodingSpec, Family};
-use crate::model::{Layout, MixerKind, Mlp, Norm};
+use crate::model::{AutoEncoder, Head, Layout, MixerKind, Mlp, Norm};
 use crate::tasks::TaskSpec;
 use crate::{Error, Result};
 
@@ -274,10 +274,12 @@ fn parameter_count(preset: &Preset) -> f64 {
             _ => norm + Mlp::parameters((m.d_model, m.mlp_hidden()), m.layout) as f64,
         };
     }
-    let head = match m.layout {
-        Layout::Zoology => 0.0,
-        Layout::Attnlab | Layout::Mad if m.tie_embeddings => vocab,
-        Layout::Attnlab | Layout::Mad => linear(d, vocab),
+    let final_norm = Norm::parameters(m.d_model, m.layout) as f64;
+    let head = match (preset.head(), m.layout) {
+        (Head::Autoencoder, _) => AutoEncoder::parameters(m.d_model, vocab as usize) as f64,
+        (_, Layout::Zoology) => final_norm,
+        (_, Layout::Attnlab | Layout::Mad) if m.tie_embeddings => final_norm + vocab,
+        (_, Layout::Attnlab | Layout::Mad) => final_norm + linear(d, vocab),
     };
     let encodings = preset.encoding.parameters(&preset.encoding_shape()) as f64
         * if preset.encoding.is_per_layer() {
@@ -285,7 +287,7 @@ fn parameter_count(preset: &Preset) -> f64 {
         } else {
             1.0
         };
-    vocab * d + blocks + Norm::parameters(m.d_model, m.layout) as f64 + head + encodings
+    vocab * d + blocks + head + encodings
 }
 
 /// What one training step keeps alive at its peak in its layers: per layer the normalised
@@ -406,12 +408,14 @@ mod tests {
     fn the_parameter_count_is_that_of_the_built_model() {
         for mechanism in MechanismSpec::all_defaults() {
             for encoding in EncodingSpec::all_defaults() {
-                for (layout, mlp_ratio, tie) in [
-                    (Layout::Attnlab, 0, false),
-                    (Layout::Attnlab, 4, true),
-                    (Layout::Zoology, 2, false),
-                    (Layout::Mad, 4, false),
-                    (Layout::Mad, 0, true),
+                for (layout, mlp_ratio, tie, head) in [
+                    (Layout::Attnlab, 0, false, Head::Auto),
+                    (Layout::Attnlab, 4, true, Head::Lm),
+                    (Layout::Zoology, 2, false, Head::Auto),
+                    (Layout::Mad, 4, false, Head::Auto),
+                    (Layout::Mad, 0, true, Head::Auto),
+                    (Layout::Mad, 4, false, Head::Autoencoder),
+                    (Layout::Zoology, 0, false, Head::Autoencoder),
                 ] {
                     let mut preset = tiny();
                     preset.attention = mechanism.clone();
@@ -419,6 +423,7 @@ mod tests {
                     preset.model.layout = layout;
                     preset.model.mlp_ratio = mlp_ratio;
                     preset.model.tie_embeddings = tie;
+                    preset.model.head = head;
                     if preset.validate().is_err() {
                         continue;
                     }
@@ -428,7 +433,7 @@ mod tests {
                     let counted = parameter_count(&preset);
                     assert!(
                         (built - counted).abs() <= 16.0,
-                        "{} + {} {layout:?} mlp {mlp_ratio}: built {built}, counted {counted}",
+                        "{} + {} {layout:?} mlp {mlp_ratio} {head:?}: built {built}, counted {counted}",
                         mechanism.name(),
                         encoding.name()
                     );
@@ -540,6 +545,36 @@ mod tests {
             if name.starts_with("embedding") {
                 let std = (values.iter().map(|v| v * v).sum::<f32>() / values.len() as f32).sqrt();
                 assert!((std - 0.02).abs() < 0.002, "{name}: std {std}");
+            }
+        }
+    }
+
+    /// MAD's compression model, counted by hand from mad-lab's `AutoEncoder`: the blocks of
+    /// its language model without the final norm, then the decoder (RMSNorm, Linear(d, d),
+    /// twice) and the unembedding (RMSNorm, Linear(d, V)), all with biases; `_init_weights`
+    /// starts every linear weight N(0, 0.02), the blocks' included, and every bias at zero.
+    #[test]
+    fn compression_builds_mads_auto_encoder() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("presets")
+            .join("mad_in_context_recall.toml");
+        let preset = Preset::load(&path, &["task.probe=compression".into()]).unwrap();
+        assert_eq!(preset.head(), Head::Autoencoder);
+        let params = Params::new(0, &candle_core::Device::Cpu);
+        preset.build_model(&params).unwrap();
+        let block = 128 + (128 * 384 + 384) + (128 * 128 + 128) + 128 + 3 * 128 * 352;
+        let decoder = 3 * 128 + 2 * (128 * 128 + 128) + (128 * 16 + 16);
+        assert_eq!(params.count(), 16 * 128 + 2 * block + decoder);
+        assert_eq!(params.count() as f64, parameter_count(&preset));
+        for (name, var) in params.vars() {
+            let values = var.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            let std = (values.iter().map(|v| v * v).sum::<f32>() / values.len() as f32).sqrt();
+            match name.rsplit('.').next() {
+                Some("bias") => assert_eq!(std, 0.0, "{name} starts at zero"),
+                Some("weight") if !name.contains("norm") && values.len() > 1000 => {
+                    assert!((std - 0.02).abs() < 0.002, "{name}: std {std}");
+                }
+                _ => {}
             }
         }
     }

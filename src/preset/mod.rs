@@ -226,8 +226,12 @@ impl Preset {
         max_len: usize,
         params: &crate::params::Params,
     ) -> Result<crate::model::Transformer> {
+        let model = crate::model::ModelConfig {
+            head: self.head(),
+            ..self.model.clone()
+        };
         crate::model::Transformer::new(
-            &self.model,
+            &model,
             &self.attention,
             &self.encoding.at_training_length(self.task.seq_len()),
             self.task.vocab_size(),
@@ -235,6 +239,17 @@ impl Preset {
             self.train.precision,
             params,
         )
+    }
+
+    /// The model's head with `auto` resolved: MAD's auto-encoder for a task that scores every
+    /// token against itself (compression), the LM head otherwise.
+    pub fn head(&self) -> crate::model::Head {
+        use crate::model::Head;
+        match self.model.head {
+            Head::Auto if self.task.scores_its_inputs() => Head::Autoencoder,
+            Head::Auto => Head::Lm,
+            head => head,
+        }
     }
 
     /// Checks every section and the combinations between them.
@@ -266,6 +281,15 @@ impl Preset {
     /// Mechanism × encoding × task combinations that cannot work, as the mechanisms'
     /// catalogue says.
     fn validate_combination(&self) -> Result<()> {
+        if self.task.scores_its_inputs() && self.head() == crate::model::Head::Lm {
+            return Err(Error::preset(
+                "model.head",
+                "lm",
+                "cannot learn compression: the task scores every token against itself, which \
+                 a causal language model copies from its input; MAD decodes the row from its \
+                 last position: use model.head = \"autoencoder\" (or \"auto\")",
+            ));
+        }
         let mechanism = self.attention.facts();
         if !mechanism.causal && self.task.requires_causal() {
             return Err(Error::preset(
@@ -578,6 +602,27 @@ mod tests {
         }
         let err = refusal(&["model.d_modle=3"]);
         assert!(!err.contains("model.kind"), "untagged sections: {err}");
+    }
+
+    /// Compression takes MAD's auto-encoder by itself; asked for the LM head, which would copy
+    /// each input to its own target, it is refused naming the key. Another task keeps the LM
+    /// head under `auto`, and may ask for the auto-encoder.
+    #[test]
+    fn compression_decodes_through_the_auto_encoder() {
+        use crate::model::Head;
+        let compression = ["task.kind=\"mad\"", "task.probe=\"compression\""];
+        assert_eq!(
+            parse(MINIMAL, &compression).unwrap().head(),
+            Head::Autoencoder
+        );
+        let err = refusal(&[compression[0], compression[1], "model.head=\"lm\""]);
+        assert!(
+            err.contains("model.head") && err.contains("autoencoder"),
+            "{err}"
+        );
+        assert_eq!(parse(MINIMAL, &[]).unwrap().head(), Head::Lm);
+        let asked = parse(MINIMAL, &["model.head=\"autoencoder\""]).unwrap();
+        assert_eq!(asked.head(), Head::Autoencoder);
     }
 
     #[test]

@@ -18,7 +18,9 @@
 //! ```
 //!
 //! A MAD base preset (`sweeps/mad_lite.toml`) takes two more axes, `probe` (`task.probe`) and
-//! `weight_decay`; its runs are summarised as MAD's score (`mad.rs`).
+//! `weight_decay`; its runs are summarised as MAD's score (`mad.rs`). Instead of `probe`, the
+//! `task` axis lists task settings, one table per point (`{ probe = "compression",
+//! vocab_size = 32 }`, the rest the base's): MAD's `changes` (`sweeps/mad_full.toml`).
 //!
 //! Cells that differ only in per-run settings (seed, learning rate, …; see
 //! [`crate::train::replicas`]) train as replicas of one batched model, a group, each into its
@@ -79,6 +81,8 @@ fn default_replicas() -> usize {
 struct Axes {
     /// MAD's probes (`task.probe`), with each probe's baseline settings.
     probe: Vec<String>,
+    /// Task settings, one table per point, each key set under `[task]` over the base's.
+    task: Vec<toml::Table>,
     mechanism: Vec<toml::Value>,
     d_model: Vec<usize>,
     seq_len: Vec<usize>,
@@ -271,6 +275,13 @@ impl Sweep {
 impl Axes {
     /// The axes as lists of values, in grid order (outermost first); an error names the key.
     fn values(&self) -> std::result::Result<Vec<Vec<AxisValue>>, (&'static str, String)> {
+        if !self.probe.is_empty() && !self.task.is_empty() {
+            return Err((
+                "axes.probe",
+                "and axes.task both set the probe: give it inside each task entry".into(),
+            ));
+        }
+        let tasks = table_values("axes.task", &self.task, task_value)?;
         if !self.num_kv_pairs.is_empty() && self.num_kv_pairs.len() != self.seq_len.len() {
             return Err((
                 "axes.num_kv_pairs",
@@ -281,12 +292,7 @@ impl Axes {
                 ),
             ));
         }
-        let mechanisms = self
-            .mechanism
-            .iter()
-            .map(mechanism_value)
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|why| ("axes.mechanism", why))?;
+        let mechanisms = table_values("axes.mechanism", &self.mechanism, mechanism_value)?;
         let lengths = self
             .seq_len
             .iter()
@@ -315,6 +321,7 @@ impl Axes {
         let reals = |v: &[f64]| v.iter().map(f64::to_string).collect();
         Ok(vec![
             simple("", "task.probe", self.probe.clone()),
+            tasks,
             mechanisms,
             lengths,
             simple("d", "model.d_model", strings(&self.d_model)),
@@ -364,6 +371,50 @@ fn mechanism_value(value: &toml::Value) -> std::result::Result<AxisValue, String
     Ok(AxisValue {
         label: label.join("_"),
         overrides,
+    })
+}
+
+/// The values of an axis of tables (mechanisms, task settings), each read by `value`; an error
+/// names `key`.
+fn table_values<T>(
+    key: &'static str,
+    entries: &[T],
+    value: fn(&T) -> std::result::Result<AxisValue, String>,
+) -> std::result::Result<Vec<AxisValue>, (&'static str, String)> {
+    entries
+        .iter()
+        .map(value)
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|why| (key, why))
+}
+
+/// A task axis entry: settings under `[task]` over the base's, its label the probe (if set)
+/// and each other `key-value`. Values go without quotes, as the mechanism axis's.
+fn task_value(table: &toml::Table) -> std::result::Result<AxisValue, String> {
+    if table.is_empty() || table.contains_key("kind") {
+        return Err(format!(
+            "{{ {table} }} must set at least one task setting, and not `kind` (the base's \
+             task is the one whose settings vary)"
+        ));
+    }
+    let text = |v: &toml::Value| match v {
+        toml::Value::String(s) => s.clone(),
+        v => v.to_string(),
+    };
+    let probe = table.get("probe").map(text);
+    let mut label: Vec<String> = probe.into_iter().collect();
+    label.extend(
+        table
+            .iter()
+            .filter(|(k, _)| *k != "probe")
+            .map(|(k, v)| format!("{k}-{}", text(v))),
+    );
+    Ok(AxisValue {
+        label: label.join("_"),
+        overrides: table
+            .iter()
+            .map(|(k, v)| format!("task.{k}={}", text(v)))
+            .collect(),
     })
 }
 
@@ -807,6 +858,64 @@ mod tests {
         );
     }
 
+    /// MAD's full grid: 66 task settings (each task's baseline and its `changes`, one key at a
+    /// time) × 3 lrs × 2 decays, a group per setting; a cell's preset has its one change.
+    #[test]
+    fn the_mad_full_sweep_has_mads_66_settings() {
+        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("sweeps/mad_full.toml");
+        let sweep = Sweep::load(&file).unwrap();
+        assert_eq!(sweep.cells.len(), 66 * 3 * 2);
+        assert_eq!(sweep.all_groups().unwrap().len(), 66);
+        let per_probe = |probe: &str| {
+            let ids = sweep.cells.iter().filter(|c| c.id.starts_with(probe));
+            ids.count() / 6
+        };
+        let counts = [
+            ("in-context-recall", 11),
+            ("noisy-in-context-recall", 14),
+            ("fuzzy-in-context-recall", 11),
+            ("selective-copying", 13),
+            ("compression", 11),
+            ("memorization", 6),
+        ];
+        for (probe, settings) in counts {
+            assert_eq!(per_probe(probe), settings, "{probe}");
+        }
+        let cell = sweep
+            .cells
+            .iter()
+            .find(|c| c.id == "noisy-in-context-recall_frac_noise-0.6-lr0.001-wd0")
+            .unwrap();
+        let preset = sweep.preset(cell).unwrap();
+        let crate::tasks::TaskSpec::Mad(task) = &preset.task else {
+            panic!("a MAD task")
+        };
+        let resolved = task.resolved();
+        assert_eq!((resolved.frac_noise, resolved.vocab_size), (0.6, 32));
+    }
+
+    /// A task entry sets task settings: not the task's kind, not nothing, and not beside a
+    /// probe axis that would set the probe twice.
+    #[test]
+    fn task_axis_entries_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("presets/mad_in_context_recall.toml");
+        let path = dir.path().join("task.toml");
+        for (axes, named) in [
+            ("task = [{}]", "axes.task"),
+            ("task = [{ kind = \"mqar\" }]", "axes.task"),
+            (
+                "probe = [\"compression\"]\ntask = [{ vocab_size = 32 }]",
+                "axes.probe",
+            ),
+        ] {
+            let text = format!("name = \"t\"\nbase = {base:?}\n[axes]\n{axes}\n");
+            std::fs::write(&path, text).unwrap();
+            let err = Sweep::load(&path).unwrap_err().to_string();
+            assert!(err.contains(named), "{axes}: {err}");
+        }
+    }
+
     /// An empty file said only "missing field name".
     #[test]
     fn an_empty_sweep_file_says_what_a_sweep_needs() {
@@ -866,9 +975,9 @@ mod tests {
     fn the_mad_lite_sweep_trains_each_probe_as_one_group() {
         let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("sweeps/mad_lite.toml");
         let sweep = Sweep::load(&file).unwrap();
-        assert_eq!(sweep.cells.len(), 5 * 3 * 2);
+        assert_eq!(sweep.cells.len(), 6 * 3 * 2);
         let groups = sweep.all_groups().unwrap();
-        assert_eq!(groups.len(), 5);
+        assert_eq!(groups.len(), 6);
         assert!(groups.iter().all(|g| g.len() == 6), "{groups:?}");
         let cell = &sweep.cells[7];
         assert_eq!(cell.id, "noisy-in-context-recall-lr0.0001-wd0.1");

@@ -123,6 +123,11 @@ pub struct MadConfig {
     /// Selective copying: the data tokens to copy.
     pub num_tokens_to_copy: Option<usize>,
     pub seed: Option<u64>,
+    /// A folder of mad-lab's published data (`train/` and `test/`, each `inputs.npy` and
+    /// `targets.npy`; see `mad_data.rs`): its rows replace the generated ones, and the settings
+    /// above must describe them (`attnlab data import-mad DIR` writes them from its name).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data: Option<std::path::PathBuf>,
 }
 
 /// Every setting of a probe, its baseline filled in.
@@ -187,6 +192,67 @@ impl MadConfig {
     pub fn validate(&self) -> Result<()> {
         self.resolved().validate()
     }
+
+    /// The training and test datasets: generated, or read from `data`.
+    pub fn datasets(&self) -> Result<(Dataset, Dataset)> {
+        let resolved = self.resolved();
+        Ok((
+            dataset(
+                resolved.row_len(),
+                self.rows(Split::Train, resolved.train_examples)?,
+            ),
+            dataset(
+                resolved.row_len(),
+                self.rows(Split::Test, resolved.test_examples)?,
+            ),
+        ))
+    }
+
+    /// Whether `data`, if set, holds its four files.
+    pub fn check_data(&self) -> Result<()> {
+        let Some(dir) = &self.data else {
+            return Ok(());
+        };
+        for file in super::mad_data::FILES {
+            let path = dir.join(file);
+            if !path.is_file() {
+                return Err(Error::RunDir {
+                    message: "task.data's folder has no such file (mad-lab's data holds \
+                              train/ and test/, each with inputs.npy and targets.npy)"
+                        .into(),
+                    path,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The first `n` rows of `split`: generated, or read from `data`.
+    pub fn rows(&self, split: Split, n: usize) -> Result<Vec<Row>> {
+        let resolved = self.resolved();
+        match &self.data {
+            Some(dir) => {
+                let mut rows = super::mad_data::read_split(dir, split, &resolved)?;
+                rows.truncate(n);
+                Ok(rows)
+            }
+            None => Ok(resolved.rows(split, n)),
+        }
+    }
+}
+
+/// Rows of `seq_len` tokens as one dataset.
+fn dataset(seq_len: usize, rows: Vec<Row>) -> Dataset {
+    let mut data = Dataset {
+        seq_len,
+        ..Dataset::default()
+    };
+    for row in rows {
+        data.inputs.extend(row.inputs);
+        data.labels.extend(row.labels);
+        data.queries.push(row.queries);
+    }
+    data
 }
 
 impl Row {
@@ -313,36 +379,13 @@ impl Resolved {
             .collect()
     }
 
-    /// The training and test datasets. Compression is refused: it scores every token
-    /// against itself, which a causal model copies, and MAD's auto-encoder head that makes it
-    /// a test of compression is not built yet (its rows can be seen: `attnlab data mad`).
-    pub fn datasets(&self) -> Result<(Dataset, Dataset)> {
-        if self.probe == Probe::Compression {
-            return Err(Error::unsupported(
-                "training on compression".to_string(),
-                "it scores every token against itself, which a causal model copies; MAD's \
-                 auto-encoder head is not built yet (attnlab data mad shows the rows)",
-            ));
-        }
-        Ok((self.generate(Split::Train), self.generate(Split::Test)))
-    }
-
     /// The whole split as a dataset.
     pub fn generate(&self, split: Split) -> Dataset {
         let n = match split {
             Split::Train => self.train_examples,
             Split::Test => self.test_examples,
         };
-        let mut data = Dataset {
-            seq_len: self.row_len(),
-            ..Dataset::default()
-        };
-        for row in self.rows(split, n) {
-            data.inputs.extend(row.inputs);
-            data.labels.extend(row.labels);
-            data.queries.push(row.queries);
-        }
-        data
+        dataset(self.row_len(), self.rows(split, n))
     }
 
     /// In-context recall, noisy or not (MAD's multi-query form): L/2 − 1 key-value slots (a
@@ -574,7 +617,7 @@ fn shifted(row: Unshifted, split: Split) -> Row {
 /// A recall test row's ground truth: each scored position holds a key, whose value the model
 /// must read right after the key's latest earlier occurrence (keys and values are disjoint
 /// tokens, so an equal token is that key).
-fn with_recall_truth(mut row: Row) -> Row {
+pub(super) fn with_recall_truth(mut row: Row) -> Row {
     row.queries = (0..row.inputs.len())
         .filter(|&p| row.labels[p] != IGNORE)
         .filter_map(|p| {
@@ -843,16 +886,25 @@ mod tests {
         }
     }
 
-    /// Compression's rows are generated and shown, its training refused in words.
+    /// Compression: L − 1 tokens before the compression token V − 1, each position its own
+    /// target, in both splits.
     #[test]
-    fn compression_is_generated_but_not_trained() {
+    fn compression_scores_every_token_against_itself() {
         let config = MadConfig {
             probe: Probe::Compression,
             ..MadConfig::default()
         };
         config.validate().unwrap();
-        let error = config.resolved().datasets().unwrap_err().to_string();
-        assert!(error.contains("auto-encoder"), "{error}");
+        let (train, test) = config.datasets().unwrap();
+        for data in [&train, &test] {
+            for i in 0..data.len() {
+                let (row, labels) = (data.row(i), data.row_labels(i));
+                assert_eq!(row.len(), 32);
+                assert_eq!(row[31], 15);
+                assert!(row[..31].iter().all(|&t| t < 15));
+                assert!(row.iter().zip(labels).all(|(&t, &l)| l == t as i32));
+            }
+        }
     }
 
     #[test]

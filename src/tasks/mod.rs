@@ -7,6 +7,7 @@
 pub mod corpus;
 pub mod lm;
 pub mod mad;
+pub mod mad_data;
 pub mod mqar;
 
 use candle_core::{Device, Tensor};
@@ -107,12 +108,14 @@ impl TaskSpec {
         }
     }
 
-    /// Whether the task's inputs exist on this machine: a language model's corpus (which
-    /// training reads only when it starts; `attnlab check` asks here first).
+    /// Whether the task's inputs exist on this machine: a language model's corpus, a MAD
+    /// probe's published data (which training reads only when it starts; `attnlab check` asks
+    /// here first).
     pub fn check_inputs_here(&self) -> Result<()> {
         match self {
             Self::Lm(c) => c.check_corpus(),
-            Self::Mqar(_) | Self::Mad(_) => Ok(()),
+            Self::Mad(c) => c.check_data(),
+            Self::Mqar(_) => Ok(()),
         }
     }
 
@@ -122,6 +125,13 @@ impl TaskSpec {
             Self::Lm(c) => Some(c),
             Self::Mqar(_) | Self::Mad(_) => None,
         }
+    }
+
+    /// Whether every position is scored against its own input token (MAD's compression), which
+    /// a causal language model copies: the model must decode the row from a pooled state
+    /// (`model.head = "autoencoder"`, what `auto` picks for it).
+    pub fn scores_its_inputs(&self) -> bool {
+        matches!(self, Self::Mad(c) if c.probe == mad::Probe::Compression)
     }
 
     /// Whether a position may not look at later positions. MQAR's targets never appear after
@@ -152,7 +162,7 @@ impl TaskSpec {
                 c.generate(mqar::Split::Test),
             )),
             Self::Lm(c) => c.datasets(),
-            Self::Mad(c) => c.resolved().datasets(),
+            Self::Mad(c) => c.datasets(),
         }
     }
 }
