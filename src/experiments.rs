@@ -109,6 +109,42 @@ pub const SWEEPS: &[Shipped] = &[
     },
 ];
 
+/// The preset file at `path`, or, where there is no such file, the shipped preset it names
+/// (`mqar_softmax`, `mqar_softmax.toml` or `presets/mqar_softmax.toml`): shipped presets work
+/// by name from any folder, as "Copy as CLI command" writes them.
+pub fn load_preset(path: &Path, overrides: &[String]) -> Result<Preset> {
+    match named(PRESETS, path) {
+        Some(shipped) if !path.exists() => shipped.preset(overrides),
+        _ => Preset::load(path, overrides),
+    }
+}
+
+/// The sweep file at `path`, or, where there is no such file, the shipped sweep it names
+/// (`mad_lite`, `sweeps/mad_lite.toml`), written out with its presets ([`shipped_sweeps`]
+/// into the system's temporary folder) so that it runs from any folder.
+pub fn sweep_file(path: &Path) -> Result<PathBuf> {
+    match named(SWEEPS, path) {
+        Some(shipped) if !path.exists() => {
+            let files = shipped_sweeps(&shipped_dir())?;
+            let index = SWEEPS.iter().position(|s| s.name == shipped.name);
+            Ok(index.map_or_else(|| path.to_path_buf(), |i| files[i].clone()))
+        }
+        _ => Ok(path.to_path_buf()),
+    }
+}
+
+/// Where shipped sweeps and their presets are written out outside a checkout.
+pub fn shipped_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("attnlab-{}-shipped", env!("CARGO_PKG_VERSION")))
+}
+
+/// The entry of `list` that `path` names: its name, its name with `.toml`, or its file.
+fn named(list: &'static [Shipped], path: &Path) -> Option<&'static Shipped> {
+    let text = path.to_string_lossy();
+    list.iter()
+        .find(|s| text == s.name || text == s.file || text.strip_suffix(".toml") == Some(s.name))
+}
+
 /// The shipped sweep files, readable from any working folder: those of `sweeps/` when the
 /// program runs from a checkout, else the compiled-in ones written with the presets they
 /// name into `dir` (`dir/sweeps/…`, `dir/presets/…`).

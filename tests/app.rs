@@ -940,7 +940,7 @@ fn the_preset_is_copied_as_a_cli_command() {
     let status = harness.state().status.clone();
     // The tiny preset of these tests is the default one with a few settings changed.
     assert!(
-        status.starts_with("copied: attnlab train presets/mqar_softmax.toml --set "),
+        status.starts_with("copied: attnlab train mqar_softmax --set "),
         "{status}"
     );
     for set in [

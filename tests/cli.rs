@@ -572,3 +572,46 @@ fn import_mad_reads_a_published_folder_into_a_preset_that_trains() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("paths.py"), "{}", stderr(&o));
 }
+
+/// The tasks' catalogue, as the editor's picker reads it.
+#[test]
+fn tasks_lists_the_catalogue() {
+    let o = attnlab(&["tasks", "--format", "json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let tasks: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let names: Vec<&str> = tasks
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["mqar", "lm", "mad"]);
+    assert_eq!(tasks[0]["needs_causal"], false);
+    assert_eq!(tasks[0]["defaults"]["num_kv_pairs"], 4);
+    assert_eq!(tasks[2]["needs_causal"], true);
+}
+
+/// Shipped presets and sweeps work by name from a folder that is not a checkout, as "Copy as
+/// CLI command" writes them; a file of that name, where there is one, is read instead.
+#[test]
+fn shipped_presets_and_sweeps_work_by_name_from_any_folder() {
+    let scratch = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_attnlab"))
+            .args(args)
+            .current_dir(scratch.path())
+            .output()
+            .unwrap()
+    };
+    for name in ["mqar_softmax", "presets/mqar_softmax.toml"] {
+        let o = run(&["check", name, "--set", "model.d_model=32"]);
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        assert!(String::from_utf8_lossy(&o.stdout).contains("d_model = 32"));
+    }
+    let o = run(&["sweep", "plan", "mad_lite"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 36);
+    std::fs::write(scratch.path().join("mqar_softmax"), "not a preset").unwrap();
+    let o = run(&["check", "mqar_softmax"]);
+    assert!(!o.status.success());
+}

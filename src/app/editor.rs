@@ -11,10 +11,10 @@ use crate::encodings::EncodingSpec;
 use crate::model::{Activation, Head, Layout, MixerKind, ModelConfig};
 use crate::ops::Precision;
 use crate::settings::{Choices, Hyperparameter, Section, Switch};
-use crate::tasks::TaskSpec;
 use crate::tasks::lm::{LmConfig, Tokens};
 use crate::tasks::mad::{MadConfig, Probe, Split as MadSplit};
 use crate::tasks::mqar::MqarConfig;
+use crate::tasks::{TASKS, TaskSpec};
 use crate::train::{Metric, Schedule, TrainConfig};
 
 /// The preset being edited, where it came from, and what was last saved.
@@ -281,32 +281,28 @@ fn mixers_ui(ui: &mut egui::Ui, mixers: &mut Vec<MixerKind>) {
     }
 }
 
-/// The task picker (MQAR or language modelling) and the chosen task's settings.
+/// The task picker (the tasks' catalogue, each with its summary and paper) and the chosen
+/// task's settings.
 fn task_ui(ui: &mut egui::Ui, task: &mut TaskSpec) {
     ui.horizontal(|ui| {
         let label = ui.label("task");
         egui::ComboBox::from_id_salt("task")
             .selected_text(task.name())
             .show_ui(ui, |ui| {
-                let choices = [
-                    TaskSpec::Mqar(MqarConfig::default()),
-                    TaskSpec::Lm(LmConfig::default()),
-                    TaskSpec::Mad(MadConfig::default()),
-                ];
-                for choice in choices {
-                    let selected = choice.name() == task.name();
-                    if ui.selectable_label(selected, choice.name()).clicked() && !selected {
-                        *task = choice;
+                for facts in &TASKS {
+                    let selected = facts.name == task.name();
+                    let hover = format!("{} ({})", facts.summary, facts.paper);
+                    let picked = ui
+                        .selectable_label(selected, facts.name)
+                        .on_hover_text(hover);
+                    if picked.clicked() && !selected {
+                        *task = (facts.default)();
                     }
                 }
             })
             .response
             .labelled_by(label.id)
-            .on_hover_text(format!(
-                "mqar: multi-query associative recall; lm: next-byte prediction on text; mad: \
-                 one of MAD's six synthetic probes; {}",
-                key_hint("task")
-            ));
+            .on_hover_text(key_hint("task"));
     });
     match task {
         TaskSpec::Mqar(t) => mqar_ui(ui, t),

@@ -230,8 +230,9 @@ impl AttnlabApp {
         {
             return Ok((path.display().to_string(), base));
         }
+        // By name, which the command line finds from any folder (`experiments::load_preset`).
         let same_name = self.editor.preset.name.replace('-', "_");
         let base = shipped(&same_name).or_else(|_| shipped(DEFAULT_PRESET))?;
-        Ok((base.file.to_string(), base.preset(&[])?))
+        Ok((base.name.to_string(), base.preset(&[])?))
     }
 }

@@ -221,7 +221,7 @@ fn run_torch_last(
 
 pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
     let preset = match &args.preset {
-        Some(path) => Preset::load(path, &args.overrides)?,
+        Some(path) => crate::experiments::load_preset(path, &args.overrides)?,
         None => Preset::parse(
             REFERENCE_PRESET,
             &args.overrides,

@@ -1,6 +1,6 @@
-//! `attnlab encodings` and `attnlab mechanisms`: the two catalogues (`encodings/catalogue.rs`,
-//! `attention/catalogue.rs`) as a table, CSV or JSON, with every setting, its default and the
-//! values it takes.
+//! `attnlab encodings`, `attnlab mechanisms` and `attnlab tasks`: the catalogues
+//! (`encodings/catalogue.rs`, `attention/catalogue.rs`, `tasks/catalogue.rs`) as a table, CSV or
+//! JSON, with every setting, its default and (for the first two) the values it takes.
 
 use serde_json::{Value, json};
 
@@ -8,6 +8,7 @@ use crate::attention::{MechanismSpec, Mixing};
 use crate::encodings::{EncodingSpec, Family};
 use crate::report::Format;
 use crate::settings::{Choices, Section};
+use crate::tasks::TaskSpec;
 
 /// One entry as the listing prints it.
 struct Row {
@@ -29,6 +30,33 @@ pub fn encodings(format: Format) -> anyhow::Result<()> {
         .map(encoding_row)
         .collect();
     print(rows, "name,family,learnable", format)
+}
+
+/// `attnlab tasks`: each task's summary, paper and default settings.
+pub fn tasks(format: Format) -> anyhow::Result<()> {
+    let rows = TaskSpec::all_defaults()
+        .iter()
+        .map(task_row)
+        .collect::<anyhow::Result<_>>()?;
+    print(rows, "name,needs_causal", format)
+}
+
+fn task_row(spec: &TaskSpec) -> anyhow::Result<Row> {
+    let facts = spec.facts();
+    let mut table = toml::Table::try_from(spec)?;
+    table.remove("kind");
+    let settings = table.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let causal = if facts.needs_causal { "causal" } else { "any" };
+    Ok(Row {
+        name: facts.name,
+        tags: format!("{causal} mixer"),
+        csv_tags: facts.needs_causal.to_string(),
+        formula: facts.paper,
+        summary: facts.summary,
+        settings,
+        json: json!({"name": facts.name, "needs_causal": facts.needs_causal,
+                     "summary": facts.summary, "paper": facts.paper, "defaults": table}),
+    })
 }
 
 /// `attnlab mechanisms`.

@@ -1,6 +1,5 @@
 //! `attnlab data mqar` and `attnlab data mad`: show what the model is trained on.
 
-use crate::Preset;
 use crate::tasks::IGNORE;
 use crate::tasks::mad;
 use crate::tasks::mqar::Split;
@@ -10,7 +9,7 @@ use crate::report::{Format, Table};
 
 pub fn mqar(args: &DataArgs) -> anyhow::Result<()> {
     let (path, split, format) = (&args.preset, args.split, args.format);
-    let preset = Preset::load(path, &args.overrides)?;
+    let preset = crate::experiments::load_preset(path, &args.overrides)?;
     let Some(config) = preset.task.mqar() else {
         anyhow::bail!(
             "preset {} has task {}, not mqar",
@@ -33,7 +32,7 @@ pub fn mqar(args: &DataArgs) -> anyhow::Result<()> {
 /// -100 where nothing is scored in that split.
 pub fn mad(args: &DataArgs) -> anyhow::Result<()> {
     let (path, split, format) = (&args.preset, args.split, args.format);
-    let preset = Preset::load(path, &args.overrides)?;
+    let preset = crate::experiments::load_preset(path, &args.overrides)?;
     let crate::tasks::TaskSpec::Mad(config) = &preset.task else {
         anyhow::bail!(
             "preset {} has task {}, not mad",

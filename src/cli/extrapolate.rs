@@ -174,7 +174,7 @@ fn split_targets(args: &ExtrapolateArgs) -> anyhow::Result<(Vec<crate::Preset>, 
     let mut runs = Vec::new();
     for target in &args.targets {
         if target.extension().is_some_and(|e| e == "toml") {
-            presets.push(crate::Preset::load(target, &args.overrides)?);
+            presets.push(crate::experiments::load_preset(target, &args.overrides)?);
         } else {
             runs.push(RunDir::open(target)?);
         }

@@ -104,6 +104,11 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
+    /// List every task: what it asks, its paper, whether it needs a causal mixer, its defaults.
+    Tasks {
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
     /// Loss, test accuracy and learning rate against the step of one or more run folders
     /// (the Training view's curves): a line per run, the points, or figures.
     Curves(curves::CurvesArgs),
@@ -257,7 +262,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         }) => train::train(&preset, &overrides, &out, quiet),
         Some(Command::Train { .. }) => anyhow::bail!("train needs a PRESET or --resume RUN"),
         Some(Command::Check { preset, overrides }) => {
-            let preset = crate::Preset::load(&preset, &overrides)?;
+            let preset = crate::experiments::load_preset(&preset, &overrides)?;
             outln!("{}", preset.to_toml()?.trim_end());
             let available = crate::memory::available_bytes()
                 .map_or("unknown".into(), |b| crate::preset::bytes(b as f64));
@@ -292,6 +297,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Devices) => devices(),
         Some(Command::Encodings { format }) => catalogue::encodings(format),
         Some(Command::Mechanisms { format }) => catalogue::mechanisms(format),
+        Some(Command::Tasks { format }) => catalogue::tasks(format),
         Some(Command::Curves(args)) => curves::curves(&args),
         Some(Command::Bias(args)) => analyse::bias(&args),
         Some(Command::Trf(args)) => analyse::trf(&args),

@@ -91,7 +91,7 @@ fn plan(
     pending: bool,
     groups: Option<Option<usize>>,
 ) -> anyhow::Result<()> {
-    let mut sweep = Sweep::load(file)?;
+    let mut sweep = Sweep::load(&crate::experiments::sweep_file(file)?)?;
     if let Some(Some(r)) = groups {
         anyhow::ensure!(
             r >= 1,
@@ -131,7 +131,7 @@ fn plan(
 }
 
 fn train(file: &std::path::Path, args: &SweepArgs) -> anyhow::Result<()> {
-    let mut sweep = Sweep::load(file)?;
+    let mut sweep = Sweep::load(&crate::experiments::sweep_file(file)?)?;
     if let Some(w) = args.workers {
         sweep.workers = w;
     }

@@ -8,12 +8,11 @@ use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::signals;
-use crate::Preset;
 use crate::preset::MemoryEstimate;
 use crate::train::{RunDir, Summary, TrainEvent, TrainHandle, spawn, spawn_resume};
 
 pub fn train(path: &Path, overrides: &[String], out: &Path, quiet: bool) -> anyhow::Result<()> {
-    let preset = Preset::load(path, overrides)?;
+    let preset = crate::experiments::load_preset(path, overrides)?;
     let estimate = preset.check_fits_here()?;
     follow(spawn(preset, out.to_path_buf(), || {}), &estimate, quiet)
 }

@@ -55,6 +55,34 @@ pub struct LmConfig {
     pub seed: u64,
 }
 
+static FACTS: super::TaskFacts = super::TaskFacts {
+    name: "lm",
+    summary: "next-token prediction on a text corpus, by bytes or characters",
+    paper: "the RPE papers' language-model experiments (perplexity against length)",
+    needs_causal: true,
+    default: || super::TaskSpec::Lm(LmConfig::default()),
+};
+
+impl super::Listed for LmConfig {
+    const FACTS: &'static super::TaskFacts = &FACTS;
+}
+
+impl super::Task for LmConfig {
+    super::sizes_from_fields!();
+
+    fn validate(&self) -> Result<()> {
+        LmConfig::validate(self)
+    }
+
+    fn datasets(&self) -> Result<(Dataset, Dataset)> {
+        LmConfig::datasets(self)
+    }
+
+    fn check_inputs_here(&self) -> Result<()> {
+        self.check_corpus()
+    }
+}
+
 impl Default for LmConfig {
     fn default() -> Self {
         Self {

@@ -130,6 +130,53 @@ pub struct MadConfig {
     pub data: Option<std::path::PathBuf>,
 }
 
+static FACTS: super::TaskFacts = super::TaskFacts {
+    name: "mad",
+    summary: "one of MAD's six synthetic probes: in-context, noisy and fuzzy recall, selective \
+              copying, compression, memorisation",
+    paper: "Poli et al. 2024 (Mechanistic Design and Scaling of Hybrid Architectures); mad-lab",
+    needs_causal: true,
+    default: || super::TaskSpec::Mad(MadConfig::default()),
+};
+
+impl super::Listed for MadConfig {
+    const FACTS: &'static super::TaskFacts = &FACTS;
+}
+
+impl super::Task for MadConfig {
+    fn vocab_size(&self) -> usize {
+        self.resolved().vocab_size
+    }
+
+    fn seq_len(&self) -> usize {
+        self.resolved().row_len()
+    }
+
+    fn train_examples(&self) -> usize {
+        self.resolved().train_examples
+    }
+
+    fn test_examples(&self) -> usize {
+        self.resolved().test_examples
+    }
+
+    fn validate(&self) -> Result<()> {
+        MadConfig::validate(self)
+    }
+
+    fn datasets(&self) -> Result<(Dataset, Dataset)> {
+        MadConfig::datasets(self)
+    }
+
+    fn check_inputs_here(&self) -> Result<()> {
+        self.check_data()
+    }
+
+    fn scores_its_inputs(&self) -> bool {
+        self.probe == Probe::Compression
+    }
+}
+
 /// Every setting of a probe, its baseline filled in.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Resolved {

@@ -54,6 +54,31 @@ pub struct MqarConfig {
     pub test_seed: Option<u64>,
 }
 
+static FACTS: super::TaskFacts = super::TaskFacts {
+    name: "mqar",
+    summary: "multi-query associative recall: N key-value pairs, then each key again; predict \
+              its value",
+    paper: "Arora et al. 2023 (Zoology, arXiv 2312.04927); zoology's multiquery_ar",
+    needs_causal: false,
+    default: || super::TaskSpec::Mqar(MqarConfig::default()),
+};
+
+impl super::Listed for MqarConfig {
+    const FACTS: &'static super::TaskFacts = &FACTS;
+}
+
+impl super::Task for MqarConfig {
+    super::sizes_from_fields!();
+
+    fn validate(&self) -> Result<()> {
+        MqarConfig::validate(self)
+    }
+
+    fn datasets(&self) -> Result<(Dataset, Dataset)> {
+        Ok((self.generate(Split::Train), self.generate(Split::Test)))
+    }
+}
+
 impl Default for MqarConfig {
     fn default() -> Self {
         Self {

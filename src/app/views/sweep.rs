@@ -316,8 +316,7 @@ impl Default for SweepView {
 /// The shipped sweep files: from `sweeps/` in a checkout, else written out (with their
 /// presets) into the system's temporary folder, so the buttons work from any folder.
 fn shipped_sweeps() -> crate::Result<Vec<PathBuf>> {
-    let dir = std::env::temp_dir().join(format!("attnlab-{}-shipped", env!("CARGO_PKG_VERSION")));
-    crate::experiments::shipped_sweeps(&dir)
+    crate::experiments::shipped_sweeps(&crate::experiments::shipped_dir())
 }
 
 /// What a sweep event changes in the view (`totals` remembers each cell's planned steps);
