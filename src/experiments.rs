@@ -133,9 +133,29 @@ pub fn sweep_file(path: &Path) -> Result<PathBuf> {
     }
 }
 
-/// Where shipped sweeps and their presets are written out outside a checkout.
+/// Where shipped sweeps and their presets are written out outside a checkout: one folder per
+/// user, so users of a shared machine do not write into each other's.
 pub fn shipped_dir() -> PathBuf {
-    std::env::temp_dir().join(format!("attnlab-{}-shipped", env!("CARGO_PKG_VERSION")))
+    let user = std::env::var("USER").unwrap_or_default();
+    let user: String = user.chars().filter(char::is_ascii_alphanumeric).collect();
+    std::env::temp_dir().join(format!(
+        "attnlab-{}-shipped-{user}",
+        env!("CARGO_PKG_VERSION")
+    ))
+}
+
+/// The shipped preset's name when `path` is its copy in [`shipped_dir`]: what a plan of
+/// commands for other machines (whose temporary folders hold no copy) should name instead.
+pub fn shipped_preset_name(path: &Path) -> Option<&'static str> {
+    let shipped = shipped_dir().join("presets");
+    let inside = path.parent()?.canonicalize().ok()? == shipped.canonicalize().ok()?;
+    let stem = path.file_stem()?.to_string_lossy();
+    inside.then(|| PRESETS.iter().find(|s| s.name == stem).map(|s| s.name))?
+}
+
+/// Whether `path` names a shipped preset and is not a file here ([`load_preset`] reads it).
+pub fn is_shipped_preset(path: &Path) -> bool {
+    !path.exists() && named(PRESETS, path).is_some()
 }
 
 /// The entry of `list` that `path` names: its name, its name with `.toml`, or its file.

@@ -95,7 +95,8 @@ impl TrainedRun {
         match &self.preset.task {
             TaskSpec::Mqar(c) => Ok(c.examples(Split::Test, n)),
             TaskSpec::Mad(c) if c.resolved().has_ground_truth() => {
-                let rows = c.resolved().rows(mad::Split::Test, n).into_iter();
+                // A run on mad-lab's published rows reads them (at most the folder's).
+                let rows = c.rows(mad::Split::Test, n)?.into_iter();
                 Ok(rows.map(mad::Row::into_example).collect())
             }
             _ => Err(self.no_ground_truth()),

@@ -168,12 +168,14 @@ fn runs_sweep(
     )?)
 }
 
-/// Preset files (loaded with the overrides) and run folders, in the order given.
+/// Preset files or shipped presets' names (loaded with the overrides) and run folders, in the
+/// order given.
 fn split_targets(args: &ExtrapolateArgs) -> anyhow::Result<(Vec<crate::Preset>, Vec<RunDir>)> {
     let mut presets = Vec::new();
     let mut runs = Vec::new();
     for target in &args.targets {
-        if target.extension().is_some_and(|e| e == "toml") {
+        let preset = target.extension().is_some_and(|e| e == "toml");
+        if preset || crate::experiments::is_shipped_preset(target) {
             presets.push(crate::experiments::load_preset(target, &args.overrides)?);
         } else {
             runs.push(RunDir::open(target)?);

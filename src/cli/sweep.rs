@@ -116,6 +116,15 @@ fn plan(
             .map(|(_, command)| command)
             .collect(),
     };
+    // A shipped sweep's base is a copy in this machine's temporary folder: name it instead.
+    let base = sweep.base.to_string_lossy().into_owned();
+    let commands: Vec<String> = match crate::experiments::shipped_preset_name(&sweep.base) {
+        Some(name) => commands
+            .iter()
+            .map(|c| c.replacen(&base, name, 1))
+            .collect(),
+        None => commands,
+    };
     match out {
         Some(path) => {
             crate::io::write_bytes(path, format!("{}\n", commands.join("\n")).as_bytes())?;

@@ -309,7 +309,13 @@ fn activation_bytes(preset: &Preset) -> f64 {
             false => 3.0 * batch * heads * len * terms.keys + 2.0 * tokens * heads * terms.features,
         };
     let layers = m.n_layers as f64;
-    F32 * 2.0 * (layers * per_layer + attention_layers(preset) * attention)
+    // The auto-encoder's decoder at every scored position: z, three norms, two layers and
+    // their GELUs.
+    let decoder = match preset.head() {
+        Head::Autoencoder => tokens * 9.0 * d,
+        Head::Auto | Head::Lm => 0.0,
+    };
+    F32 * 2.0 * (layers * per_layer + attention_layers(preset) * attention + decoder)
         + attention_layers(preset) * saved_for_backward(preset)
 }
 

@@ -281,6 +281,26 @@ impl Preset {
     /// Mechanism × encoding × task combinations that cannot work, as the mechanisms'
     /// catalogue says.
     fn validate_combination(&self) -> Result<()> {
+        let autoencoder = self.head() == crate::model::Head::Autoencoder;
+        if autoencoder && self.task.requires_causal() && !self.task.scores_its_inputs() {
+            return Err(Error::preset(
+                "model.head",
+                "autoencoder",
+                format!(
+                    "decodes every position from the last one, which has read the whole row: \
+                     the {} task is made for a causal model, and its targets can be later \
+                     tokens of the row, which it would see; use \"lm\" (or \"auto\")",
+                    self.task.name()
+                ),
+            ));
+        }
+        if autoencoder && self.model.tie_embeddings {
+            return Err(Error::preset(
+                "model.tie_embeddings",
+                true,
+                "has no head to tie with model.head = \"autoencoder\" (its unembedding is its own)",
+            ));
+        }
         if self.task.scores_its_inputs() && self.head() == crate::model::Head::Lm {
             return Err(Error::preset(
                 "model.head",
@@ -621,8 +641,16 @@ mod tests {
             "{err}"
         );
         assert_eq!(parse(MINIMAL, &[]).unwrap().head(), Head::Lm);
+        // MQAR's targets are earlier tokens: the pooled last position may read them.
         let asked = parse(MINIMAL, &["model.head=\"autoencoder\""]).unwrap();
         assert_eq!(asked.head(), Head::Autoencoder);
+        // A recall probe's targets are later tokens, which the pool has read.
+        let recall = ["task.kind=\"mad\"", "model.head=\"autoencoder\""];
+        let err = refusal(&recall);
+        assert!(
+            err.contains("model.head") && err.contains("later tokens"),
+            "{err}"
+        );
     }
 
     #[test]

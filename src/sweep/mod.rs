@@ -275,10 +275,10 @@ impl Sweep {
 impl Axes {
     /// The axes as lists of values, in grid order (outermost first); an error names the key.
     fn values(&self) -> std::result::Result<Vec<Vec<AxisValue>>, (&'static str, String)> {
-        if !self.probe.is_empty() && !self.task.is_empty() {
+        if !self.probe.is_empty() && self.task.iter().any(|t| t.contains_key("probe")) {
             return Err((
                 "axes.probe",
-                "and axes.task both set the probe: give it inside each task entry".into(),
+                "and axes.task's entries both set the probe: give it in one of them".into(),
             ));
         }
         let tasks = table_values("axes.task", &self.task, task_value)?;
@@ -905,7 +905,7 @@ mod tests {
             ("task = [{}]", "axes.task"),
             ("task = [{ kind = \"mqar\" }]", "axes.task"),
             (
-                "probe = [\"compression\"]\ntask = [{ vocab_size = 32 }]",
+                "probe = [\"compression\"]\ntask = [{ probe = \"memorization\" }]",
                 "axes.probe",
             ),
         ] {

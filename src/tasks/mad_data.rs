@@ -64,6 +64,18 @@ pub fn read_split(dir: &Path, split: Split, resolved: &Resolved) -> Result<Vec<R
             labels: labels.iter().map(|&t| t as i32).collect(),
             queries: Vec::new(),
         };
+        // mad-lab before commit 35772e8 wrote 16 tokens to copy whatever its `ntc` said.
+        let scored = row.labels.iter().filter(|&&l| l != IGNORE).count();
+        if resolved.probe == Probe::SelectiveCopying && scored != resolved.num_tokens_to_copy {
+            return Err(Error::RunDir {
+                message: format!(
+                    "row {i} scores {scored} copied tokens where task.num_tokens_to_copy = {} \
+                     (data made before mad-lab's commit 35772e8 copies 16 whatever its name says)",
+                    resolved.num_tokens_to_copy
+                ),
+                path: folder.join("targets.npy"),
+            });
+        }
         out.push(with_truth(row, resolved, split));
     }
     Ok(out)
@@ -91,7 +103,8 @@ fn read_matrix(path: &Path, (rows, len): (usize, usize)) -> Result<Vec<i64>> {
     }
     if tensor.dims() != [rows, len] {
         return Err(bad(format!(
-            "has shape {:?} where the task's settings make {rows} rows of {len} tokens",
+            "has shape {:?} where the task's settings make {rows} rows of {len} tokens \
+             (task.train_examples or task.test_examples, and task.length)",
             tensor.dims()
         )));
     }
@@ -169,6 +182,12 @@ pub fn settings_of(dir: &Path) -> Result<MadConfig> {
         "M" => Probe::Memorization,
         other => return Err(bad(format!("`t-{other}` is none of CR, NR, FR, SC, C, M"))),
     };
+    if number("mq")? != 1 {
+        return Err(bad(format!(
+            "`mq-{}`: attnlab's recall probes are MAD's multi-query form (mq-1) only",
+            field("mq")?
+        )));
+    }
     let noise = field("fn")?.replace('#', ".");
     let frac_noise = noise
         .parse()
@@ -291,5 +310,26 @@ mod tests {
         assert!(err.to_string().contains("cannot read it"), "{err}");
         let err = settings_of(Path::new("t-XY_vs-3")).unwrap_err().to_string();
         assert!(err.contains("t-XY") && err.contains("paths.py"), "{err}");
+        let single = "t-CR_vs-16_sl-128_ntr-5_nte-3_km-1_vm-1_mq-0_fn-0#0_nvs-0_ntc-0_s-12345";
+        let err = settings_of(Path::new(single)).unwrap_err().to_string();
+        assert!(err.contains("mq-0"), "{err}");
+        // Selective copying written with 16 tokens to copy, read as if it had 8.
+        let copying = MadConfig {
+            probe: Probe::SelectiveCopying,
+            train_examples: Some(2),
+            test_examples: Some(2),
+            ..MadConfig::default()
+        }
+        .resolved();
+        let dir = tmp.path().join("copying");
+        folder(&dir, &copying);
+        let fewer = Resolved {
+            num_tokens_to_copy: 8,
+            ..copying
+        };
+        let err = read_split(&dir, Split::Test, &fewer)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("num_tokens_to_copy = 8"), "{err}");
     }
 }
