@@ -27,18 +27,19 @@ impl Shipped {
     }
 }
 
+/// The shipped files `$name` of folder `$dir`, compiled in.
 macro_rules! shipped {
-    ($($name:literal),* $(,)?) => {
+    ($dir:literal: $($name:literal),* $(,)?) => {
         &[$(Shipped {
             name: $name,
-            file: concat!("presets/", $name, ".toml"),
-            text: include_str!(concat!("../presets/", $name, ".toml")),
+            file: concat!($dir, "/", $name, ".toml"),
+            text: include_str!(concat!("../", $dir, "/", $name, ".toml")),
         }),*]
     };
 }
 
 /// Every file of `presets/`, in name order.
-pub const PRESETS: &[Shipped] = shipped![
+pub const PRESETS: &[Shipped] = shipped!["presets":
     "bench_mqar",
     "iou_based",
     "iou_rebased",
@@ -71,42 +72,14 @@ pub const PRESETS: &[Shipped] = shipped![
 
 /// Every file of `sweeps/`: their `base` presets are read relative to the sweep file, so
 /// [`shipped_sweeps`] writes them out beside the presets.
-pub const SWEEPS: &[Shipped] = &[
-    Shipped {
-        name: "mad_full",
-        file: "sweeps/mad_full.toml",
-        text: include_str!("../sweeps/mad_full.toml"),
-    },
-    Shipped {
-        name: "mad_lite",
-        file: "sweeps/mad_lite.toml",
-        text: include_str!("../sweeps/mad_lite.toml"),
-    },
-    Shipped {
-        name: "mqar_fig1_paper",
-        file: "sweeps/mqar_fig1_paper.toml",
-        text: include_str!("../sweeps/mqar_fig1_paper.toml"),
-    },
-    Shipped {
-        name: "mqar_fig1_small",
-        file: "sweeps/mqar_fig1_small.toml",
-        text: include_str!("../sweeps/mqar_fig1_small.toml"),
-    },
-    Shipped {
-        name: "mqar_frontier_mixers",
-        file: "sweeps/mqar_frontier_mixers.toml",
-        text: include_str!("../sweeps/mqar_frontier_mixers.toml"),
-    },
-    Shipped {
-        name: "mqar_frontier_paper",
-        file: "sweeps/mqar_frontier_paper.toml",
-        text: include_str!("../sweeps/mqar_frontier_paper.toml"),
-    },
-    Shipped {
-        name: "mqar_frontier_small",
-        file: "sweeps/mqar_frontier_small.toml",
-        text: include_str!("../sweeps/mqar_frontier_small.toml"),
-    },
+pub const SWEEPS: &[Shipped] = shipped!["sweeps":
+    "mad_full",
+    "mad_lite",
+    "mqar_fig1_paper",
+    "mqar_fig1_small",
+    "mqar_frontier_mixers",
+    "mqar_frontier_paper",
+    "mqar_frontier_small",
 ];
 
 /// The preset file at `path`, or, where there is no such file, the shipped preset it names
