@@ -41,13 +41,11 @@ pub fn write_bytes(path: &Path, bytes: &[u8]) -> Result<()> {
 /// The most bytes a preset, sweep or summary file may have (the largest preset is about 1 KiB).
 pub const MAX_TEXT_FILE: u64 = 1 << 20;
 
-/// Reads a text file (`what`, e.g. "preset") of at most `max` bytes: a FIFO or a device is
-/// refused before it is opened (it would block, or `/dev/zero` would be read for gigabytes),
-/// and so is a larger file.
-pub fn read_text(path: &Path, what: &str, max: u64) -> Result<String> {
-    use std::io::Read as _;
-    let context = format!("cannot read {what}");
-    let meta = std::fs::metadata(path).map_err(|e| Error::io(&context, path, e))?;
+/// The length of `path`, which must be a regular file of at most `max` bytes: a FIFO or a
+/// device is refused before it is opened (opening a FIFO blocks until a writer comes, and
+/// `/dev/zero` would be read until memory runs out). `context` starts each error.
+pub(crate) fn regular_file_len(path: &Path, context: &str, max: u64) -> Result<u64> {
+    let meta = std::fs::metadata(path).map_err(|e| Error::io(context, path, e))?;
     let refuse = |why: String| Error::RunDir {
         message: format!("{context}: {why}"),
         path: path.to_path_buf(),
@@ -58,11 +56,45 @@ pub fn read_text(path: &Path, what: &str, max: u64) -> Result<String> {
     if meta.len() > max {
         return Err(refuse(format!("larger than {max} bytes")));
     }
+    Ok(meta.len())
+}
+
+/// Reads a text file (`what`, e.g. "preset") of at most `max` bytes, a regular file only
+/// ([`regular_file_len`]).
+pub fn read_text(path: &Path, what: &str, max: u64) -> Result<String> {
+    use std::io::Read as _;
+    let context = format!("cannot read {what}");
+    let len = regular_file_len(path, &context, max)?;
     let mut text = String::new();
     std::fs::File::open(path)
-        .and_then(|f| f.take(max).read_to_string(&mut text))
+        .and_then(|f| f.take(len).read_to_string(&mut text))
         .map_err(|e| Error::io(&context, path, e))?;
     Ok(text)
+}
+
+/// Reads a whole binary file (`what`, e.g. "checkpoint"), a regular file only
+/// ([`regular_file_len`]), no more than the size it had when it was opened.
+pub fn read_bytes(path: &Path, what: &str) -> Result<Vec<u8>> {
+    use std::io::Read as _;
+    let context = format!("cannot read {what}");
+    let len = regular_file_len(path, &context, u64::MAX)?;
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    std::fs::File::open(path)
+        .and_then(|f| f.take(len).read_to_end(&mut bytes))
+        .map_err(|e| Error::io(&context, path, e))?;
+    Ok(bytes)
+}
+
+/// Refuses `path` if it exists and is not a regular file: appending to a FIFO blocks until a
+/// reader comes.
+fn refuse_special_file(path: &Path, context: &str) -> Result<()> {
+    match std::fs::metadata(path) {
+        Ok(meta) if !meta.is_file() => Err(Error::RunDir {
+            message: format!("{context}: not a regular file"),
+            path: path.to_path_buf(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Serialises `value` as pretty JSON and writes it atomically.
@@ -74,6 +106,7 @@ pub fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<()> {
 
 /// Appends one line to `path` (created if missing) and flushes it: a crash loses at most that line.
 pub fn append_line(path: &Path, line: &str) -> Result<()> {
+    refuse_special_file(path, "cannot append to")?;
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -107,6 +140,32 @@ mod tests {
             read_text(&big, "preset", MAX_TEXT_FILE).unwrap(),
             "schema = 1\n"
         );
+    }
+
+    /// A FIFO in place of a run's file hung `eval` and `train --resume` (the read, or the open
+    /// for appending, waits for the other end); `/dev/zero` was read to the memory cap.
+    #[test]
+    fn binary_reads_and_appends_refuse_fifos_and_devices() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("metrics.jsonl");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.unwrap().success());
+        let err = append_line(&fifo, "{}").unwrap_err().to_string();
+        assert!(
+            err.starts_with("cannot append to: not a regular file"),
+            "{err}"
+        );
+        let err = read_bytes(&fifo, "checkpoint").unwrap_err().to_string();
+        assert!(
+            err.starts_with("cannot read checkpoint: not a regular file"),
+            "{err}"
+        );
+        let err = read_bytes(Path::new("/dev/zero"), "checkpoint").unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+        let file = dir.path().join("model.safetensors");
+        std::fs::write(&file, b"bytes").unwrap();
+        assert_eq!(read_bytes(&file, "checkpoint").unwrap(), b"bytes");
+        append_line(&dir.path().join("new.jsonl"), "{}").unwrap();
     }
 
     #[test]

@@ -262,8 +262,7 @@ impl Params {
             message,
             path: path.to_path_buf(),
         };
-        let loaded = candle_core::safetensors::load(path, &self.device)
-            .map_err(|e| bad(format!("cannot read checkpoint ({e})")))?;
+        let loaded = load_tensors(path, "checkpoint", &self.device)?;
         for (name, var) in self.lock().vars.iter() {
             let value = loaded
                 .get(name)
@@ -284,6 +283,21 @@ impl Params {
             None => Ok(()),
         }
     }
+}
+
+/// Every tensor of a safetensors file (`what`, e.g. "checkpoint"), on `device`: a regular file
+/// only, read no further than its size ([`io::read_bytes`]; candle's `load` reads a FIFO or
+/// `/dev/zero` until it blocks or memory runs out).
+pub(crate) fn load_tensors(
+    path: &Path,
+    what: &str,
+    device: &Device,
+) -> Result<std::collections::HashMap<String, Tensor>> {
+    let bytes = crate::io::read_bytes(path, what)?;
+    candle_core::safetensors::load_buffer(&bytes, device).map_err(|e| Error::RunDir {
+        message: format!("cannot read {what} ({e})"),
+        path: path.to_path_buf(),
+    })
 }
 
 /// The key of a checkpoint header's metadata that holds the training step it was saved at.

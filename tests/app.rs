@@ -403,6 +403,24 @@ fn a_run_folder_that_reached_its_target_or_failed_says_so_in_words() {
     assert!(harness.query_by_label_contains("targetreached").is_none());
 }
 
+/// The window names the text a language model trained on (a run of `corpus = "auto"` had
+/// fallen back to generated prose without a word).
+#[test]
+fn a_language_model_run_names_the_text_it_trained_on() {
+    let root = tempfile::tempdir().unwrap();
+    let mut app = app(root.path());
+    app.editor.preset.train.max_steps = Some(2);
+    app.editor.preset.task = tiny_language_model();
+    let dir = common::trained_run(&app.editor.preset, root.path());
+    app.runs.open(dir);
+    let mut harness = harness(app);
+    run_until(&mut harness, "the run folder", |app| {
+        app.runs.runs.iter().all(|r| !r.steps.is_empty())
+    });
+    harness.run();
+    harness.get_by_label_contains("text: generated: seeded synthetic prose");
+}
+
 #[test]
 fn iou_of_a_run_fills_the_table_shows_an_example_and_exports() {
     let root = tempfile::tempdir().unwrap();

@@ -428,6 +428,88 @@ fn resume_refuses_an_ended_run_and_finishes_a_stopped_one() {
     assert_eq!(only_subfolder(out.path()), run);
 }
 
+/// `attnlab args`, failed within a minute (a read that waits on a FIFO would hang the suite:
+/// it is killed and the test fails instead); returns its error output.
+fn fails_promptly(args: &[&str]) -> String {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_attnlab"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed().as_secs() > 60 {
+            child.kill().unwrap();
+            panic!("attnlab {args:?} still running after a minute");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success(), "attnlab {args:?} succeeded");
+    stderr(&out)
+}
+
+/// A FIFO in place of a run's checkpoint, optimiser state or metrics hung `eval` and
+/// `train --resume`, and `/dev/zero` as the checkpoint was read to the memory cap: each is
+/// refused at once, naming the file.
+#[test]
+fn run_files_that_are_not_regular_files_are_refused_not_waited_on() {
+    let out = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "train",
+        "presets/mqar_softmax.toml",
+        "--quiet",
+        "--out",
+        out.path().to_str().unwrap(),
+    ];
+    args.extend_from_slice(TINY);
+    let o = attnlab(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let run = only_subfolder(out.path());
+    let summary = run.join("summary.json");
+    let text = std::fs::read_to_string(&summary).unwrap();
+    std::fs::write(&summary, text.replace("\"completed\"", "\"stopped\"")).unwrap();
+    let run_arg = run.to_str().unwrap();
+    // A FIFO, or (`/dev/zero`) a link to a device, in place of `name`; restored after.
+    let replaced = |name: &str, device: bool| {
+        let path = run.join(name);
+        let kept = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        if device {
+            std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
+        } else {
+            let made = std::process::Command::new("mkfifo").arg(&path).status();
+            assert!(made.unwrap().success());
+        }
+        move || {
+            std::fs::remove_file(&path).unwrap();
+            std::fs::write(&path, &kept).unwrap();
+        }
+    };
+    let eval = ["eval", run_arg];
+    let resume = ["train", "--quiet", "--resume", run_arg];
+    let cases = [
+        ("model.safetensors", false, &eval[..]),
+        ("model.safetensors", true, &eval),
+        ("model.safetensors", false, &resume),
+        ("optimizer.safetensors", false, &resume),
+        ("metrics.jsonl", false, &resume),
+    ];
+    for (name, device, command) in cases {
+        let restore = replaced(name, device);
+        let err = fails_promptly(command);
+        assert!(
+            err.contains("not a regular file") && err.contains(name),
+            "{name} for {command:?}: {err}"
+        );
+        restore();
+    }
+    let o = attnlab(&resume);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
 #[test]
 fn curves_compares_run_folders_as_lines_points_and_figures() {
     use attnlab::attention::MechanismSpec;

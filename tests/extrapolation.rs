@@ -205,6 +205,15 @@ fn cli_trains_presets_then_stores_perplexity_by_length() {
         })
         .count();
     assert_eq!(saved, 2, "each run folder keeps its results");
+    // Each run names the text it trained on (`auto` fell back unseen before).
+    let corpora: Vec<serde_json::Value> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path().join("summary.json"))
+        .filter(|summary| summary.is_file())
+        .map(|summary| serde_json::from_str(&std::fs::read_to_string(summary).unwrap()).unwrap())
+        .map(|summary: serde_json::Value| summary["corpus"].clone())
+        .collect();
+    assert_eq!(corpora, vec!["generated: seeded synthetic prose"; 2]);
 }
 
 #[test]

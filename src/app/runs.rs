@@ -56,6 +56,8 @@ pub struct RunView {
     pub error: Option<String>,
     /// Why the run is not on the device its preset asked for (it fell back to the CPU).
     pub notice: Option<String>,
+    /// The text a language model trained on, as its summary names it.
+    pub corpus: Option<String>,
     pub attention: Option<LoadedAttention>,
     /// Bumped whenever `attention` changes, so views can cache what they derive from it.
     pub attention_version: u64,
@@ -104,6 +106,7 @@ impl RunView {
             total_steps: 0,
             error: None,
             notice: None,
+            corpus: None,
             attention: None,
             attention_version: 0,
             source: None,
@@ -395,9 +398,11 @@ fn drain_events(run: &mut RunView, jobs: &Jobs) {
                 total_steps,
                 device_notice,
                 precision_note,
+                corpus,
                 ..
             }) => {
                 run.dir = Some(run_dir);
+                run.corpus = corpus;
                 run.total_steps = total_steps;
                 run.notice = match (device_notice, precision_note) {
                     (Some(device), Some(precision)) => Some(format!("{device}; {precision}")),
@@ -496,6 +501,7 @@ fn apply_folder(run: &mut RunView, folder: crate::Result<Folder>, jobs: &Jobs) {
                 .map_or(RunState::NoSummary, |s| RunState::Trainer(s.status));
             if let Some(summary) = summary {
                 run.notice = summary.device_notice;
+                run.corpus = summary.corpus;
                 run.error = summary.error;
             }
             (run.steps, run.evals) = MetricRecord::split(metrics);
@@ -544,6 +550,7 @@ mod tests {
             n_params: 1,
             device_notice: None,
             precision_note: None,
+            corpus: None,
         };
         forwarder.forward(3, &started, Preset::default);
         store.drain();

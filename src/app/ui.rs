@@ -174,6 +174,10 @@ impl AttnlabApp {
             if let Some(notice) = &run.notice {
                 ui.colored_label(ui.visuals().warn_fg_color, notice);
             }
+            if let Some(corpus) = &run.corpus {
+                ui.label(format!("text: {corpus}"))
+                    .on_hover_text("what this language model trained on (task.corpus)");
+            }
             if let Some(error) = &run.error {
                 ui.colored_label(ui.visuals().error_fg_color, error);
             }

@@ -284,8 +284,10 @@ fn read_weights(path: &Path, pickle: bool, device: &Device) -> Result<HashMap<St
         path: path.to_path_buf(),
     };
     if !pickle {
-        return candle_core::safetensors::load(path, device).map_err(unreadable);
+        return crate::params::load_tensors(path, "the weights", device);
     }
+    // The pickle reader opens the file itself: refuse a FIFO or a device first.
+    crate::io::regular_file_len(path, "cannot read the weights", u64::MAX)?;
     candle_core::pickle::read_all(path)
         .map_err(unreadable)?
         .into_iter()

@@ -62,6 +62,7 @@ fn follow(handle: TrainHandle, estimate: &MemoryEstimate, quiet: bool) -> anyhow
                 n_params,
                 device_notice,
                 precision_note,
+                corpus,
                 ..
             } => {
                 if let Some(notice) = device_notice {
@@ -75,6 +76,9 @@ fn follow(handle: TrainHandle, estimate: &MemoryEstimate, quiet: bool) -> anyhow
                     "run folder {} ({n_params} parameters)",
                     run_dir.display()
                 ));
+                if let Some(corpus) = corpus {
+                    bar.println(format!("text: {corpus}"));
+                }
             }
             TrainEvent::Step(s) => {
                 bar.set_position(s.step as u64);

@@ -131,10 +131,15 @@ impl Preset {
         let deserializer = toml::Deserializer::parse(text).map_err(|e| syntax(e.to_string()))?;
         let preset: Self = serde_path_to_error::deserialize(deserializer).map_err(|e| {
             let mut path = e.path().to_string();
+            let error = e.into_inner();
+            let mut message = error.to_string();
             if let Some(key) = tagged_key(text, &path) {
+                // toml's snippet shows the section's header: show the key's line instead.
+                if let Some(span) = key_span(text, &path, &key) {
+                    message = snippet(text, span, error.message());
+                }
                 path = format!("{path}.{key}");
             }
-            let message = e.into_inner().to_string();
             syntax(if path == "." {
                 message
             } else {
@@ -409,6 +414,48 @@ fn tagged_key(text: &str, section: &str) -> Option<String> {
         .map(|(key, _)| key.clone())
 }
 
+/// Where `section.key` is written in `text`, from the key to the end of its value.
+fn key_span(text: &str, section: &str, key: &str) -> Option<std::ops::Range<usize>> {
+    fn entry<'t, 'i>(
+        table: &'t toml::de::DeTable<'i>,
+        name: &str,
+    ) -> Option<(
+        std::ops::Range<usize>,
+        &'t toml::Spanned<toml::de::DeValue<'i>>,
+    )> {
+        table
+            .iter()
+            .find(|(k, _)| k.get_ref() == name)
+            .map(|(k, v)| (k.span(), v))
+    }
+    let document = toml::de::DeTable::parse(text).ok()?;
+    let (_, table) = entry(document.get_ref(), section)?;
+    let toml::de::DeValue::Table(table) = table.get_ref() else {
+        return None;
+    };
+    let (at, value) = entry(table, key)?;
+    Some(at.start..value.span().end)
+}
+
+/// `message` under the line of `text` that `span` starts on, the span underlined, as toml
+/// shows a parse error.
+fn snippet(text: &str, span: std::ops::Range<usize>, message: &str) -> String {
+    let before = &text[..span.start];
+    let line = before.matches('\n').count();
+    let column = span.start - before.rfind('\n').map_or(0, |i| i + 1);
+    let content = text.split('\n').nth(line).unwrap_or_default();
+    let width = (span.end - span.start).clamp(1, content.len().saturating_sub(column).max(1));
+    let number = (line + 1).to_string();
+    let gutter = " ".repeat(number.len() + 1);
+    format!(
+        "TOML parse error at line {number}, column {}\n{gutter}|\n{number} | {content}\n{gutter}|{} \
+         {}\n{message}\n",
+        column + 1,
+        " ".repeat(column),
+        "^".repeat(width),
+    )
+}
+
 /// The longest preset name: run folders are named `<time>-<name>` (plus `-N` when the time
 /// repeats), and a folder name holds at most 255 bytes.
 pub const MAX_NAME_CHARS: usize = 200;
@@ -622,6 +669,22 @@ mod tests {
         }
         let err = refusal(&["model.d_modle=3"]);
         assert!(!err.contains("model.kind"), "untagged sections: {err}");
+    }
+
+    /// An error in a `kind`-tagged section pointed at the section's header line; it points at
+    /// the key's own line, the whole `key = value` underlined.
+    #[test]
+    fn errors_in_tagged_sections_show_the_keys_line() {
+        let text = "schema = 1\nname = \"x\"\n\n[task]\nkind = \"mqar\"\nseq_len = \"long\"\n";
+        let err = Preset::parse(text, &[], Path::new("p.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("at key task.seq_len: "), "{err}");
+        assert!(
+            err.contains("line 6, column 1\n  |\n6 | seq_len = \"long\"\n  | ^^^^^^^^^^^^^^^^\n"),
+            "{err}"
+        );
+        assert!(err.contains("invalid type: string \"long\""), "{err}");
     }
 
     /// Compression takes MAD's auto-encoder by itself; asked for the LM head, which would copy

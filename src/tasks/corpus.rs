@@ -103,6 +103,19 @@ impl CorpusSource {
         }
     }
 
+    /// What the text is, in words for a run's summary and the window: the folder or file and
+    /// which files of it, or the generated prose (so a run of `auto` says what it found).
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Generated => "generated: seeded synthetic prose".into(),
+            Self::Path { path, extensions } if extensions.is_empty() => path.display().to_string(),
+            Self::Path { path, extensions } => {
+                let files: Vec<String> = extensions.iter().map(|e| format!("*.{e}")).collect();
+                format!("{} ({} files)", path.display(), files.join(", "))
+            }
+        }
+    }
+
     /// Up to `budget` bytes of text of `part`, files in seeded order, joined by newlines.
     pub fn read(&self, part: Part, budget: usize, seed: u64, val_percent: u32) -> Result<String> {
         match self {
@@ -348,6 +361,28 @@ mod tests {
             source.read(Part::Train, 100, 0, 10).unwrap(),
             "a".repeat(90)
         );
+    }
+
+    /// A run's summary names what `auto` found: the folder and which of its files.
+    #[test]
+    fn a_source_describes_itself() {
+        assert_eq!(
+            CorpusSource::Generated.describe(),
+            "generated: seeded synthetic prose"
+        );
+        let registry = CorpusSource::Path {
+            path: "/home/u/.cargo/registry/src".into(),
+            extensions: vec!["rs"],
+        };
+        assert_eq!(
+            registry.describe(),
+            "/home/u/.cargo/registry/src (*.rs files)"
+        );
+        let file = CorpusSource::Path {
+            path: "wiki.txt".into(),
+            extensions: Vec::new(),
+        };
+        assert_eq!(file.describe(), "wiki.txt");
     }
 
     #[test]

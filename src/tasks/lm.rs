@@ -175,6 +175,11 @@ impl LmConfig {
         self.source().map(|_| ())
     }
 
+    /// The text `corpus` names on this machine, in words ([`CorpusSource::describe`]).
+    pub fn corpus_description(&self) -> Result<String> {
+        self.source().map(|source| source.describe())
+    }
+
     fn source(&self) -> Result<CorpusSource> {
         CorpusSource::resolve(&self.corpus)
     }

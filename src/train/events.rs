@@ -168,6 +168,10 @@ pub struct Summary {
     pub mechanism: String,
     pub encoding: String,
     pub task: String,
+    /// The text a language model trained on, `task.corpus` as it resolved on the machine that
+    /// trained (`auto` says what it found there); `None` for other tasks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corpus: Option<String>,
     /// The device the run trained on (`cpu` when the preset's device did not open).
     pub device: crate::device::DeviceName,
     /// Why the run trained on the CPU instead of the preset's device, if it did.
@@ -221,6 +225,8 @@ pub enum TrainEvent {
         /// What `train.precision` does on this device when it is not what its name says
         /// ([`crate::device::precision_note`]).
         precision_note: Option<String>,
+        /// The text a language model trains on ([`Summary::corpus`]).
+        corpus: Option<String>,
     },
     Step(StepRecord),
     Eval(EvalRecord),

@@ -67,7 +67,7 @@ pub fn resume(
         }
     };
     let preset = trainer.preset().clone();
-    emit(started_event(&trainer, &preset, &member.dir));
+    emit(started_event(&trainer, &preset, &member));
     let mut clock = Clock::new(member.summary.elapsed_secs, CHECKPOINT_EVERY);
     drive(&mut trainer, vec![member], &mut clock, stop, &mut |_, e| {
         emit(e)
@@ -225,7 +225,7 @@ fn train_group(
     for (r, (preset, root)) in group.iter().enumerate() {
         match start_member(&trainer, r, root) {
             Ok(member) => {
-                emit(r, started_event(&trainer, preset, &member.dir));
+                emit(r, started_event(&trainer, preset, &member));
                 members.push(member);
             }
             Err(error) => {
@@ -286,10 +286,11 @@ fn drive(
 /// Creates replica `r`'s run folder with its preset and first summary.
 fn start_member(trainer: &Trainer, r: usize, root: &Path) -> Result<Member> {
     let preset = trainer.replica_preset(r);
-    let dir = RunDir::create(root, preset)?;
-    dir.write_preset(preset)?;
     let summary = initial_summary(trainer, r);
-    dir.write_summary(&summary)?;
+    let dir = RunDir::create(root, preset, |dir| {
+        dir.write_preset(preset)?;
+        dir.write_summary(&summary)
+    })?;
     Ok(Member {
         dir,
         summary,
@@ -298,14 +299,15 @@ fn start_member(trainer: &Trainer, r: usize, root: &Path) -> Result<Member> {
     })
 }
 
-fn started_event(trainer: &Trainer, preset: &Preset, dir: &RunDir) -> TrainEvent {
+fn started_event(trainer: &Trainer, preset: &Preset, member: &Member) -> TrainEvent {
     TrainEvent::Started {
-        run_dir: dir.path().to_path_buf(),
+        run_dir: member.dir.path().to_path_buf(),
         total_steps: trainer.total_steps(),
         steps_per_epoch: trainer.steps_per_epoch(),
         n_params: trainer.params().count(),
         device_notice: trainer.device_notice().map(str::to_string),
         precision_note: crate::device::precision_note(trainer.device(), preset.train.precision),
+        corpus: member.summary.corpus.clone(),
     }
 }
 
@@ -495,6 +497,7 @@ fn initial_summary(trainer: &Trainer, r: usize) -> Summary {
         mechanism: preset.attention.name().into(),
         encoding: preset.encoding.name().into(),
         task: preset.task.name().into(),
+        corpus: preset.task.lm().and_then(|lm| lm.corpus_description().ok()),
         device: trainer.device_name(),
         device_notice: trainer.device_notice().map(str::to_string),
         precision: preset.train.precision,

@@ -69,10 +69,35 @@ pub struct RunDir {
 }
 
 impl RunDir {
-    /// Creates `root/<time>-<slug>` (with a numeric suffix if that exists already).
-    pub fn create(root: &Path, preset: &Preset) -> Result<Self> {
+    /// Creates `root/<time>-<slug>` (with a numeric suffix if that exists already), filled by
+    /// `fill` (the preset and the first summary) under a temporary name and then renamed into
+    /// place: a folder that could not be filled (a full disk while writing `preset.toml`) is
+    /// removed, not left behind for every command to reject.
+    pub fn create(
+        root: &Path,
+        preset: &Preset,
+        fill: impl FnOnce(&RunDir) -> Result<()>,
+    ) -> Result<Self> {
         std::fs::create_dir_all(root)
             .map_err(|e| Error::io("cannot create runs folder", root, e))?;
+        let path = Self::claim_name(root, preset)?;
+        let temp = root.join(format!(".{}.tmp", folder_name(&path)));
+        let filled = Self::create_folder(&temp).and_then(|dir| {
+            fill(&dir)?;
+            // Over the claimed folder, which is empty: POSIX rename replaces an empty one.
+            std::fs::rename(&temp, &path)
+                .map_err(|e| Error::io("cannot move run folder into place", &path, e))
+        });
+        if let Err(e) = filled {
+            let _ = std::fs::remove_dir_all(&temp);
+            let _ = std::fs::remove_dir(&path);
+            return Err(e);
+        }
+        Ok(Self { path })
+    }
+
+    /// An empty folder `root/<time>-<slug>[-n]` that no other run has, created to hold the name.
+    fn claim_name(root: &Path, preset: &Preset) -> Result<PathBuf> {
         let stamp = chrono::Local::now().format("%Y%m%d-%H%M%S");
         let base = format!("{stamp}-{}", preset.slug());
         for n in 0..1000 {
@@ -83,12 +108,7 @@ impl RunDir {
             };
             let path = root.join(name);
             match std::fs::create_dir(&path) {
-                Ok(()) => {
-                    std::fs::create_dir(path.join("attention")).map_err(|e| {
-                        Error::io("cannot create folder", path.join("attention"), e)
-                    })?;
-                    return Ok(Self { path });
-                }
+                Ok(()) => return Ok(path),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(Error::io("cannot create run folder", path, e)),
             }
@@ -96,6 +116,17 @@ impl RunDir {
         Err(Error::RunDir {
             message: format!("too many runs named {base}"),
             path: root.to_path_buf(),
+        })
+    }
+
+    /// A new run folder at `path` with its `attention/` folder.
+    fn create_folder(path: &Path) -> Result<Self> {
+        std::fs::create_dir(path).map_err(|e| Error::io("cannot create run folder", path, e))?;
+        let attention = path.join("attention");
+        std::fs::create_dir(&attention)
+            .map_err(|e| Error::io("cannot create folder", &attention, e))?;
+        Ok(Self {
+            path: path.to_path_buf(),
         })
     }
 
@@ -129,7 +160,8 @@ impl RunDir {
     /// (killed before its first checkpoint, or saved by an attnlab that could not resume), or
     /// weights of another step than it (killed between the two writes). The steps are read
     /// from the files' headers; folders saved before they were recorded compare modification
-    /// times (the optimiser state goes second), which a copy file by file can reorder.
+    /// times (the optimiser state goes second), which a copy file by file can reorder. A file
+    /// whose header does not read is refused with why.
     pub fn check_resumable_checkpoint(&self) -> Result<()> {
         let refuse = |why: &str| {
             Err(Error::RunDir {
@@ -137,8 +169,18 @@ impl RunDir {
                 path: self.path.clone(),
             })
         };
-        let step = |path: &Path| crate::params::saved_step(path).ok().flatten();
-        match (step(&self.checkpoint_path()), step(&self.optimizer_path())) {
+        // A file that is there but does not read (not a regular file, a torn header) is that
+        // error; a missing one is judged below.
+        let step = |path: &Path| match crate::params::saved_step(path) {
+            Err(Error::Io { cause, .. }) if cause.kind() == std::io::ErrorKind::NotFound => {
+                Ok(None)
+            }
+            other => other,
+        };
+        match (
+            step(&self.checkpoint_path())?,
+            step(&self.optimizer_path())?,
+        ) {
             (Some(weights), Some(state)) if weights == state => return Ok(()),
             (Some(weights), Some(state)) => {
                 return refuse(&format!(
@@ -219,10 +261,12 @@ impl RunDir {
     /// a run resumed from a checkpoint at `step` logs those steps again.
     pub fn truncate_metrics(&self, step: usize) -> Result<()> {
         let path = self.path.join("metrics.jsonl");
-        let text = match std::fs::read_to_string(&path) {
+        let text = match io::read_text(&path, "metrics", u64::MAX) {
             Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(Error::io("cannot read metrics", path, e)),
+            Err(Error::Io { cause, .. }) if cause.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(());
+            }
+            Err(e) => return Err(e),
         };
         let kept: String = text
             .lines()
@@ -438,6 +482,34 @@ mod tests {
         }
     }
 
+    /// A full disk while writing `preset.toml` left a folder every command rejected: a run
+    /// folder appears only once it is filled, and one that could not be is removed.
+    #[test]
+    fn a_run_folder_appears_only_once_filled() {
+        let root = tempfile::tempdir().unwrap();
+        let preset = Preset::default();
+        let names = || -> Vec<String> {
+            let mut names: Vec<String> = std::fs::read_dir(root.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            names
+        };
+        let full = |_: &RunDir| Err(Error::Failed("no space left on device".into()));
+        let err = RunDir::create(root.path(), &preset, full).unwrap_err();
+        assert!(err.to_string().contains("no space left"), "{err}");
+        assert!(names().is_empty(), "{:?}", names());
+        let run = RunDir::create(root.path(), &preset, |dir| {
+            assert!(folder_name(dir.path()).starts_with('.'));
+            dir.write_preset(&preset)
+        })
+        .unwrap();
+        assert_eq!(names(), [folder_name(run.path())]);
+        assert!(run.read_preset().is_ok());
+        assert!(run.path().join("attention").is_dir());
+    }
+
     /// Headers claiming absurd shapes used to panic ("capacity overflow") or abort on the
     /// allocation; they are refused by comparing with the file's size.
     #[test]
@@ -563,8 +635,14 @@ mod tests {
         };
         let refused = |run: &RunDir| run.check_resumable_checkpoint().unwrap_err().to_string();
         assert!(refused(&run).contains("no checkpoint with optimizer state"));
-        std::fs::write(run.checkpoint_path(), b"w").unwrap();
-        std::fs::write(run.optimizer_path(), b"o").unwrap();
+        // Files saved before the step was recorded: safetensors without it in the header.
+        let tensors: std::collections::HashMap<String, Tensor> = [(
+            "w".to_string(),
+            Tensor::zeros(2, candle_core::DType::F32, &candle_core::Device::Cpu).unwrap(),
+        )]
+        .into();
+        crate::params::save_tensors(&tensors, &run.checkpoint_path(), None).unwrap();
+        crate::params::save_tensors(&tensors, &run.optimizer_path(), None).unwrap();
         let set_time = |path: PathBuf, secs: u64| {
             let time = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs);
             std::fs::File::options()
@@ -579,6 +657,9 @@ mod tests {
         run.check_resumable_checkpoint().unwrap();
         set_time(run.checkpoint_path(), 1002);
         assert!(refused(&run).contains("killed between writing them"));
+        // A file that is there but whose header does not read is refused with why.
+        std::fs::write(run.checkpoint_path(), b"w").unwrap();
+        assert!(refused(&run).contains("cannot read"), "{}", refused(&run));
     }
 
     /// Files that record their step are compared by it, whatever their times (a folder copied

@@ -386,8 +386,7 @@ impl Trainer {
             message,
             path: path.to_path_buf(),
         };
-        let saved = candle_core::safetensors::load(path, &self.device)
-            .map_err(|e| bad(format!("cannot read optimizer state ({e})")))?;
+        let saved = crate::params::load_tensors(path, "optimizer state", &self.device)?;
         let step = saved
             .get(STEP_KEY)
             .and_then(|t| t.to_vec1::<i64>().ok())
