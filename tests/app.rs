@@ -774,6 +774,8 @@ fn an_experiment_on_the_welcome_page_loads_its_preset_trains_and_shows_its_view(
         Tab::Welcome,
         "the first view on a first start"
     );
+    // Each experiment's time says what it was measured on.
+    assert!(harness.query_all_by_label("Takes (2 CPU cores):").count() >= 5);
     // Another preset in the editor, saved (so replacing it asks nothing).
     harness.state_mut().editor.preset.name = "mine".into();
     let mine = root.path().join("mine.toml");

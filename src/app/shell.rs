@@ -213,6 +213,7 @@ fn renderer() -> anyhow::Result<eframe::Renderer> {
 
 /// Opens the workbench window; returns when it is closed.
 pub fn run_native() -> anyhow::Result<()> {
+    crate::train::background_priority_is_low().map_err(anyhow::Error::msg)?;
     // Training's parallel kernels run on rayon's global pool: start it at background priority
     // (see `Priority::Background`) before anything uses it, so drawing never waits for them.
     let pool = rayon::ThreadPoolBuilder::new()

@@ -226,12 +226,23 @@ impl AttnlabApp {
 fn progress_ui(ui: &mut egui::Ui, run: &RunView) {
     let progress = run.progress();
     let mut text = run.status_text();
+    let mut hover = priority_text();
     if let Some(last) = run.steps.last() {
         if run.is_running() {
             text.push_str(&format!(" {:.0}%", 100.0 * progress));
+            let target = run.preset.train.target_accuracy;
             if progress > 0.0 {
                 let eta = last.elapsed_secs * (1.0 / f64::from(progress) - 1.0);
-                text.push_str(&format!(", eta {eta:.0} s"));
+                // To the step limit: a run with a target stops when it reaches it.
+                let bound = if target > 0.0 { "≤ " } else { "" };
+                text.push_str(&format!(", eta {bound}{eta:.0} s"));
+            }
+            if target > 0.0 {
+                hover = format!(
+                    "The ETA counts to the last step; the run stops earlier once test accuracy \
+                     reaches {:.0}%.\n{hover}",
+                    100.0 * target
+                );
             }
         } else {
             text.push_str(&format!(" at step {} of {}", last.step, run.total_steps));
@@ -242,5 +253,19 @@ fn progress_ui(ui: &mut egui::Ui, run: &RunView) {
         egui::ProgressBar::new(progress)
             .desired_width(280.0)
             .text(text),
-    );
+    )
+    .on_hover_text(hover);
+}
+
+/// At which CPU priority the window trains, and how to change it.
+fn priority_text() -> String {
+    let variable = crate::train::PRIORITY_VARIABLE;
+    match crate::train::background_priority_is_low() {
+        Ok(false) => format!("Training runs at normal CPU priority ({variable}=normal)."),
+        _ => format!(
+            "Training runs at the lowest CPU priority (nice 19), so the window keeps drawing; \
+             another busy program on this machine comes first and slows it. Start attnlab with \
+             {variable}=normal to train at normal priority."
+        ),
+    }
 }

@@ -21,4 +21,7 @@ pub use loaded::{LoadedRun, Opening};
 pub use optim::AdamW;
 pub use run_dir::RunDir;
 pub use trainer::{ReplicaStep, Trainer, evaluate};
-pub use worker::{Priority, TrainHandle, lower_thread_priority, spawn, spawn_resume, spawn_with};
+pub use worker::{
+    PRIORITY_VARIABLE, Priority, TrainHandle, background_priority_is_low, lower_thread_priority,
+    spawn, spawn_resume, spawn_with,
+};

@@ -156,10 +156,36 @@ pub(crate) fn panic_text(payload: &(dyn Any + Send)) -> &str {
         .unwrap_or("no message")
 }
 
-/// Lowers the calling thread's scheduling priority to the lowest (nice 19). Linux keeps the nice value per
-/// thread, so the rest of the process is untouched; elsewhere this does nothing.
+/// The environment variable that keeps the window's training at normal priority (`normal`)
+/// instead of the lowest (`low`, the default): with another busy program on the machine, a
+/// low-priority run gets a sliver of the CPU (a welcome experiment took 6× its stated time).
+pub const PRIORITY_VARIABLE: &str = "ATTNLAB_TRAINING_PRIORITY";
+
+/// Whether [`Priority::Background`] lowers the training threads, from
+/// [`PRIORITY_VARIABLE`]: unset or `low` yes, `normal` no, anything else an error naming it.
+pub fn background_priority_is_low() -> std::result::Result<bool, String> {
+    low_priority_from(std::env::var(PRIORITY_VARIABLE).ok().as_deref())
+}
+
+/// [`background_priority_is_low`] for the variable's value.
+fn low_priority_from(value: Option<&str>) -> std::result::Result<bool, String> {
+    match value {
+        None | Some("low") => Ok(true),
+        Some("normal") => Ok(false),
+        Some(other) => Err(format!(
+            "{PRIORITY_VARIABLE}={other}: expected low or normal"
+        )),
+    }
+}
+
+/// Lowers the calling thread's scheduling priority to the lowest (nice 19), unless
+/// [`PRIORITY_VARIABLE`] says `normal`. Linux keeps the nice value per thread, so the rest of
+/// the process is untouched; elsewhere this does nothing.
 #[allow(unsafe_code)]
 pub fn lower_thread_priority() {
+    if background_priority_is_low() != Ok(true) {
+        return;
+    }
     #[cfg(target_os = "linux")]
     // SAFETY: setpriority only reads its arguments; `who = 0` names the calling thread on Linux.
     unsafe {
@@ -170,6 +196,17 @@ pub fn lower_thread_priority() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_training_priority_is_low_unless_asked_for_normal() {
+        assert_eq!(low_priority_from(None), Ok(true));
+        assert_eq!(low_priority_from(Some("low")), Ok(true));
+        assert_eq!(low_priority_from(Some("normal")), Ok(false));
+        assert_eq!(
+            low_priority_from(Some("high")),
+            Err("ATTNLAB_TRAINING_PRIORITY=high: expected low or normal".into())
+        );
+    }
 
     /// The GUI hands presets to `spawn` unvalidated: a NUL in the name used to panic starting
     /// the thread instead of failing validation on it.

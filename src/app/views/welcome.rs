@@ -44,6 +44,12 @@ impl View for WelcomeView {
     }
 }
 
+/// What the experiments' times were measured with.
+const MEASURED_WITH: &str = "Measured on the 2-core development machine (an AMD EPYC virtual \
+     machine, release build) with nothing else running. The window trains at the lowest CPU \
+     priority: another busy program makes it slower (ATTNLAB_TRAINING_PRIORITY=normal keeps \
+     normal priority); more cores make it faster.";
+
 /// One experiment: its title as the button, then claim, time and where to look.
 fn experiment_ui(ui: &mut egui::Ui, index: usize, experiment: &Experiment, cx: &ViewContext) {
     egui::Frame::group(ui.style()).show(ui, |ui| {
@@ -60,11 +66,13 @@ fn experiment_ui(ui: &mut egui::Ui, index: usize, experiment: &Experiment, cx: &
         let line = |ui: &mut egui::Ui, what: &str, text: &str| {
             ui.horizontal_wrapped(|ui| {
                 ui.strong(what);
-                ui.label(text);
-            });
+                ui.label(text)
+            })
+            .inner
         };
         line(ui, "Claim:", experiment.claim);
-        line(ui, "Takes:", experiment.expected);
+        line(ui, "Takes (2 CPU cores):", experiment.expected)
+            .on_hover_text(MEASURED_WITH);
         line(ui, "Then look at:", experiment.look_at);
     });
     ui.add_space(6.0);
