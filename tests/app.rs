@@ -421,6 +421,61 @@ fn a_language_model_run_names_the_text_it_trained_on() {
     harness.get_by_label_contains("text: generated: seeded synthetic prose");
 }
 
+/// Where no file dialog opens (no desktop portal, no zenity: it returned at once, as if
+/// cancelled), the app asks for the path in its own window and says why: here a run folder,
+/// and a figure to export.
+#[test]
+fn a_typed_path_stands_in_for_a_file_dialog() {
+    use attnlab::app::{Command, PathRequest};
+    let root = tempfile::tempdir().unwrap();
+    let mut app = app(root.path());
+    app.editor.preset.train.max_steps = Some(2);
+    let dir = common::trained_run(&app.editor.preset, root.path());
+    let commands = app.commands.clone();
+    let mut harness = harness(app);
+    harness.run();
+    commands.push(Command::AskPath(PathRequest {
+        title: "Open run folder".into(),
+        default: std::path::PathBuf::new(),
+        why: "No file dialog can open here".into(),
+        answer: Command::OpenRun,
+    }));
+    harness.run();
+    harness.get_by_label_contains("No file dialog can open here");
+    let field = harness.get_by_label("path");
+    field.focus();
+    field.type_text(dir.to_str().unwrap());
+    harness.run();
+    harness.get_by_label("OK").click();
+    run_until(&mut harness, "the typed run folder", |app| {
+        app.runs
+            .runs
+            .iter()
+            .any(|r| r.dir.as_deref() == Some(dir.as_path()))
+    });
+    assert!(harness.query_by_label_contains("No file dialog").is_none());
+    // Cancel closes the window and does nothing.
+    commands.push(Command::AskPath(PathRequest {
+        title: "Open run folder".into(),
+        default: dir.clone(),
+        why: "No file dialog can open here".into(),
+        answer: Command::OpenRun,
+    }));
+    harness.run();
+    harness.get_by_label("Cancel").click();
+    harness.run();
+    assert!(harness.query_by_label_contains("No file dialog").is_none());
+    assert_eq!(harness.state().runs.runs.len(), 1);
+    // No figure waits: exporting to a typed path says so instead of failing silently.
+    let typed = root.path().join("figure.svg");
+    commands.push(Command::ExportTo(typed.clone()));
+    harness.run();
+    assert_eq!(
+        harness.state().status,
+        "no figure is waiting to be exported"
+    );
+}
+
 #[test]
 fn iou_of_a_run_fills_the_table_shows_an_example_and_exports() {
     let root = tempfile::tempdir().unwrap();

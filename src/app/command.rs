@@ -47,6 +47,10 @@ pub enum Command {
     ToggleShortcuts,
     /// Copy the editor's preset to the clipboard as an `attnlab train … --set …` line.
     CopyCliCommand,
+    /// Ask for a path in the app's own window (no native file dialog opens here).
+    AskPath(super::prompt::PathRequest),
+    /// Write the figure waiting in the exporter to this file.
+    ExportTo(PathBuf),
     /// Put a message in the status bar.
     Status(String),
     /// For the screenshot demo: let every view set up what it shows by itself.

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::prompt::{self, PathPrompt, PathRequest};
 use super::{AttnlabApp, Awaiting, Command, DEFAULT_PRESET, Editor, Tab, default_preset, tab_of};
 use crate::Preset;
 use crate::experiments::{EXPERIMENTS, Experiment, shipped};
@@ -109,27 +110,47 @@ impl AttnlabApp {
         }
     }
 
-    /// Opens a native file dialog as a job; `answer` turns the chosen path into the command
-    /// to run (nothing when the dialog is cancelled).
+    /// Asks for a path: a native file dialog `pick` as a job, or where none opens the app's own
+    /// window titled `title`, starting at `default` ([`super::prompt`]); `answer` turns the
+    /// path into the command to run (nothing when the dialog is cancelled).
     pub(super) fn ask(
         &mut self,
+        (title, default): (&str, PathBuf),
         pick: impl FnOnce() -> Option<PathBuf> + Send + 'static,
         answer: fn(PathBuf) -> Command,
     ) {
-        if self.dialog.is_some() {
+        if self.dialog.is_some() || self.prompt.is_some() {
             self.status = "a file dialog is already open".into();
             return;
         }
+        let request = |why: &str| PathRequest {
+            title: title.to_string(),
+            default,
+            why: why.to_string(),
+            answer,
+        };
+        if let Some(why) = prompt::dialogs_missing() {
+            self.prompt = Some(PathPrompt::new(request(why)));
+            return;
+        }
+        let request = request("");
         let commands = self.commands.clone();
-        self.dialog = Some(self.jobs.run("file dialog", move || {
-            if let Some(path) = pick() {
-                commands.push(answer(path));
-            }
-        }));
+        self.dialog = Some(
+            self.jobs
+                .run("file dialog", move || match prompt::pick_with(pick) {
+                    Ok(Some(path)) => commands.push(answer(path)),
+                    Ok(None) => {}
+                    Err(why) => commands.push(Command::AskPath(PathRequest {
+                        why: why.to_string(),
+                        ..request
+                    })),
+                }),
+        );
     }
 
     pub(super) fn ask_open_preset(&mut self) {
         self.ask(
+            ("Open preset", PathBuf::from("presets")),
             || {
                 rfd::FileDialog::new()
                     .add_filter("attnlab preset", &["toml"])
@@ -143,6 +164,7 @@ impl AttnlabApp {
     pub(super) fn ask_save_preset(&mut self) {
         let name = format!("{}.toml", self.editor.preset.slug());
         self.ask(
+            ("Save preset as", PathBuf::from(&name)),
             move || {
                 rfd::FileDialog::new()
                     .add_filter("attnlab preset", &["toml"])
@@ -156,6 +178,7 @@ impl AttnlabApp {
     pub(super) fn ask_open_run(&mut self) {
         let root = self.runs_root.clone();
         self.ask(
+            ("Open run folder", root.clone()),
             move || rfd::FileDialog::new().set_directory(root).pick_folder(),
             Command::OpenRun,
         );
@@ -185,9 +208,11 @@ impl AttnlabApp {
             Command::SavePreset(path) => self.save_preset(&path),
             Command::AskOpenRun => self.ask_open_run(),
             Command::OpenRun(dir) => self.runs.open(dir),
-            Command::AskOpenModel => {
-                self.ask(|| rfd::FileDialog::new().pick_folder(), Command::OpenModel)
-            }
+            Command::AskOpenModel => self.ask(
+                ("Open Hugging Face model folder", PathBuf::new()),
+                || rfd::FileDialog::new().pick_folder(),
+                Command::OpenModel,
+            ),
             Command::OpenModel(dir) => {
                 self.tab = Tab::Pretrained;
                 // The Extrapolation view scores the same model on a text file.
@@ -203,6 +228,8 @@ impl AttnlabApp {
                 }
                 Err(e) => self.status = e.to_string(),
             },
+            Command::AskPath(request) => self.prompt = Some(PathPrompt::new(request)),
+            Command::ExportTo(path) => self.status = self.exporter.save_waiting(&path),
             Command::Status(message) => self.status = message,
             Command::PrepareDemo => {
                 for &tab in Tab::ALL {

@@ -2,12 +2,14 @@
 //! for it), the file written by the same renderers as `attnlab … --figure`; how it went comes
 //! back as a status-bar command.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use eframe::egui;
 
 use super::command::{Command, Commands};
 use super::jobs::Jobs;
+use super::prompt::{self, PathRequest};
 use crate::figures::{self, Figure};
 
 /// Runs exports in the background and reports how they went.
@@ -16,6 +18,9 @@ pub struct Exporter {
     commands: Commands,
     /// Write here without asking (tests, and a user who picked a folder once).
     pub folder: Option<PathBuf>,
+    /// The figure waiting for its path to be typed where no file dialog opens
+    /// ([`super::prompt`]), then written by [`Self::save_waiting`].
+    waiting: Arc<Mutex<Option<Figure>>>,
 }
 
 impl Exporter {
@@ -25,6 +30,7 @@ impl Exporter {
             jobs,
             commands,
             folder: None,
+            waiting: Arc::default(),
         }
     }
 
@@ -47,32 +53,90 @@ impl Exporter {
     }
 
     /// Saves `figure` as `file_name` (its extension picks the format), asking where unless a
-    /// folder is set.
+    /// folder is set: in a native dialog, or where none opens in the app's own window.
     pub fn export(&self, figure: Figure, file_name: &str) {
-        let commands = self.commands.clone();
-        let folder = self.folder.clone();
-        let file_name = file_name.to_string();
-        let name = format!("export {file_name}");
+        if let Some(folder) = &self.folder {
+            // No dialog to wait for: write now, so a test (or a script) sees the file at once.
+            let message = save_message(&figure, &folder.join(file_name));
+            self.commands.push(Command::Status(message));
+            return;
+        }
+        let request = |why: &str| PathRequest {
+            title: "Export figure".into(),
+            default: PathBuf::from(file_name),
+            why: why.to_string(),
+            answer: Command::ExportTo,
+        };
+        if let Some(why) = prompt::dialogs_missing() {
+            *lock(&self.waiting) = Some(figure);
+            self.commands.push(Command::AskPath(request(why)));
+            return;
+        }
+        let (commands, waiting) = (self.commands.clone(), self.waiting.clone());
+        let (name, file_name) = (format!("export {file_name}"), file_name.to_string());
+        let request = request("");
         let work = move || {
-            let path = match folder {
-                Some(folder) => Some(folder.join(&file_name)),
-                None => rfd::FileDialog::new().set_file_name(&file_name).save_file(),
-            };
-            let message = match path {
-                None => "export cancelled".to_string(),
-                Some(path) => match figures::save(&figure, &path) {
-                    Ok(()) => format!("exported {}", path.display()),
-                    Err(e) => format!("export failed: {e}"),
-                },
+            let pick = || rfd::FileDialog::new().set_file_name(&file_name).save_file();
+            let message = match prompt::pick_with(pick) {
+                Ok(Some(path)) => save_message(&figure, &path),
+                Ok(None) => "export cancelled".to_string(),
+                Err(why) => {
+                    *lock(&waiting) = Some(figure);
+                    commands.push(Command::AskPath(PathRequest {
+                        why: why.to_string(),
+                        ..request
+                    }));
+                    return;
+                }
             };
             commands.push(Command::Status(message));
         };
-        if self.folder.is_some() {
-            // No dialog to wait for: write now, so a test (or a script) sees the file at once.
-            work();
-        } else {
-            // Its outcome arrives as a command; the handle is not needed.
-            self.jobs.run(name, work).detach();
+        // Its outcome arrives as a command; the handle is not needed.
+        self.jobs.run(name, work).detach();
+    }
+
+    /// Writes the figure waiting for a typed path to `path`; says how it went.
+    pub fn save_waiting(&self, path: &Path) -> String {
+        match lock(&self.waiting).take() {
+            Some(figure) => save_message(&figure, path),
+            None => "no figure is waiting to be exported".into(),
         }
+    }
+}
+
+/// Writes `figure` to `path`; says how it went, for the status bar.
+fn save_message(figure: &Figure, path: &Path) -> String {
+    match figures::save(figure, path) {
+        Ok(()) => format!("exported {}", path.display()),
+        Err(e) => format!("export failed: {e}"),
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The figure kept while its path is typed is written there, once.
+    #[test]
+    fn the_waiting_figure_goes_to_the_typed_path() {
+        let jobs = Jobs::default();
+        let (commands, _queue) = Commands::new(jobs.clone());
+        let exporter = Exporter::new(jobs, commands);
+        *lock(&exporter.waiting) = Some(crate::figures::tests::lines_figure());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("curves.svg");
+        assert_eq!(
+            exporter.save_waiting(&path),
+            format!("exported {}", path.display())
+        );
+        assert!(std::fs::read_to_string(&path).unwrap().contains("<svg"));
+        assert_eq!(
+            exporter.save_waiting(&path),
+            "no figure is waiting to be exported"
+        );
     }
 }

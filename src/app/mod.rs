@@ -20,6 +20,7 @@ mod jobs;
 mod keys;
 mod logic;
 mod plot;
+mod prompt;
 mod runs;
 mod shell;
 mod ui;
@@ -34,6 +35,7 @@ pub use command::{Command, Commands};
 pub use editor::Editor;
 pub use export::Exporter;
 pub use jobs::{Job, Jobs};
+pub use prompt::PathRequest;
 pub use runs::{RunState, RunStore, RunView};
 pub use shell::run_native;
 pub use views::{Tab, View, ViewContext, Views};
@@ -72,6 +74,8 @@ pub struct AttnlabApp {
     queue: Receiver<Command>,
     /// The native file dialog in flight (one at a time); its answer arrives as a command.
     dialog: Option<Job<()>>,
+    /// The window asking for a path where no file dialog opens.
+    prompt: Option<prompt::PathPrompt>,
     /// A preset waiting for "discard unsaved changes?" to be answered.
     confirm_replace: Option<(Preset, Option<PathBuf>)>,
     /// An experiment's analysis, started when its runs have ended.
@@ -114,6 +118,7 @@ impl AttnlabApp {
             commands,
             queue,
             dialog: None,
+            prompt: None,
             confirm_replace: None,
             awaiting: None,
             show_shortcuts: false,

@@ -43,6 +43,7 @@ impl AttnlabApp {
             views.view_mut(tab).ui(ui, &cx);
         });
         self.confirm_ui(ui.ctx());
+        self.prompt_ui(ui.ctx());
         keys::overlay_ui(ui.ctx(), &mut self.show_shortcuts);
     }
 
@@ -180,6 +181,19 @@ impl AttnlabApp {
             }
             if let Some(error) = &run.error {
                 ui.colored_label(ui.visuals().error_fg_color, error);
+            }
+        }
+    }
+
+    /// The window asking for a path where no file dialog opens.
+    fn prompt_ui(&mut self, ctx: &egui::Context) {
+        let Some(prompt) = &mut self.prompt else {
+            return;
+        };
+        if let Some(answer) = prompt.ui(ctx) {
+            self.prompt = None;
+            if let Some(command) = answer {
+                self.commands.push(command);
             }
         }
     }

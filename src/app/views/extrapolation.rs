@@ -284,9 +284,12 @@ impl ExtrapolationView {
             ] {
                 ui.add(egui::TextEdit::singleline(value).hint_text(hint).desired_width(220.0));
                 if ui.add_enabled(idle, egui::Button::new("...").small()).clicked() {
-                    self.dialog = Some(jobs.run("file dialog", move || match picked {
+                    let pick = move || match picked {
                         true => rfd::FileDialog::new().pick_folder().map(Picked::ModelFolder),
                         false => rfd::FileDialog::new().pick_file().map(Picked::Corpus),
+                    };
+                    self.dialog = Some(jobs.spawn("file dialog", move |_, _| {
+                        crate::app::prompt::pick_for_field(pick).map(Some)
                     }));
                 }
             }

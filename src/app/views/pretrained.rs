@@ -357,7 +357,16 @@ impl PretrainedView {
                 .clicked()
             {
                 self.text_dialog = Some(jobs.spawn("text file", |_, _| {
-                    let Some(path) = rfd::FileDialog::new().pick_file() else {
+                    let pick = || rfd::FileDialog::new().pick_file();
+                    let no_dialog = |_| {
+                        crate::Error::Failed(
+                            "no file dialog opens here (no desktop portal or zenity): paste \
+                             the text into the box instead"
+                                .into(),
+                        )
+                    };
+                    let Some(path) = crate::app::prompt::pick_for_field(pick).map_err(no_dialog)?
+                    else {
                         return Ok(Some(None));
                     };
                     let text = crate::io::read_text(&path, "text", crate::io::MAX_TEXT_FILE)?;

@@ -541,7 +541,9 @@ impl SweepView {
 
     fn ask(&mut self, jobs: &Jobs, pick: impl FnOnce() -> Option<Picked> + Send + 'static) {
         if self.dialog.is_none() {
-            self.dialog = Some(jobs.run("file dialog", pick));
+            self.dialog = Some(jobs.spawn("file dialog", move |_, _| {
+                crate::app::prompt::pick_for_field(pick).map(Some)
+            }));
         }
     }
 
