@@ -65,6 +65,21 @@ fn hybrid_models_with_short_convolutions_train() {
     }
 }
 
+/// Heads that do not divide the width (3 at d 16: 5 value channels each, 15 in all, as the
+/// ReBased paper's 12 heads at d 64) train with every mechanism.
+#[test]
+fn heads_that_do_not_divide_the_width_train() {
+    for mechanism in common::small_mechanisms() {
+        let mut preset = common::tiny(
+            mechanism,
+            attnlab::encodings::EncodingSpec::Learned(Default::default()),
+        );
+        preset.model.n_heads = 3;
+        preset.validate().unwrap();
+        assert_every_parameter_gets_a_gradient(&preset);
+    }
+}
+
 #[test]
 fn every_rebased_ablation_trains() {
     use attnlab::attention::{MechanismSpec, RebasedConfig, RebasedVariant};

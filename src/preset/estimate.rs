@@ -555,6 +555,31 @@ mod tests {
         }
     }
 
+    /// The ReBased paper's MQAR model, whose 12 heads do not divide d_model 64: each head has
+    /// 64 // 12 = 5 value channels, 60 in all, and the output projection maps them back to 64.
+    /// Its count is the hand count from the paper's code (rebased-mqar-iou.md §2.4: 8192·d +
+    /// L·d + 10d + d² + 5d + 2·d·192 + 2·d·60 + 768 = 578,752 at d 64, L 256) plus the
+    /// attention projections' biases (192 + 192 + 60 + 64), which zoology's layout gives every
+    /// mechanism (zero at the start) and the paper's Based and ReBased do not have.
+    #[test]
+    fn heads_that_do_not_divide_the_width_get_its_floor() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("presets")
+            .join("mqar_rebased_paper.toml");
+        let preset = Preset::load(&path, &[]).unwrap();
+        let params = Params::new(0, &candle_core::Device::Cpu);
+        preset.build_model(&params).unwrap();
+        let dims: std::collections::HashMap<String, Vec<usize>> = params
+            .vars()
+            .into_iter()
+            .map(|(name, var)| (name, var.dims().to_vec()))
+            .collect();
+        assert_eq!(dims["blocks.1.attn.qkv.weight"], [192 + 192 + 60, 64]);
+        assert_eq!(dims["blocks.1.attn.out.weight"], [64, 60]);
+        assert_eq!(params.count(), 578_752 + 192 + 192 + 60 + 64);
+        assert_eq!(params.count() as f64, parameter_count(&preset));
+    }
+
     /// MAD's compression model, counted by hand from mad-lab's `AutoEncoder`: the blocks of
     /// its language model without the final norm, then the decoder (RMSNorm, Linear(d, d),
     /// twice) and the unembedding (RMSNorm, Linear(d, V)), all with biases; `_init_weights`

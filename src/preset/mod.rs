@@ -736,9 +736,9 @@ mod tests {
 
     #[test]
     fn out_of_range_value_names_key_value_and_range() {
-        let err = refusal(&["model.n_heads=3"]);
+        let err = refusal(&["model.n_heads=129"]);
         assert!(
-            err.contains("model.d_model = 128") && err.contains("divisible by model.n_heads = 3"),
+            err.contains("model.n_heads = 129") && err.contains("at most model.d_model = 128"),
             "{err}"
         );
     }
