@@ -403,6 +403,22 @@ fn a_run_folder_that_reached_its_target_or_failed_says_so_in_words() {
     assert!(harness.query_by_label_contains("targetreached").is_none());
 }
 
+/// A folder that is not a run says why in the run list (it said "(unreadable)" alone).
+#[test]
+fn a_folder_that_is_not_a_run_says_why_in_the_list() {
+    let root = tempfile::tempdir().unwrap();
+    let mut app = app(root.path());
+    let empty = root.path().join("not-a-run");
+    std::fs::create_dir(&empty).unwrap();
+    app.runs.open(empty);
+    let mut harness = harness(app);
+    run_until(&mut harness, "the folder read", |app| {
+        app.runs.runs[0].status == attnlab::app::RunState::Unreadable
+    });
+    harness.run();
+    harness.get_by_label_contains("(unreadable: not a run folder (no preset.toml)");
+}
+
 /// The window names the text a language model trained on (a run of `corpus = "auto"` had
 /// fallen back to generated prose without a word).
 #[test]

@@ -134,7 +134,11 @@ impl RunView {
             RunState::Starting => "starting".into(),
             RunState::Loading => "loading".into(),
             RunState::NoSummary => "no summary".into(),
-            RunState::Unreadable => "unreadable".into(),
+            // Why, in the list itself (it was "(unreadable)" alone).
+            RunState::Unreadable => match &self.error {
+                Some(why) => format!("unreadable: {why}"),
+                None => "unreadable".into(),
+            },
             RunState::Trainer(status) => status.explain(self.error.as_deref()),
         }
     }

@@ -115,18 +115,32 @@ impl std::fmt::Display for MemoryEstimate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "≈ {} ({:.3e} parameters: weights {}, gradients and optimiser {}, activations {}, \
-             logits {}, kept attention {}, data {})",
+            "≈ {} ({} parameters: weights {}, gradients and optimiser {}, activations {}, \
+             logits {}, kept attention {}, data {}, the process itself {})",
             bytes(self.total()),
-            self.parameters,
+            grouped(self.parameters),
             bytes(self.weights),
             bytes(self.optimiser),
             bytes(self.activations),
             bytes(self.logits),
             bytes(self.kept_attention),
-            bytes(self.data)
+            bytes(self.data),
+            bytes(BASELINE_BYTES)
         )
     }
+}
+
+/// A count with its thousands grouped: 46,210 rather than 4.621e4.
+fn grouped(n: f64) -> String {
+    let digits = format!("{:.0}", n.max(0.0));
+    let mut out = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
 }
 
 /// `n` bytes in the largest unit that keeps a number ≥ 1.
@@ -393,6 +407,30 @@ mod tests {
     use super::*;
     use crate::attention::MechanismSpec;
     use crate::params::Params;
+
+    /// The parts in words add up to the total (the process's own baseline was left out),
+    /// and the parameters are a grouped count, not 4.621e4.
+    #[test]
+    fn the_estimate_in_words_adds_up() {
+        assert_eq!(grouped(46_210.0), "46,210");
+        assert_eq!(grouped(579_260.0), "579,260");
+        assert_eq!(grouped(999.0), "999");
+        assert_eq!(grouped(1_000_000.0), "1,000,000");
+        let estimate = MemoryEstimate {
+            parameters: 46_210.0,
+            weights: 1.0e6,
+            optimiser: 3.0e6,
+            activations: 40.0e6,
+            logits: 0.5e6,
+            kept_attention: 0.5e6,
+            data: 20.0e6,
+        };
+        let text = estimate.to_string();
+        assert!(text.contains("(46,210 parameters: "), "{text}");
+        assert!(text.ends_with("the process itself 64.0 MB)"), "{text}");
+        let parts = 65.0e6 + BASELINE_BYTES;
+        assert_eq!(estimate.total(), parts);
+    }
 
     fn tiny() -> Preset {
         let mut preset = Preset::default();
