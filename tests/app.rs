@@ -144,10 +144,10 @@ fn a_run_reports_curves_and_attention_and_stops() {
 fn an_invalid_value_shows_its_message_and_disables_start() {
     let root = tempfile::tempdir().unwrap();
     let mut app = app(root.path());
-    app.editor.preset.model.n_heads = 3; // 16 is not divisible by 3
+    app.editor.preset.model.n_heads = 17; // more heads than the 16 channels
     let mut harness = harness(app);
     harness.run();
-    harness.get_by_label_contains("must be divisible by model.n_heads = 3");
+    harness.get_by_label_contains("must be at most model.d_model = 16");
     harness.get_by_label("Start").click();
     harness.run();
     assert!(
@@ -506,6 +506,27 @@ fn iou_of_a_run_fills_the_table_shows_an_example_and_exports() {
     app.views.iou.protocol.examples = 100;
     let mut harness = harness(app);
     wait_for_loaded_run(&mut harness);
+    // With the language model selected, its own Compute is disabled and the view says why
+    // (it offered Compute only to fail).
+    let text_run = harness
+        .state()
+        .runs
+        .runs
+        .iter()
+        .position(|r| r.name == "text");
+    let selected = std::mem::replace(&mut harness.state_mut().runs.selected, text_run);
+    harness.run();
+    harness.get_by_label_contains("No IoU table for the selected run: this analysis needs a task");
+    harness.get_by_label("Compute for the selected run").click();
+    step_while_working(&mut harness);
+    settle(&mut harness);
+    let iou = &harness.state().views.iou;
+    assert!(
+        iou.reports.is_empty() && iou.error.is_none(),
+        "{:?}",
+        iou.error
+    );
+    harness.state_mut().runs.selected = selected;
     // A language model in the list is left out with why; the MQAR run's table is kept.
     harness.get_by_label("Compute for every run").click();
     step_while_working(&mut harness);

@@ -37,6 +37,21 @@ pub struct TrainedRun {
     device: Device,
 }
 
+/// Why the analyses that read a task's ground truth (IoU, spectra, the views' examples)
+/// cannot run on `task`, if they cannot: the window disables their buttons with it.
+pub fn lacks_ground_truth(task: &TaskSpec) -> Option<String> {
+    let task = match task {
+        TaskSpec::Mqar(_) => return None,
+        TaskSpec::Mad(c) if c.resolved().has_ground_truth() => return None,
+        TaskSpec::Mad(c) => format!("MAD's {}", c.probe.name()),
+        other => other.name().to_string(),
+    };
+    Some(format!(
+        "this analysis needs a task with a ground truth (MQAR; MAD's in-context, noisy recall \
+         or selective copying), but the run's task is {task}"
+    ))
+}
+
 impl TrainedRun {
     /// Loads the preset and checkpoint of the run folder at `path`.
     pub fn open(path: &Path) -> Result<Self> {
@@ -58,15 +73,8 @@ impl TrainedRun {
 
     /// An error naming the run and its task: the analysis needs a ground truth it lacks.
     fn no_ground_truth(&self) -> Error {
-        let task = match &self.preset.task {
-            TaskSpec::Mad(c) => format!("MAD's {}", c.probe.name()),
-            other => other.name().to_string(),
-        };
         Error::RunDir {
-            message: format!(
-                "this analysis needs a task with a ground truth (MQAR; MAD's in-context, noisy \
-                 recall or selective copying), but the run's task is {task}"
-            ),
+            message: lacks_ground_truth(&self.preset.task).unwrap_or_default(),
             path: self.run.path().to_path_buf(),
         }
     }

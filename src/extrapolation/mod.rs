@@ -373,10 +373,14 @@ fn validation_tokens(preset: &Preset) -> Result<Vec<u32>> {
                 preset.name,
                 preset.task.name()
             ),
-            "extrapolation needs a language-modelling run (task.kind = \"lm\")",
+            NOT_A_LANGUAGE_MODEL,
         )),
     }
 }
+
+/// Why a run that is not a language model cannot be extrapolated.
+pub const NOT_A_LANGUAGE_MODEL: &str =
+    "extrapolation needs a language-modelling run (task.kind = \"lm\")";
 
 /// The longest sequence `encoding` has positions for, when it has a table (of the
 /// `trained` positions).

@@ -242,7 +242,11 @@ impl ExtrapolationView {
             }
         };
         ui.horizontal(|ui| {
-            if let Some(list) = run_buttons(ui, cx.runs) {
+            let refusal = |p: &crate::Preset| {
+                let lm = p.task.lm().is_some();
+                (!lm).then(|| crate::extrapolation::NOT_A_LANGUAGE_MODEL.to_string())
+            };
+            if let Some(list) = run_buttons(ui, cx.runs, refusal) {
                 self.evaluate(cx.jobs, list);
             }
         });

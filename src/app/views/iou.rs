@@ -9,7 +9,10 @@ use super::super::jobs::{Job, Jobs, take_result};
 use super::super::plot::{PlotOptions, show_figure};
 use super::super::runs::RunStore;
 use super::colour::ColourScale;
-use super::{Analysed, PerRun, RunList, View, ViewContext, analyse_runs, left_out_line, run_buttons};
+use super::{
+    Analysed, PerRun, RunList, View, ViewContext, analyse_runs, left_out_line,
+    missing_analysis_text, run_buttons,
+};
 use crate::analysis::TrainedRun;
 use crate::analysis::figures::recall;
 use crate::analysis::iou::{
@@ -108,7 +111,7 @@ impl View for IouView {
             {
                 Some(run) => table_ui(ui, run, exporter),
                 None => {
-                    ui.label("The selected run has no IoU table yet: press Compute.");
+                    ui.label(missing_analysis_text(runs.selected(), self.job.is_some(), "IoU table"));
                 }
             }
             if !self.reports.is_empty() {
@@ -197,7 +200,8 @@ impl IouView {
             job.ui(ui);
             return;
         }
-        if let Some(list) = run_buttons(ui, cx.runs) {
+        let refusal = |p: &crate::Preset| crate::analysis::lacks_ground_truth(&p.task);
+        if let Some(list) = run_buttons(ui, cx.runs, refusal) {
             self.compute(cx.jobs, list);
         }
     }

@@ -204,30 +204,68 @@ pub fn analyse_runs<T>(
     Ok(Some(Analysed { done, left_out }))
 }
 
+/// What stands where an analysis (`what`: "IoU table", "spectra") of the selected run would be:
+/// that it is being computed, why it cannot be (a language model has no ground truth), or to
+/// press Compute. "Press Compute" had shown while the welcome page's analysis ran, and for
+/// runs it could only fail on.
+pub fn missing_analysis_text(selected: Option<&RunView>, computing: bool, what: &str) -> String {
+    if computing {
+        return format!("Computing the {what}…");
+    }
+    match selected.and_then(|r| crate::analysis::lacks_ground_truth(&r.preset.task)) {
+        Some(why) => format!("No {what} for the selected run: {why}."),
+        None => format!("No {what} yet for the selected run: press Compute."),
+    }
+}
+
 /// "Compute" buttons for the selected run, for it and the runs ticked to compare (when there
 /// are any), and for every run of the list; returns the runs (name, folder) of the one
-/// clicked. Runs still training or without a folder are left out.
-pub fn run_buttons(ui: &mut egui::Ui, runs: &RunStore) -> Option<Vec<(String, PathBuf)>> {
-    let analysable = |r: &RunView| {
-        r.dir
-            .clone()
-            .filter(|_| !r.is_running())
-            .map(|dir| (r.name.clone(), dir))
+/// clicked. Runs still training or without a folder are left out. A button none of whose runs
+/// the analysis applies to (`refusal` says why, from the run's preset: an LM run in IoU) is
+/// disabled and says why on hover; otherwise the runs it does not apply to go along, for the
+/// analysis to leave out by name.
+pub fn run_buttons(
+    ui: &mut egui::Ui,
+    runs: &RunStore,
+    refusal: impl Fn(&crate::Preset) -> Option<String>,
+) -> Option<Vec<(String, PathBuf)>> {
+    let analysable = |list: Vec<&RunView>| -> (Vec<(String, PathBuf)>, Option<String>) {
+        let finished: Vec<&RunView> = list
+            .into_iter()
+            .filter(|r| r.dir.is_some() && !r.is_running())
+            .collect();
+        let refused: Vec<String> = finished.iter().filter_map(|r| refusal(&r.preset)).collect();
+        if !finished.is_empty() && refused.len() == finished.len() {
+            return (Vec::new(), refused.into_iter().next());
+        }
+        let chosen = finished
+            .into_iter()
+            .filter_map(|r| Some((r.name.clone(), r.dir.clone()?)))
+            .collect();
+        (chosen, None)
     };
-    let selected: Vec<_> = runs.selected().and_then(analysable).into_iter().collect();
     let shown = runs.shown();
-    let compared: Vec<_> = shown.iter().filter_map(|r| analysable(r)).collect();
-    let every: Vec<_> = runs.runs.iter().filter_map(analysable).collect();
-    let mut buttons = vec![("Compute for the selected run", selected)];
+    let mut buttons = vec![(
+        "Compute for the selected run",
+        analysable(runs.selected().into_iter().collect()),
+    )];
     if shown.len() > 1 {
-        buttons.push(("Compute for the selected and ticked runs", compared));
+        buttons.push((
+            "Compute for the selected and ticked runs",
+            analysable(shown.clone()),
+        ));
     }
-    buttons.push(("Compute for every run", every));
+    buttons.push((
+        "Compute for every run",
+        analysable(runs.runs.iter().collect()),
+    ));
     let mut clicked = None;
-    for (label, list) in buttons {
+    for (label, (list, why)) in buttons {
+        let why =
+            why.unwrap_or_else(|| "needs a finished run: train one or open a run folder".into());
         if ui
             .add_enabled(!list.is_empty(), egui::Button::new(label))
-            .on_disabled_hover_text("needs a finished run: train one or open a run folder")
+            .on_disabled_hover_text(why)
             .clicked()
         {
             clicked = Some(list);

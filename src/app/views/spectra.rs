@@ -8,7 +8,9 @@ use eframe::egui;
 use super::super::export::Exporter;
 use super::super::jobs::{Job, Jobs, take_result};
 use super::super::plot::{PlotOptions, show_figure};
-use super::{RunList, View, ViewContext, analyse_runs, left_out_line, run_buttons};
+use super::{
+    RunList, View, ViewContext, analyse_runs, left_out_line, missing_analysis_text, run_buttons,
+};
 use crate::analysis::spectrum::{SpectrumProtocol, run_spectrum};
 use crate::report::recall::{SpectrumEntry, SpectrumReport};
 
@@ -57,7 +59,8 @@ impl View for SpectraView {
         ui.horizontal(|ui| match &self.job {
             Some(job) => job.ui(ui),
             None => {
-                if let Some(list) = run_buttons(ui, runs) {
+                let refusal = |p: &crate::Preset| crate::analysis::lacks_ground_truth(&p.task);
+                if let Some(list) = run_buttons(ui, runs, refusal) {
                     self.compute(cx.jobs, list);
                 }
             }
@@ -70,7 +73,7 @@ impl View for SpectraView {
         }
         ui.separator();
         if self.report.runs.is_empty() {
-            ui.label("No spectra yet: press Compute.");
+            ui.label(missing_analysis_text(runs.selected(), self.job.is_some(), "spectra"));
             return;
         }
         self.curves_ui(ui, exporter);
