@@ -229,6 +229,19 @@ struct SweepJob {
     /// stop within a step).
     handle: Job<(), Message>,
     training: bool,
+    /// When it started: the ETA is the time per cell so far times the cells left.
+    started: std::time::Instant,
+}
+
+impl SweepJob {
+    /// A job started now; `training` unless it only collects.
+    fn new(handle: Job<(), Message>, training: bool) -> Self {
+        Self {
+            handle,
+            training,
+            started: std::time::Instant::now(),
+        }
+    }
 }
 
 /// The groups of replicas a sweep trains, as they run.
@@ -461,10 +474,7 @@ impl SweepView {
         self.groups = Groups::default();
         self.set_report(None);
         self.error = None;
-        self.job = Some(SweepJob {
-            handle,
-            training: true,
-        });
+        self.job = Some(SweepJob::new(handle, true));
     }
 
     /// Stops starting cells; the running ones stop within a step.
@@ -489,10 +499,7 @@ impl SweepView {
             Ok(Some(()))
         });
         self.error = None;
-        self.job = Some(SweepJob {
-            handle,
-            training: false,
-        });
+        self.job = Some(SweepJob::new(handle, false));
     }
 
     /// Applies the job's messages; a job whose thread died without its last message ends
@@ -615,7 +622,9 @@ impl View for SweepView {
         if let Some(error) = &self.error {
             ui.colored_label(ui.visuals().error_fg_color, error);
         }
-        egui::ScrollArea::both().show(ui, |ui| {
+        // Vertical only: the wide grid scrolls sideways on its own, so Run and Stop stay in
+        // view (scrolling the whole view sideways hid them).
+        egui::ScrollArea::vertical().show(ui, |ui| {
             if self.loaded.is_some() {
                 self.sweep_ui(ui, cx);
                 ui.separator();
@@ -712,14 +721,29 @@ impl SweepView {
                 .clicked();
             let done = self.cells.iter().filter(|c| c.is_done()).count();
             let total = self.cells.len().max(1);
+            let mut text = format!("{done}/{} cells done", self.cells.len());
+            let training = self.job.as_ref().filter(|j| j.training);
+            if let Some(job) = training.filter(|_| done > 0 && done < total) {
+                let per_cell = job.started.elapsed().as_secs_f64() / done as f64;
+                let left = per_cell * (total - done) as f64 / 60.0;
+                text.push_str(&format!(", eta ~{left:.0} min"));
+            }
             ui.add(
                 egui::ProgressBar::new(done as f32 / total as f32)
                     .desired_width(200.0)
-                    .text(format!("{done}/{} cells done", self.cells.len())),
+                    .text(text),
+            )
+            .on_hover_text(
+                "The ETA is the time per cell so far times the cells left; cells finished by an \
+                 earlier run count as done at once, so it starts low.",
             );
         });
-        groups_ui(ui, loaded, &self.groups, &self.cells);
-        grid_ui(ui, loaded, &self.cells);
+        egui::ScrollArea::horizontal()
+            .id_salt("sweep grid")
+            .show(ui, |ui| {
+                groups_ui(ui, loaded, &self.groups, &self.cells);
+                grid_ui(ui, loaded, &self.cells);
+            });
         let out = loaded.sweep.out.clone();
         match clicked {
             (true, _, _) => self.run(jobs, &cx.runs.feed()),
@@ -959,10 +983,10 @@ mod tests {
         assert!(view.start_pending);
         let jobs = Jobs::default();
         let mut busy = SweepView {
-            job: Some(SweepJob {
-                handle: jobs.spawn_telling("sweep", |_, _, _| Ok(Some(()))),
-                training: true,
-            }),
+            job: Some(SweepJob::new(
+                jobs.spawn_telling("sweep", |_, _, _| Ok(Some(()))),
+                true,
+            )),
             ..SweepView::default()
         };
         busy.take_experiment(experiment);
@@ -978,10 +1002,10 @@ mod tests {
         let jobs = Jobs::default();
         let mut view = SweepView {
             path: "sweeps/running.toml".into(),
-            job: Some(SweepJob {
-                handle: jobs.spawn_telling("sweep", |_, _, _| Ok(Some(()))),
-                training: true,
-            }),
+            job: Some(SweepJob::new(
+                jobs.spawn_telling("sweep", |_, _, _| Ok(Some(()))),
+                true,
+            )),
             ..SweepView::default()
         };
         view.take_pick(&jobs, Picked::SweepFile("sweeps/other.toml".into()));
