@@ -64,6 +64,7 @@ pub const PRESETS: &[Shipped] = shipped!["presets":
     "mqar_linformer",
     "mqar_mamba2",
     "mqar_rebased",
+    "mqar_rebased_paper",
     "mqar_retention",
     "mqar_softmax",
     "mqar_softmax_kerple_log",

@@ -145,6 +145,7 @@ mod tests {
     /// A FIFO in place of a run's file hung `eval` and `train --resume` (the read, or the open
     /// for appending, waits for the other end); `/dev/zero` was read to the memory cap.
     #[test]
+    #[cfg(unix)]
     fn binary_reads_and_appends_refuse_fifos_and_devices() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("metrics.jsonl");

@@ -79,8 +79,8 @@ fn bad_presets_fail_before_any_work_with_the_key_named() {
             "unknown variant `flash`, expected one of `softmax`, `linear`, `based`, `rebased`, `linformer`",
         ),
         (
-            "model.n_heads=3",
-            "model.d_model = 128: must be divisible by model.n_heads = 3",
+            "model.n_heads=129",
+            "model.n_heads = 129: must be at most model.d_model = 128",
         ),
         ("model.d_modle=3", "unknown field `d_modle`"),
         ("train.lr=0", "train.lr = 0: must be in (0, 10]"),
@@ -428,6 +428,21 @@ fn resume_refuses_an_ended_run_and_finishes_a_stopped_one() {
     assert_eq!(only_subfolder(out.path()), run);
 }
 
+/// The run folder of `attnlab train preset args --out out`, its summary rewritten as a run
+/// that was stopped (so it can be resumed).
+fn stopped_run(out: &Path, preset: &str, args: &[&str]) -> PathBuf {
+    let mut command = vec!["train", preset, "--quiet", "--out", out.to_str().unwrap()];
+    command.extend_from_slice(args);
+    let o = attnlab(&command);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let run = only_subfolder(out);
+    let summary = run.join("summary.json");
+    let text = std::fs::read_to_string(&summary).unwrap();
+    std::fs::write(&summary, text.replace("\"completed\"", "\"stopped\"")).unwrap();
+    run
+}
+
+#[cfg(unix)]
 /// `attnlab args`, failed within a minute (a read that waits on a FIFO would hang the suite:
 /// it is killed and the test fails instead); returns its error output.
 fn fails_promptly(args: &[&str]) -> String {
@@ -455,22 +470,10 @@ fn fails_promptly(args: &[&str]) -> String {
 /// `train --resume`, and `/dev/zero` as the checkpoint was read to the memory cap: each is
 /// refused at once, naming the file.
 #[test]
+#[cfg(unix)]
 fn run_files_that_are_not_regular_files_are_refused_not_waited_on() {
     let out = tempfile::tempdir().unwrap();
-    let mut args = vec![
-        "train",
-        "presets/mqar_softmax.toml",
-        "--quiet",
-        "--out",
-        out.path().to_str().unwrap(),
-    ];
-    args.extend_from_slice(TINY);
-    let o = attnlab(&args);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let run = only_subfolder(out.path());
-    let summary = run.join("summary.json");
-    let text = std::fs::read_to_string(&summary).unwrap();
-    std::fs::write(&summary, text.replace("\"completed\"", "\"stopped\"")).unwrap();
+    let run = stopped_run(out.path(), "presets/mqar_softmax.toml", TINY);
     let run_arg = run.to_str().unwrap();
     // A FIFO, or (`/dev/zero`) a link to a device, in place of `name`; restored after.
     let replaced = |name: &str, device: bool| {
@@ -508,6 +511,45 @@ fn run_files_that_are_not_regular_files_are_refused_not_waited_on() {
     }
     let o = attnlab(&resume);
     assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// A language model resumed where its `task.corpus` names other text than it trained on (a
+/// path edited, or `auto` on another machine) is refused, naming both.
+#[test]
+fn resume_refuses_a_language_model_whose_corpus_changed() {
+    let out = tempfile::tempdir().unwrap();
+    let sets = [
+        "task.corpus=generated",
+        "model.d_model=16",
+        "model.n_layers=1",
+        "task.seq_len=8",
+        "task.train_bytes=4000",
+        "task.valid_bytes=600",
+        "task.train_examples=64",
+        "task.test_examples=8",
+        "train.max_steps=2",
+        "train.warmup_steps=0",
+    ]
+    .map(|set| ["--set", set]);
+    let run = stopped_run(out.path(), "lm_rope", sets.as_flattened());
+    let other = out.path().join("other.txt");
+    std::fs::write(&other, "other text ".repeat(500)).unwrap();
+    let preset = run.join("preset.toml");
+    let text = std::fs::read_to_string(&preset).unwrap();
+    assert!(text.contains("corpus = \"generated\""), "{text}");
+    let edited = text.replace(
+        "corpus = \"generated\"",
+        &format!("corpus = {:?}", other.to_str().unwrap()),
+    );
+    std::fs::write(&preset, edited).unwrap();
+    let o = attnlab(&["train", "--quiet", "--resume", run.to_str().unwrap()]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("cannot resume: the run trained on generated: seeded synthetic prose")
+            && err.contains(other.to_str().unwrap()),
+        "{err}"
+    );
 }
 
 #[test]

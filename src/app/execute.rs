@@ -228,6 +228,9 @@ impl AttnlabApp {
                 }
                 Err(e) => self.status = e.to_string(),
             },
+            Command::AskPath(_) if self.prompt.is_some() => {
+                self.status = "a path is already being asked for: answer or cancel it first".into();
+            }
             Command::AskPath(request) => self.prompt = Some(PathPrompt::new(request)),
             Command::ExportTo(path) => self.status = self.exporter.save_waiting(&path),
             Command::Status(message) => self.status = message,

@@ -253,8 +253,8 @@ fn progress_ui(ui: &mut egui::Ui, run: &RunView) {
             }
             if target > 0.0 {
                 hover = format!(
-                    "The ETA counts to the last step; the run stops earlier once test accuracy \
-                     reaches {:.0}%.\n{hover}",
+                    "The ETA counts to the last step; the run stops earlier once its test \
+                     accuracy (train.metric) reaches {:.0}%.\n{hover}",
                     100.0 * target
                 );
             }
@@ -276,6 +276,7 @@ fn priority_text() -> String {
     let variable = crate::train::PRIORITY_VARIABLE;
     match crate::train::background_priority_is_low() {
         Ok(false) => format!("Training runs at normal CPU priority ({variable}=normal)."),
+        _ if !cfg!(target_os = "linux") => "Training runs at normal CPU priority.".into(),
         _ => format!(
             "Training runs at the lowest CPU priority (nice 19), so the window keeps drawing; \
              another busy program on this machine comes first and slows it. Start attnlab with \

@@ -102,8 +102,7 @@ struct Config {
 impl Config {
     fn read(folder: &Path) -> Result<Self> {
         let path = folder.join("config.json");
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| Error::io("cannot read the model's config", &path, e))?;
+        let text = crate::io::read_text(&path, "the model's config", crate::io::MAX_TEXT_FILE)?;
         let json = serde_json::from_str(&text).map_err(|e| Error::RunDir {
             message: format!("config.json is not JSON ({e})"),
             path: path.clone(),

@@ -46,6 +46,8 @@ impl TextTokenizer {
                 path,
             });
         }
+        // `tokenizers` opens the file itself: refuse a FIFO or a device first.
+        crate::io::regular_file_len(&path, "cannot read tokenizer.json", u64::MAX)?;
         let inner = tokenizers::Tokenizer::from_file(&path).map_err(|e| Error::RunDir {
             message: format!("tokenizer.json cannot be read by `tokenizers` ({e})"),
             path: path.clone(),

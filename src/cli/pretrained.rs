@@ -104,8 +104,7 @@ pub fn attend(args: &AttendArgs) -> anyhow::Result<()> {
     let device = candle_core::Device::Cpu;
     // clap requires one of the two.
     let text = match &args.text_file {
-        Some(path) => std::fs::read_to_string(path)
-            .map_err(|e| anyhow::anyhow!("cannot read the text file {}: {e}", path.display()))?,
+        Some(path) => crate::io::read_text(path, "the text file", crate::io::MAX_TEXT_FILE)?,
         None => args.text.clone().unwrap_or_default(),
     };
     let pretrained = checkpoint::open(&args.model, &device)?;

@@ -135,7 +135,8 @@ impl Preset {
             let mut message = error.to_string();
             if let Some(key) = tagged_key(text, &path) {
                 // toml's snippet shows the section's header: show the key's line instead.
-                if let Some(span) = key_span(text, &path, &key) {
+                // With overrides the text is re-serialised: its lines are not the file's.
+                if let Some(span) = key_span(text, &path, &key).filter(|_| overrides.is_empty()) {
                     message = snippet(text, span, error.message());
                 }
                 path = format!("{path}.{key}");
@@ -443,7 +444,11 @@ fn snippet(text: &str, span: std::ops::Range<usize>, message: &str) -> String {
     let before = &text[..span.start];
     let line = before.matches('\n').count();
     let column = span.start - before.rfind('\n').map_or(0, |i| i + 1);
-    let content = text.split('\n').nth(line).unwrap_or_default();
+    let content = text
+        .split('\n')
+        .nth(line)
+        .unwrap_or_default()
+        .trim_end_matches('\r');
     let width = (span.end - span.start).clamp(1, content.len().saturating_sub(column).max(1));
     let number = (line + 1).to_string();
     let gutter = " ".repeat(number.len() + 1);

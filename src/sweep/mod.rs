@@ -525,6 +525,7 @@ fn finished_runs_in(dir: &Path) -> Vec<PathBuf> {
     };
     let mut runs: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| !crate::train::run_dir::is_hidden(p))
         .filter(|p| {
             RunDir::open(p)
                 .and_then(|r| r.read_summary())

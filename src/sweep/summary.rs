@@ -123,7 +123,7 @@ fn find_runs(dir: &Path, depth: usize, found: &mut Found) -> Result<()> {
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io("cannot list folder", dir, e))?;
     let mut subdirs: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_dir())
+        .filter(|p| p.is_dir() && !crate::train::run_dir::is_hidden(p))
         .collect();
     subdirs.sort();
     for sub in subdirs {

@@ -95,6 +95,23 @@ fn reopen(path: &Path) -> Result<(Trainer, Member)> {
     dir.check_resumable_checkpoint()?;
     let preset = dir.read_preset()?;
     preset.validate()?;
+    // `corpus = "auto"` (or a path) may name other text here than where the run trained.
+    let resolved = preset
+        .task
+        .lm()
+        .map(|lm| lm.corpus_description())
+        .transpose()?;
+    if let (Some(trained), Some(now)) = (&summary.corpus, &resolved)
+        && trained != now
+    {
+        return Err(Error::RunDir {
+            message: format!(
+                "cannot resume: the run trained on {trained}, and its task.corpus names {now} \
+                 here; set task.corpus in its preset.toml to the text it trained on"
+            ),
+            path: path.to_path_buf(),
+        });
+    }
     let mut trainer = Trainer::new(&preset)?;
     trainer.restore(&dir.checkpoint_path(), &dir.optimizer_path())?;
     let step = trainer.step();

@@ -62,6 +62,13 @@ pub fn folder_name(path: &Path) -> String {
     )
 }
 
+/// Whether `path` is hidden (its name starts with a dot): a run folder being filled
+/// ([`RunDir::create`]), which scans for runs skip.
+pub fn is_hidden(path: &Path) -> bool {
+    path.file_name()
+        .is_some_and(|name| name.to_string_lossy().starts_with('.'))
+}
+
 /// A run folder on disk.
 #[derive(Clone, Debug)]
 pub struct RunDir {
@@ -70,9 +77,11 @@ pub struct RunDir {
 
 impl RunDir {
     /// Creates `root/<time>-<slug>` (with a numeric suffix if that exists already), filled by
-    /// `fill` (the preset and the first summary) under a temporary name and then renamed into
-    /// place: a folder that could not be filled (a full disk while writing `preset.toml`) is
-    /// removed, not left behind for every command to reject.
+    /// `fill` (the preset and the first summary) under a temporary hidden name `.<name>.tmp`
+    /// and then renamed into place: a folder that could not be filled (a full disk while
+    /// writing `preset.toml`) is removed, not left behind for every command to reject. A
+    /// process killed in between leaves the empty claimed folder and the hidden one; the sweep
+    /// scans skip hidden folders.
     pub fn create(
         root: &Path,
         preset: &Preset,
@@ -82,8 +91,10 @@ impl RunDir {
             .map_err(|e| Error::io("cannot create runs folder", root, e))?;
         let path = Self::claim_name(root, preset)?;
         let temp = root.join(format!(".{}.tmp", folder_name(&path)));
-        let filled = Self::create_folder(&temp).and_then(|dir| {
-            fill(&dir)?;
+        let dir = Self::create_folder(&temp).inspect_err(|_| {
+            let _ = std::fs::remove_dir(&path);
+        })?;
+        let filled = fill(&dir).and_then(|()| {
             // Over the claimed folder, which is empty: POSIX rename replaces an empty one.
             std::fs::rename(&temp, &path)
                 .map_err(|e| Error::io("cannot move run folder into place", &path, e))
@@ -175,6 +186,10 @@ impl RunDir {
             Err(Error::Io { cause, .. }) if cause.kind() == std::io::ErrorKind::NotFound => {
                 Ok(None)
             }
+            Err(e) => Err(Error::RunDir {
+                message: format!("cannot resume: {}: {e}", folder_name(path)),
+                path: self.path.clone(),
+            }),
             other => other,
         };
         match (
