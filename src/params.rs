@@ -344,16 +344,14 @@ pub fn saved_step(path: &Path) -> Result<Option<usize>> {
         message: format!("cannot read the checkpoint's header: {why}"),
         path: path.to_path_buf(),
     };
-    let meta = std::fs::metadata(path).map_err(|e| Error::io("cannot read", path, e))?;
-    if !meta.is_file() {
-        return Err(bad("not a regular file".into()));
-    }
+    let file_len =
+        crate::io::regular_file_len(path, "cannot read the checkpoint's header", u64::MAX)?;
     let mut file = std::fs::File::open(path).map_err(|e| Error::io("cannot open", path, e))?;
     let mut len = [0u8; 8];
     file.read_exact(&mut len)
         .map_err(|e| Error::io("cannot read", path, e))?;
     let len = u64::from_le_bytes(len);
-    if len > MAX_HEADER.min(meta.len().saturating_sub(8)) {
+    if len > MAX_HEADER.min(file_len.saturating_sub(8)) {
         return Err(bad(format!("it declares {len} bytes")));
     }
     let mut header = vec![0u8; len as usize];

@@ -430,6 +430,15 @@ mod tests {
         assert!(text.ends_with("the process itself 64.0 MB)"), "{text}");
     }
 
+    /// Shipped preset `name` with `overrides`, and the parameters of its model, built.
+    fn shipped_model(name: &str, overrides: &[String]) -> (Preset, Params) {
+        let path = std::path::PathBuf::from(format!("{name}.toml"));
+        let preset = crate::experiments::load_preset(&path, overrides).unwrap();
+        let params = Params::new(0, &candle_core::Device::Cpu);
+        preset.build_model(&params).unwrap();
+        (preset, params)
+    }
+
     fn tiny() -> Preset {
         let mut preset = Preset::default();
         preset.model.d_model = 32;
@@ -570,12 +579,7 @@ mod tests {
     fn the_mad_layout_builds_mads_model() {
         assert_eq!(crate::model::Layout::Mad.mlp_hidden(128, 4), 352);
         assert_eq!(crate::model::Layout::Attnlab.mlp_hidden(128, 4), 512);
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("presets")
-            .join("mad_in_context_recall.toml");
-        let preset = Preset::load(&path, &[]).unwrap();
-        let params = Params::new(0, &candle_core::Device::Cpu);
-        preset.build_model(&params).unwrap();
+        let (_, params) = shipped_model("mad_in_context_recall", &[]);
         let block = 128 + (128 * 384 + 384) + (128 * 128 + 128) + 128 + 3 * 128 * 352;
         assert_eq!(params.count(), 16 * 128 + 2 * block + 128 + (128 * 16 + 16));
         for (name, var) in params.vars() {
@@ -599,12 +603,7 @@ mod tests {
     /// mechanism (zero at the start) and the paper's Based and ReBased do not have.
     #[test]
     fn heads_that_do_not_divide_the_width_get_its_floor() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("presets")
-            .join("mqar_rebased_paper.toml");
-        let preset = Preset::load(&path, &[]).unwrap();
-        let params = Params::new(0, &candle_core::Device::Cpu);
-        preset.build_model(&params).unwrap();
+        let (preset, params) = shipped_model("mqar_rebased_paper", &[]);
         let dims: std::collections::HashMap<String, Vec<usize>> = params
             .vars()
             .into_iter()
@@ -622,13 +621,9 @@ mod tests {
     /// starts every linear weight N(0, 0.02), the blocks' included, and every bias at zero.
     #[test]
     fn compression_builds_mads_auto_encoder() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("presets")
-            .join("mad_in_context_recall.toml");
-        let preset = Preset::load(&path, &["task.probe=compression".into()]).unwrap();
+        let overrides = ["task.probe=compression".into()];
+        let (preset, params) = shipped_model("mad_in_context_recall", &overrides);
         assert_eq!(preset.head(), Head::Autoencoder);
-        let params = Params::new(0, &candle_core::Device::Cpu);
-        preset.build_model(&params).unwrap();
         let block = 128 + (128 * 384 + 384) + (128 * 128 + 128) + 128 + 3 * 128 * 352;
         let decoder = 3 * 128 + 2 * (128 * 128 + 128) + (128 * 16 + 16);
         assert_eq!(params.count(), 16 * 128 + 2 * block + decoder);
