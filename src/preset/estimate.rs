@@ -432,8 +432,10 @@ mod tests {
 
     /// Shipped preset `name` with `overrides`, and the parameters of its model, built.
     fn shipped_model(name: &str, overrides: &[String]) -> (Preset, Params) {
-        let path = std::path::PathBuf::from(format!("{name}.toml"));
-        let preset = crate::experiments::load_preset(&path, overrides).unwrap();
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("presets")
+            .join(format!("{name}.toml"));
+        let preset = Preset::load(&path, overrides).unwrap();
         let params = Params::new(0, &candle_core::Device::Cpu);
         preset.build_model(&params).unwrap();
         (preset, params)
