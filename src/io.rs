@@ -106,13 +106,18 @@ pub fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<()> {
 
 /// Appends one line to `path` (created if missing) and flushes it: a crash loses at most that line.
 pub fn append_line(path: &Path, line: &str) -> Result<()> {
+    append_bytes(path, format!("{line}\n").as_bytes())
+}
+
+/// Appends `bytes` to `path` (created if missing) in one write, and flushes them.
+pub fn append_bytes(path: &Path, bytes: &[u8]) -> Result<()> {
     refuse_special_file(path, "cannot append to")?;
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(path)
         .map_err(|e| Error::io("cannot open for appending", path, e))?;
-    file.write_all(format!("{line}\n").as_bytes())
+    file.write_all(bytes)
         .and_then(|()| file.flush())
         .map_err(|e| Error::io("cannot append to", path, e))
 }

@@ -6,6 +6,7 @@
 //! - [`encodings`], [`attention`]: where position enters, and how scores become weights;
 //! - [`model`]: the transformer that composes them;
 //! - [`tasks`]: what the model learns (MQAR, language modelling on a text corpus);
+//! - [`tensorboard`]: event files that TensorBoard reads, a second sink of every run;
 //! - [`train`]: the loop, the run folders and the worker thread;
 //! - [`preset`]: the experiment file that ties it together;
 //! - [`analysis`], [`extrapolation`], [`figures`]: the encoding analyses, perplexity against
@@ -45,6 +46,7 @@ pub mod rng;
 pub mod settings;
 pub mod sweep;
 pub mod tasks;
+pub mod tensorboard;
 pub mod train;
 
 pub use error::{Error, Result};

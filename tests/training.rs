@@ -380,3 +380,66 @@ fn a_crashed_run_resumes_from_its_time_based_checkpoint() {
     );
     assert_continues(&reference, &resumed, 10);
 }
+
+/// How many of a run's TensorBoard records hold `bytes` (a tag, a PNG's signature).
+fn holding(records: &[Vec<u8>], bytes: &[u8]) -> usize {
+    records
+        .iter()
+        .filter(|r| r.windows(bytes.len()).any(|w| w == bytes))
+        .count()
+}
+
+#[test]
+fn a_run_writes_what_tensorboard_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut preset = common::tiny(
+        attnlab::attention::MechanismSpec::Softmax(Default::default()),
+        EncodingSpec::None(Default::default()),
+    );
+    preset.train.eval_every = 2;
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    attnlab::train::run::run(&preset, dir.path(), &stop, &mut |_| {}).unwrap();
+    let run = std::fs::read_dir(dir.path())
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let files: Vec<_> = std::fs::read_dir(run.join("tensorboard"))
+        .unwrap()
+        .map(|f| f.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let bytes = std::fs::read(&files[0]).unwrap();
+    let records: Vec<Vec<u8>> = attnlab::tensorboard::read_records(&bytes)
+        .unwrap()
+        .into_iter()
+        .map(<[u8]>::to_vec)
+        .collect();
+    // Four steps, two evaluations (steps 2 and 4), one session from start to end.
+    let tagged = |tag: &str| holding(&records, tag.as_bytes());
+    assert_eq!(tagged("train/loss"), 4);
+    assert_eq!(tagged("test/accuracy"), 2);
+    for layer_head in ["L0H0", "L0H1", "L1H0", "L1H1"] {
+        assert_eq!(tagged(&format!("attention/{layer_head}")), 2);
+        assert_eq!(tagged(&format!("attention/entropy/{layer_head}")), 2);
+    }
+    assert_eq!(
+        holding(&records, b"\x89PNG\r\n\x1a\n"),
+        4 * 2,
+        "a PNG a map"
+    );
+    assert_eq!(tagged("_hparams_/session_start_info"), 1);
+    assert_eq!(tagged("_hparams_/session_end_info"), 1);
+
+    let off = tempfile::tempdir().unwrap();
+    preset.train.tensorboard = false;
+    attnlab::train::run::run(&preset, off.path(), &stop, &mut |_| {}).unwrap();
+    let run = std::fs::read_dir(off.path())
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    assert!(!run.join("tensorboard").exists());
+}

@@ -716,6 +716,11 @@ fn train_ui(ui: &mut egui::Ui, t: &mut TrainConfig) {
             ));
     });
     precision_ui(ui, &mut t.precision);
+    ui.checkbox(&mut t.tensorboard, "TensorBoard event file")
+        .on_hover_text(format!(
+            "also log scalars, attention maps and the settings for `tensorboard --logdir runs/`; {}",
+            key_hint("train.tensorboard")
+        ));
 }
 
 /// The `train.precision` picker, what each costs on hover.

@@ -11,7 +11,7 @@ use plotters::prelude::*;
 
 use super::HeatmapPlot;
 use super::axis::{Axis, extent, padded};
-use super::colormap::{diverging, viridis};
+use super::colormap::{MISSING, diverging, viridis};
 use super::svg::{AXIS_LABEL_SIZE, Area, FONT, TICK_SIZE, draw_error};
 use crate::{Error, Result};
 
@@ -187,6 +187,32 @@ impl ColourScale {
         let scaled = self.range.start + t * (self.range.end - self.range.start);
         if self.log { 10f64.powf(scaled) } else { scaled }
     }
+}
+
+/// `plot`'s matrix alone as RGB pixels (row 0 at the top), the cells a figure draws
+/// (block-averaged past [`MAX_CELLS`] a side) in the figure's colours, each cell a square of
+/// as many pixels as keep the longer side within `max_side` (at least one); NaN cells are
+/// [`MISSING`]. Returns (width, height, RGB bytes): what an image dashboard shows.
+pub fn heatmap_pixels(plot: &HeatmapPlot, max_side: usize) -> Result<(usize, usize, Vec<u8>)> {
+    let grid = Grid::from_plot(plot)?;
+    let scale = ColourScale::spanning(&grid.values, plot);
+    let cell = (max_side / grid.rows.max(grid.cols)).max(1);
+    let (width, height) = (grid.cols * cell, grid.rows * cell);
+    let mut rgb = Vec::with_capacity(width * height * 3);
+    for row in 0..grid.rows {
+        let colours: Vec<[u8; 3]> = grid.values[row * grid.cols..][..grid.cols]
+            .iter()
+            .map(|&v| scale.colour(v).map_or(MISSING, |c| [c.0, c.1, c.2]))
+            .collect();
+        let line: Vec<u8> = colours
+            .iter()
+            .flat_map(|c| std::iter::repeat_n(c, cell).flatten().copied())
+            .collect();
+        for _ in 0..cell {
+            rgb.extend_from_slice(&line);
+        }
+    }
+    Ok((width, height, rgb))
 }
 
 /// Draws `grid` (the cells of `plot`) filling `area`: the matrix on the left, the colour bar on

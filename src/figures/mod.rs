@@ -24,7 +24,7 @@ pub use csv::render_csv;
 pub use lines::{
     Corner, drawable_points, legend_corner, palette_colour, series_colours, series_groups,
 };
-pub use png::render_png;
+pub use png::{heatmap_png, render_png};
 pub use svg::render_svg;
 
 use crate::{Error, Result};

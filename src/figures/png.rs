@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 
 use resvg::{tiny_skia, usvg};
 
-use super::{Figure, render_svg};
+use super::{Figure, HeatmapPlot, render_svg};
 use crate::{Error, Result};
 
 /// DejaVu Sans, the font every figure's text is set in.
@@ -43,6 +43,31 @@ pub fn render_png(fig: &Figure) -> Result<Vec<u8>> {
     })
 }
 
+/// `plot`'s matrix alone as a PNG ([`super::heatmap::heatmap_pixels`]): (width, height,
+/// PNG bytes).
+pub fn heatmap_png(plot: &HeatmapPlot, max_side: usize) -> Result<(u32, u32, Vec<u8>)> {
+    let (width, height, rgb) = super::heatmap::heatmap_pixels(plot, max_side)?;
+    let size = u32::try_from(width)
+        .ok()
+        .zip(u32::try_from(height).ok())
+        .and_then(|(w, h)| tiny_skia::IntSize::from_wh(w, h));
+    let Some(size) = size else {
+        return Err(Error::Figure(format!(
+            "cannot encode a {width}×{height} image"
+        )));
+    };
+    let rgba = rgb
+        .chunks_exact(3)
+        .flat_map(|p| [p[0], p[1], p[2], 255])
+        .collect();
+    let pixmap = tiny_skia::Pixmap::from_vec(rgba, size)
+        .ok_or_else(|| Error::Figure(format!("cannot encode a {width}×{height} image")))?;
+    let png = pixmap
+        .encode_png()
+        .map_err(|e| Error::Figure(format!("cannot encode a heatmap as PNG: {e}")))?;
+    Ok((size.width(), size.height(), png))
+}
+
 /// SVG parsing options whose only font is the embedded one (also standing in for the generic
 /// sans-serif family).
 fn svg_options() -> usvg::Options<'static> {
@@ -70,6 +95,7 @@ fn font_database() -> Arc<usvg::fontdb::Database> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::figures::Plot;
     use crate::figures::tests::{heatmap_figure, lines_figure};
 
     const SIGNATURE: &[u8] = b"\x89PNG\r\n\x1a\n";
@@ -87,6 +113,27 @@ mod tests {
         let bytes = render_png(&heatmap_figure(8)).unwrap();
         let image = tiny_skia::Pixmap::decode_png(&bytes).unwrap();
         assert!(image.width() > 0 && image.height() > 0);
+    }
+
+    /// The matrix alone: 64 cells a side scaled 4× to fit 256 pixels; the diagonal's top cell
+    /// (weight 1, the largest) is viridis' yellow, the empty cell beside it the missing grey.
+    #[test]
+    fn a_heatmap_alone_is_its_cells_scaled_to_fit() {
+        let Plot::Heatmap(plot) = heatmap_figure(64).plot else {
+            unreachable!()
+        };
+        let (width, height, bytes) = heatmap_png(&plot, 256).unwrap();
+        assert_eq!((width, height), (256, 256));
+        let image = tiny_skia::Pixmap::decode_png(&bytes).unwrap();
+        assert_eq!((image.width(), image.height()), (256, 256));
+        let pixel = |x: u32, y: u32| {
+            let p = image.pixel(x, y).unwrap().demultiply();
+            [p.red(), p.green(), p.blue()]
+        };
+        assert_eq!(pixel(3, 3), crate::figures::viridis(1.0));
+        assert_eq!(pixel(4, 3), crate::figures::MISSING);
+        let (width, _, _) = heatmap_png(&plot, 10).unwrap();
+        assert_eq!(width, 64, "at least a pixel a cell");
     }
 
     #[test]

@@ -82,6 +82,9 @@ pub struct TrainConfig {
     /// How matrix products compute: `f32`, `tf32` (CUDA tensor cores) or `bf16` (mixed
     /// precision with f32 master weights); see [`crate::ops::Precision`].
     pub precision: crate::ops::Precision,
+    /// Also write a TensorBoard event file (`<run>/tensorboard/`): scalars, attention maps and
+    /// the preset as HParams, so `tensorboard --logdir runs/` shows the run.
+    pub tensorboard: bool,
 }
 
 impl Default for TrainConfig {
@@ -105,6 +108,7 @@ impl Default for TrainConfig {
             seed: 0,
             device: crate::device::DeviceName::Cpu,
             precision: crate::ops::Precision::F32,
+            tensorboard: true,
         }
     }
 }

@@ -2,9 +2,11 @@
 //! [`TrainConfig`], is a section of the preset).
 //!
 //! Layering: [`Trainer`] is the pure loop (no threads, no files); [`run::run`] drives it and
-//! writes the run folder while emitting [`TrainEvent`]s; [`worker::spawn`] puts that on a
+//! writes the run folder (and, through [`board`], its TensorBoard event file) while emitting
+//! [`TrainEvent`]s; [`worker::spawn`] puts that on a
 //! thread with a channel and a stop flag, for the CLI today and the GUI tomorrow.
 
+pub mod board;
 pub mod events;
 pub mod figures;
 pub mod loaded;

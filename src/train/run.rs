@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use candle_core::Tensor;
 
+use super::board::Board;
 use super::run_dir::{AttentionExample, AttentionIndex, AttentionLayerFile};
 use super::trainer::{EvalStats, ReplicaStep, StepStats};
 use super::{
@@ -124,11 +125,13 @@ fn reopen(path: &Path) -> Result<(Trainer, Member)> {
     summary.steps = step;
     summary.epoch = trainer.epoch();
     dir.write_summary(&summary)?;
+    let board = Board::resume(dir.path(), &preset, step)?;
     let member = Member {
         dir,
         summary,
         checkpoint_step: Some(step),
         result: None,
+        board,
     };
     Ok((trainer, member))
 }
@@ -186,6 +189,8 @@ struct Member {
     checkpoint_step: Option<usize>,
     /// Its result once it has ended (finished, stopped or failed).
     result: Option<Result<Summary>>,
+    /// Its TensorBoard event file, unless the preset turns it off.
+    board: Option<Board>,
 }
 
 /// The group's clock and throughput, shared by its replicas, and when they were last saved.
@@ -308,11 +313,13 @@ fn start_member(trainer: &Trainer, r: usize, root: &Path) -> Result<Member> {
         dir.write_preset(preset)?;
         dir.write_summary(&summary)
     })?;
+    let board = Board::start(dir.path(), preset)?;
     Ok(Member {
         dir,
         summary,
         checkpoint_step: None,
         result: None,
+        board,
     })
 }
 
@@ -500,6 +507,9 @@ fn finish(
     member.summary.status = status;
     member.summary.elapsed_secs = clock.started.elapsed().as_secs_f64();
     member.dir.write_summary(&member.summary)?;
+    if let Some(board) = &member.board {
+        board.end(member.summary.steps, status)?;
+    }
     emit(TrainEvent::Finished(Box::new(member.summary.clone())));
     member.result = Some(Ok(member.summary.clone()));
     Ok(())
@@ -557,6 +567,9 @@ fn record_step(
     member
         .dir
         .append_metric(&MetricRecord::Step(record.clone()))?;
+    if let Some(board) = &member.board {
+        board.step(&record)?;
+    }
     let summary = &mut member.summary;
     summary.steps = record.step;
     summary.epoch = record.epoch;
@@ -590,6 +603,9 @@ fn record_eval(
     member
         .dir
         .append_metric(&MetricRecord::Eval(record.clone()))?;
+    if let Some(board) = &member.board {
+        board.eval(&record, &attention)?;
+    }
     save_state(trainer, r, member)?;
     let dir = &member.dir;
     save_attention(dir, trainer, rows, attention)?;
