@@ -41,6 +41,12 @@ pub enum Init {
     InverseSoftplusLogUniform(f64, f64),
 }
 
+/// The largest magnitude a trained parameter may reach: past it f32 no longer resolves an
+/// AdamW step (about the learning rate; at 1e8 neighbouring floats are 8 apart), and a forward
+/// pass overflows soon after, so a run whose weights got there has diverged (a weight decay of
+/// 1e12 kept a checkpoint of weights near 9e18 whose loss was not finite).
+pub const EXPLODED: f32 = 1e8;
+
 #[derive(Default)]
 struct Store {
     vars: BTreeMap<String, Var>,
@@ -206,22 +212,24 @@ impl Params {
         save_tensors(&tensors, path, step)
     }
 
-    /// The first parameter (by name) holding a NaN or an infinity, of replica `replica` when
-    /// the parameters are stacked replicas, else of the whole model.
-    pub fn first_non_finite(&self, replica: Option<usize>) -> Result<Option<String>> {
+    /// The first parameter (by name) that a run cannot go on from, and why: one holding a NaN
+    /// or an infinity, or one past ±[`EXPLODED`]; of replica `replica` when the parameters are
+    /// stacked replicas, else of the whole model.
+    pub fn first_unusable(&self, replica: Option<usize>) -> Result<Option<(String, String)>> {
         for (name, var) in self.lock().vars.iter() {
             let tensor = match replica {
                 Some(r) => var.as_tensor().get(r)?,
                 None => var.as_tensor().clone(),
             };
+            let scalar = |t: Tensor| -> Result<f32> { Ok(t.to_dtype(DType::F32)?.to_scalar()?) };
             // 0·x is 0 for finite x and NaN otherwise, so the sum is finite iff every x is.
-            let sum = tensor
-                .affine(0.0, 0.0)?
-                .sum_all()?
-                .to_dtype(DType::F32)?
-                .to_scalar::<f32>()?;
-            if !sum.is_finite() {
-                return Ok(Some(name.clone()));
+            if !scalar(tensor.affine(0.0, 0.0)?.sum_all()?)?.is_finite() {
+                return Ok(Some((name.clone(), "is not finite".into())));
+            }
+            let largest = scalar(tensor.abs()?.flatten_all()?.max(0)?)?;
+            if largest > EXPLODED {
+                let why = format!("reached {largest:.2e}, past ±{EXPLODED:.0e}");
+                return Ok(Some((name.clone(), why)));
             }
         }
         Ok(None)
@@ -276,10 +284,8 @@ impl Params {
             }
             var.set(&value.to_dtype(DType::F32)?)?;
         }
-        match self.first_non_finite(None)? {
-            Some(name) => Err(bad(format!(
-                "checkpoint parameter {name} holds NaN or infinity"
-            ))),
+        match self.first_unusable(None)? {
+            Some((name, why)) => Err(bad(format!("checkpoint parameter {name} {why}"))),
             None => Ok(()),
         }
     }
@@ -443,22 +449,33 @@ mod tests {
         );
     }
 
-    /// A checkpoint is only written when this finds nothing, so it must see a single NaN or
-    /// infinity, in the right replica.
+    /// A checkpoint is only written when this finds nothing, so it must see a single NaN,
+    /// infinity or exploded weight, in the right replica.
     #[test]
-    fn non_finite_parameters_are_found_per_replica() {
+    fn unusable_parameters_are_found_per_replica() {
         let stacked = Params::replicated(&[0, 1], &Device::Cpu);
         stacked.pp("a").get("w", 3, Init::Normal(1.0)).unwrap();
         stacked.pp("b").get("w", 3, Init::Normal(1.0)).unwrap();
-        assert_eq!(stacked.first_non_finite(Some(1)).unwrap(), None);
+        assert_eq!(stacked.first_unusable(Some(1)).unwrap(), None);
         let (name, var) = stacked.vars().pop().unwrap();
         let poisoned = Tensor::new(&[[0f32, 0.0, 0.0], [0.0, f32::INFINITY, 0.0]], &Device::Cpu);
         var.set(&poisoned.unwrap()).unwrap();
-        assert_eq!(stacked.first_non_finite(Some(0)).unwrap(), None);
-        assert_eq!(stacked.first_non_finite(Some(1)).unwrap(), Some(name));
+        assert_eq!(stacked.first_unusable(Some(0)).unwrap(), None);
+        let not_finite = Some((name.clone(), "is not finite".to_string()));
+        assert_eq!(stacked.first_unusable(Some(1)).unwrap(), not_finite);
+        let exploded = Tensor::new(&[[0f32, -9.1e18, 0.0], [0.0, 1e8, 0.0]], &Device::Cpu);
+        var.set(&exploded.unwrap()).unwrap();
+        let past = Some((name, "reached 9.10e18, past ±1e8".to_string()));
+        assert_eq!(stacked.first_unusable(Some(0)).unwrap(), past);
+        assert_eq!(
+            stacked.first_unusable(Some(1)).unwrap(),
+            None,
+            "1e8 itself is usable"
+        );
         let lone = Params::new(0, &Device::Cpu);
         lone.get("w", 2, Init::Constant(f64::NAN)).unwrap();
-        assert_eq!(lone.first_non_finite(None).unwrap().as_deref(), Some("w"));
+        let (name, _) = lone.first_unusable(None).unwrap().unwrap();
+        assert_eq!(name, "w");
     }
 
     /// A checkpoint that does not fit the model, or holds NaN, is refused naming the
@@ -485,7 +502,13 @@ mod tests {
         );
         save(&[1.0, f32::NAN]);
         let err = model.load(&path).unwrap_err().to_string();
-        assert!(err.contains("parameter w holds NaN or infinity"), "{err}");
+        assert!(err.contains("parameter w is not finite"), "{err}");
+        save(&[1.0, 3e9]);
+        let err = model.load(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("parameter w reached 3.00e9, past ±1e8"),
+            "{err}"
+        );
     }
 
     /// Checkpoints were written 0600 (the safetensors crate's mode), unlike the other files.

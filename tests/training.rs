@@ -30,6 +30,48 @@ fn same_preset_and_seed_give_the_same_numbers() {
     assert_ne!(losses(&preset, 3), losses(&other, 3));
 }
 
+/// Two runs with the same seed and threads give the same numbers, bit for bit (issue 32:
+/// they differed from about step 10 on 2 threads, as rayon's `reduce` summed the parallel
+/// partial sums of the LayerNorm and bias gradients in an order that followed work
+/// stealing). Big enough batches that those sums split into blocks (64 × 64 rows), Based for
+/// its short convolution's and feature map's gradients; every parameter compared.
+#[test]
+fn same_seed_and_threads_give_the_same_weights_bit_for_bit() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let overrides = [
+        "model.d_model=16",
+        "attention.feature_dim=4",
+        "task.train_examples=1280",
+        "train.seed=3",
+    ]
+    .map(String::from);
+    let preset = Preset::load(&root.join("presets/mqar_based.toml"), &overrides).unwrap();
+    let trained = || {
+        let mut trainer = Trainer::new(&preset).unwrap();
+        let losses: Vec<u32> = (0..30)
+            .map(|_| trainer.train_step().unwrap().loss.to_bits())
+            .collect();
+        let weights: Vec<(String, Vec<u32>)> = trainer
+            .params()
+            .vars()
+            .into_iter()
+            .map(|(name, var)| {
+                let values = var.as_tensor().flatten_all().unwrap().to_vec1::<f32>();
+                (name, values.unwrap().iter().map(|v| v.to_bits()).collect())
+            })
+            .collect();
+        (losses, weights)
+    };
+    let first = trained();
+    for _ in 0..2 {
+        let again = trained();
+        assert_eq!(first.0, again.0, "losses");
+        for ((name, a), (_, b)) in first.1.iter().zip(&again.1) {
+            assert!(a == b, "{name} differs");
+        }
+    }
+}
+
 /// Softmax attention learns MQAR to ≥ 99% test accuracy within a bounded number of steps.
 #[test]
 fn softmax_learns_mqar() {
@@ -72,62 +114,93 @@ fn non_finite_loss_is_an_error_naming_the_step() {
     assert!(err.contains("step 2") && err.contains("NaN"), "{err}");
 }
 
-/// Trains `preset` into a new folder under `root`; the run's error and its folder.
-fn failed_run(preset: &Preset, root: &Path) -> (String, std::path::PathBuf) {
+/// Drives `trainer` into a new folder under `root`, calling `on_event` with each event and
+/// checking that a failure's summary is on disk before `Failed` goes out (the CLI exits on
+/// it); the run's error and its folder.
+fn failed_run(
+    trainer: Trainer,
+    root: &Path,
+    mut on_event: impl FnMut(&TrainEvent),
+) -> (String, std::path::PathBuf) {
     let mut dir = None;
-    let result = attnlab::train::run::run(
-        preset,
+    let result = attnlab::train::run::run_trainer(
+        trainer,
         root,
         &std::sync::atomic::AtomicBool::new(false),
         &mut |event| {
-            if let TrainEvent::Started { run_dir, .. } = event {
-                dir = Some(run_dir);
+            on_event(&event);
+            match event {
+                TrainEvent::Started { run_dir, .. } => dir = Some(run_dir),
+                TrainEvent::Failed { .. } => {
+                    let dir = attnlab::train::RunDir::open(dir.as_ref().unwrap()).unwrap();
+                    assert_eq!(dir.read_summary().unwrap().status, RunStatus::Failed);
+                }
+                _ => {}
             }
         },
     );
     (result.unwrap_err().to_string(), dir.unwrap())
 }
 
-/// A diverging run never writes a checkpoint holding NaN or infinity (one used to be saved
-/// right after the update that diverged), and its message names the step and the checkpoint
-/// it keeps, or says there is none (it used to claim "the last good checkpoint is kept").
-#[test]
-fn divergence_names_the_step_and_the_finite_checkpoint_kept() {
-    let root = tempfile::tempdir().unwrap();
+/// A trainer of the tiny softmax model that evaluates (and saves a checkpoint) every step,
+/// and its parameter `name`.
+fn trainer_and(name: &str) -> (Trainer, candle_core::Var) {
     let mut preset = common::tiny(
         attnlab::attention::MechanismSpec::Softmax(Default::default()),
         EncodingSpec::Learned(Default::default()),
     );
     preset.train.eval_every = 1;
-    // ε = 5e-324 divides the first update by zero: parameters are NaN after step 1.
-    let mut first_update = preset.clone();
-    first_update.train.eps = 5e-324;
-    let (err, dir) = failed_run(&first_update, root.path());
+    let trainer = Trainer::new(&preset).unwrap();
+    let (_, var) = trainer
+        .params()
+        .vars()
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .unwrap();
+    (trainer, var)
+}
+
+fn fill(var: &candle_core::Var, value: f32) {
+    var.set(&Tensor::full(value, var.shape(), var.device()).unwrap())
+        .unwrap();
+}
+
+/// A diverging run never writes a checkpoint holding NaN, infinity or exploded weights (one
+/// used to be saved right after the update that diverged), its summary says failed before the
+/// CLI hears of it, and its message names the step and the checkpoint it keeps, or says there
+/// is none (it used to claim "the last good checkpoint is kept"). No valid preset diverges in
+/// a few steps (weight decay and ε have ranges), so the parameters are poisoned here.
+#[test]
+fn divergence_names_the_step_and_the_finite_checkpoint_kept() {
+    let root = tempfile::tempdir().unwrap();
+    // NaN from the start: the first loss is NaN.
+    let (trainer, bias) = trainer_and("head.bias");
+    fill(&bias, f32::NAN);
+    let (err, dir) = failed_run(trainer, root.path(), |_| {});
     assert!(
         err.contains("diverged at step 1") && err.contains("no checkpoint was saved"),
         "{err}"
     );
     assert!(!dir.join("model.safetensors").exists());
-    let summary = attnlab::train::RunDir::open(&dir)
-        .unwrap()
-        .read_summary()
-        .unwrap();
-    assert_eq!(summary.status, RunStatus::Failed);
-    let metrics = attnlab::train::RunDir::open(&dir)
-        .unwrap()
-        .read_metrics()
-        .unwrap();
+
+    // Weights past 1e8 are finite and their loss may be too, but the run has diverged: the
+    // issue's weight decay of 1e12 had kept a checkpoint of weights near 9e18.
+    let (trainer, bias) = trainer_and("head.bias");
+    fill(&bias, 9e18);
+    let (err, _) = failed_run(trainer, root.path(), |_| {});
     assert!(
-        metrics
-            .iter()
-            .any(|m| matches!(m, attnlab::train::MetricRecord::Eval(e) if e.loss.is_nan())),
-        "the evaluation's NaN loss is kept in metrics.jsonl: {metrics:?}"
+        err.contains("diverged at step 1")
+            && err.contains("parameter head.bias reached 9.00e18, past ±1e8"),
+        "{err}"
     );
-    // Decay of lr·wd = 1e30 leaves finite parameters of ~1e28 after step 1 whose loss at step 2
-    // is not finite.
-    let mut later = preset;
-    later.train.weight_decay = 1e33;
-    let (err, dir) = failed_run(&later, root.path());
+
+    // NaN after the first evaluation: the loss at step 2 is NaN, step 1's checkpoint stays.
+    let (trainer, bias) = trainer_and("head.bias");
+    let (err, dir) = failed_run(trainer, root.path(), |event| {
+        if matches!(event, TrainEvent::Eval(e) if e.step == 1) {
+            fill(&bias, f32::NAN);
+        }
+    });
     let checkpoint = dir.join("model.safetensors");
     assert!(
         err.contains("diverged at step 2")
@@ -140,6 +213,14 @@ fn divergence_names_the_step_and_the_finite_checkpoint_kept() {
         let values = tensor.flatten_all().unwrap().to_vec1::<f32>().unwrap();
         assert!(values.iter().all(|v| v.is_finite()), "{name}");
     }
+    let metrics = attnlab::train::RunDir::open(&dir)
+        .unwrap()
+        .read_metrics()
+        .unwrap();
+    assert!(
+        metrics.iter().all(|m| m.step() == 1) && metrics.len() == 2,
+        "step 1 and its evaluation, nothing of the diverged step: {metrics:?}"
+    );
 }
 
 #[test]

@@ -456,11 +456,7 @@ impl CustomOp2 for KernelGrad {
                     )
                 })
                 .collect();
-            let mut sums = vec![0f32; (k + 1) * d];
-            for partial in &partials {
-                sums.iter_mut().zip(partial).for_each(|(s, p)| *s += p);
-            }
-            out.extend(sums);
+            out.extend(super::fused::sum_in_order(partials, (k + 1) * d));
         }
         Ok((CpuStorage::F32(out), Shape::from((replicas, k + 1, d))))
     });

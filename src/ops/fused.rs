@@ -120,7 +120,8 @@ impl CustomOp2 for ChunkGrad {
 /// Column sums of a row-major (rows, d) slice, computed in parallel blocks of rows.
 pub(super) fn column_sums_of(data: &[f32], d: usize) -> Vec<f32> {
     const BLOCK_ROWS: usize = 256;
-    data.par_chunks(BLOCK_ROWS * d)
+    let partials = data
+        .par_chunks(BLOCK_ROWS * d)
         .map(|block| {
             let mut sums = vec![0f32; d];
             for row in block.chunks(d) {
@@ -128,13 +129,22 @@ pub(super) fn column_sums_of(data: &[f32], d: usize) -> Vec<f32> {
             }
             sums
         })
-        .reduce(
-            || vec![0f32; d],
-            |mut a, b| {
-                a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
-                a
-            },
-        )
+        .collect();
+    sum_in_order(partials, d)
+}
+
+/// The element-wise sum of `partials` (each `len` long), added in their order.
+///
+/// Partial sums computed in parallel are summed here, after `collect` has put them in the
+/// order of their blocks, and not with rayon's `reduce`: its tree of additions follows how
+/// the work was stolen, which changes from run to run, and float addition is not associative,
+/// so two runs with the same seed and threads differed from about step 10 (issue 32).
+pub(super) fn sum_in_order(partials: Vec<Vec<f32>>, len: usize) -> Vec<f32> {
+    let mut sums = vec![0f32; len];
+    for partial in &partials {
+        sums.iter_mut().zip(partial).for_each(|(s, p)| *s += p);
+    }
+    sums
 }
 
 /// Column sums (d) of a tensor viewed as (rows, d), d its last dimension: the gradient of a

@@ -334,13 +334,8 @@ impl CustomOp3 for AffineNormGrad {
                         || self.rows(dx, dy, x, gamma),
                     )
                 })
-                .reduce(
-                    || vec![0f32; 2 * d],
-                    |mut a, b| {
-                        a.iter_mut().zip(&b).for_each(|(a, b)| *a += b);
-                        a
-                    },
-                );
+                .collect();
+            let sums = super::fused::sum_in_order(sums, 2 * d);
             d_gamma[r * d..][..d].copy_from_slice(&sums[..d]);
             d_beta[r * d..][..d].copy_from_slice(&sums[d..]);
         }

@@ -45,6 +45,14 @@ impl Metric {
     }
 }
 
+/// The largest `train.weight_decay`: more shrinks every weight to noise within a few steps
+/// at any useful learning rate (the usual values are 0 to 0.1; MAD's grid goes to 0.1).
+const MAX_WEIGHT_DECAY: f64 = 10.0;
+
+/// The smallest `train.eps`, far below any that training uses (1e-8 by default) and well
+/// within f32's normal range.
+const MIN_EPS: f64 = 1e-30;
+
 /// The `[train]` section of a preset. Defaults are the benchmark's (and PyTorch's) settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -156,16 +164,38 @@ impl TrainConfig {
         if !(self.lr > 0.0 && self.lr <= 10.0) {
             return bad("lr", &self.lr, "must be in (0, 10]");
         }
-        if !(self.weight_decay >= 0.0 && self.weight_decay.is_finite()) {
-            return bad("weight_decay", &self.weight_decay, "must be ≥ 0");
+        if !(0.0..=MAX_WEIGHT_DECAY).contains(&self.weight_decay) {
+            return bad(
+                "weight_decay",
+                &self.weight_decay,
+                &format!("must be in [0, {MAX_WEIGHT_DECAY}]"),
+            );
+        }
+        if self.lr * self.weight_decay >= 1.0 {
+            return bad(
+                "weight_decay",
+                &self.weight_decay,
+                &format!(
+                    "times train.lr = {} must be below 1: each step multiplies the weights by \
+                     1 − lr·weight_decay",
+                    self.lr
+                ),
+            );
         }
         for (key, beta) in [("beta1", self.beta1), ("beta2", self.beta2)] {
             if !(0.0..1.0).contains(&beta) {
                 return bad(key, &beta, "must be in [0, 1)");
             }
         }
-        if !(self.eps > 0.0 && self.eps < 1.0) {
-            return bad("eps", &self.eps, "must be in (0, 1)");
+        if !(MIN_EPS..1.0).contains(&self.eps) {
+            return bad(
+                "eps",
+                &format!("{:e}", self.eps),
+                &format!(
+                    "must be in [{MIN_EPS:e}, 1): a smaller one rounds to 0 in f32, and a \
+                     parameter without gradient then takes 0/0"
+                ),
+            );
         }
         if self.epochs == 0 {
             return bad("epochs", &self.epochs, "must be ≥ 1");

@@ -234,7 +234,7 @@ fn train_group(
     emit: &mut dyn FnMut(usize, TrainEvent),
 ) -> Vec<Result<Summary>> {
     let presets: Vec<Preset> = group.iter().map(|(p, _)| p.clone()).collect();
-    let mut trainer = match Trainer::group(&presets) {
+    let trainer = match Trainer::group(&presets) {
         Ok(trainer) => trainer,
         // Most often the parameters not fitting on the device: say what the group needs.
         Err(error) => {
@@ -242,12 +242,42 @@ fn train_group(
             return fail_all(group.len(), error, emit);
         }
     };
+    let roots: Vec<PathBuf> = group.iter().map(|(_, root)| root.clone()).collect();
+    train_built(trainer, &roots, checkpoint_every, stop, emit)
+}
+
+/// Drives `trainer`, built from a preset by the caller, as [`run`] drives the one it builds,
+/// into a new folder under `runs_root`. The caller may have changed the trainer since: the
+/// tests poison its parameters (through its [`Trainer::params`]) to see how a divergence ends
+/// a run, which no valid preset does in a few steps.
+pub fn run_trainer(
+    trainer: Trainer,
+    runs_root: &Path,
+    stop: &AtomicBool,
+    emit: &mut dyn FnMut(TrainEvent),
+) -> Result<Summary> {
+    let roots = [runs_root.to_path_buf()];
+    let mut results = train_built(trainer, &roots, CHECKPOINT_EVERY, stop, &mut |_, e| emit(e));
+    results.swap_remove(0)
+}
+
+/// Trains the replicas of `trainer`, replica r into a new folder under `roots[r]`.
+fn train_built(
+    mut trainer: Trainer,
+    roots: &[PathBuf],
+    checkpoint_every: Duration,
+    stop: &AtomicBool,
+    emit: &mut dyn FnMut(usize, TrainEvent),
+) -> Vec<Result<Summary>> {
     let mut clock = Clock::new(0.0, checkpoint_every);
     let mut members = Vec::new();
-    for (r, (preset, root)) in group.iter().enumerate() {
+    for (r, root) in roots.iter().enumerate() {
         match start_member(&trainer, r, root) {
             Ok(member) => {
-                emit(r, started_event(&trainer, preset, &member));
+                emit(
+                    r,
+                    started_event(&trainer, trainer.replica_preset(r), &member),
+                );
                 members.push(member);
             }
             Err(error) => {
@@ -265,7 +295,7 @@ fn train_group(
                     );
                     results.extend(member.result.take());
                 }
-                let rest = fail_all(group.len() - r, error, &mut |i, e| emit(r + i, e));
+                let rest = fail_all(roots.len() - r, error, &mut |i, e| emit(r + i, e));
                 results.extend(rest);
                 return results;
             }

@@ -310,18 +310,19 @@ impl Trainer {
     }
 
     /// Writes replica `r`'s parameters (the model's, when alone) as a lone model's checkpoint.
-    /// A parameter that is NaN or infinite (an update can diverge while the loss before it was
-    /// finite) is [`Error::Diverged`] and writes nothing, so the last checkpoint stays usable.
+    /// A parameter that is NaN, infinite or exploded ([`crate::params::EXPLODED`]; an update
+    /// can diverge while the loss before it was finite) is [`Error::Diverged`] and writes
+    /// nothing, so the last checkpoint stays usable.
     pub fn save_checkpoint(&self, r: usize, path: &Path) -> Result<()> {
         let replica = self
             .params
             .replicas()
             .map(|_| self.slot_of(r))
             .transpose()?;
-        if let Some(name) = self.params.first_non_finite(replica)? {
+        if let Some((name, why)) = self.params.first_unusable(replica)? {
             return Err(Error::Diverged {
                 step: self.step,
-                what: format!("parameter {name} is not finite"),
+                what: format!("parameter {name} {why}"),
                 kept: None,
             });
         }
