@@ -13,12 +13,13 @@ impl AttnlabApp {
     pub fn start(&mut self) {
         self.editor.refresh();
         if let Some(problem) = self.editor.problem() {
-            self.status = problem.to_string();
+            self.status.set(problem.to_string());
             return;
         }
         self.runs
             .start(self.editor.preset.clone(), self.runs_root.clone());
-        self.status = format!("started {}", self.editor.preset.name);
+        self.status
+            .set(format!("started {}", self.editor.preset.name));
     }
 
     /// Starts an experiment of the welcome page: its first preset into the editor (asking
@@ -28,7 +29,7 @@ impl AttnlabApp {
         let presets = match experiment.presets() {
             Ok(presets) => presets,
             Err(e) => {
-                self.status = e.to_string();
+                self.status.set(e.to_string());
                 return;
             }
         };
@@ -52,23 +53,23 @@ impl AttnlabApp {
                 analysis: experiment.analysis,
                 runs,
             });
-        self.status = match keep_edits {
+        self.status.set(match keep_edits {
             true => format!(
                 "started {} (the editor keeps your unsaved preset)",
                 experiment.title
             ),
             false => format!("started {}", experiment.title),
-        };
+        });
     }
 
     /// Stops the selected run after its current step.
     pub fn stop(&mut self) {
         if let Some(run) = self.runs.selected() {
             run.stop();
-            self.status = match run.trained_by() {
+            self.status.set(match run.trained_by() {
                 Some(owner) => format!("{} is trained by {owner}: stop it there", run.name),
                 None => format!("stopping {}", run.name),
-            };
+            });
         }
     }
 
@@ -76,7 +77,7 @@ impl AttnlabApp {
     pub fn open_preset(&mut self, path: &Path) {
         match Preset::load(path, &[]) {
             Ok(preset) => self.replace_preset(preset, Some(path.to_path_buf())),
-            Err(e) => self.status = e.to_string(),
+            Err(e) => self.status.set(e.to_string()),
         }
     }
 
@@ -104,9 +105,9 @@ impl AttnlabApp {
             Ok(()) => {
                 self.editor.mark_saved(path.to_path_buf());
                 self.remember(path.to_path_buf());
-                self.status = format!("saved {}", path.display());
+                self.status.set(format!("saved {}", path.display()));
             }
-            Err(e) => self.status = e.to_string(),
+            Err(e) => self.status.set(e.to_string()),
         }
     }
 
@@ -120,7 +121,7 @@ impl AttnlabApp {
         answer: fn(PathBuf) -> Command,
     ) {
         if self.dialog.is_some() || self.prompt.is_some() {
-            self.status = "a file dialog is already open".into();
+            self.status.set("a file dialog is already open");
             return;
         }
         let request = |why: &str| PathRequest {
@@ -194,11 +195,11 @@ impl AttnlabApp {
             Command::OpenPreset(path) => self.open_preset(&path),
             Command::OpenShipped(name) => match shipped(name).and_then(|s| s.preset(&[])) {
                 Ok(preset) => self.replace_preset(preset, None),
-                Err(e) => self.status = e.to_string(),
+                Err(e) => self.status.set(e.to_string()),
             },
             Command::RunExperiment(i) => match EXPERIMENTS.get(i) {
                 Some(experiment) => self.run_experiment(experiment),
-                None => self.status = format!("no experiment {i}"),
+                None => self.status.set(format!("no experiment {i}")),
             },
             Command::Save => match self.editor.path.clone() {
                 Some(path) => self.save_preset(&path),
@@ -223,17 +224,18 @@ impl AttnlabApp {
             Command::ToggleShortcuts => self.show_shortcuts = !self.show_shortcuts,
             Command::CopyCliCommand => match self.cli_command() {
                 Ok(line) => {
-                    self.status = format!("copied: {line}");
+                    self.status.set(format!("copied: {line}"));
                     self.clipboard = Some(line);
                 }
-                Err(e) => self.status = e.to_string(),
+                Err(e) => self.status.set(e.to_string()),
             },
             Command::AskPath(_) if self.prompt.is_some() => {
-                self.status = "a path is already being asked for: answer or cancel it first".into();
+                self.status
+                    .set("a path is already being asked for: answer or cancel it first");
             }
             Command::AskPath(request) => self.prompt = Some(PathPrompt::new(request)),
-            Command::ExportTo(path) => self.status = self.exporter.save_waiting(&path),
-            Command::Status(message) => self.status = message,
+            Command::ExportTo(path) => self.status.set(self.exporter.save_waiting(&path)),
+            Command::Status(message) => self.status.set(message),
             Command::PrepareDemo => {
                 for &tab in Tab::ALL {
                     self.views.view_mut(tab).prepare_demo();

@@ -21,7 +21,7 @@ impl AttnlabApp {
             ctx.copy_text(text);
         }
         if let Some(Err(e)) = jobs::take_finished(&mut self.dialog) {
-            self.status = e.to_string();
+            self.status.set(e.to_string());
         }
         self.runs.drain();
         self.start_awaited_analysis();
@@ -59,7 +59,8 @@ impl AttnlabApp {
         }
         self.awaiting = None;
         if list.is_empty() {
-            self.status = "the experiment's runs failed: nothing to analyse".into();
+            self.status
+                .set("the experiment's runs failed: nothing to analyse");
             return;
         }
         view.analyse(&self.jobs, list);

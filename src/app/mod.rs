@@ -23,6 +23,7 @@ mod plot;
 mod prompt;
 mod runs;
 mod shell;
+mod status;
 mod ui;
 mod views;
 
@@ -38,6 +39,7 @@ pub use jobs::{Job, Jobs};
 pub use prompt::PathRequest;
 pub use runs::{RunState, RunStore, RunView};
 pub use shell::run_native;
+pub use status::StatusLine;
 pub use views::{Tab, View, ViewContext, Views};
 
 use crate::Preset;
@@ -67,7 +69,7 @@ pub struct AttnlabApp {
     pub runs_root: PathBuf,
     pub recent: Vec<PathBuf>,
     /// The last message for the status bar (saved, exported, failed, …).
-    pub status: String,
+    pub status: StatusLine,
     pub views: Views,
     pub jobs: Jobs,
     pub commands: Commands,
@@ -112,7 +114,7 @@ impl AttnlabApp {
             exporter: Exporter::new(jobs.clone(), commands.clone()),
             runs_root: persisted.runs_root.unwrap_or_else(|| PathBuf::from("runs")),
             recent: persisted.recent,
-            status: String::new(),
+            status: StatusLine::default(),
             views: Views::default(),
             jobs,
             commands,

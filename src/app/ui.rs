@@ -13,7 +13,10 @@ impl AttnlabApp {
         egui::Panel::top("menu").show(ui, |ui| self.top_bar(ui));
         egui::Panel::bottom("status").show(ui, |ui| {
             ui.horizontal(|ui| {
-                ui.label(&self.status);
+                if let Some((message, left)) = self.status.shown() {
+                    ui.label(message);
+                    ui.ctx().request_repaint_after(left);
+                }
                 for job in self.jobs.live() {
                     ui.separator();
                     ui.weak(job);

@@ -305,8 +305,12 @@ impl EncodingsView {
                 ui.label(&e.verdict);
                 ui.scope(|ui| {
                     ui.set_max_width(evidence_width);
-                    ui.add(egui::Label::new(&e.evidence).truncate())
-                        .on_hover_text(&e.evidence);
+                    // Cut at the column's edge, the whole on hover: ours, not also egui's
+                    // own for a cut label (the text showed twice).
+                    let cell = egui::Label::new(&e.evidence)
+                        .truncate()
+                        .show_tooltip_when_elided(false);
+                    ui.add(cell).on_hover_text(&e.evidence);
                 });
                 ui.end_row();
             }

@@ -429,9 +429,23 @@ fn table_ui(ui: &mut egui::Ui, sweep: &Extrapolation) {
                     n.to_string()
                 });
             }
-            ui.strong("max δ");
-            ui.strong(format!("Def. 0.1 (δ = {})", sweep.delta_threshold));
-            ui.strong("Thm 0.4");
+            ui.strong("max δ").on_hover_text(
+                "the largest δ_n = |ppl_n − ppl_L| / ppl_L over the lengths n beyond the \
+                 training length L: how far perplexity strays from its value at L",
+            );
+            ui.strong(format!("Def. 0.1 (δ = {})", sweep.delta_threshold))
+                .on_hover_text(format!(
+                    "Definition 0.1 of the RPE paper, checked on this table: the model \
+                     extrapolates when every δ_n beyond L is below {} (yes / no)",
+                    sweep.delta_threshold
+                ));
+            ui.strong("Thm 0.4").on_hover_text(
+                "Theorem 0.4 of the RPE paper: if Σ_t exp(bias(t)) of the relative encoding \
+                 converges, the transformer is guaranteed to extrapolate (a sufficient \
+                 condition). The series' verdict for this run's encoding, its learned values \
+                 where it has them; not-applicable for absolute and rotary encodings. Hover a \
+                 verdict for its evidence",
+            );
             ui.end_row();
             for curve in &sweep.curves {
                 ui.label(&curve.name);
