@@ -547,8 +547,14 @@ fn iou_of_a_run_fills_the_table_shows_an_example_and_exports() {
     let table = &harness.state().views.iou.reports[0].value.table;
     assert_eq!(table.examples, 100);
     assert_eq!((table.hard.len(), table.hard[0].len()), (2, 2));
-    // One cell per layer and head, each with hard and soft IoU.
-    assert_eq!(harness.get_all_by_label_contains("\nsoft ").count(), 4);
+    // One cell per layer and head, each with soft IoU first (the headline), then hard.
+    assert_eq!(harness.get_all_by_label_contains("\nhard ").count(), 4);
+    assert!(
+        harness.query_by_label_contains("\nsoft ").is_none(),
+        "soft leads"
+    );
+    // Hard IoU against its threshold τ, beside the bars.
+    harness.get_by_label("Hard IoU against its threshold τ, soft IoU dashed");
     harness.get_all_by_label("PNG").next().unwrap().click();
     harness.run();
     assert!(root.path().join("iou-hard.png").is_file());

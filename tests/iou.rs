@@ -154,10 +154,15 @@ fn iou_command_prints_the_table_and_writes_figures() {
     assert_eq!(json["protocol"]["target"], "key");
     assert_eq!(json["hard"].as_array().unwrap().len(), 1);
     assert_eq!(json["soft"][0].as_array().unwrap().len(), 2);
+    // Hard IoU at each τ of the curve, for every layer and head.
+    let curve = json["hard_by_threshold"].as_array().unwrap();
+    assert_eq!(curve.len(), attnlab::analysis::iou::THRESHOLD_CURVE.len());
+    assert_eq!(curve[0][0].as_array().unwrap().len(), 2);
     assert_eq!(json["example"]["row"], 3);
     for name in [
         "iou.svg",
         "iou-soft.svg",
+        "iou-thresholds.svg",
         "example-attention.svg",
         "example-truth.svg",
     ] {
@@ -199,6 +204,12 @@ fn iou_command_compares_runs_as_bars() {
     for run in [name(&softmax), name(&based)] {
         assert_eq!(csv.matches(&run).count(), 4, "{csv}");
     }
+    // Hard IoU against τ beside it: per run and head a curve and its soft IoU level.
+    let curves = std::fs::read_to_string(root.path().join("bars-thresholds.csv")).unwrap();
+    assert!(
+        curves.contains(&format!("{} L1 H1: hard", name(&based))),
+        "{curves}"
+    );
     let o = attnlab(&["iou", softmax.to_str().unwrap(), "--with", "x"]);
     assert!(!o.status.success(), "--with without --bars is refused");
 }

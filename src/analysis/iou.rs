@@ -17,11 +17,14 @@
 //!   `Σ min(A, G) / Σ max(A, G)` over the crop, on the raw weights (not renormalised to the crop).
 //! - **Aggregation.** Per layer and head, the mean (and standard deviation) over examples; heads
 //!   are never mixed.
-//! - **Default: threshold τ = 0.1, soft IoU beside it.** The paper reads IoU where accuracy is
+//! - **Headline: soft IoU; hard IoU as a curve over τ.** The paper reads IoU where accuracy is
 //!   near 1, and there argmax saturates: every mechanism's largest weight sits on the value, so
 //!   argmax gives 1.000 to all and cannot rank them (it was attnlab's earlier default). A
-//!   threshold keeps every position with a real share of the row, which a comparison of where
-//!   mechanisms put their weight needs; soft IoU, always reported beside it, has no parameter.
+//!   threshold keeps every position with a real share of the row, but the ranking it gives
+//!   rests on the threshold: on the shipped IoU runs ReBased falls below Based at τ ≤ 0.05 and
+//!   reaches softmax at τ = 0.2. So soft IoU, which has no parameter, leads every table and
+//!   figure; hard IoU is reported at the protocol's binarisation (default τ = 0.1) and at every
+//!   τ of [`THRESHOLD_CURVE`], which the threshold figure draws.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -168,6 +171,10 @@ pub struct IouProtocol {
 
 /// The default hard binarisation (see the module docs).
 pub const DEFAULT_BINARISE: Binarise = Binarise::Threshold(0.1);
+
+/// The thresholds τ at which hard IoU is also reported (the curve over τ), from where a row's
+/// every small weight counts to where only a dominant one does.
+pub const THRESHOLD_CURVE: [f64; 8] = [0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7];
 
 impl Default for IouProtocol {
     fn default() -> Self {
@@ -326,6 +333,9 @@ pub struct IouTable {
     /// Standard deviations over examples, `[layer][head]`.
     pub hard_std: Vec<Vec<f64>>,
     pub soft_std: Vec<Vec<f64>>,
+    /// Mean hard IoU with `threshold:τ` for each τ of [`THRESHOLD_CURVE`],
+    /// `[τ][layer][head]`.
+    pub hard_by_threshold: Vec<Vec<Vec<f64>>>,
 }
 
 /// One cell of an [`IouTable`].
@@ -394,6 +404,7 @@ pub fn run_iou(
     let heads = run.preset.model.n_heads;
     let mut hard = vec![vec![Moments::default(); heads]; layers.len()];
     let mut soft = hard.clone();
+    let mut curve = vec![hard.clone(); THRESHOLD_CURVE.len()];
     let examples = run.test_examples(protocol.examples)?;
     let finished = run.for_each_batch(&examples, progress, cancel, &mut |batch, attention| {
         for (l, &layer) in layers.iter().enumerate() {
@@ -401,14 +412,13 @@ pub fn run_iou(
                 continue;
             };
             check_token_columns(run, weights)?;
-            score_batch(
-                batch,
-                &protocol.read(weights),
-                context,
-                protocol,
-                &mut hard[l],
-                &mut soft[l],
-            );
+            let mut curve: Vec<&mut [Moments]> = curve.iter_mut().map(|c| &mut c[l][..]).collect();
+            let scores = Scores {
+                hard: &mut hard[l],
+                soft: &mut soft[l],
+                curve: &mut curve,
+            };
+            score_batch(batch, &protocol.read(weights), context, protocol, scores);
         }
         Ok(())
     })?;
@@ -427,7 +437,16 @@ pub fn run_iou(
         soft: table(&soft, Moments::mean),
         hard_std: table(&hard, Moments::std),
         soft_std: table(&soft, Moments::std),
+        hard_by_threshold: curve.iter().map(|c| table(c, Moments::mean)).collect(),
     }))
+}
+
+/// One layer's running scores, per head: hard IoU at the protocol's binarisation, soft IoU,
+/// and hard IoU at each τ of [`THRESHOLD_CURVE`].
+struct Scores<'a, 'b> {
+    hard: &'a mut [Moments],
+    soft: &'a mut [Moments],
+    curve: &'a mut [&'b mut [Moments]],
 }
 
 /// Adds the IoU of every example of a batch and every head of one layer.
@@ -436,16 +455,18 @@ fn score_batch(
     weights: &AttentionWeights,
     context: usize,
     protocol: &IouProtocol,
-    hard: &mut [Moments],
-    soft: &mut [Moments],
+    scores: Scores,
 ) {
     let tk = weights.shape[3];
     for (b, example) in batch.iter().enumerate() {
         let crop = Crop::new(&example.queries, context, protocol.target);
-        for (h, (hard, soft)) in hard.iter_mut().zip(soft.iter_mut()).enumerate() {
+        for h in 0..scores.hard.len() {
             let a = crop.of(weights.matrix(b, h), tk);
-            hard.add(crop.hard_iou(&a, protocol.binarise));
-            soft.add(crop.soft_iou(&a));
+            scores.hard[h].add(crop.hard_iou(&a, protocol.binarise));
+            scores.soft[h].add(crop.soft_iou(&a));
+            for (curve, &tau) in scores.curve.iter_mut().zip(&THRESHOLD_CURVE) {
+                curve[h].add(crop.hard_iou(&a, Binarise::Threshold(tau)));
+            }
         }
     }
 }

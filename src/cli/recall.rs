@@ -57,8 +57,9 @@ pub struct IouArgs {
     /// test set come from the same test generator.
     #[arg(long, default_value_t = 10_000, value_parser = super::bounded(1, MAX_EXAMPLES))]
     examples: usize,
-    /// How a cropped attention row becomes positions: threshold:T (default τ = 0.1), argmax
-    /// (saturates near 100% accuracy) or topk:K. Soft IoU is always reported beside it.
+    /// How a cropped attention row becomes positions for hard IoU: threshold:T (default
+    /// τ = 0.1), argmax (saturates near 100% accuracy) or topk:K. Soft IoU, which has no
+    /// threshold, leads the report; hard IoU is also given at each τ of 0.01 to 0.7.
     #[arg(long, default_value_t = crate::analysis::iou::DEFAULT_BINARISE, value_parser = parse_binarise)]
     binarise: Binarise,
     /// Ground-truth position of a query: the `value` token after its key, or the `key`.
@@ -67,7 +68,7 @@ pub struct IouArgs {
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
     /// Write the layers × heads hard-IoU heatmap (.svg, .png or .csv); soft IoU goes to
-    /// NAME-soft.EXT.
+    /// NAME-soft.EXT, hard IoU against its threshold τ to NAME-thresholds.EXT.
     #[arg(long)]
     figure: Option<PathBuf>,
     /// Also score one test row (the example view), at --layer and --head.
@@ -85,7 +86,8 @@ pub struct IouArgs {
     /// Another run to compare in the --bars chart, scored with the same protocol (repeatable).
     #[arg(long = "with", value_name = "RUN", requires = "bars")]
     others: Vec<PathBuf>,
-    /// Write hard and soft IoU of RUN and every --with run as grouped bars (.svg, .png or .csv).
+    /// Write soft and hard IoU of RUN and every --with run as grouped bars (.svg, .png or .csv),
+    /// and their hard IoU against its threshold τ to NAME-thresholds.EXT.
     #[arg(long)]
     bars: Option<PathBuf>,
 }
@@ -113,6 +115,10 @@ pub fn iou(args: &IouArgs) -> anyhow::Result<()> {
         }
         let runs: Vec<(String, &IouTable)> = runs.iter().map(|(n, t)| (n.clone(), t)).collect();
         figures::save(&recall::iou_bars(&runs), path)?;
+        figures::save(
+            &recall::iou_thresholds(&runs),
+            &with_suffix(path, "thresholds"),
+        )?;
     }
     let example = match args.example {
         Some(row) => {

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::Report;
 use crate::analysis::figures::recall;
-use crate::analysis::iou::{ExampleIou, IouTable};
+use crate::analysis::iou::{ExampleIou, IouTable, THRESHOLD_CURVE};
 use crate::analysis::spectrum::RunSpectrum;
 use crate::figures::Figure;
 
@@ -66,9 +66,21 @@ impl Report for IouReport {
         ];
         lines.extend(t.cells().map(|c| {
             format!(
-                "layer {} head {}: hard {:.4} ± {:.4}   soft {:.4} ± {:.4}",
-                c.layer, c.head, c.hard, c.hard_std, c.soft, c.soft_std
+                "layer {} head {}: soft {:.4} ± {:.4}   hard {:.4} ± {:.4}",
+                c.layer, c.head, c.soft, c.soft_std, c.hard, c.hard_std
             )
+        }));
+        // Hard IoU at each τ: whether its ranking holds or rests on the threshold.
+        let taus: Vec<String> = THRESHOLD_CURVE.iter().map(|t| format!("{t:>6}")).collect();
+        lines.push(format!("hard IoU at threshold τ = {}", taus.join(" ")));
+        lines.extend(t.cells().map(|c| {
+            let l = t.layers.iter().position(|&l| l == c.layer).unwrap_or(0);
+            let values: Vec<String> = t
+                .hard_by_threshold
+                .iter()
+                .map(|v| format!("{:>6.3}", v[l][c.head]))
+                .collect();
+            format!("  layer {} head {}:{}", c.layer, c.head, values.join(" "))
         }));
         lines.extend(self.example.iter().map(|e| {
             format!(
@@ -79,11 +91,14 @@ impl Report for IouReport {
         lines
     }
 
-    /// The hard-IoU heatmap, and the soft one as `NAME-soft`.
+    /// The hard-IoU heatmap, the soft one as `NAME-soft`, hard IoU against its threshold as
+    /// `NAME-thresholds`.
     fn figures(&self) -> Vec<(String, Figure)> {
+        let run = [(self.table.mechanism.clone(), &self.table)];
         vec![
             (String::new(), recall::iou_table(&self.table, false)),
             ("soft".into(), recall::iou_table(&self.table, true)),
+            ("thresholds".into(), recall::iou_thresholds(&run)),
         ]
     }
 

@@ -1,12 +1,13 @@
 //! Figures of the in-context recall analyses: the IoU table and example, attention spectra.
 //! Each carries its protocol in the caption.
 
-use crate::analysis::iou::{ExampleIou, IouCell, IouTable};
+use crate::analysis::iou::{ExampleIou, IouCell, IouTable, THRESHOLD_CURVE};
 use crate::analysis::spectrum::RunSpectrum;
 use crate::figures::{BarPlot, BarSeries, Figure, HeatmapPlot, LinePlot, Plot, Series};
 
 /// Axis titles (x, y) of the figures drawn on screen too.
 const IOU_BAR_AXES: [&str; 2] = ["run, attention layer and head", "IoU with the ground truth"];
+const IOU_THRESHOLD_AXES: [&str; 2] = ["threshold τ (log)", "IoU with the ground truth"];
 pub const SPECTRUM_AXES: [&str; 2] = [
     "singular value index",
     "normalised cumulative singular value",
@@ -71,12 +72,10 @@ pub fn iou_table(table: &IouTable, soft: bool) -> Figure {
     )
 }
 
-/// Hard and soft IoU of several runs side by side, with ± std over examples as whiskers: one
-/// group per run and attention head, labelled by the run alone when it has a single head
-/// (layer × head), else "run L{model layer} H{head}".
-pub fn iou_bars(runs: &[(String, &IouTable)]) -> Figure {
-    let cells: Vec<(String, IouCell)> = runs
-        .iter()
+/// Each run's cells, labelled by the run alone when it has a single head (layer × head), else
+/// "run L{model layer} H{head}".
+fn labelled_cells(runs: &[(String, &IouTable)]) -> Vec<(String, IouCell)> {
+    runs.iter()
         .flat_map(|(run, table)| {
             let single = table.cells().count() == 1;
             table.cells().map(move |c| {
@@ -88,7 +87,13 @@ pub fn iou_bars(runs: &[(String, &IouTable)]) -> Figure {
                 (label, c)
             })
         })
-        .collect();
+        .collect()
+}
+
+/// Soft (the headline: no parameter) and hard IoU of several runs side by side, with ± std
+/// over examples as whiskers: one group per run and attention head ([`labelled_cells`]).
+pub fn iou_bars(runs: &[(String, &IouTable)]) -> Figure {
+    let cells = labelled_cells(runs);
     let series = |name: &str, value: fn(&IouCell) -> (f64, f64)| {
         let (values, errors) = cells.iter().map(|(_, c)| value(c)).unzip();
         BarSeries {
@@ -104,10 +109,62 @@ pub fn iou_bars(runs: &[(String, &IouTable)]) -> Figure {
             x_label: IOU_BAR_AXES[0].into(),
             y_label: IOU_BAR_AXES[1].into(),
             series: vec![
-                series("hard IoU", |c| (c.hard, c.hard_std)),
                 series("soft IoU", |c| (c.soft, c.soft_std)),
+                series("hard IoU", |c| (c.hard, c.hard_std)),
             ],
             groups: cells.into_iter().map(|(label, _)| label).collect(),
+        }),
+    }
+}
+
+/// Hard IoU against its threshold τ ([`THRESHOLD_CURVE`]), a curve per run and head, each with
+/// its soft IoU as a dashed level: whether a ranking by hard IoU holds at every τ or rests on
+/// one (on the shipped IoU runs ReBased falls below Based at τ ≤ 0.05).
+pub fn iou_thresholds(runs: &[(String, &IouTable)]) -> Figure {
+    let curves = runs.iter().flat_map(|(_, table)| {
+        table.cells().map(|c| {
+            let l = table.layers.iter().position(|&l| l == c.layer).unwrap_or(0);
+            THRESHOLD_CURVE
+                .iter()
+                .zip(&table.hard_by_threshold)
+                .map(|(&tau, values)| (tau, values[l][c.head]))
+                .collect::<Vec<_>>()
+        })
+    });
+    let (first, last) = (
+        THRESHOLD_CURVE[0],
+        THRESHOLD_CURVE[THRESHOLD_CURVE.len() - 1],
+    );
+    let series = labelled_cells(runs)
+        .into_iter()
+        .zip(curves)
+        .flat_map(|((label, cell), points)| {
+            [
+                Series {
+                    name: format!("{label}: hard"),
+                    points,
+                    dashed: false,
+                },
+                Series {
+                    name: format!("{label}: soft {:.3}", cell.soft),
+                    points: vec![(first, cell.soft), (last, cell.soft)],
+                    dashed: true,
+                },
+            ]
+        })
+        .collect();
+    let caption = protocols_caption(runs).map(|p| {
+        format!("{p}; hard IoU binarised at threshold τ, soft IoU (dashed) has no threshold")
+    });
+    Figure {
+        title: "Hard IoU against its threshold".into(),
+        caption,
+        plot: Plot::Lines(LinePlot {
+            x_label: IOU_THRESHOLD_AXES[0].into(),
+            y_label: IOU_THRESHOLD_AXES[1].into(),
+            x_log: true,
+            y_log: false,
+            series,
         }),
     }
 }
@@ -241,6 +298,7 @@ mod tests {
             soft: grid(0.5),
             hard_std: grid(0.1),
             soft_std: grid(0.05),
+            hard_by_threshold: THRESHOLD_CURVE.iter().map(|&tau| grid(1.0 - tau)).collect(),
             layers,
         }
     }
@@ -261,12 +319,13 @@ mod tests {
             plot.groups,
             ["a", "b L1 H0", "b L1 H1", "b L3 H0", "b L3 H1"]
         );
-        let [hard, soft] = &plot.series[..] else {
+        let [soft, hard] = &plot.series[..] else {
             panic!("{:?}", plot.series)
         };
         assert_eq!(
-            (hard.name.as_str(), soft.name.as_str()),
-            ("hard IoU", "soft IoU")
+            (soft.name.as_str(), hard.name.as_str()),
+            ("soft IoU", "hard IoU"),
+            "soft first: it has no threshold to rest on"
         );
         assert_eq!(hard.values, [0.0, 0.0, 0.1, 1.0, 1.1]);
         assert_eq!(soft.values, [0.0, 0.0, 0.05, 0.5, 0.55]);
@@ -282,6 +341,28 @@ mod tests {
         ));
         assert_eq!(fig.axes(), IOU_BAR_AXES);
         assert_eq!(fig.caption, Some(IouProtocol::default().describe()));
+        crate::figures::render_svg(&fig).unwrap();
+    }
+
+    /// A curve of hard IoU over τ per run and head, and its soft IoU as a dashed level.
+    #[test]
+    fn hard_iou_is_drawn_against_its_threshold_beside_soft_iou() {
+        let many = table(vec![1, 3], 2);
+        let fig = iou_thresholds(&[("b".into(), &many)]);
+        let Plot::Lines(plot) = &fig.plot else {
+            panic!("not lines")
+        };
+        assert_eq!(plot.series.len(), 2 * 4);
+        let (hard, soft) = (&plot.series[6], &plot.series[7]);
+        assert_eq!(hard.name, "b L3 H1: hard");
+        let expected: Vec<(f64, f64)> = THRESHOLD_CURVE
+            .iter()
+            .map(|&t| (t, (1.0 - t) * 1.1))
+            .collect();
+        assert_eq!(hard.points, expected);
+        assert_eq!(soft.name, "b L3 H1: soft 0.550");
+        assert!(soft.dashed && soft.points.iter().all(|&(_, y)| y == 0.55));
+        assert!(plot.x_log);
         crate::figures::render_svg(&fig).unwrap();
     }
 

@@ -309,7 +309,11 @@ fn table_ui(ui: &mut egui::Ui, run: &PerRun<IouReport>, exporter: &Exporter) {
             "{}: IoU over {} examples",
             run.name, table.examples
         ));
-        let names = [("hard:", "iou-hard"), ("soft:", "iou-soft")];
+        let names = [
+            ("hard:", "iou-hard"),
+            ("soft:", "iou-soft"),
+            ("against τ:", "iou-thresholds"),
+        ];
         for ((label, name), (_, figure)) in names.into_iter().zip(run.value.figures()) {
             ui.label(label);
             exporter.buttons(ui, name, || figure);
@@ -325,8 +329,13 @@ fn table_ui(ui: &mut egui::Ui, run: &PerRun<IouReport>, exporter: &Exporter) {
             ui.label(layer.to_string());
             for h in 0..table.hard[l].len() {
                 ui.label(format!(
-                    "hard {:.3} ± {:.3}\nsoft {:.3} ± {:.3}",
-                    table.hard[l][h], table.hard_std[l][h], table.soft[l][h], table.soft_std[l][h]
+                    "soft {:.3} ± {:.3}\nhard {:.3} ± {:.3}",
+                    table.soft[l][h], table.soft_std[l][h], table.hard[l][h], table.hard_std[l][h]
+                ))
+                .on_hover_text(format!(
+                    "soft IoU (Σmin/Σmax) has no threshold; hard IoU binarises each row \
+                     ({}): the figure against τ shows whether its ranking holds at every τ",
+                    table.protocol.binarise
                 ));
             }
             ui.end_row();
@@ -352,4 +361,12 @@ fn bars_ui(ui: &mut egui::Ui, reports: &[PerRun<IouReport>], exporter: &Exporter
         ..PlotOptions::default()
     };
     show_figure(ui, &figure, &options);
+    // Hard IoU ranks by where its threshold cuts: the curve over τ says whether a ranking
+    // holds, soft IoU (dashed) needs no threshold.
+    let thresholds = recall::iou_thresholds(&tables);
+    ui.horizontal(|ui| {
+        ui.strong("Hard IoU against its threshold τ, soft IoU dashed");
+        exporter.buttons(ui, "iou-thresholds", || thresholds.clone());
+    });
+    show_figure(ui, &thresholds, &options);
 }
