@@ -118,6 +118,12 @@ fn a_run_reports_curves_and_attention_and_stops() {
     });
     harness.state_mut().tab = Tab::Attention;
     step_while_working(&mut harness);
+    // Each map of the grid is labelled with its head, under its layer's label.
+    assert_eq!(
+        harness.get_all_by_label("head 1").count(),
+        2,
+        "two layers of two heads"
+    );
     harness.get_by_label("Stop").click();
     step_while_working(&mut harness);
     run_until(&mut harness, "the run to stop", |app| {

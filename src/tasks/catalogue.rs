@@ -192,6 +192,15 @@ impl TaskSpec {
         }
     }
 
+    /// Token `id` as a reader should see it in the views: an LM's byte as its character
+    /// ([`super::lm::Tokens::label`]), any other id as its number.
+    pub fn token_label(&self, id: u32) -> String {
+        match self.lm() {
+            Some(lm) => lm.tokens.label(id),
+            None => id.to_string(),
+        }
+    }
+
     /// The language-modelling settings, when this is the LM task.
     pub fn lm(&self) -> Option<&LmConfig> {
         match self {

@@ -27,6 +27,20 @@ pub enum Tokens {
     Chars,
 }
 
+impl Tokens {
+    /// Token `id` for a reader: a printable ASCII byte as itself in quotes (`'a'`, `' '`),
+    /// a control byte escaped (`'\n'`), any other byte (part of a UTF-8 character) in hex
+    /// (`0xc3`); a character id as `#id` (the characters are numbered by their frequency in
+    /// the training text, which the run folder does not keep).
+    pub fn label(self, id: u32) -> String {
+        match (self, u8::try_from(id)) {
+            (Self::Bytes, Ok(byte)) if byte.is_ascii() => format!("'{}'", byte.escape_ascii()),
+            (Self::Bytes, Ok(byte)) => format!("{byte:#04x}"),
+            (Self::Bytes, Err(_)) | (Self::Chars, _) => format!("#{id}"),
+        }
+    }
+}
+
 /// The most text one split reads: the text is held in memory whole, as its tokens are.
 pub const MAX_TEXT_BYTES: usize = 1 << 30;
 
@@ -315,6 +329,15 @@ mod tests {
         let d = windows(&[5, 6, 7, 8, 9], &[0, 2], 2);
         assert_eq!(d.inputs, vec![5, 6, 7, 8]);
         assert_eq!(d.labels, vec![6, 7, 8, 9]);
+    }
+
+    #[test]
+    fn byte_tokens_read_as_characters() {
+        let labels: Vec<String> = [97, 32, 10, 39, 0xc3, 300]
+            .map(|id| Tokens::Bytes.label(id))
+            .into();
+        assert_eq!(labels, ["'a'", "' '", "'\\n'", "'\\''", "0xc3", "#300"]);
+        assert_eq!(Tokens::Chars.label(5), "#5");
     }
 
     #[test]

@@ -45,6 +45,8 @@ pub struct AttentionView {
     zoom: Option<(usize, usize)>,
     key: Option<Key>,
     textures: HashMap<(usize, usize), (egui::TextureHandle, ColourScale)>,
+    /// The example's tokens as its task spells them ('a' for a language model's byte, not 97).
+    tokens: Vec<String>,
 }
 
 impl View for AttentionView {
@@ -140,7 +142,18 @@ impl AttentionView {
             let texture = ctx.load_texture(name, image, egui::TextureOptions::NEAREST);
             self.textures.insert((index, head), (texture, scale));
         }
+        self.tokens = attention
+            .index
+            .examples
+            .get(self.example)
+            .map(|e| e.inputs.iter().map(|&t| run.preset.task.token_label(t)).collect())
+            .unwrap_or_default();
         self.key = Some(key);
+    }
+
+    /// The example's token labels, if it has tokens.
+    fn tokens(&self) -> Option<&[String]> {
+        (!self.tokens.is_empty()).then_some(self.tokens.as_slice())
     }
 
     fn grid_ui(&mut self, ui: &mut egui::Ui, attention: &LoadedAttention, heads: usize) {
@@ -156,10 +169,13 @@ impl AttentionView {
                 ui.label(format!("layer {}", layer.layer));
                 ui.horizontal(|ui| {
                     for head in 0..heads {
-                        let response = self.head_image(ui, attention, index, head, side);
-                        if response.clicked() {
-                            self.zoom = Some((index, head));
-                        }
+                        ui.vertical(|ui| {
+                            ui.small(format!("head {head}"));
+                            let response = self.head_image(ui, attention, index, head, side);
+                            if response.clicked() {
+                                self.zoom = Some((index, head));
+                            }
+                        });
                     }
                 });
             }
@@ -234,7 +250,7 @@ impl AttentionView {
         let [_, _, tq, tk] = layer.shape;
         let weights = layer.matrix(self.example, head);
         let example = attention.index.examples.get(self.example);
-        let tokens = example.map(|e| e.inputs.as_slice());
+        let tokens = self.tokens();
         let ticks = move |n: usize| {
             move |mark: GridMark, _: &std::ops::RangeInclusive<f64>| {
                 position_tick(mark.value, n, tokens)
@@ -294,8 +310,7 @@ impl AttentionView {
         let hover = response.hover_pos().map(|pos| {
             let j = (((pos.x - rect.min.x) / cell.x) as usize).min(tk - 1);
             let i = (((pos.y - rect.min.y) / cell.y) as usize).min(tq - 1);
-            let tokens = example.map(|e| e.inputs.as_slice());
-            cell_text(layer.matrix(self.example, head), tk, tokens, i, j)
+            cell_text(layer.matrix(self.example, head), tk, self.tokens(), i, j)
         });
         match hover {
             Some(text) => response.on_hover_text(text),
@@ -312,7 +327,7 @@ const TOKEN_TICKS: usize = 64;
 
 /// A tick of a map's axis: whole positions inside the map, with the token there when the
 /// map is short enough.
-fn position_tick(value: f64, n: usize, tokens: Option<&[u32]>) -> String {
+fn position_tick(value: f64, n: usize, tokens: Option<&[String]>) -> String {
     if value < 0.0 || value >= n as f64 || value.fract() != 0.0 {
         return String::new();
     }
@@ -324,8 +339,8 @@ fn position_tick(value: f64, n: usize, tokens: Option<&[u32]>) -> String {
 }
 
 /// What hovering cell (query i, key j) of a map says.
-fn cell_text(weights: &[f32], tk: usize, tokens: Option<&[u32]>, i: usize, j: usize) -> String {
-    let token = |p: usize| tokens.and_then(|t| t.get(p)).copied().unwrap_or(0);
+fn cell_text(weights: &[f32], tk: usize, tokens: Option<&[String]>, i: usize, j: usize) -> String {
+    let token = |p: usize| tokens.and_then(|t| t.get(p)).map_or("?", String::as_str);
     let tokens = if tokens.is_some() {
         format!(", tokens {} -> {}", token(i), token(j))
     } else {
@@ -362,7 +377,7 @@ mod tests {
 
     #[test]
     fn ticks_are_whole_positions_with_their_token_on_short_maps() {
-        let tokens = [7, 9, 11];
+        let tokens = ["7", "9", "11"].map(String::from);
         assert_eq!(position_tick(1.0, 3, Some(&tokens)), "1: 9");
         assert_eq!(position_tick(1.0, 100, Some(&tokens)), "1");
         assert_eq!(position_tick(1.0, 3, None), "1");
@@ -374,8 +389,9 @@ mod tests {
     #[test]
     fn a_cell_names_its_query_key_tokens_and_weight() {
         let weights = [1.0, 0.0, 0.25, 0.75];
-        let text = cell_text(&weights, 2, Some(&[5, 6]), 1, 0);
-        assert_eq!(text, "query 1, key 0, tokens 6 -> 5: weight 0.2500");
+        let tokens = ["'a'", "'b'"].map(String::from);
+        let text = cell_text(&weights, 2, Some(&tokens), 1, 0);
+        assert_eq!(text, "query 1, key 0, tokens 'b' -> 'a': weight 0.2500");
         assert_eq!(
             cell_text(&weights, 2, None, 0, 1),
             "query 0, key 1: weight 0.0000"
