@@ -75,6 +75,8 @@ fn picking_mechanism_and_encoding_changes_the_preset() {
     harness.get_by_label("alibi").click();
     harness.run();
     assert_eq!(harness.state().editor.preset.encoding.name(), "alibi");
+    // The name follows: a Based/ALiBi run is not "mqar-softmax".
+    assert_eq!(harness.state().editor.preset.name, "mqar-based-alibi");
 }
 
 /// The settings that are not numbers come from the catalogues: a choice of the mechanism and

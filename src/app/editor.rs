@@ -90,6 +90,11 @@ impl Editor {
         self.path = Some(path);
     }
 
+    /// The preset's mechanism and encoding, as presets spell them.
+    fn kinds(&self) -> (&'static str, &'static str) {
+        (self.preset.attention.name(), self.preset.encoding.name())
+    }
+
     pub fn ui(&mut self, ui: &mut egui::Ui) {
         ui.horizontal(|ui| {
             let label = ui.label("Name");
@@ -103,12 +108,20 @@ impl Editor {
                 .labelled_by(label.id)
                 .on_hover_text(key_hint("description"));
         });
+        let before = self.kinds();
         egui::CollapsingHeader::new("Attention")
             .default_open(true)
             .show(ui, |ui| mechanism_ui(ui, &mut self.preset.attention));
         egui::CollapsingHeader::new("Positional encoding")
             .default_open(true)
             .show(ui, |ui| encoding_ui(ui, &mut self.preset.encoding));
+        // The name follows a picked mechanism or encoding: a Based/T5 run was still called
+        // "mqar-softmax".
+        let after = self.kinds();
+        if after != before {
+            let name = &mut self.preset.name;
+            *name = crate::preset::renamed(name, (before.0, before.1), (after.0, after.1));
+        }
         egui::CollapsingHeader::new("Model")
             .default_open(true)
             .show(ui, |ui| model_ui(ui, &mut self.preset.model));

@@ -493,6 +493,33 @@ pub fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// The name a preset called `name` should take when its mechanism or encoding changes from
+/// `before` to `after` (each `(mechanism, encoding)` as presets spell them), so that a run's name
+/// says what trained: the old mechanism's part of the name becomes the new one
+/// (`mqar-softmax` → `mqar-based`), and so does the old encoding's, or the new encoding is
+/// added when the name had none (`mqar-based` → `mqar-based-t5`). Parts are whole
+/// hyphen-separated words, so `gated-deltanet` is not a `deltanet`. Unchanged settings leave
+/// the name alone.
+pub fn renamed(name: &str, before: (&str, &str), after: (&str, &str)) -> String {
+    let padded = format!("-{name}-");
+    let has = |part: &str| padded.contains(&format!("-{part}-"));
+    let swap = |name: &str, old: &str, new: &str| {
+        let swapped = format!("-{name}-").replacen(&format!("-{old}-"), &format!("-{new}-"), 1);
+        swapped[1..swapped.len() - 1].to_string()
+    };
+    let mut name = name.to_string();
+    if before.0 != after.0 && has(before.0) {
+        name = swap(&name, before.0, after.0);
+    }
+    if before.1 != after.1 {
+        name = match has(before.1) {
+            true => swap(&name, before.1, after.1),
+            false => format!("{name}-{}", after.1),
+        };
+    }
+    name
+}
+
 /// `spec` with `overrides` applied, each spelled as `--set` spells it (`encoding.kind=pi`,
 /// `encoding.scale=2`): the inference-time scalings of a model that has no preset file (a
 /// pretrained one).
@@ -781,6 +808,44 @@ mod tests {
         );
         let longest = format!("name=\"{}\"", "é".repeat(MAX_NAME_CHARS));
         assert!(parse(MINIMAL, &[&longest]).is_ok());
+    }
+
+    #[test]
+    fn a_name_follows_its_mechanism_and_encoding() {
+        let softmax = ("softmax", "learned");
+        assert_eq!(
+            renamed("mqar-softmax", softmax, ("based", "learned")),
+            "mqar-based"
+        );
+        assert_eq!(
+            renamed("mqar-based", ("based", "learned"), ("based", "t5")),
+            "mqar-based-t5"
+        );
+        assert_eq!(
+            renamed("mqar-based-t5", ("based", "t5"), ("based", "alibi")),
+            "mqar-based-alibi"
+        );
+        assert_eq!(
+            renamed(
+                "mqar-gated-deltanet",
+                ("gated-deltanet", "none"),
+                ("deltanet", "none")
+            ),
+            "mqar-deltanet"
+        );
+        assert_eq!(
+            renamed(
+                "mqar-deltanet",
+                ("deltanet", "none"),
+                ("gated-deltanet", "none")
+            ),
+            "mqar-gated-deltanet"
+        );
+        assert_eq!(
+            renamed("my-study", softmax, ("linear", "learned")),
+            "my-study"
+        );
+        assert_eq!(renamed("mqar-softmax", softmax, softmax), "mqar-softmax");
     }
 
     /// A name with nothing a file name keeps gives a folder named `run`, not `<stamp>-`.
