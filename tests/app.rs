@@ -411,6 +411,41 @@ fn a_run_folder_that_reached_its_target_or_failed_says_so_in_words() {
     assert!(harness.query_by_label_contains("targetreached").is_none());
 }
 
+/// A run is renamed from its entry's context menu: the list, its preset and its summary
+/// take the new name, its folder keeps its own.
+#[test]
+fn a_run_is_renamed_from_the_run_list() {
+    let root = tempfile::tempdir().unwrap();
+    let mut app = app(root.path());
+    app.editor.preset.train.max_steps = Some(2);
+    app.editor.preset.name = "first-try".into();
+    let dir = common::trained_run(&app.editor.preset, root.path());
+    app.runs.open(dir.clone());
+    let mut harness = harness(app);
+    run_until(&mut harness, "the run folder", |app| {
+        app.runs.runs.iter().all(|r| !r.steps.is_empty())
+    });
+    harness.run();
+    harness
+        .get_by_label_contains("first-try (")
+        .click_secondary();
+    harness.run();
+    harness.get_by_label("Rename...").click();
+    harness.run();
+    let field = harness.get_by_label("new name");
+    field.focus();
+    field.type_text(" (lr 3e-3)");
+    harness.run();
+    harness.get_by_label("Rename").click();
+    harness.run();
+    harness.run();
+    assert_eq!(harness.state().runs.runs[0].name, "first-try (lr 3e-3)");
+    let run = attnlab::train::RunDir::open(&dir).unwrap();
+    assert_eq!(run.read_summary().unwrap().name, "first-try (lr 3e-3)");
+    assert_eq!(run.read_preset().unwrap().name, "first-try (lr 3e-3)");
+    harness.get_by_label_contains("first-try (lr 3e-3) (");
+}
+
 /// A folder that is not a run says why in the run list (it said "(unreadable)" alone).
 #[test]
 fn a_folder_that_is_not_a_run_says_why_in_the_list() {

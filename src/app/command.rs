@@ -32,6 +32,8 @@ pub enum Command {
     AskOpenRun,
     /// Add a run folder to the run list.
     OpenRun(PathBuf),
+    /// Name the run of this id (its [`super::RunView::id`]) anew, in its folder's files.
+    RenameRun(u64, String),
     /// Ask for a Hugging Face model folder, then open it.
     AskOpenModel,
     /// Open a pretrained model's folder in the Pretrained view, and show it.

@@ -62,6 +62,30 @@ impl AttnlabApp {
         });
     }
 
+    /// Names run `id` `name` in its preset and summary (its folder keeps its name).
+    pub fn rename_run(&mut self, id: u64, name: &str) {
+        let Some(run) = self.runs.runs.iter_mut().find(|r| r.id == id) else {
+            return;
+        };
+        let renamed = match (&run.dir, run.rename_refusal()) {
+            (_, Some(why)) => Err(why),
+            (None, None) => Err("it has no run folder yet".to_string()),
+            (Some(dir), None) => crate::train::RunDir::open(dir)
+                .and_then(|dir| dir.rename(name))
+                .map_err(|e| e.to_string()),
+        };
+        match renamed {
+            Ok(()) => {
+                self.status.set(format!("renamed {} to {name}", run.name));
+                run.name = name.to_string();
+                run.preset.name = name.to_string();
+            }
+            Err(why) => self
+                .status
+                .set(format!("cannot rename {}: {why}", run.name)),
+        }
+    }
+
     /// Stops the selected run after its current step.
     pub fn stop(&mut self) {
         if let Some(run) = self.runs.selected() {
@@ -190,6 +214,7 @@ impl AttnlabApp {
         match command {
             Command::Start => self.start(),
             Command::Stop => self.stop(),
+            Command::RenameRun(id, name) => self.rename_run(id, &name),
             Command::NewPreset => self.replace_preset(default_preset(), None),
             Command::AskOpenPreset => self.ask_open_preset(),
             Command::OpenPreset(path) => self.open_preset(&path),

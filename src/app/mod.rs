@@ -84,6 +84,8 @@ pub struct AttnlabApp {
     awaiting: Option<Awaiting>,
     /// Whether the keyboard shortcuts overlay is open.
     pub show_shortcuts: bool,
+    /// The run being renamed in the run list (its id) and the name typed so far.
+    renaming: Option<(u64, String)>,
     /// Text for the clipboard, handed to egui in the next `logic()`.
     clipboard: Option<String>,
     /// For the screenshot demo: the view the last [`Command::PrepareDemoTab`] found ready.
@@ -124,6 +126,7 @@ impl AttnlabApp {
             confirm_replace: None,
             awaiting: None,
             show_shortcuts: false,
+            renaming: None,
             clipboard: None,
             demo_ready: None,
         };

@@ -62,11 +62,14 @@ pub fn show_figure(ui: &mut egui::Ui, figure: &Figure, options: &PlotOptions) {
 }
 
 /// A plot with its axis titles, as the exported figure names them (a plot without them cannot
-/// be read on its own).
+/// be read on its own). The mouse wheel scrolls the view the plot is in, as everywhere else:
+/// in the plot it panned the curves out of sight. Ctrl + wheel zooms, dragging pans, a
+/// double click shows everything again.
 pub fn titled_plot<'a>(id: &str, [x, y]: [&str; 2]) -> egui_plot::Plot<'a> {
     egui_plot::Plot::new(id)
         .x_axis_label(x.to_string())
         .y_axis_label(y.to_string())
+        .allow_scroll(false)
 }
 
 /// The legend of `lines`: where the export puts it (the corner hiding the least of the

@@ -129,6 +129,15 @@ impl RunView {
 
     /// The state in words, as the run list, the progress bar and the sweep grid say it
     /// ("reached target accuracy", "failed: …"): people read these, not the enum's names.
+    /// Why the run cannot be renamed now, if it cannot: its files are being written.
+    pub fn rename_refusal(&self) -> Option<String> {
+        match self.trained_by() {
+            Some(owner) => Some(format!("it is being trained by {owner}")),
+            None if self.is_running() => Some("it is training: rename it once it ends".into()),
+            None => None,
+        }
+    }
+
     pub fn status_text(&self) -> String {
         match self.status {
             RunState::Starting => "starting".into(),

@@ -141,7 +141,19 @@ impl AttnlabApp {
         let mut clicked = None;
         let mut removed = None;
         let selected = self.runs.selected;
+        let commands = self.commands.clone();
         for (i, run) in self.runs.runs.iter_mut().enumerate() {
+            if let Some((id, name)) = &mut self.renaming
+                && *id == run.id
+            {
+                if let Some(done) = rename_ui(ui, name) {
+                    if done {
+                        commands.push(Command::RenameRun(*id, name.trim().to_string()));
+                    }
+                    self.renaming = None;
+                }
+                continue;
+            }
             ui.horizontal(|ui| {
                 ui.add(egui::Checkbox::without_text(&mut run.compare))
                     .on_hover_text("compare: draw this run's curves beside the selected run's");
@@ -163,9 +175,24 @@ impl AttnlabApp {
                 if let Some(owner) = run.trained_by() {
                     hover.push_str(&format!("\ntrained by {owner}: stop it there"));
                 }
-                if response.on_hover_text(hover).clicked() {
+                let response = response.on_hover_text(hover);
+                if response.clicked() {
                     clicked = Some(i);
                 }
+                response.context_menu(|ui| {
+                    let refusal = run.rename_refusal();
+                    let rename = ui
+                        .add_enabled(refusal.is_none(), egui::Button::new("Rename..."))
+                        .on_hover_text(
+                            "name the run anew in its preset and summary (the folder keeps \
+                             its name)",
+                        )
+                        .on_disabled_hover_text(refusal.unwrap_or_default());
+                    if rename.clicked() {
+                        self.renaming = Some((run.id, run.name.clone()));
+                        ui.close();
+                    }
+                });
             });
         }
         if let Some(i) = clicked {
@@ -286,4 +313,26 @@ fn priority_text() -> String {
              {variable}=normal to train at normal priority."
         ),
     }
+}
+
+/// The run list's entry while a run is renamed: the name being typed, Rename and Cancel.
+/// Returns `Some(true)` to rename (Rename, or Enter), `Some(false)` to cancel (Cancel, Esc).
+fn rename_ui(ui: &mut egui::Ui, name: &mut String) -> Option<bool> {
+    ui.horizontal(|ui| {
+        let label = ui.label("new name");
+        let field = ui.text_edit_singleline(name).labelled_by(label.id);
+        if !field.has_focus() && !field.lost_focus() {
+            field.request_focus();
+        }
+        let entered = field.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
+        let escaped = ui.input(|i| i.key_pressed(egui::Key::Escape));
+        if ui.button("Rename").clicked() || entered {
+            Some(true)
+        } else if ui.button("Cancel").clicked() || escaped {
+            Some(false)
+        } else {
+            None
+        }
+    })
+    .inner
 }

@@ -222,6 +222,20 @@ impl RunDir {
         }
     }
 
+    /// Names the run `name` in its `preset.toml` and `summary.json` (each written atomically),
+    /// which the run list, legends and `sweep collect` read. The folder keeps its name: sweeps
+    /// and other tools find the run by its path. Refused when `name` is not one a preset may
+    /// have ([`crate::preset::check_name`]).
+    pub fn rename(&self, name: &str) -> Result<()> {
+        crate::preset::check_name(name)?;
+        let mut preset = self.read_preset()?;
+        let mut summary = self.read_summary()?;
+        preset.name = name.to_string();
+        summary.name = name.to_string();
+        self.write_preset(&preset)?;
+        self.write_summary(&summary)
+    }
+
     pub fn write_preset(&self, preset: &Preset) -> Result<()> {
         preset.save(&self.path.join("preset.toml"))
     }
@@ -612,6 +626,33 @@ mod tests {
     }
 
     /// Resuming from step 2 drops the later lines and a torn last one, keeps the rest as written.
+    #[test]
+    fn a_run_is_renamed_in_its_preset_and_summary_not_its_folder() {
+        let root = tempfile::tempdir().unwrap();
+        let preset = Preset::default();
+        let summary = serde_json::json!({
+            "name": preset.name, "status": "completed", "mechanism": "softmax",
+            "encoding": "learned", "task": "mqar", "device": "cpu", "n_params": 1,
+            "steps": 1, "total_steps": 1, "epoch": 1.0, "elapsed_secs": 1.0,
+            "last_loss": null, "last_accuracy": null, "best_accuracy": null,
+            "time_to_target_secs": null, "tokens_per_s": null, "error": null,
+            "attnlab_version": "0"
+        });
+        let dir = RunDir::create(root.path(), &preset, |dir| {
+            dir.write_preset(&preset)?;
+            crate::io::write_json(&dir.path().join("summary.json"), &summary)
+        })
+        .unwrap();
+        let folder = dir.path().to_path_buf();
+        dir.rename("softmax, second seed").unwrap();
+        assert_eq!(dir.read_preset().unwrap().name, "softmax, second seed");
+        assert_eq!(dir.read_summary().unwrap().name, "softmax, second seed");
+        assert!(folder.is_dir());
+        let err = dir.rename("two\nlines").unwrap_err().to_string();
+        assert!(err.contains("control characters"), "{err}");
+        assert_eq!(dir.read_summary().unwrap().name, "softmax, second seed");
+    }
+
     #[test]
     fn truncating_metrics_keeps_the_steps_up_to_the_checkpoint() {
         let dir = tempfile::tempdir().unwrap();
