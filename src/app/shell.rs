@@ -7,6 +7,8 @@
 //! - `ATTNLAB_SCREENSHOTS=DIR`: start the editor's preset (or `ATTNLAB_PRESET=FILE`), wait for
 //!   its first saved attention, save `DIR/<view>.png` for each view, then close.
 //! - `ATTNLAB_FRAME_TIMES=1`: print the distribution of frame times when the window closes.
+//! - `ATTNLAB_WINDOW_SIZE=WxH`: the window's first size (default 1400x900), to check the
+//!   views at a laptop's 1024x700.
 
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, Sender};
@@ -212,6 +214,18 @@ fn renderer() -> anyhow::Result<eframe::Renderer> {
 }
 
 /// Opens the workbench window; returns when it is closed.
+/// The window's first size: `ATTNLAB_WINDOW_SIZE` (`WxH`) or 1400 × 900.
+fn window_size() -> anyhow::Result<[f32; 2]> {
+    let Ok(text) = std::env::var("ATTNLAB_WINDOW_SIZE") else {
+        return Ok([1400.0, 900.0]);
+    };
+    let size = text
+        .split_once('x')
+        .and_then(|(w, h)| Some([w.parse::<f32>().ok()?, h.parse::<f32>().ok()?]))
+        .filter(|[w, h]| (200.0..=10_000.0).contains(w) && (200.0..=10_000.0).contains(h));
+    size.ok_or_else(|| anyhow::anyhow!("ATTNLAB_WINDOW_SIZE={text}: expected WxH, e.g. 1024x700"))
+}
+
 pub fn run_native() -> anyhow::Result<()> {
     crate::train::background_priority_is_low().map_err(anyhow::Error::msg)?;
     // Training's parallel kernels run on rayon's global pool: start it at background priority
@@ -224,7 +238,7 @@ pub fn run_native() -> anyhow::Result<()> {
     }
     let options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default()
-            .with_inner_size([1400.0, 900.0])
+            .with_inner_size(window_size()?)
             .with_title("attnlab"),
         renderer: renderer()?,
         ..Default::default()

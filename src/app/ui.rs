@@ -34,7 +34,8 @@ impl AttnlabApp {
                 });
             });
         egui::CentralPanel::default().show(ui, |ui| {
-            ui.horizontal(|ui| {
+            // Wrapped: at 1024 px the last tabs were cut off.
+            ui.horizontal_wrapped(|ui| {
                 for &tab in Tab::ALL {
                     ui.selectable_value(&mut self.tab, tab, tab.label());
                 }

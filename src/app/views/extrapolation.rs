@@ -139,7 +139,7 @@ impl View for ExtrapolationView {
 impl ExtrapolationView {
     fn options_ui(&mut self, ui: &mut egui::Ui) {
         let o = &mut self.options;
-        ui.horizontal(|ui| {
+        ui.horizontal_wrapped(|ui| {
             let label = ui.label("protocol");
             egui::ComboBox::from_id_salt("protocol")
                 .selected_text(o.protocol.name())
