@@ -232,7 +232,7 @@ fn exporting_writes_png_svg_and_csv() {
             file.is_file(),
             "{} missing; status: {}",
             file.display(),
-            harness.state().status
+            harness.state().status.text()
         );
     }
     // The exported figure says what its axes are, as the plot on screen does.
@@ -530,7 +530,7 @@ fn a_typed_path_stands_in_for_a_file_dialog() {
     commands.push(Command::ExportTo(typed.clone()));
     harness.run();
     assert_eq!(
-        harness.state().status,
+        harness.state().status.text(),
         "no figure is waiting to be exported"
     );
 }
@@ -886,7 +886,7 @@ fn commands_from_menus_and_other_threads_are_carried_out_between_frames() {
     .join()
     .unwrap();
     harness.run();
-    assert_eq!(harness.state().status, "from a thread");
+    assert_eq!(harness.state().status.text(), "from a thread");
     assert_eq!(harness.state().tab, Tab::Sweep);
     // A menu entry pushes its command: "New" puts the default preset back in the editor.
     harness.state_mut().editor.preset.model.d_model = 16;
@@ -961,9 +961,9 @@ fn an_experiment_leaves_unsaved_edits_in_the_editor_and_asks_nothing() {
     assert_eq!(state.editor.preset.name, "unsaved");
     assert_eq!(state.runs.runs.len(), 1, "the experiment's run starts");
     assert!(
-        state.status.contains("keeps your unsaved preset"),
+        state.status.text().contains("keeps your unsaved preset"),
         "{}",
-        state.status
+        state.status.text()
     );
     assert!(
         harness.query_by_label("Unsaved changes").is_none(),
@@ -1103,7 +1103,7 @@ fn the_preset_is_copied_as_a_cli_command() {
             egui::OutputCommand::CopyText(text) => Some(text.clone()),
             _ => None,
         });
-    let status = harness.state().status.clone();
+    let status = harness.state().status.text().to_string();
     // The tiny preset of these tests is the default one with a few settings changed.
     assert!(
         status.starts_with("copied: attnlab train mqar_softmax --set "),

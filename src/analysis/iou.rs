@@ -21,7 +21,7 @@
 //!   near 1, and there argmax saturates: every mechanism's largest weight sits on the value, so
 //!   argmax gives 1.000 to all and cannot rank them (it was attnlab's earlier default). A
 //!   threshold keeps every position with a real share of the row, but the ranking it gives
-//!   rests on the threshold: on the shipped IoU runs ReBased falls below Based at τ ≤ 0.05 and
+//!   rests on the threshold: on the shipped IoU runs ReBased falls below Based at τ = 0.02 and 0.05 and
 //!   reaches softmax at τ = 0.2. So soft IoU, which has no parameter, leads every table and
 //!   figure; hard IoU is reported at the protocol's binarisation (default τ = 0.1) and at every
 //!   τ of [`THRESHOLD_CURVE`], which the threshold figure draws.
@@ -351,6 +351,19 @@ pub struct IouCell {
 }
 
 impl IouTable {
+    /// Hard IoU of `cell` (one of [`Self::cells`]) at each τ of [`THRESHOLD_CURVE`].
+    pub fn hard_curve(&self, cell: &IouCell) -> Vec<f64> {
+        let l = self
+            .layers
+            .iter()
+            .position(|&l| l == cell.layer)
+            .unwrap_or(0);
+        self.hard_by_threshold
+            .iter()
+            .map(|v| v[l][cell.head])
+            .collect()
+    }
+
     /// Every layer and head, layer by layer.
     pub fn cells(&self) -> impl Iterator<Item = IouCell> + '_ {
         self.layers.iter().enumerate().flat_map(move |(l, &layer)| {

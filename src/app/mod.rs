@@ -84,8 +84,9 @@ pub struct AttnlabApp {
     awaiting: Option<Awaiting>,
     /// Whether the keyboard shortcuts overlay is open.
     pub show_shortcuts: bool,
-    /// The run being renamed in the run list (its id) and the name typed so far.
-    renaming: Option<(u64, String)>,
+    /// The run being renamed in the run list: its id, the name typed so far, and whether its
+    /// field has had the focus (given once, so other fields can still be typed into).
+    renaming: Option<(u64, String, bool)>,
     /// Text for the clipboard, handed to egui in the next `logic()`.
     clipboard: Option<String>,
     /// For the screenshot demo: the view the last [`Command::PrepareDemoTab`] found ready.

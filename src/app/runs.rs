@@ -127,8 +127,6 @@ impl RunView {
         }
     }
 
-    /// The state in words, as the run list, the progress bar and the sweep grid say it
-    /// ("reached target accuracy", "failed: …"): people read these, not the enum's names.
     /// Why the run cannot be renamed now, if it cannot: its files are being written.
     pub fn rename_refusal(&self) -> Option<String> {
         match self.trained_by() {
@@ -138,6 +136,8 @@ impl RunView {
         }
     }
 
+    /// The state in words, as the run list, the progress bar and the sweep grid say it
+    /// ("reached target accuracy", "failed: …"): people read these, not the enum's names.
     pub fn status_text(&self) -> String {
         match self.status {
             RunState::Starting => "starting".into(),

@@ -213,7 +213,6 @@ fn renderer() -> anyhow::Result<eframe::Renderer> {
     }
 }
 
-/// Opens the workbench window; returns when it is closed.
 /// The window's first size: `ATTNLAB_WINDOW_SIZE` (`WxH`) or 1400 × 900.
 fn window_size() -> anyhow::Result<[f32; 2]> {
     let Ok(text) = std::env::var("ATTNLAB_WINDOW_SIZE") else {
@@ -226,6 +225,7 @@ fn window_size() -> anyhow::Result<[f32; 2]> {
     size.ok_or_else(|| anyhow::anyhow!("ATTNLAB_WINDOW_SIZE={text}: expected WxH, e.g. 1024x700"))
 }
 
+/// Opens the workbench window; returns when it is closed.
 pub fn run_native() -> anyhow::Result<()> {
     crate::train::background_priority_is_low().map_err(anyhow::Error::msg)?;
     // Training's parallel kernels run on rayon's global pool: start it at background priority

@@ -25,26 +25,10 @@ impl StatusLine {
         let left = STATUS_SHOWN.checked_sub(self.since?.elapsed())?;
         Some((&self.text, left))
     }
-}
 
-/// The last message, shown or not (what the tests read).
-impl std::ops::Deref for StatusLine {
-    type Target = str;
-
-    fn deref(&self) -> &str {
+    /// The last message, shown or not: what the last action said (the tests read it).
+    pub fn text(&self) -> &str {
         &self.text
-    }
-}
-
-impl std::fmt::Display for StatusLine {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.text)
-    }
-}
-
-impl PartialEq<&str> for StatusLine {
-    fn eq(&self, other: &&str) -> bool {
-        self.text == *other
     }
 }
 
@@ -62,6 +46,6 @@ mod tests {
         assert!(left <= STATUS_SHOWN && left > STATUS_SHOWN / 2, "{left:?}");
         status.since = Instant::now().checked_sub(STATUS_SHOWN);
         assert_eq!(status.shown(), None, "gone once old");
-        assert_eq!(status, "saved", "still what the last action said");
+        assert_eq!(status.text(), "saved", "still what the last action said");
     }
 }

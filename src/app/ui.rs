@@ -144,10 +144,10 @@ impl AttnlabApp {
         let selected = self.runs.selected;
         let commands = self.commands.clone();
         for (i, run) in self.runs.runs.iter_mut().enumerate() {
-            if let Some((id, name)) = &mut self.renaming
+            if let Some((id, name, focused)) = &mut self.renaming
                 && *id == run.id
             {
-                if let Some(done) = rename_ui(ui, name) {
+                if let Some(done) = rename_ui(ui, name, focused) {
                     if done {
                         commands.push(Command::RenameRun(*id, name.trim().to_string()));
                     }
@@ -190,7 +190,7 @@ impl AttnlabApp {
                         )
                         .on_disabled_hover_text(refusal.unwrap_or_default());
                     if rename.clicked() {
-                        self.renaming = Some((run.id, run.name.clone()));
+                        self.renaming = Some((run.id, run.name.clone(), false));
                         ui.close();
                     }
                 });
@@ -316,14 +316,16 @@ fn priority_text() -> String {
     }
 }
 
-/// The run list's entry while a run is renamed: the name being typed, Rename and Cancel.
-/// Returns `Some(true)` to rename (Rename, or Enter), `Some(false)` to cancel (Cancel, Esc).
-fn rename_ui(ui: &mut egui::Ui, name: &mut String) -> Option<bool> {
+/// The run list's entry while a run is renamed: the name being typed (focused when it
+/// opens), Rename and Cancel. Returns `Some(true)` to rename (Rename, or Enter), `Some(false)`
+/// to cancel (Cancel, Esc).
+fn rename_ui(ui: &mut egui::Ui, name: &mut String, focused: &mut bool) -> Option<bool> {
     ui.horizontal(|ui| {
         let label = ui.label("new name");
         let field = ui.text_edit_singleline(name).labelled_by(label.id);
-        if !field.has_focus() && !field.lost_focus() {
+        if !*focused {
             field.request_focus();
+            *focused = true;
         }
         let entered = field.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
         let escaped = ui.input(|i| i.key_pressed(egui::Key::Escape));

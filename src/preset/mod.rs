@@ -495,26 +495,32 @@ pub fn check_name(name: &str) -> Result<()> {
 
 /// The name a preset called `name` should take when its mechanism or encoding changes from
 /// `before` to `after` (each `(mechanism, encoding)` as presets spell them), so that a run's name
-/// says what trained: the old mechanism's part of the name becomes the new one
-/// (`mqar-softmax` → `mqar-based`), and so does the old encoding's, or the new encoding is
-/// added when the name had none (`mqar-based` → `mqar-based-t5`). Parts are whole
-/// hyphen-separated words, so `gated-deltanet` is not a `deltanet`. Unchanged settings leave
-/// the name alone.
+/// says what trained. Only a name that says its mechanism changes (one the user chose stays):
+/// the old mechanism's part becomes the new one (`mqar-softmax` → `mqar-based`), and so does
+/// the old encoding's; a new encoding is added when the name had none (`mqar-based` →
+/// `mqar-based-t5`), and `none` drops it. Parts are whole hyphen-separated words, so
+/// `gated-deltanet` is not a `deltanet`.
 pub fn renamed(name: &str, before: (&str, &str), after: (&str, &str)) -> String {
-    let padded = format!("-{name}-");
-    let has = |part: &str| padded.contains(&format!("-{part}-"));
+    let has = |name: &str, part: &str| format!("-{name}-").contains(&format!("-{part}-"));
     let swap = |name: &str, old: &str, new: &str| {
-        let swapped = format!("-{name}-").replacen(&format!("-{old}-"), &format!("-{new}-"), 1);
-        swapped[1..swapped.len() - 1].to_string()
+        let new = if new.is_empty() {
+            "-".to_string()
+        } else {
+            format!("-{new}-")
+        };
+        let swapped = format!("-{name}-").replacen(&format!("-{old}-"), &new, 1);
+        swapped.trim_matches('-').to_string()
     };
     let mut name = name.to_string();
-    if before.0 != after.0 && has(before.0) {
+    if before.0 != after.0 && has(&name, before.0) {
         name = swap(&name, before.0, after.0);
     }
-    if before.1 != after.1 {
-        name = match has(before.1) {
-            true => swap(&name, before.1, after.1),
-            false => format!("{name}-{}", after.1),
+    if before.1 != after.1 && has(&name, after.0) {
+        let new = if after.1 == "none" { "" } else { after.1 };
+        name = match has(&name, before.1) {
+            true => swap(&name, before.1, new),
+            false if new.is_empty() => name,
+            false => format!("{name}-{new}"),
         };
     }
     name
@@ -846,6 +852,20 @@ mod tests {
             "my-study"
         );
         assert_eq!(renamed("mqar-softmax", softmax, softmax), "mqar-softmax");
+        assert_eq!(renamed("my-study", softmax, ("softmax", "t5")), "my-study");
+        let none = ("based", "none");
+        assert_eq!(
+            renamed("mqar-based", ("based", "learned"), none),
+            "mqar-based"
+        );
+        assert_eq!(
+            renamed("mqar-gla-t5", ("gla", "t5"), ("gla", "none")),
+            "mqar-gla"
+        );
+        assert_eq!(
+            renamed("mqar-gla", ("gla", "none"), ("gla", "rope")),
+            "mqar-gla-rope"
+        );
     }
 
     /// A name with nothing a file name keeps gives a folder named `run`, not `<stamp>-`.

@@ -192,8 +192,9 @@ impl TrainConfig {
                 "eps",
                 &format!("{:e}", self.eps),
                 &format!(
-                    "must be in [{MIN_EPS:e}, 1): a smaller one rounds to 0 in f32, and a \
-                     parameter without gradient then takes 0/0"
+                    "must be in [{MIN_EPS:e}, 1): far below any ε training uses and inside \
+                     f32's normal range (5e-324 rounds to 0 in f32, and a parameter without \
+                     gradient then takes 0/0)"
                 ),
             );
         }

@@ -74,11 +74,10 @@ impl Report for IouReport {
         let taus: Vec<String> = THRESHOLD_CURVE.iter().map(|t| format!("{t:>6}")).collect();
         lines.push(format!("hard IoU at threshold τ = {}", taus.join(" ")));
         lines.extend(t.cells().map(|c| {
-            let l = t.layers.iter().position(|&l| l == c.layer).unwrap_or(0);
             let values: Vec<String> = t
-                .hard_by_threshold
+                .hard_curve(&c)
                 .iter()
-                .map(|v| format!("{:>6.3}", v[l][c.head]))
+                .map(|v| format!("{v:>6.3}"))
                 .collect();
             format!("  layer {} head {}:{}", c.layer, c.head, values.join(" "))
         }));

@@ -221,14 +221,15 @@ fn scalar(tag: &str, value: f64) -> Message {
     Message::new().string(1, tag).float(2, value as f32)
 }
 
-/// `Value { tag = 1; image = 4 }`: `Image { height = 1; width = 2; colorspace = 3 (RGB);
-/// encoded_image_string = 4 }`. Without metadata: TensorBoard moves a value without it to
-/// the images plugin, and leaves one with metadata but no plugin out of every dashboard.
+/// `Value { tag = 1; image = 4 }`: `Image { height = 1; width = 2; colorspace = 3 (4,
+/// RGBA: the PNGs are written with an alpha channel); encoded_image_string = 4 }`. Without
+/// metadata: TensorBoard moves a value without it to the images plugin, and leaves one with
+/// metadata but no plugin out of every dashboard.
 fn image_value(tag: &str, image: &Image) -> Message {
     let encoded = Message::new()
         .uint(1, u64::from(image.height))
         .uint(2, u64::from(image.width))
-        .uint(3, 3)
+        .uint(3, 4)
         .bytes(4, &image.png);
     Message::new().string(1, tag).message(4, &encoded)
 }

@@ -70,8 +70,8 @@ impl Board {
         )
     }
 
-    /// An evaluation's scalars, and per attention layer (`attention[l]`, (B, H, T, T) over the
-    /// saved test rows, `None` for a layer without attention) each head's map of the first
+    /// An evaluation's scalars, and per attention layer (`attention[l]`, (B, H, Tq, Tk) over
+    /// the saved test rows, `None` for a layer without attention) each head's map of the first
     /// row as an image and its mean row entropy.
     pub fn eval(&self, record: &EvalRecord, attention: &[Option<Tensor>]) -> Result<()> {
         let mut scalars = vec![
@@ -84,9 +84,14 @@ impl Board {
         for (layer, weights) in attention.iter().enumerate() {
             let Some(weights) = weights else { continue };
             let weights = AttentionWeights::from_tensor(layer, weights)?;
+            // Rows read as distributions: |A| scaled to sum 1 for a signed matrix.
+            let rows = match self.signed {
+                true => std::borrow::Cow::Owned(weights.magnitudes()),
+                false => std::borrow::Cow::Borrowed(&weights),
+            };
             for head in 0..weights.shape[1] {
                 let tag = format!("L{layer}H{head}");
-                let entropy = mean_row_entropy(&weights.magnitudes(), head);
+                let entropy = mean_row_entropy(&rows, head);
                 scalars.push((format!("attention/entropy/{tag}"), entropy));
                 let image = self.map_image(&weights, head)?;
                 self.writer
@@ -132,13 +137,14 @@ impl Board {
     }
 }
 
-/// The mean entropy (nats) of `head`'s rows over every saved example, queries 1 on (query 0
-/// sees one key): rows read as distributions, so `weights` should be
-/// [`AttentionWeights::magnitudes`] for a signed matrix.
+/// The mean entropy (nats) of `head`'s rows over every saved example: of every query, but
+/// the first of a causal (square) map, which sees one key. Rows are read as distributions, so
+/// `weights` should be [`AttentionWeights::magnitudes`] for a signed matrix.
 fn mean_row_entropy(weights: &AttentionWeights, head: usize) -> f64 {
-    let [b, _, _, tk] = weights.shape;
+    let [b, _, tq, tk] = weights.shape;
+    let first = usize::from(tq == tk);
     let rows: Vec<f64> = (0..b)
-        .flat_map(|example| weights.matrix(example, head).chunks(tk.max(1)).skip(1))
+        .flat_map(|example| weights.matrix(example, head).chunks(tk.max(1)).skip(first))
         .map(|row| {
             -row.iter()
                 .filter(|&&p| p > 0.0)

@@ -256,6 +256,12 @@ pub fn run_trainer(
     stop: &AtomicBool,
     emit: &mut dyn FnMut(TrainEvent),
 ) -> Result<Summary> {
+    if trainer.replicas() != 1 {
+        return Err(Error::Internal(format!(
+            "run_trainer drives one model; this trainer holds {} replicas (use run_group)",
+            trainer.replicas()
+        )));
+    }
     let roots = [runs_root.to_path_buf()];
     let mut results = train_built(trainer, &roots, CHECKPOINT_EVERY, stop, &mut |_, e| emit(e));
     results.swap_remove(0)
@@ -534,12 +540,14 @@ fn finish(
     status: RunStatus,
     emit: &mut dyn FnMut(TrainEvent),
 ) -> Result<()> {
-    member.summary.status = status;
-    member.summary.elapsed_secs = clock.started.elapsed().as_secs_f64();
-    member.dir.write_summary(&member.summary)?;
+    // The event file's end first: were it to fail after the summary said "completed", the
+    // failure would rewrite that summary as failed.
     if let Some(board) = &member.board {
         board.end(member.summary.steps, status)?;
     }
+    member.summary.status = status;
+    member.summary.elapsed_secs = clock.started.elapsed().as_secs_f64();
+    member.dir.write_summary(&member.summary)?;
     emit(TrainEvent::Finished(Box::new(member.summary.clone())));
     member.result = Some(Ok(member.summary.clone()));
     Ok(())
@@ -633,10 +641,12 @@ fn record_eval(
     member
         .dir
         .append_metric(&MetricRecord::Eval(record.clone()))?;
+    save_state(trainer, r, member)?;
+    // After the checkpoint: the event file is a second record, and a failure to write it
+    // must not cost the evaluation's checkpoint.
     if let Some(board) = &member.board {
         board.eval(&record, &attention)?;
     }
-    save_state(trainer, r, member)?;
     let dir = &member.dir;
     save_attention(dir, trainer, rows, attention)?;
     let summary = &mut member.summary;

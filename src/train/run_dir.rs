@@ -625,7 +625,6 @@ mod tests {
         }
     }
 
-    /// Resuming from step 2 drops the later lines and a torn last one, keeps the rest as written.
     #[test]
     fn a_run_is_renamed_in_its_preset_and_summary_not_its_folder() {
         let root = tempfile::tempdir().unwrap();
@@ -653,6 +652,7 @@ mod tests {
         assert_eq!(dir.read_summary().unwrap().name, "softmax, second seed");
     }
 
+    /// Resuming from step 2 drops the later lines and a torn last one, keeps the rest as written.
     #[test]
     fn truncating_metrics_keeps_the_steps_up_to_the_checkpoint() {
         let dir = tempfile::tempdir().unwrap();

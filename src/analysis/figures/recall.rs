@@ -119,15 +119,15 @@ pub fn iou_bars(runs: &[(String, &IouTable)]) -> Figure {
 
 /// Hard IoU against its threshold τ ([`THRESHOLD_CURVE`]), a curve per run and head, each with
 /// its soft IoU as a dashed level: whether a ranking by hard IoU holds at every τ or rests on
-/// one (on the shipped IoU runs ReBased falls below Based at τ ≤ 0.05).
+/// one (on the shipped IoU runs ReBased falls below Based at τ = 0.02 and 0.05).
 pub fn iou_thresholds(runs: &[(String, &IouTable)]) -> Figure {
     let curves = runs.iter().flat_map(|(_, table)| {
         table.cells().map(|c| {
-            let l = table.layers.iter().position(|&l| l == c.layer).unwrap_or(0);
+            let curve = table.hard_curve(&c);
             THRESHOLD_CURVE
                 .iter()
-                .zip(&table.hard_by_threshold)
-                .map(|(&tau, values)| (tau, values[l][c.head]))
+                .copied()
+                .zip(curve)
                 .collect::<Vec<_>>()
         })
     });
