@@ -463,7 +463,7 @@ fn a_crashed_run_resumes_from_its_time_based_checkpoint() {
 }
 
 /// How many of a run's TensorBoard records hold `bytes` (a tag, a PNG's signature).
-fn holding(records: &[Vec<u8>], bytes: &[u8]) -> usize {
+fn holding(records: &[&[u8]], bytes: &[u8]) -> usize {
     records
         .iter()
         .filter(|r| r.windows(bytes.len()).any(|w| w == bytes))
@@ -492,11 +492,7 @@ fn a_run_writes_what_tensorboard_reads() {
         .collect();
     assert_eq!(files.len(), 1, "{files:?}");
     let bytes = std::fs::read(&files[0]).unwrap();
-    let records: Vec<Vec<u8>> = attnlab::tensorboard::read_records(&bytes)
-        .unwrap()
-        .into_iter()
-        .map(<[u8]>::to_vec)
-        .collect();
+    let records = attnlab::tensorboard::read_records(&bytes).unwrap();
     // Four steps, two evaluations (steps 2 and 4), one session from start to end.
     let tagged = |tag: &str| holding(&records, tag.as_bytes());
     assert_eq!(tagged("train/loss"), 4);

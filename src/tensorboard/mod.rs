@@ -113,10 +113,13 @@ impl EventWriter {
             .map_err(|e| Error::io("cannot create the folder", folder, e))?;
         let now = wall_time();
         let stem = format!("{FILE_PREFIX}{}.{}", now as u64, host_name());
-        let path = std::iter::once(folder.join(&stem))
-            .chain((1..).map(|n| folder.join(format!("{stem}.{n}"))))
-            .find(|p| !p.exists())
-            .unwrap_or_else(|| folder.join(stem));
+        let mut path = folder.join(&stem);
+        for n in 1.. {
+            if !path.exists() {
+                break;
+            }
+            path = folder.join(format!("{stem}.{n}"));
+        }
         let writer = Self { path };
         writer.append(&file_version(now))?;
         Ok(writer)
