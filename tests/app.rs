@@ -319,6 +319,41 @@ fn every_view_draws_empty_and_with_a_run() {
     }
 }
 
+/// At a laptop's 1024x700 every control of every view, with a run selected, ends inside the
+/// window: rows of buttons wrap instead of running off its right edge (the sweep view's
+/// shipped sweeps, the IoU table's exports and the figure titles' buttons did).
+#[test]
+fn every_views_controls_fit_a_1024_px_window() {
+    use egui::accesskit::Role;
+    let root = tempfile::tempdir().unwrap();
+    let mut harness = Harness::builder()
+        .with_size(egui::vec2(1024.0, 700.0))
+        .build_ui_state(
+            |ui, app: &mut AttnlabApp| app.show(ui),
+            app_with_finished_run(root.path()),
+        );
+    wait_for_loaded_run(&mut harness);
+    let controls = [
+        Role::Button,
+        Role::CheckBox,
+        Role::ComboBox,
+        Role::TextInput,
+        Role::Slider,
+    ];
+    for &tab in Tab::ALL {
+        harness.state_mut().tab = tab;
+        harness.run_steps(3);
+        let outside: Vec<String> = harness
+            .query_all(
+                egui_kittest::kittest::By::new().predicate(|node| controls.contains(&node.role())),
+            )
+            .filter(|node| node.rect().right() > 1024.0)
+            .map(|node| format!("{:?} {:?}", node.accesskit_node().label(), node.rect()))
+            .collect();
+        assert!(outside.is_empty(), "{}: {outside:?}", tab.label());
+    }
+}
+
 fn step_while_working(harness: &mut Harness<'_, AttnlabApp>) {
     harness.step();
 }

@@ -34,6 +34,22 @@ impl Exporter {
         }
     }
 
+    /// A figure's title in bold with its export [`Self::buttons`] after it, wrapped onto a
+    /// second line where the column is too narrow (on one line they ran into the next column
+    /// at 1024 px).
+    pub fn titled(
+        &self,
+        ui: &mut egui::Ui,
+        title: impl Into<egui::RichText>,
+        name: &str,
+        figure: impl FnOnce() -> Figure,
+    ) {
+        ui.horizontal_wrapped(|ui| {
+            ui.strong(title);
+            self.buttons(ui, name, figure);
+        });
+    }
+
     /// PNG / SVG / CSV buttons for `figure` (built only when a button is clicked).
     pub fn buttons(&self, ui: &mut egui::Ui, name: &str, figure: impl FnOnce() -> Figure) {
         let mut clicked = None;

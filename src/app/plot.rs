@@ -45,7 +45,10 @@ pub fn show_figure(ui: &mut egui::Ui, figure: &Figure, options: &PlotOptions) {
         titled_plot(options.id.unwrap_or(&figure.title), figure.axes()).height(options.height);
     match &figure.plot {
         Plot::Lines(lines) => {
-            lines_axes(plot, lines, options.y_range.clone()).show(ui, |p| add_lines(p, lines));
+            let legend = lines_legend(lines, options.height < COMPACT_LEGEND_BELOW);
+            lines_axes(plot, lines, options.y_range.clone())
+                .legend(legend)
+                .show(ui, |p| add_lines(p, lines));
         }
         Plot::Bars(bars) => {
             let plot = include_y(plot, options.y_range.clone(), false);
@@ -72,17 +75,26 @@ pub fn titled_plot<'a>(id: &str, [x, y]: [&str; 2]) -> egui_plot::Plot<'a> {
         .allow_scroll(false)
 }
 
+/// Plots lower than this get their legend in small text: in body text it covered 40 % of a
+/// 220 px plot.
+const COMPACT_LEGEND_BELOW: f32 = 300.0;
+
 /// The legend of `lines`: where the export puts it (the corner hiding the least of the
 /// curves), named series in the figure's order, each entry also hiding the unnamed series drawn
-/// in its colour (its error band).
-fn lines_legend(lines: &LinePlot) -> Legend {
+/// in its colour (its error band); in small text when `compact`.
+fn lines_legend(lines: &LinePlot, compact: bool) -> Legend {
     let corner = match legend_corner(lines) {
         figures::Corner::UpperLeft => Corner::LeftTop,
         figures::Corner::UpperRight => Corner::RightTop,
         figures::Corner::LowerLeft => Corner::LeftBottom,
         figures::Corner::LowerRight => Corner::RightBottom,
     };
+    let text = match compact {
+        true => egui::TextStyle::Small,
+        false => egui::TextStyle::Body,
+    };
     Legend::default()
+        .text_style(text)
         .position(corner)
         .grouping(LegendGrouping::ById)
         .follow_insertion_order(true)
@@ -111,7 +123,6 @@ fn lines_axes<'a>(
 ) -> egui_plot::Plot<'a> {
     let (x_log, y_log) = (lines.x_log, lines.y_log);
     let mut plot = include_y(plot, y_range, y_log)
-        .legend(lines_legend(lines))
         .label_formatter(move |position| Some(hover_text(position, lines)));
     if x_log {
         plot = plot

@@ -28,6 +28,8 @@ const POINTS: usize = 50;
 const HEATMAP: usize = 256;
 /// Distances shown in the exp(bias) curves.
 const CURVE: usize = 4096;
+/// The lowest the plots get in a short window (the view scrolls below them).
+const MIN_PLOT_HEIGHT: f32 = 220.0;
 
 /// Everything the view draws, for one set of inputs: the reports `attnlab bias`, `trf` and
 /// `erf` print, computed by the same code.
@@ -276,16 +278,20 @@ impl View for EncodingsView {
         let Some(results) = &self.results else {
             return;
         };
-        self.verdicts_ui(ui, results);
-        let height = (ui.available_height() / 2.0 - 30.0).max(120.0);
-        ui.columns(2, |columns| {
-            trf_plot(&mut columns[0], results, height, exporter);
-            exp_bias_plot(&mut columns[1], results, height, exporter);
-        });
         let texture = &mut self.heatmap_texture;
-        ui.columns(2, |columns| {
-            decay_plot(&mut columns[0], results, height, exporter);
-            heatmap_ui(&mut columns[1], results, texture, height, exporter);
+        // Scrolled below a plot height that reads: at 1024x700 the plots fitted into the
+        // window were 90 px tall.
+        egui::ScrollArea::vertical().show(ui, |ui| {
+            Self::verdicts_ui(ui, results);
+            let height = (ui.available_height() / 2.0 - 30.0).max(MIN_PLOT_HEIGHT);
+            ui.columns(2, |columns| {
+                trf_plot(&mut columns[0], results, height, exporter);
+                exp_bias_plot(&mut columns[1], results, height, exporter);
+            });
+            ui.columns(2, |columns| {
+                decay_plot(&mut columns[0], results, height, exporter);
+                heatmap_ui(&mut columns[1], results, texture, height, exporter);
+            });
         });
     }
 }
@@ -293,7 +299,7 @@ impl View for EncodingsView {
 impl EncodingsView {
     /// One row per encoding; the evidence is cut at the window's edge (it can run to a
     /// paragraph) with the whole of it on hover.
-    fn verdicts_ui(&self, ui: &mut egui::Ui, results: &Results) {
+    fn verdicts_ui(ui: &mut egui::Ui, results: &Results) {
         let evidence_width = (ui.available_width() - 320.0).max(160.0);
         egui::Grid::new("verdicts").striped(true).show(ui, |ui| {
             ui.strong("encoding");
@@ -322,10 +328,8 @@ impl EncodingsView {
 /// encoding's TRF (`attnlab erf`'s curves) on the same axes.
 fn trf_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &Exporter) {
     let (figure, drawn) = &results.figures.trf;
-    ui.horizontal(|ui| {
-        ui.strong("TRF: receptive field / m against ε");
-        exporter.buttons(ui, "trf", || figure.clone());
-    });
+    let title = "TRF: receptive field / m against ε";
+    exporter.titled(ui, title, "trf", || figure.clone());
     if let Some(Err(error)) = &results.run {
         ui.colored_label(ui.visuals().warn_fg_color, format!("selected run's ERF: {error}"));
     }
@@ -349,10 +353,8 @@ fn curves_plot(ui: &mut egui::Ui, figure: &Figure, height: f32) {
 /// exp(bias) by distance: `attnlab bias`'s figure.
 fn exp_bias_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &Exporter) {
     let (figure, has_bias) = &results.figures.exp_bias;
-    ui.horizontal(|ui| {
-        ui.strong("exp(bias) by distance (log axes)");
-        exporter.buttons(ui, "exp-bias", || figure.clone());
-    });
+    let title = "exp(bias) by distance (log axes)";
+    exporter.titled(ui, title, "exp-bias", || figure.clone());
     if !has_bias {
         let what = "no exp(bias) by distance";
         empty_plot(ui, height, no_bias_note(results, what));
@@ -379,10 +381,8 @@ fn decay_plot(ui: &mut egui::Ui, results: &Results, height: f32, exporter: &Expo
         );
         return;
     };
-    ui.horizontal(|ui| {
-        ui.strong("rotary long-range decay (content-free; not a TRF)");
-        exporter.buttons(ui, "rotary-decay", || figure.clone());
-    });
+    let title = "rotary long-range decay (content-free; not a TRF)";
+    exporter.titled(ui, title, "rotary-decay", || figure.clone());
     curves_plot(ui, figure, height);
 }
 
@@ -397,11 +397,8 @@ fn heatmap_ui(
         ui.label("This encoding adds no logit bias, so there is no exp(bias) heatmap.");
         return;
     };
-    ui.horizontal(|ui| {
-        ui.strong(format!("exp(bias) heatmap: {label}"));
-        exporter.buttons(ui, "exp-bias-heatmap", || {
-            fig::exp_bias_heatmap(label, *n, values.clone(), "mean over heads")
-        });
+    exporter.titled(ui, format!("exp(bias) heatmap: {label}"), "exp-bias-heatmap", || {
+        fig::exp_bias_heatmap(label, *n, values.clone(), "mean over heads")
     });
     let (texture, scale) = texture.get_or_insert_with(|| {
         let floats: Vec<f32> = values.iter().map(|&v| v as f32).collect();

@@ -304,7 +304,7 @@ fn show_example(ctx: &egui::Context, example: ExampleIou, mechanism: String) -> 
 /// two heatmaps export as the report's figures.
 fn table_ui(ui: &mut egui::Ui, run: &PerRun<IouReport>, exporter: &Exporter) {
     let table = &run.value.table;
-    ui.horizontal(|ui| {
+    ui.horizontal_wrapped(|ui| {
         ui.strong(format!(
             "{}: IoU over {} examples",
             run.name, table.examples
@@ -351,10 +351,8 @@ fn bars_ui(ui: &mut egui::Ui, reports: &[PerRun<IouReport>], exporter: &Exporter
         .map(|r| (r.name.clone(), &r.value.table))
         .collect();
     let figure = recall::iou_bars(&tables);
-    ui.horizontal(|ui| {
-        ui.strong("Across runs (mean over examples; the export draws ± std whiskers)");
-        exporter.buttons(ui, "iou-runs", || figure.clone());
-    });
+    let title = "Across runs (mean over examples; the export draws ± std whiskers)";
+    exporter.titled(ui, title, "iou-runs", || figure.clone());
     let options = PlotOptions {
         height: 220.0,
         y_range: Some(0.0..=1.0),
@@ -364,9 +362,7 @@ fn bars_ui(ui: &mut egui::Ui, reports: &[PerRun<IouReport>], exporter: &Exporter
     // Hard IoU ranks by where its threshold cuts: the curve over τ says whether a ranking
     // holds, soft IoU (dashed) needs no threshold.
     let thresholds = recall::iou_thresholds(&tables);
-    ui.horizontal(|ui| {
-        ui.strong("Hard IoU against its threshold τ, soft IoU dashed");
-        exporter.buttons(ui, "iou-thresholds", || thresholds.clone());
-    });
+    let title = "Hard IoU against its threshold τ, soft IoU dashed";
+    exporter.titled(ui, title, "iou-thresholds", || thresholds.clone());
     show_figure(ui, &thresholds, &options);
 }

@@ -133,10 +133,8 @@ impl SpectraView {
     /// The curves: the report's main figure, drawn as its export draws it.
     fn curves_ui(&self, ui: &mut egui::Ui, exporter: &Exporter) {
         let figure = self.report.curves();
-        ui.horizontal(|ui| {
-            ui.strong("normalised cumulative singular values (mean over heads)");
-            exporter.buttons(ui, "spectrum", || figure.clone());
-        });
+        let title = "normalised cumulative singular values (mean over heads)";
+        exporter.titled(ui, title, "spectrum", || figure.clone());
         if let Some(first) = self.report.runs.first() {
             let spectrum = &first.spectrum;
             ui.label(

@@ -637,7 +637,9 @@ impl View for SweepView {
 impl SweepView {
     fn file_ui(&mut self, ui: &mut egui::Ui, jobs: &Jobs) {
         let idle = self.job.is_none();
-        ui.horizontal(|ui| {
+        // Wrapped, here and in the run controls: at 1024 px the shipped sweeps' buttons and
+        // the progress ran off the window.
+        ui.horizontal_wrapped(|ui| {
             let label = ui.label("sweep file");
             ui.add(egui::TextEdit::singleline(&mut self.path).desired_width(320.0))
                 .labelled_by(label.id);
@@ -699,7 +701,7 @@ impl SweepView {
             ui.label(format!("{axis}: {values}"));
         }
         let mut clicked = (false, false, false);
-        ui.horizontal(|ui| {
+        ui.horizontal_wrapped(|ui| {
             parallelism_ui(ui, &mut loaded.sweep, running);
             let idle = self.job.is_none();
             clicked.0 = ui
@@ -804,11 +806,8 @@ impl SweepView {
         for row in self.panels.chunks(n) {
             ui.columns(n, |columns| {
                 for (column, (suffix, figure)) in columns.iter_mut().zip(row) {
-                    column.horizontal(|ui| {
-                        ui.strong(&figure.title);
-                        let name = format!("sweep-accuracy-{suffix}");
-                        exporter.buttons(ui, &name, || figure.clone());
-                    });
+                    let name = format!("sweep-accuracy-{suffix}");
+                    exporter.titled(column, &figure.title, &name, || figure.clone());
                     let options = PlotOptions {
                         y_range: Some(0.0..=1.0),
                         ..PlotOptions::default()

@@ -71,12 +71,8 @@ fn curves_ui(ui: &mut egui::Ui, runs: &[&RunView], cx: &ViewContext) {
     }
     for which in Curve::ALL {
         let figure = report.figure(which);
-        ui.horizontal(|ui| {
-            ui.strong(which.label());
-            exporter.buttons(ui, which.label().replace(' ', "-").as_str(), || {
-                figure.clone()
-            });
-        });
+        let name = which.label().replace(' ', "-");
+        exporter.titled(ui, which.label(), &name, || figure.clone());
         let Plot::Lines(lines) = &figure.plot else {
             continue;
         };
