@@ -515,6 +515,43 @@ fn a_language_model_run_names_the_text_it_trained_on() {
     harness.get_by_label_contains("text: generated: seeded synthetic prose");
 }
 
+/// A character-level language model's maps name its tokens' characters, rebuilt from its
+/// corpus (the run folder keeps only ids, numbered by the training text's frequencies): they
+/// read `#5` before.
+#[test]
+fn a_character_language_models_maps_name_its_characters() {
+    let root = tempfile::tempdir().unwrap();
+    let mut app = app(root.path());
+    app.editor.preset.train.max_steps = Some(2);
+    let mut task = tiny_language_model();
+    if let attnlab::tasks::TaskSpec::Lm(lm) = &mut task {
+        (lm.tokens, lm.vocab_size) = (attnlab::tasks::lm::Tokens::Chars, 64);
+    }
+    app.editor.preset.task = task;
+    let dir = common::trained_run(&app.editor.preset, root.path());
+    app.runs.open(dir);
+    app.tab = Tab::Attention;
+    let mut harness = harness(app);
+    wait_for_loaded_run(&mut harness);
+    let run = harness.state().runs.selected().unwrap();
+    assert!(run.characters.as_ref().is_some_and(|c| c.len() > 10));
+    harness
+        .get_all_by_role(egui::accesskit::Role::Image)
+        .next()
+        .unwrap()
+        .hover();
+    settle(&mut harness);
+    let shown = |text| {
+        let by = egui_kittest::kittest::By::new().label_contains(text);
+        harness.query_all(by).count()
+    };
+    let (named, numbered) = (shown(", tokens '"), shown(", tokens #"));
+    assert!(
+        named > 0 && numbered == 0,
+        "{named} named, {numbered} numbered"
+    );
+}
+
 /// Where no file dialog opens (no desktop portal, no zenity: it returned at once, as if
 /// cancelled), the app asks for the path in its own window and says why: here a run folder,
 /// and a figure to export.

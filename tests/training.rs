@@ -432,7 +432,10 @@ fn assert_tensorboard_restarts(dir: &Path, step: usize) {
     );
     // Event { step (field 2) = step, session_log (field 7) = SessionLog { status: START } }.
     let restart = [0x10, step as u8, 0x3a, 0x02, 0x08, 0x01];
-    assert_eq!((holding(&first, &restart), holding(&second, &restart)), (0, 1));
+    assert_eq!(
+        (holding(&first, &restart), holding(&second, &restart)),
+        (0, 1)
+    );
     assert_eq!(holding(&first, b"train/loss"), step - 1);
     assert_eq!(holding(&second, b"train/loss"), 20 - (step - 1));
     let end = b"_hparams_/session_end_info";

@@ -10,6 +10,7 @@ use super::jobs::{Job, Jobs, take_finished};
 
 use crate::Preset;
 use crate::attention::AttentionWeights;
+use crate::tasks::lm::Tokens;
 use crate::train::run_dir::{AttentionIndex, folder_name};
 use crate::train::{
     EvalRecord, MetricRecord, Priority, RunDir, RunStatus, StepRecord, Summary, TrainEvent,
@@ -59,6 +60,10 @@ pub struct RunView {
     /// The text a language model trained on, as its summary names it.
     pub corpus: Option<String>,
     pub attention: Option<LoadedAttention>,
+    /// A character-level language model's character of each token id
+    /// ([`crate::tasks::lm::LmConfig::characters`]), rebuilt from its corpus with its first
+    /// attention, so its maps name characters instead of ids; `None` for other tasks.
+    pub characters: Option<Vec<char>>,
     /// Bumped whenever `attention` changes, so views can cache what they derive from it.
     pub attention_version: u64,
     source: Option<Source>,
@@ -87,7 +92,8 @@ impl Source {
 
 /// What a background read of a run folder returns.
 enum Loaded {
-    Attention(crate::Result<LoadedAttention>),
+    /// The attention, and the characters of a character-level model where asked for.
+    Attention(crate::Result<LoadedAttention>, Option<Vec<char>>),
     Folder(Box<crate::Result<Folder>>),
 }
 
@@ -108,6 +114,7 @@ impl RunView {
             notice: None,
             corpus: None,
             attention: None,
+            characters: None,
             attention_version: 0,
             source: None,
             loading: None,
@@ -175,7 +182,20 @@ impl RunView {
             return;
         };
         let name = format!("read attention of {}", self.name);
-        self.loading = Some(jobs.run(name, move || Loaded::Attention(read_attention(&dir))));
+        // Read once: a corpus that cannot be read here leaves the ids as numbers.
+        let lm = match self.characters {
+            None => self
+                .preset
+                .task
+                .lm()
+                .filter(|lm| lm.tokens == Tokens::Chars)
+                .cloned(),
+            Some(_) => None,
+        };
+        self.loading = Some(jobs.run(name, move || {
+            let characters = lm.and_then(|lm| lm.characters().ok().flatten());
+            Loaded::Attention(read_attention(&dir), characters)
+        }));
     }
 }
 
@@ -495,12 +515,13 @@ fn drain_loads(run: &mut RunView, jobs: &Jobs) {
     };
     match loaded {
         Loaded::Folder(folder) => apply_folder(run, *folder, jobs),
-        Loaded::Attention(Ok(attention)) => {
+        Loaded::Attention(Ok(attention), characters) => {
             run.attention = Some(attention);
+            run.characters = characters.or(run.characters.take());
             run.attention_version += 1;
         }
         // A run stopped before its first evaluation has no attention yet: not an error.
-        Loaded::Attention(Err(_)) => {}
+        Loaded::Attention(Err(_), _) => {}
     }
 }
 

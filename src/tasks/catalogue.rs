@@ -192,11 +192,12 @@ impl TaskSpec {
         }
     }
 
-    /// Token `id` as a reader should see it in the views: an LM's byte as its character
-    /// ([`super::lm::Tokens::label`]), any other id as its number.
-    pub fn token_label(&self, id: u32) -> String {
+    /// Token `id` as a reader should see it in the views: an LM's byte or character as its
+    /// character ([`super::lm::Tokens::label`], with a character LM's `characters`), any
+    /// other id as its number.
+    pub fn token_label(&self, id: u32, characters: Option<&[char]>) -> String {
         match self.lm() {
-            Some(lm) => lm.tokens.label(id),
+            Some(lm) => lm.tokens.label(id, characters),
             None => id.to_string(),
         }
     }

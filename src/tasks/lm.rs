@@ -30,13 +30,19 @@ pub enum Tokens {
 impl Tokens {
     /// Token `id` for a reader: a printable ASCII byte as itself in quotes (`'a'`, `' '`),
     /// a control byte escaped (`'\n'`), any other byte (part of a UTF-8 character) in hex
-    /// (`0xc3`); a character id as `#id` (the characters are numbered by their frequency in
-    /// the training text, which the run folder does not keep).
-    pub fn label(self, id: u32) -> String {
-        match (self, u8::try_from(id)) {
-            (Self::Bytes, Ok(byte)) if byte.is_ascii() => format!("'{}'", byte.escape_ascii()),
-            (Self::Bytes, Ok(byte)) => format!("{byte:#04x}"),
-            (Self::Bytes, Err(_)) | (Self::Chars, _) => format!("#{id}"),
+    /// (`0xc3`); a character id as its character in quotes, from `characters`
+    /// ([`LmConfig::characters`]: the ids follow the training text's frequencies, which the
+    /// run folder does not keep), `other` for id 0, `#id` without them.
+    pub fn label(self, id: u32, characters: Option<&[char]>) -> String {
+        let character = characters.and_then(|c| c.get(id as usize));
+        match (self, u8::try_from(id), character) {
+            (Self::Bytes, Ok(byte), _) if byte.is_ascii() => {
+                format!("'{}'", byte.escape_ascii())
+            }
+            (Self::Bytes, Ok(byte), _) => format!("{byte:#04x}"),
+            (Self::Chars, _, Some(_)) if id == 0 => "other".into(),
+            (Self::Chars, _, Some(c)) => format!("'{}'", c.escape_debug()),
+            (Self::Bytes, Err(_), _) | (Self::Chars, _, None) => format!("#{id}"),
         }
     }
 }
@@ -225,6 +231,21 @@ impl LmConfig {
         }
     }
 
+    /// The character of each id (index 0, the id of every other character, holds U+FFFD),
+    /// rebuilt from the training text as training built them; `None` for byte tokens.
+    pub fn characters(&self) -> Result<Option<Vec<char>>> {
+        Ok(match self.tokenizer(None)? {
+            Tokenizer::Bytes => None,
+            Tokenizer::Chars(ids) => {
+                let mut characters = vec![char::REPLACEMENT_CHARACTER; ids.len() + 1];
+                for (c, id) in ids {
+                    characters[id as usize] = c;
+                }
+                Some(characters)
+            }
+        })
+    }
+
     /// The validation text as token ids: the stream extrapolation is measured on.
     pub fn validation_tokens(&self) -> Result<Vec<u32>> {
         let tokenizer = self.tokenizer(None)?;
@@ -334,10 +355,37 @@ mod tests {
     #[test]
     fn byte_tokens_read_as_characters() {
         let labels: Vec<String> = [97, 32, 10, 39, 0xc3, 300]
-            .map(|id| Tokens::Bytes.label(id))
+            .map(|id| Tokens::Bytes.label(id, None))
             .into();
         assert_eq!(labels, ["'a'", "' '", "'\\n'", "'\\''", "0xc3", "#300"]);
-        assert_eq!(Tokens::Chars.label(5), "#5");
+        assert_eq!(Tokens::Chars.label(5, None), "#5");
+    }
+
+    /// Character ids read back as the characters the training text gave them, id 0 as the
+    /// others, an id past the vocabulary as its number.
+    #[test]
+    fn character_tokens_read_as_their_characters() {
+        let lm = LmConfig {
+            corpus: "generated".into(),
+            tokens: Tokens::Chars,
+            vocab_size: 8,
+            train_bytes: 4096,
+            ..LmConfig::default()
+        };
+        let characters = lm.characters().unwrap().unwrap();
+        assert_eq!(characters.len(), 8);
+        let text = lm.text(Part::Train).unwrap();
+        let tokenizer = lm.tokenizer(Some(&text)).unwrap();
+        let sample: String = text.chars().take(200).collect();
+        for (c, id) in sample.chars().zip(tokenizer.encode(&sample)) {
+            let label = Tokens::Chars.label(id, Some(&characters));
+            match id {
+                0 => assert_eq!(label, "other"),
+                _ => assert_eq!(label, format!("'{}'", c.escape_debug())),
+            }
+        }
+        assert_eq!(Tokens::Chars.label(9, Some(&characters)), "#9");
+        assert_eq!(LmConfig::default().characters().unwrap(), None);
     }
 
     #[test]

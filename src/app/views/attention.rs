@@ -146,7 +146,11 @@ impl AttentionView {
             .index
             .examples
             .get(self.example)
-            .map(|e| e.inputs.iter().map(|&t| run.preset.task.token_label(t)).collect())
+            .map(|e| {
+                let characters = run.characters.as_deref();
+                let label = |&t: &u32| run.preset.task.token_label(t, characters);
+                e.inputs.iter().map(label).collect()
+            })
             .unwrap_or_default();
         self.key = Some(key);
     }
