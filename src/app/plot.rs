@@ -123,16 +123,14 @@ fn lines_axes<'a>(
 ) -> egui_plot::Plot<'a> {
     let (x_log, y_log) = (lines.x_log, lines.y_log);
     let mut plot = include_y(plot, y_range, y_log)
-        .label_formatter(move |position| Some(hover_text(position, lines)));
+        .label_formatter(move |position| Some(hover_text(position, lines)))
+        .x_grid_spacer(move |input| grid_marks(input, x_log, X_TICK_POINTS))
+        .y_grid_spacer(move |input| grid_marks(input, y_log, Y_TICK_POINTS));
     if x_log {
-        plot = plot
-            .x_grid_spacer(log_marks)
-            .x_axis_formatter(|mark, _| tick_label(10f64.powf(mark.value)));
+        plot = plot.x_axis_formatter(|mark, _| tick_label(10f64.powf(mark.value)));
     }
     if y_log {
-        plot = plot
-            .y_grid_spacer(log_marks)
-            .y_axis_formatter(|mark, _| tick_label(10f64.powf(mark.value)));
+        plot = plot.y_axis_formatter(|mark, _| tick_label(10f64.powf(mark.value)));
     }
     plot
 }
@@ -168,19 +166,32 @@ fn hover_text(position: &HoverPosition, lines: &LinePlot) -> String {
     }
 }
 
-/// The grid of a log axis (positions are log10 of values) at the ticks the exports put there,
-/// about one per 64 points; each mark's step is its gap to its nearest neighbour, so egui
-/// labels the ones with room.
-fn log_marks(input: GridInput) -> Vec<GridMark> {
-    // Beyond 1e±300 the values themselves overflow.
-    let (lo, hi) = (input.bounds.0.max(-300.0), input.bounds.1.min(300.0));
+/// Points between ticks along x: room for a label such as `1.5e4`.
+const X_TICK_POINTS: f64 = 64.0;
+/// Points between ticks along y, where a label needs only a line's height: a 130-point axis
+/// gets four labels (egui's own grid, or x's spacing, left some such axes with one or two).
+const Y_TICK_POINTS: f64 = 30.0;
+
+/// The grid of an axis (on a log axis, positions are log10 of values) at the ticks the exports
+/// put there (1-2-5 steps), about one per `points`; each mark's step is its gap to its nearest
+/// neighbour, so egui labels the ones with room.
+fn grid_marks(input: GridInput, log: bool, points: f64) -> Vec<GridMark> {
+    let (lo, hi) = match log {
+        // Beyond 1e±300 the values themselves overflow.
+        true => (input.bounds.0.max(-300.0), input.bounds.1.min(300.0)),
+        false => input.bounds,
+    };
     if lo.is_nan() || hi.is_nan() || hi <= lo {
         return Vec::new();
     }
     // `base_step_size` spans the closest grid lines egui allows, 8 points by default.
-    let max_ticks = ((hi - lo) / (8.0 * input.base_step_size)).clamp(2.0, 100.0) as usize;
-    let ticks = axis_ticks(10f64.powf(lo)..10f64.powf(hi), true, max_ticks);
-    let positions: Vec<f64> = ticks.iter().map(|t| t.log10()).collect();
+    let max_ticks = ((hi - lo) / (points / 8.0 * input.base_step_size)).clamp(2.0, 100.0);
+    let range = match log {
+        true => 10f64.powf(lo)..10f64.powf(hi),
+        false => lo..hi,
+    };
+    let ticks = axis_ticks(range, log, max_ticks as usize);
+    let positions: Vec<f64> = ticks.iter().map(|&t| on_axis(t, log)).collect();
     let gap = |i: usize, j: Option<usize>| {
         j.and_then(|j| positions.get(j))
             .map_or(hi - lo, |p| (p - positions[i]).abs())
@@ -253,4 +264,43 @@ fn bar_charts(bars: &BarPlot) -> Vec<BarChart> {
             BarChart::new(series.name.as_str(), bars).color(egui::Color32::from_rgb(r, g, b))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A loss between 3.7 and 5.1 on a 150-point axis: three labelled ticks half a unit apart,
+    /// each with room for its label (egui hides a label whose step spans 20 points or fewer).
+    #[test]
+    fn a_short_y_axis_gets_a_label_every_30_points_or_more() {
+        let per_point = 1.4 / 150.0;
+        let input = GridInput {
+            bounds: (3.7, 5.1),
+            base_step_size: 8.0 * per_point,
+        };
+        let marks = grid_marks(input, false, Y_TICK_POINTS);
+        let values: Vec<f64> = marks.iter().map(|m| m.value).collect();
+        assert_eq!(values, [4.0, 4.5, 5.0]);
+        assert!(marks.iter().all(|m| m.step_size / per_point > 20.0));
+    }
+
+    /// On a log axis the marks are log10 of the exports' ticks: two decades over 600 points
+    /// get 1-2-5.
+    #[test]
+    fn log_axis_marks_are_the_exports_ticks() {
+        let input = GridInput {
+            bounds: (0.0, 2.0),
+            base_step_size: 8.0 * 2.0 / 600.0,
+        };
+        let values: Vec<f64> = grid_marks(input, true, X_TICK_POINTS)
+            .iter()
+            .map(|m| 10f64.powf(m.value))
+            .collect();
+        let expected = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0];
+        assert_eq!(values.len(), expected.len(), "{values:?}");
+        for (v, e) in values.iter().zip(expected) {
+            assert!((v - e).abs() < 1e-9 * e, "{values:?}");
+        }
+    }
 }
