@@ -517,7 +517,7 @@ fn a_language_model_run_names_the_text_it_trained_on() {
 
 /// A character-level language model's maps name its tokens' characters, rebuilt from its
 /// corpus (the run folder keeps only ids, numbered by the training text's frequencies): they
-/// read `#5` before.
+/// read `#5` before. A run that trained on text this machine does not have keeps the ids.
 #[test]
 fn a_character_language_models_maps_name_its_characters() {
     let root = tempfile::tempdir().unwrap();
@@ -529,10 +529,32 @@ fn a_character_language_models_maps_name_its_characters() {
     }
     app.editor.preset.task = task;
     let dir = common::trained_run(&app.editor.preset, root.path());
+    // A run that says it trained on other text: its characters cannot be rebuilt here.
+    let other = tempfile::tempdir().unwrap();
+    let elsewhere = common::trained_run(&app.editor.preset, other.path());
+    let summary = elsewhere.join("summary.json");
+    let text = std::fs::read_to_string(&summary).unwrap();
+    let mut json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    json["corpus"] = "a file that is not here".into();
+    std::fs::write(&summary, json.to_string()).unwrap();
+    app.runs.open(elsewhere);
     app.runs.open(dir);
     app.tab = Tab::Attention;
     let mut harness = harness(app);
-    wait_for_loaded_run(&mut harness);
+    run_until(&mut harness, "both runs' attention", |app| {
+        app.runs.runs.iter().all(|r| r.attention.is_some())
+    });
+    settle(&mut harness);
+    let characters: Vec<_> = harness
+        .state()
+        .runs
+        .runs
+        .iter()
+        .map(|r| r.characters.is_some())
+        .collect();
+    assert_eq!(characters, [false, true]);
+    harness.state_mut().runs.selected = Some(1);
+    harness.run_steps(3);
     let run = harness.state().runs.selected().unwrap();
     assert!(run.characters.as_ref().is_some_and(|c| c.len() > 10));
     harness

@@ -61,8 +61,9 @@ pub struct RunView {
     pub corpus: Option<String>,
     pub attention: Option<LoadedAttention>,
     /// A character-level language model's character of each token id
-    /// ([`crate::tasks::lm::LmConfig::characters`]), rebuilt from its corpus with its first
-    /// attention, so its maps name characters instead of ids; `None` for other tasks.
+    /// ([`crate::tasks::lm::LmConfig::characters`]), rebuilt with its first attention from the
+    /// text it trained on, so its maps name characters instead of ids; `None` for other tasks
+    /// and where that text is not here.
     pub characters: Option<Vec<char>>,
     /// Bumped whenever `attention` changes, so views can cache what they derive from it.
     pub attention_version: u64,
@@ -182,18 +183,23 @@ impl RunView {
             return;
         };
         let name = format!("read attention of {}", self.name);
-        // Read once: a corpus that cannot be read here leaves the ids as numbers.
-        let lm = match self.characters {
-            None => self
+        // Read once, and only from the text the run trained on (`corpus = "auto"` or a path
+        // may name other text here, whose characters would be numbered otherwise): without
+        // it the ids stay numbers.
+        let lm = match (&self.characters, &self.corpus) {
+            (None, Some(trained)) => self
                 .preset
                 .task
                 .lm()
                 .filter(|lm| lm.tokens == Tokens::Chars)
-                .cloned(),
-            Some(_) => None,
+                .map(|lm| (lm.clone(), trained.clone())),
+            _ => None,
         };
         self.loading = Some(jobs.run(name, move || {
-            let characters = lm.and_then(|lm| lm.characters().ok().flatten());
+            let characters = lm.and_then(|(lm, trained)| {
+                let same_text = lm.corpus_description().is_ok_and(|here| here == trained);
+                same_text.then(|| lm.characters().ok().flatten()).flatten()
+            });
             Loaded::Attention(read_attention(&dir), characters)
         }));
     }
