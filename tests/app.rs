@@ -319,19 +319,21 @@ fn every_view_draws_empty_and_with_a_run() {
     }
 }
 
-/// At a laptop's 1024x700 every control of every view, with a run selected, ends inside the
-/// window: rows of buttons wrap instead of running off its right edge (the sweep view's
-/// shipped sweeps, the IoU table's exports and the figure titles' buttons did).
+/// At a laptop's 1024x700 every control of every view, with a run selected and the IoU and
+/// Spectra views computed, ends inside the window: rows of buttons wrap instead of running off
+/// its right edge (the sweep view's shipped sweeps, the IoU table's exports and the figure
+/// titles' buttons did).
 #[test]
 fn every_views_controls_fit_a_1024_px_window() {
+    use attnlab::app::Command;
     use egui::accesskit::Role;
     let root = tempfile::tempdir().unwrap();
+    let mut app = app_with_finished_run(root.path());
+    app.views.iou.protocol.examples = 16;
+    app.views.spectra.protocol.examples = 16;
     let mut harness = Harness::builder()
         .with_size(egui::vec2(1024.0, 700.0))
-        .build_ui_state(
-            |ui, app: &mut AttnlabApp| app.show(ui),
-            app_with_finished_run(root.path()),
-        );
+        .build_ui_state(|ui, app: &mut AttnlabApp| app.show(ui), app);
     wait_for_loaded_run(&mut harness);
     let controls = [
         Role::Button,
@@ -339,10 +341,27 @@ fn every_views_controls_fit_a_1024_px_window() {
         Role::ComboBox,
         Role::TextInput,
         Role::Slider,
+        Role::SpinButton,
+        Role::ProgressIndicator,
     ];
     for &tab in Tab::ALL {
+        if matches!(tab, Tab::Iou | Tab::Spectra) {
+            run_until(&mut harness, "the view's analysis", |app| {
+                app.commands.push(Command::PrepareDemoTab(tab));
+                app.demo_ready == Some(tab)
+            });
+        }
         harness.state_mut().tab = tab;
-        harness.run_steps(3);
+        settle(&mut harness);
+        let figures = harness
+            .query_all(egui_kittest::kittest::By::new().label("PNG"))
+            .count();
+        if matches!(
+            tab,
+            Tab::Training | Tab::Encodings | Tab::Iou | Tab::Spectra
+        ) {
+            assert!(figures > 0, "{}: no figure drawn", tab.label());
+        }
         let outside: Vec<String> = harness
             .query_all(
                 egui_kittest::kittest::By::new().predicate(|node| controls.contains(&node.role())),

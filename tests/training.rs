@@ -410,13 +410,13 @@ fn a_stopped_run_resumes_as_if_never_stopped() {
     );
     assert_eq!(resumed.dir, stopped.dir);
     assert_continues(&reference, &resumed, 9);
-    assert_tensorboard_restarts(&resumed.dir, 10);
+    assert_tensorboard_restarts(&resumed.dir, 10, 20);
 }
 
 /// A resumed run's TensorBoard events: the first file the steps before the checkpoint, a
 /// second one a restart at `step` (SessionLog START, which makes TensorBoard drop what the
-/// first holds from it on) and the steps from it, and the session's end.
-fn assert_tensorboard_restarts(dir: &Path, step: usize) {
+/// first holds from it on) and the steps from it to `last`, and the session's end.
+fn assert_tensorboard_restarts(dir: &Path, step: usize, last: usize) {
     let mut files: Vec<_> = std::fs::read_dir(dir.join("tensorboard"))
         .unwrap()
         .map(|f| f.unwrap().path())
@@ -430,14 +430,16 @@ fn assert_tensorboard_restarts(dir: &Path, step: usize) {
         attnlab::tensorboard::read_records(first).unwrap(),
         attnlab::tensorboard::read_records(second).unwrap(),
     );
-    // Event { step (field 2) = step, session_log (field 7) = SessionLog { status: START } }.
+    // Event { step (field 2) = step, session_log (field 7) = SessionLog { status: START } }:
+    // the step as a one-byte varint.
+    assert!(step < 128);
     let restart = [0x10, step as u8, 0x3a, 0x02, 0x08, 0x01];
     assert_eq!(
         (holding(&first, &restart), holding(&second, &restart)),
         (0, 1)
     );
     assert_eq!(holding(&first, b"train/loss"), step - 1);
-    assert_eq!(holding(&second, b"train/loss"), 20 - (step - 1));
+    assert_eq!(holding(&second, b"train/loss"), last - (step - 1));
     let end = b"_hparams_/session_end_info";
     assert_eq!((holding(&first, end), holding(&second, end)), (0, 1));
 }

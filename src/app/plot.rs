@@ -114,25 +114,22 @@ fn include_y<'a>(
         .fold(plot, egui_plot::Plot::include_y)
 }
 
-/// `plot` set up for `lines`: log axes marked and read back in values, the hover text naming
-/// the series and its point.
+/// `plot` set up for `lines`: both axes ticked and labelled as the exports are (log axes read
+/// back in values), the hover text naming the series and its point.
 fn lines_axes<'a>(
     plot: egui_plot::Plot<'a>,
     lines: &'a LinePlot,
     y_range: Option<RangeInclusive<f64>>,
 ) -> egui_plot::Plot<'a> {
     let (x_log, y_log) = (lines.x_log, lines.y_log);
-    let mut plot = include_y(plot, y_range, y_log)
+    // The labels are the exports' too: egui's own rounds to the decimals of a power-of-ten
+    // step, so ticks half a unit apart read 4, 4, 5.
+    include_y(plot, y_range, y_log)
         .label_formatter(move |position| Some(hover_text(position, lines)))
         .x_grid_spacer(move |input| grid_marks(input, x_log, X_TICK_POINTS))
-        .y_grid_spacer(move |input| grid_marks(input, y_log, Y_TICK_POINTS));
-    if x_log {
-        plot = plot.x_axis_formatter(|mark, _| tick_label(10f64.powf(mark.value)));
-    }
-    if y_log {
-        plot = plot.y_axis_formatter(|mark, _| tick_label(10f64.powf(mark.value)));
-    }
-    plot
+        .y_grid_spacer(move |input| grid_marks(input, y_log, Y_TICK_POINTS))
+        .x_axis_formatter(move |mark, _| tick_label(value_at(mark.value, x_log)))
+        .y_axis_formatter(move |mark, _| tick_label(value_at(mark.value, y_log)))
 }
 
 /// Where a value lies along an axis: log10 of it on a log axis (egui_plot has none).
@@ -166,23 +163,33 @@ fn hover_text(position: &HoverPosition, lines: &LinePlot) -> String {
     }
 }
 
-/// Points between ticks along x: room for a label such as `1.5e4`.
-const X_TICK_POINTS: f64 = 64.0;
+/// Points between ticks along x: room for a label such as `1.5e4`, and above the 60 to 80
+/// points below which egui fades x labels out (ticks at most this far apart can land closer).
+const X_TICK_POINTS: f64 = 80.0;
 /// Points between ticks along y, where a label needs only a line's height: a 130-point axis
-/// gets four labels (egui's own grid, or x's spacing, left some such axes with one or two).
+/// gets up to four labels (egui's own grid, or x's spacing, left some such axes with one or
+/// two).
 const Y_TICK_POINTS: f64 = 30.0;
 
 /// The grid of an axis (on a log axis, positions are log10 of values) at the ticks the exports
 /// put there (1-2-5 steps), about one per `points`; each mark's step is its gap to its nearest
-/// neighbour, so egui labels the ones with room.
+/// neighbour, so egui labels the ones with room, and a power of ten's on a log axis at least a
+/// decade, so its label is the one kept where 9 and 10 crowd. A range narrower than a
+/// billionth of its values gets egui's own grid (the ticks cannot resolve it); an empty or
+/// infinite one none.
 fn grid_marks(input: GridInput, log: bool, points: f64) -> Vec<GridMark> {
     let (lo, hi) = match log {
         // Beyond 1e±300 the values themselves overflow.
         true => (input.bounds.0.max(-300.0), input.bounds.1.min(300.0)),
         false => input.bounds,
     };
-    if lo.is_nan() || hi.is_nan() || hi <= lo {
+    let span = hi - lo;
+    if !(span.is_finite() && span > 0.0) {
+        // egui's grid overflows on these too.
         return Vec::new();
+    }
+    if span <= 1e-9 * lo.abs().max(hi.abs()) {
+        return egui_plot::log_grid_spacer(10)(input);
     }
     // `base_step_size` spans the closest grid lines egui allows, 8 points by default.
     let max_ticks = ((hi - lo) / (points / 8.0 * input.base_step_size)).clamp(2.0, 100.0);
@@ -196,10 +203,18 @@ fn grid_marks(input: GridInput, log: bool, points: f64) -> Vec<GridMark> {
         j.and_then(|j| positions.get(j))
             .map_or(hi - lo, |p| (p - positions[i]).abs())
     };
+    let decade = |p: f64| log && (p - p.round()).abs() < 1e-9;
     (0..positions.len())
-        .map(|i| GridMark {
-            value: positions[i],
-            step_size: gap(i, i.checked_sub(1)).min(gap(i, Some(i + 1))),
+        .map(|i| {
+            let gap = gap(i, i.checked_sub(1)).min(gap(i, Some(i + 1)));
+            GridMark {
+                value: positions[i],
+                step_size: if decade(positions[i]) {
+                    gap.max(1.0)
+                } else {
+                    gap
+                },
+            }
         })
         .collect()
 }
@@ -270,19 +285,55 @@ fn bar_charts(bars: &BarPlot) -> Vec<BarChart> {
 mod tests {
     use super::*;
 
-    /// A loss between 3.7 and 5.1 on a 150-point axis: three labelled ticks half a unit apart,
-    /// each with room for its label (egui hides a label whose step spans 20 points or fewer).
+    /// A loss between 3.7 and 5.1 on a 150-point axis: three ticks half a unit apart, labelled
+    /// as the exports label them (egui's own formatter had read them 4, 4, 5), each with room
+    /// for its label (egui fades a y label out between 30 and 20 points).
     #[test]
-    fn a_short_y_axis_gets_a_label_every_30_points_or_more() {
+    fn a_short_y_axis_gets_labels_at_least_30_points_apart() {
         let per_point = 1.4 / 150.0;
         let input = GridInput {
             bounds: (3.7, 5.1),
             base_step_size: 8.0 * per_point,
         };
         let marks = grid_marks(input, false, Y_TICK_POINTS);
-        let values: Vec<f64> = marks.iter().map(|m| m.value).collect();
-        assert_eq!(values, [4.0, 4.5, 5.0]);
-        assert!(marks.iter().all(|m| m.step_size / per_point > 20.0));
+        let labels: Vec<String> = marks.iter().map(|m| tick_label(m.value)).collect();
+        assert_eq!(labels, ["4", "4.5", "5"]);
+        assert!(marks.iter().all(|m| m.step_size / per_point > 30.0));
+    }
+
+    /// On a tall log axis with ticks 1…9 per decade, 10 and 100 keep a decade's step (their
+    /// labels had been the ones hidden between 9 and 20), the others their nearest gap.
+    #[test]
+    fn powers_of_ten_keep_their_labels_among_crowded_log_ticks() {
+        let input = GridInput {
+            bounds: (0.0, 2.0),
+            base_step_size: 8.0 * 2.0 / 600.0,
+        };
+        let marks = grid_marks(input, true, Y_TICK_POINTS);
+        let step = |value: f64| {
+            let mark = marks
+                .iter()
+                .find(|m| (m.value - value.log10()).abs() < 1e-9);
+            mark.map(|m| m.step_size).unwrap()
+        };
+        assert_eq!((step(10.0), step(100.0)), (1.0, 1.0));
+        assert!(step(9.0) < 0.1 && step(20.0) < 0.2);
+    }
+
+    /// A range too narrow for the exports' ticks gets egui's grid instead of one tick at its
+    /// edge; an infinite one (egui's grid overflows on it) none.
+    #[test]
+    fn degenerate_ranges_get_egui_grid_or_none() {
+        let input = |bounds, base_step_size| GridInput {
+            bounds,
+            base_step_size,
+        };
+        let narrow = || input((1.0, 1.0 + 1e-12), 1e-14);
+        let ours = grid_marks(narrow(), false, Y_TICK_POINTS);
+        assert!(ours.len() > 1);
+        assert_eq!(ours.len(), egui_plot::log_grid_spacer(10)(narrow()).len());
+        let infinite = input((-f64::MAX, f64::MAX), 1.0);
+        assert!(grid_marks(infinite, false, Y_TICK_POINTS).is_empty());
     }
 
     /// On a log axis the marks are log10 of the exports' ticks: two decades over 600 points

@@ -84,8 +84,8 @@ impl ValueFormatter<f64> for Axis {
 }
 
 /// The exports' tick positions for an axis over `range` (positive ends when `log`), at most
-/// about `max_ticks` of them: public so the window's log axes are marked where the saved
-/// figure's are.
+/// about `max_ticks` of them: public so the window's axes are ticked where the saved figure's
+/// are.
 pub fn axis_ticks(range: Range<f64>, log: bool, max_ticks: usize) -> Vec<f64> {
     Axis { range, log }.key_points(max_ticks)
 }

@@ -394,14 +394,12 @@ fn one_table_of(list: &RunList) -> crate::Result<(Vec<RunDir>, Vec<String>)> {
 fn curves_ui(ui: &mut egui::Ui, report: &ExtrapolationReport, exporter: &Exporter) {
     let sweep = &report.sweep;
     let figure = report.figure();
-    ui.horizontal(|ui| {
-        ui.strong(format!(
-            "validation perplexity vs length ({} protocol, trained at L = {})",
-            sweep.protocol.name(),
-            sweep.train_length
-        ));
-        exporter.buttons(ui, "perplexity-vs-length", || figure.clone());
-    });
+    let title = format!(
+        "validation perplexity vs length ({} protocol, trained at L = {})",
+        sweep.protocol.name(),
+        sweep.train_length
+    );
+    exporter.titled(ui, title, "perplexity-vs-length", || figure.clone());
     ui.label(
         egui::RichText::new(&sweep.protocol_description)
             .small()

@@ -254,7 +254,7 @@ impl IouView {
             return;
         };
         let e = &shown.example;
-        ui.horizontal(|ui| {
+        ui.horizontal_wrapped(|ui| {
             ui.label(format!(
                 "row {}, layer {}, head {}: hard IoU {:.3}, soft IoU {:.3}",
                 e.row, e.layer, e.head, e.hard, e.soft

@@ -154,13 +154,11 @@ impl SpectraView {
 /// The layers × heads values c(at) of one run, as a coloured table.
 fn heatmap_ui(ui: &mut egui::Ui, run: &SpectrumEntry, exporter: &Exporter) {
     let spectrum = &run.spectrum;
-    ui.horizontal(|ui| {
-        ui.strong(format!(
-            "{}: cumulative value at index {} of {}×{} matrices",
-            run.label, spectrum.at, spectrum.shape.0, spectrum.shape.1
-        ));
-        exporter.buttons(ui, "spectrum-heatmap", || run.heatmap());
-    });
+    let title = format!(
+        "{}: cumulative value at index {} of {}×{} matrices",
+        run.label, spectrum.at, spectrum.shape.0, spectrum.shape.1
+    );
+    exporter.titled(ui, title, "spectrum-heatmap", || run.heatmap());
     egui::Grid::new("spectrum-heatmap").show(ui, |ui| {
         ui.strong("layer");
         for head in 0..spectrum.at_value.first().map_or(0, Vec::len) {
