@@ -120,7 +120,7 @@ impl Editor {
         let after = self.kinds();
         if after != before {
             let name = &mut self.preset.name;
-            *name = crate::preset::renamed(name, (before.0, before.1), (after.0, after.1));
+            *name = crate::preset::renamed(name, before, after);
         }
         egui::CollapsingHeader::new("Model")
             .default_open(true)

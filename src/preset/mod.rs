@@ -819,53 +819,57 @@ mod tests {
     #[test]
     fn a_name_follows_its_mechanism_and_encoding() {
         let softmax = ("softmax", "learned");
-        assert_eq!(
-            renamed("mqar-softmax", softmax, ("based", "learned")),
-            "mqar-based"
-        );
-        assert_eq!(
-            renamed("mqar-based", ("based", "learned"), ("based", "t5")),
-            "mqar-based-t5"
-        );
-        assert_eq!(
-            renamed("mqar-based-t5", ("based", "t5"), ("based", "alibi")),
-            "mqar-based-alibi"
-        );
-        assert_eq!(
-            renamed(
+        // (name, before, after, renamed)
+        let cases = [
+            ("mqar-softmax", softmax, ("based", "learned"), "mqar-based"),
+            (
+                "mqar-based",
+                ("based", "learned"),
+                ("based", "t5"),
+                "mqar-based-t5",
+            ),
+            (
+                "mqar-based-t5",
+                ("based", "t5"),
+                ("based", "alibi"),
+                "mqar-based-alibi",
+            ),
+            (
                 "mqar-gated-deltanet",
                 ("gated-deltanet", "none"),
-                ("deltanet", "none")
+                ("deltanet", "none"),
+                "mqar-deltanet",
             ),
-            "mqar-deltanet"
-        );
-        assert_eq!(
-            renamed(
+            (
                 "mqar-deltanet",
                 ("deltanet", "none"),
-                ("gated-deltanet", "none")
+                ("gated-deltanet", "none"),
+                "mqar-gated-deltanet",
             ),
-            "mqar-gated-deltanet"
-        );
-        assert_eq!(
-            renamed("my-study", softmax, ("linear", "learned")),
-            "my-study"
-        );
-        assert_eq!(renamed("mqar-softmax", softmax, softmax), "mqar-softmax");
-        assert_eq!(renamed("my-study", softmax, ("softmax", "t5")), "my-study");
-        let none = ("based", "none");
-        assert_eq!(
-            renamed("mqar-based", ("based", "learned"), none),
-            "mqar-based"
-        );
-        assert_eq!(
-            renamed("mqar-gla-t5", ("gla", "t5"), ("gla", "none")),
-            "mqar-gla"
-        );
-        assert_eq!(
-            renamed("mqar-gla", ("gla", "none"), ("gla", "rope")),
-            "mqar-gla-rope"
-        );
+            ("my-study", softmax, ("linear", "learned"), "my-study"),
+            ("mqar-softmax", softmax, softmax, "mqar-softmax"),
+            ("my-study", softmax, ("softmax", "t5"), "my-study"),
+            (
+                "mqar-based",
+                ("based", "learned"),
+                ("based", "none"),
+                "mqar-based",
+            ),
+            ("mqar-gla-t5", ("gla", "t5"), ("gla", "none"), "mqar-gla"),
+            (
+                "mqar-gla",
+                ("gla", "none"),
+                ("gla", "rope"),
+                "mqar-gla-rope",
+            ),
+        ];
+        for (name, before, after, expected) in cases {
+            assert_eq!(
+                renamed(name, before, after),
+                expected,
+                "{name}: {before:?} → {after:?}"
+            );
+        }
     }
 
     /// A name with nothing a file name keeps gives a folder named `run`, not `<stamp>-`.
