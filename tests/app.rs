@@ -625,6 +625,9 @@ fn a_typed_path_stands_in_for_a_file_dialog() {
             .iter()
             .any(|r| r.dir.as_deref() == Some(dir.as_path()))
     });
+    // The opened folder's reads (its metrics, then its attention) are jobs that ask for
+    // repaints when they end: wait for them, or a later `harness.run()` sees them arrive.
+    settle(&mut harness);
     assert!(harness.query_by_label_contains("No file dialog").is_none());
     // Cancel closes the window and does nothing.
     commands.push(Command::AskPath(PathRequest {
