@@ -14,7 +14,7 @@
 #   stub/libcuda.so.1 (used only where no driver is installed, see the launcher);
 #   ref_mqar_torch_cuda.py, ref_mqar_torch.py and ref_mqar_torch_fast.py (the PyTorch references,
 #   for `attnlab bench --torch / --torch-fast`); gpu-check.sh (every GPU measurement in one go);
-# and all of dist/ as attnlab-cuda-dist.tar.gz.
+# and all of dist/ as attnlab-cuda-dist.tar.xz.
 # Environment: CUDA_COMPUTE_CAP (default 90), CUDA_WHEELS_DIR (default .cuda-wheels),
 #              CARGO_TARGET_DIR (default target), PYTHON (default python3), JOBS (default 2),
 #              GPU_TESTS (default 1).
@@ -126,7 +126,10 @@ for ref in ref_mqar_torch.py ref_mqar_torch_fast.py; do
   fi
 done
 # One archive to carry to the GPU machine (the binaries are mostly PTX text, which compresses).
-tar -C "$ROOT" -czf "$ROOT/attnlab-cuda-dist.tar.gz" dist
-ls -l "$ROOT/dist" "$ROOT/attnlab-cuda-dist.tar.gz"
+# xz: 30 MB where gzip made 65 MB, which with the repository no longer fit the 64 MiB that a
+# GPU lease's working tree may carry.
+rm -f "$ROOT/attnlab-cuda-dist.tar.gz"
+tar -C "$ROOT" -cf - dist | xz -6 -T"$JOBS" >"$ROOT/attnlab-cuda-dist.tar.xz"
+ls -l "$ROOT/dist" "$ROOT/attnlab-cuda-dist.tar.xz"
 echo "needs at run time:"
 readelf -d "$ROOT/dist/attnlab-cuda.bin" | grep NEEDED

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Every measurement the CUDA engine needs on an NVIDIA GPU, in one go, from the unpacked
-# attnlab-cuda-dist.tar.gz (scripts/build-cuda.sh puts this script in dist/), run from the
+# attnlab-cuda-dist.tar.xz (scripts/build-cuda.sh puts this script in dist/), run from the
 # repository root (the presets and sweeps are read from there):
 #
-#   tar xzf attnlab-cuda-dist.tar.gz && dist/gpu-check.sh [STEP...]
+#   tar xJf attnlab-cuda-dist.tar.xz && dist/gpu-check.sh [STEP...]
 #
 # Steps (default: all, in this order). Each runs under its own time limit in seconds (the
 # number after it; GPU_CHECK_LIMIT=<factor> scales them all), so one step that hangs cannot eat
@@ -16,16 +16,19 @@
 #   bench    300  ms/step of the reference and the large configuration in f32, tf32 and bf16, the
 #                 fused kernels off (ATTNLAB_CUDA_KERNELS=0) for comparison, and the PyTorch
 #                 references (plain eager; SDPA + TF32; SDPA + bf16) side by side
+#   mixers   150  ms/step of every mechanism (`attnlab mechanisms`) on the GPU in f32 at the
+#                 reference configuration and at T 1024 (d 128, vocabulary 2048, B 8)
 #   replicas  90  6 replicas of the sweep's cell shape as one group against one model
 #   kernels  180  kernels per training step at the reference configuration (ncu: the launches of
 #                 a 3-step run less those of a 1-step one, halved) and the time per kernel name
 #   oom      120  d_model 8192 x 64 layers ends with the out-of-memory error, not a crash
 #   to99     180  time to 99% on the reference configuration, attnlab (f32, tf32), PyTorch eager
-#   threads  120  the CPU path with RAYON_NUM_THREADS=1,2,4,16 (reference and replica shapes)
+#   threads  120  the CPU path with RAYON_NUM_THREADS=1,2,4,8,16 (reference and cell shapes)
 #   sweep    600  the small Figure 1 sweep (sweeps/mqar_fig1_small.toml) on the GPU, wall time
 # and, on request only:
 #   flash    120  the reference and large configurations with flash attention (ATTNLAB_CUDA_FLASH=1)
 #   profile  180  ncu: GPU time per kernel name over a large-configuration tf32 run
+#   groupkernels 120  ncu: kernels of the sweep's cell shape alone and as a group of six, by name
 # Results go to $RESULTS (default gpu-results/): one log per step, JSON lines from the benches.
 # PYTHON (default python3) must have torch with CUDA for the references.
 set -uo pipefail
@@ -101,9 +104,18 @@ run_bench() {
   done
 }
 
+run_mixers() {
+  local m
+  for m in $("$ATTNLAB" mechanisms --format csv | tail -n +2 | cut -d, -f1); do
+    bench "mixer-$m" --steps-only --steps 10 --set train.device=cuda:0 --set attention="$m"
+    bench "mixer-$m-T1024" --steps-only --steps 5 --set train.device=cuda:0 --set attention="$m" \
+      --set task.seq_len=1024 --set task.vocab_size=2048 --set train.batch_size=8
+  done
+}
+
 run_replicas() {
   bench "replicas-gpu" --steps-only "${CELL[@]}" --set train.device=cuda:0 --replicas 6
-  bench "replicas-cpu" --steps-only "${CELL[@]}" --set train.device=cpu --replicas 6
+  bench "replicas-cpu" --steps-only --steps 10 "${CELL[@]}" --set train.device=cpu --replicas 6
 }
 
 ncu_launches() { # ncu_launches NAME STEPS ARGS...: kernel launches of a bench run of STEPS steps
@@ -135,6 +147,13 @@ run_profile() { # where the large configuration's time goes (tf32, 6 steps: 5 wa
   kernel_times "$RESULTS/ncu-large.csv" | tee -a "$RESULTS/profile.txt"
 }
 
+run_groupkernels() { # what a group of replicas launches that one model does not
+  echo "cell alone: $(ncu_launches cell 1 "${CELL[@]}") launches; the replicas bench (a group of \
+six, then one alone): $(ncu_launches cell-group 1 "${CELL[@]}" --replicas 6)" | tee "$RESULTS/groupkernels.txt"
+  kernel_times "$RESULTS/ncu-cell.csv" | tee -a "$RESULTS/groupkernels.txt"
+  kernel_times "$RESULTS/ncu-cell-group.csv" | tee -a "$RESULTS/groupkernels.txt"
+}
+
 run_flash() { # flash attention (opt-in, ATTNLAB_CUDA_FLASH=1) against the default explicit path
   ATTNLAB_CUDA_FLASH=1 bench_precisions -flash
 }
@@ -155,7 +174,7 @@ run_to99() {
 }
 
 run_threads() {
-  for n in 1 2 4 16; do
+  for n in 1 2 4 8 16; do
     RAYON_NUM_THREADS=$n bench "threads-$n-reference" --steps-only --steps 20 --set train.device=cpu
     RAYON_NUM_THREADS=$n bench "threads-$n-cell" --steps-only --steps 20 "${CELL[@]}" --set train.device=cpu
   done
@@ -174,10 +193,10 @@ run_sweep() {
 
 # `gpu-check.sh --step STEP` runs one step without a limit: the loop below calls itself so, under one.
 [ "${1:-}" = --step ] && { "run_$2"; exit; }
-declare -A LIMIT=([devices]=20 [tests]=240 [resume]=120 [bench]=300 [replicas]=90 [kernels]=180
-  [oom]=120 [to99]=180 [threads]=120 [sweep]=600 [flash]=120 [profile]=180)
+declare -A LIMIT=([devices]=20 [tests]=240 [resume]=120 [bench]=300 [mixers]=150 [replicas]=90 [kernels]=180
+  [oom]=120 [to99]=180 [threads]=120 [sweep]=600 [flash]=120 [profile]=180 [groupkernels]=120)
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(devices tests resume bench replicas kernels oom to99 threads sweep)
+[ ${#steps[@]} -eq 0 ] && steps=(devices tests resume bench mixers replicas kernels oom to99 threads sweep)
 for s in "${steps[@]}"; do
   [ -n "${LIMIT[$s]:-}" ] || { echo "unknown step '$s': ${!LIMIT[*]}" >&2; exit 2; }
 done

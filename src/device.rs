@@ -275,16 +275,20 @@ fn cannot_open(name: DeviceName, error: &str) -> String {
     }
 }
 
-/// Turns TF32 tensor-core products for f32 on or off on CUDA devices (`train.precision =
-/// "tf32"`), through candle's switch; nothing elsewhere. The switch is one per process: two
-/// runs in one window with different precisions on one GPU use the last one started.
-pub fn use_tf32(device: &Device, on: bool) {
+/// How CUDA's cuBLAS computes f32 products for `precision`: exactly, on TF32 tensor cores
+/// (`tf32`, candle's switch) or on bf16 tensor cores (`bf16`, the vendored candle's, operands
+/// rounded to bf16 and f32 sums, as autocast's products); nothing elsewhere. The switches are
+/// one per process: two runs in one window with different precisions on one GPU use the last
+/// one started.
+pub fn use_precision(device: &Device, precision: crate::ops::Precision) {
     #[cfg(feature = "cuda")]
     if device.is_cuda() {
-        candle_core::cuda_backend::set_gemm_reduced_precision_f32(on);
+        use crate::ops::Precision;
+        candle_core::cuda_backend::set_gemm_reduced_precision_f32(precision == Precision::Tf32);
+        candle_core::cuda_backend::set_gemm_bf16_compute_f32(precision == Precision::Bf16);
     }
     #[cfg(not(feature = "cuda"))]
-    let _ = (device, on);
+    let _ = (device, precision);
 }
 
 /// What a precision means on a device where it is not what its name says, for the run's log:
@@ -296,7 +300,8 @@ pub fn precision_note(device: &Device, precision: crate::ops::Precision) -> Opti
             "train.precision = tf32 acts on CUDA matrix products only; here they stay f32".into(),
         ),
         Precision::Bf16 if device.is_cpu() => Some(
-            "train.precision = bf16 on the CPU rounds product operands to bf16 but computes in              f32, slower than f32: it shows the accuracy cost, not the speed-up"
+            "train.precision = bf16 on the CPU rounds product operands to bf16 but computes in \
+             f32, slower than f32: it shows the accuracy cost, not the speed-up"
                 .into(),
         ),
         _ => None,

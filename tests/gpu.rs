@@ -126,15 +126,18 @@ fn one_training_step_matches_the_cpu() {
             close(a.grad_norm, b.grad_norm, 1e-3),
             "{name}: {a:?} vs {b:?}"
         );
-        // AdamW's first step moves each parameter by about lr·sign(gradient). An entry whose
-        // gradient is zero up to float noise has no sign to agree on (under softmax the key
-        // third of attn.qkv.bias is zero by construction: q·(k + b) shifts a whole row of
-        // scores), so there the devices may differ by up to 2·lr; elsewhere they must agree.
+        // AdamW's first step moves each parameter by lr·g / (|g| + ε), about lr·sign(g). An
+        // entry whose gradient is zero up to float noise has no sign to agree on (under softmax
+        // the key third of attn.qkv.bias is zero by construction: q·(k + b) shifts a whole row
+        // of scores), so there the devices may differ by up to 2·lr; elsewhere they must agree.
+        // Noise: sums in another order differ by ~1e-7 of a tensor's largest gradient (an H100
+        // put 1.1e-8 on an entry of 9.6e-8 where the largest was 0.092, moving its step by
+        // 1.2e-5); past 1e-5 of it, such noise moves the step by under 1e-6.
         let lr = a.lr as f32;
         let params = cpu.params().vars().into_iter().zip(gpu.params().vars());
         for (((param, x), (_, y)), (_, grad)) in params.zip(&cpu_grads) {
             let (x, y) = (values(x.as_tensor()), values(y.as_tensor()));
-            let noise = 1e-6 * max_abs(grad) + 1e-9;
+            let noise = 1e-5 * max_abs(grad) + 1e-9;
             for (i, ((p, q), g)) in x.iter().zip(&y).zip(grad).enumerate() {
                 let allowed = if g.abs() <= noise {
                     2.0 * lr + 1e-5
@@ -582,36 +585,51 @@ fn embedding_loss_and_optimiser_kernels_match_the_cpu() {
 }
 
 /// The reduced precisions against f32 on the CPU, for one preset per mechanism: the loss
-/// within 1 % (tf32) or 2 % (bf16), each gradient within 2 % (tf32) or 5 % (bf16) in norm.
+/// within 1 % (tf32) or 2 % (bf16), each gradient within 2 % (tf32) or 5 % (bf16) in norm,
+/// except the per-head decay parameters A_log and dt_bias (Mamba-2, Gated DeltaNet) and
+/// Mamba-2's skip D, one number per head whose gradient sums terms of both signs over every
+/// position and channel (the CPU's bf16 moves D by 14 %; an H100's tf32 moved Mamba-2's A_log
+/// by 4.8 % and dt_bias by 2.0 %, the mixer's chunk products rounded too on a GPU): 25 %.
+/// And the rounding shows (the gradients differ from the GPU's own in f32), so a switch that
+/// did nothing would fail. Every gradient off by more than its tolerance is listed.
 #[test]
 fn reduced_precisions_stay_within_their_tolerance() {
     let Some(device) = gpu() else { return };
     let encoding = common::small_encodings().remove(0);
+    let mut off = Vec::new();
     for mechanism in common::small_mechanisms() {
         let preset = common::tiny(mechanism, encoding.clone());
         let (loss, grads) = common::loss_and_grads(&preset, &Device::Cpu);
+        let (_, exact_grads) = common::loss_and_grads(&preset, &device);
         for (precision, loss_tol, grad_tol) in
             [(Precision::Tf32, 1e-2, 2e-2), (Precision::Bf16, 2e-2, 5e-2)]
         {
             let mut reduced = preset.clone();
             reduced.train.precision = precision;
-            attnlab::device::use_tf32(&device, precision == Precision::Tf32);
+            attnlab::device::use_precision(&device, precision);
             let (got_loss, got_grads) = common::loss_and_grads(&reduced, &device);
-            attnlab::device::use_tf32(&device, false);
+            attnlab::device::use_precision(&device, Precision::F32);
             let name = format!("{} in {precision}", preset.name);
-            assert!(
-                close(loss.into(), got_loss.into(), loss_tol),
-                "{name}: loss {loss} vs {got_loss}"
+            assert_ne!(
+                got_grads, exact_grads,
+                "{name}: no rounding in any gradient"
             );
+            if !close(loss.into(), got_loss.into(), loss_tol) {
+                off.push(format!("{name}: loss {loss} vs {got_loss}"));
+            }
             for ((param, want), (_, got)) in grads.iter().zip(&got_grads) {
                 let error = relative_error(want, got);
-                assert!(
-                    error <= grad_tol,
-                    "{name}: gradient of {param} is {error} off"
-                );
+                let cancels = [".attn.A_log", ".attn.dt_bias", ".attn.D"]
+                    .iter()
+                    .any(|name| param.ends_with(name));
+                let tolerance = if cancels { 0.25 } else { grad_tol };
+                if error > tolerance {
+                    off.push(format!("{name}: gradient of {param} is {error} off"));
+                }
             }
         }
     }
+    assert!(off.is_empty(), "{}", off.join("\n"));
 }
 
 #[test]
@@ -736,4 +754,92 @@ fn a_run_too_large_for_the_gpu_fails_in_words_and_the_gpu_trains_the_next() {
     let (failure, result) = train(small);
     assert_eq!(failure, None);
     assert_eq!(result.unwrap().device, GPU);
+}
+
+/// The same too-large run started from the window, as a user would (issue 33): the run list says
+/// why it failed, and the window starts and trains the next run on the same GPU. (Its first
+/// run on an H100 trained instead: drawing the editor had clamped the preset to d_model 2048 ×
+/// 24 layers, the fields' ranges; tests/app.rs now holds the editor to leaving it as it is.)
+#[cfg(feature = "gui")]
+#[test]
+fn the_window_survives_a_run_too_large_for_the_gpu() {
+    use attnlab::app::{AttnlabApp, Persisted, RunState};
+    use attnlab::train::RunStatus;
+    use eframe::egui;
+    use egui_kittest::Harness;
+    use egui_kittest::kittest::Queryable as _;
+    use std::time::{Duration, Instant};
+
+    if gpu().is_none() {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let mut app = AttnlabApp::new(Persisted::default());
+    app.runs_root = root.path().to_path_buf();
+    app.editor.preset = Preset::load(
+        std::path::Path::new("presets/mqar_softmax.toml"),
+        &[
+            format!("train.device={GPU}"),
+            "model.d_model=8192".into(),
+            "model.n_layers=64".into(),
+        ],
+    )
+    .unwrap();
+    let mut harness = Harness::builder()
+        .with_size(egui::vec2(1400.0, 900.0))
+        .build_ui_state(|ui, app: &mut AttnlabApp| app.show(ui), app);
+    let run_until =
+        |harness: &mut Harness<'_, AttnlabApp>, what: &str, done: &dyn Fn(&AttnlabApp) -> bool| {
+            let start = Instant::now();
+            while !done(harness.state()) {
+                let app = harness.state();
+                let runs: Vec<_> = (app.runs.runs.iter())
+                    .map(|r| (r.status, &r.error, &r.notice))
+                    .collect();
+                assert!(
+                    start.elapsed() < Duration::from_secs(60),
+                    "timed out waiting for {what}: status line {:?}, editor problem {:?}, \
+                     runs {runs:?}",
+                    app.status.text(),
+                    app.editor.problem(),
+                );
+                std::thread::sleep(Duration::from_millis(20));
+                harness.step();
+            }
+        };
+    harness.get_by_label("Start").click();
+    harness.step();
+    run_until(&mut harness, "the huge run to fail", &|app| {
+        app.runs
+            .selected()
+            .is_some_and(|r| r.status == RunState::Trainer(RunStatus::Failed))
+    });
+    harness.run();
+    harness.get_by_label_contains("this run needs");
+
+    let mut small = common::tiny(
+        common::small_mechanisms().remove(0),
+        common::small_encodings().remove(0),
+    );
+    small.train.device = GPU;
+    small.train.max_steps = Some(3);
+    harness.state_mut().editor.preset = small;
+    harness.run();
+    harness.get_by_label("Start").click();
+    harness.step();
+    run_until(&mut harness, "the next run to train", &|app| {
+        app.runs.selected().is_some_and(|r| {
+            r.steps.len() >= 3
+                && matches!(r.status, RunState::Trainer(s) if s != RunStatus::Running)
+        })
+    });
+    let run = harness.state().runs.selected().unwrap();
+    assert_eq!(
+        run.status,
+        RunState::Trainer(RunStatus::Completed),
+        "{:?}",
+        run.error
+    );
+    assert_eq!(run.preset.train.device, GPU);
+    assert_eq!(run.notice, None, "the run fell back: {:?}", run.notice);
 }

@@ -106,7 +106,7 @@ impl Linear {
                 None => Ok(y),
             };
         }
-        if self.precision != Precision::Bf16 {
+        if !self.precision.casts_operands(x.device()) {
             return linear(x, &self.weight, self.bias.as_ref());
         }
         let y = self
@@ -125,7 +125,7 @@ impl Linear {
             let (b, t, out) = y.dims3()?;
             return Ok(y.reshape((b, t, heads, out / heads))?.transpose(1, 2)?);
         }
-        if self.precision != Precision::Bf16 {
+        if !self.precision.casts_operands(x.device()) {
             return linear_heads(x, &self.weight, self.bias.as_ref(), heads);
         }
         let y = self

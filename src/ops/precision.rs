@@ -4,12 +4,16 @@
 //! - `tf32`: f32 tensors, but CUDA's matrix products on tensor cores with TF32 inputs (a 10-bit
 //!   mantissa, f32 accumulation), PyTorch's `allow_tf32`. No effect on the CPU.
 //! - `bf16`: mixed precision as PyTorch's `autocast(bfloat16)`: the operands of every matrix
-//!   product (linear layers, attention scores, weights · values) are cast to bf16 and the
-//!   product back to f32; parameters (the master weights), optimiser state, normalisations,
-//!   softmax, kernel-attention normalisers and the loss stay f32. On the CPU candle widens bf16
-//!   products to f32 internally, so bf16 there is slower than f32 and shows only the rounding.
+//!   product (linear layers, attention scores, weights · values) are rounded to bf16 and the
+//!   product summed and returned in f32; parameters (the master weights), optimiser state,
+//!   normalisations, softmax, kernel-attention normalisers and the loss stay f32. On CUDA the
+//!   tensors stay f32 and cuBLAS rounds the operands on its bf16 tensor cores
+//!   ([`crate::device::use_precision`]), so the fused f32 kernels run as in f32 and no cast
+//!   kernel is launched; elsewhere [`Precision::product`] casts the operands. On the CPU candle
+//!   widens bf16 products to f32 internally, so bf16 there is slower than f32 and shows only the
+//!   rounding.
 
-use candle_core::{DType, Tensor};
+use candle_core::{DType, Device, Tensor};
 use serde::{Deserialize, Serialize};
 
 use crate::Result;
@@ -51,21 +55,25 @@ impl Precision {
         }
     }
 
-    /// `f(a, b)` with both operands in this precision's product dtype and the result in f32:
-    /// the one place where bf16 enters a computation.
+    /// Whether a product on `device` casts its operands to bf16 itself: bf16 off CUDA. On CUDA
+    /// cuBLAS rounds f32 operands to bf16 on its tensor cores (see the module's doc).
+    pub fn casts_operands(self, device: &Device) -> bool {
+        self == Self::Bf16 && !device.is_cuda()
+    }
+
+    /// `f(a, b)` with both operands rounded to this precision's product dtype and the result in
+    /// f32: the one place where a bf16 tensor enters a computation.
     pub fn product(
         self,
         a: &Tensor,
         b: &Tensor,
         f: impl Fn(&Tensor, &Tensor) -> Result<Tensor>,
     ) -> Result<Tensor> {
-        match self {
-            Self::Bf16 => {
-                let product = f(&a.to_dtype(DType::BF16)?, &b.to_dtype(DType::BF16)?)?;
-                Ok(product.to_dtype(DType::F32)?)
-            }
-            Self::F32 | Self::Tf32 => f(a, b),
+        if !self.casts_operands(a.device()) {
+            return f(a, b);
         }
+        let product = f(&a.to_dtype(DType::BF16)?, &b.to_dtype(DType::BF16)?)?;
+        Ok(product.to_dtype(DType::F32)?)
     }
 }
 

@@ -178,10 +178,7 @@ impl Trainer {
         if let Some(free) = crate::device::free_gpu_bytes(&device) {
             first.check_state_fits_on_gpu(presets.len(), first.train.device, free as f64)?;
         }
-        crate::device::use_tf32(
-            &device,
-            first.train.precision == crate::ops::Precision::Tf32,
-        );
+        crate::device::use_precision(&device, first.train.precision);
         let seeds: Vec<u64> = presets.iter().map(|p| p.train.seed).collect();
         let params = match presets.len() {
             1 => Params::new(seeds[0], &device),

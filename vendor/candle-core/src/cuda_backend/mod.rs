@@ -2559,6 +2559,22 @@ pub fn set_gemm_reduced_precision_f32(b: bool) {
     MM_F32_REDUCED_PRECISION.store(b, std::sync::atomic::Ordering::Relaxed)
 }
 
+// attnlab: f32 GEMMs on bf16 tensor cores (see gemm_bf16_compute_f32).
+static MM_F32_BF16_COMPUTE: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// attnlab: whether f32 GEMMs compute on bf16 tensor cores (`CUBLAS_COMPUTE_32F_FAST_16BF`: the
+/// f32 operands rounded to bf16, f32 accumulation and result), PyTorch autocast's product
+/// without a cast kernel per operand. Takes precedence over `gemm_reduced_precision_f32`.
+pub fn gemm_bf16_compute_f32() -> bool {
+    MM_F32_BF16_COMPUTE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// attnlab: see `gemm_bf16_compute_f32`.
+pub fn set_gemm_bf16_compute_f32(b: bool) {
+    MM_F32_BF16_COMPUTE.store(b, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// This bool controls whether reduced precision reductions (e.g., with fp16 accumulation type) are
 /// allowed with f16 GEMMs.
 pub fn gemm_reduced_precision_f16() -> bool {
@@ -2593,7 +2609,9 @@ unsafe fn gemm_strided_batched_f32(
     use cudarc::cublas::sys;
     use cudarc::driver::DevicePtrMut;
 
-    let compute_type = if gemm_reduced_precision_f32() {
+    let compute_type = if gemm_bf16_compute_f32() {
+        sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_16BF
+    } else if gemm_reduced_precision_f32() {
         sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32
     } else {
         sys::cublasComputeType_t::CUBLAS_COMPUTE_32F
