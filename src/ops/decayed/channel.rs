@@ -11,6 +11,7 @@
 
 use candle_core::Tensor;
 
+use super::composed::{Chunks, Fill};
 use super::{Dims, Grads, Inputs, Kernel, axpy, dot, fused};
 use crate::Result;
 use crate::ops::causal_mask;
@@ -35,7 +36,8 @@ pub fn channel_decayed_attention(
 }
 
 /// [`channel_decayed_attention`] from tensor ops: the reference the fused op is tested
-/// against.
+/// against, and the path on a GPU. Each chunk's own scores, reads and writes for every chunk
+/// at once ([`Chunks`]); the state carried from chunk to chunk.
 pub fn channel_decayed_attention_composed(
     q: &Tensor,
     k: &Tensor,
@@ -43,29 +45,39 @@ pub fn channel_decayed_attention_composed(
     b: &Tensor,
     (scale, chunk): (f64, usize),
 ) -> Result<Tensor> {
-    let q = (q * scale)?;
-    let (batch, h, t, dk) = q.dims4()?;
-    let chunk = chunk.max(1);
+    let (batch, h, _, dk) = q.dims4()?;
+    let chunks = Chunks::of(q, chunk)?;
+    let side = |x: &Tensor| chunks.side_by_side(x, Fill::Zeros);
+    let (qc, kc, vc) = (side(&(q * scale)?)?, side(k)?, side(v)?);
+    let bc = chunks.side_by_side(b, Fill::Last)?;
+    let end = chunks.last_rows(&bc)?;
+    // b at the position before each chunk, where the state was written.
+    let anchor = chunks.of_the_chunk_before(&end)?;
+    let relative = bc.broadcast_sub(&anchor)?; // ≤ 0
+    let qs = (&qc * relative.exp()?)?;
+    let ks = (&kc * relative.neg()?.exp()?)?;
+    let own = qs.matmul(&ks.t()?)?;
+    let own = own.broadcast_mul(&causal_mask(&own)?.exp()?)?;
+    let weighted = (&kc * end.broadcast_sub(&bc)?.exp()?)?;
+    let per_chunk = |x: Tensor| chunks.per_chunk(&x);
+    let own = per_chunk(own.matmul(&vc)?)?;
+    let carried = per_chunk(end.broadcast_sub(&anchor)?.exp()?.transpose(2, 3)?)?; // (d_k, 1)
+    let added = per_chunk(weighted.t()?.matmul(&vc)?)?;
+    let read = per_chunk(qs)?;
+    let at = Chunks::at;
     let mut state = Tensor::zeros((batch, h, dk, v.dim(3)?), v.dtype(), v.device())?;
-    let mut anchor = Tensor::zeros((batch, h, 1, dk), v.dtype(), v.device())?;
-    let mut outputs = Vec::new();
-    for start in (0..t).step_by(chunk) {
-        let len = chunk.min(t - start);
-        let rows = |x: &Tensor| x.narrow(2, start, len)?.contiguous();
-        let (qc, kc, vc, bc) = (rows(&q)?, rows(k)?, rows(v)?, rows(b)?);
-        let relative = bc.broadcast_sub(&anchor)?; // ≤ 0
-        let qs = (&qc * relative.exp()?)?;
-        let ks = (&kc * relative.neg()?.exp()?)?;
-        let own = qs.matmul(&ks.t()?)?;
-        let own = own.broadcast_mul(&causal_mask(&own)?.exp()?)?;
-        outputs.push((own.matmul(&vc)? + qs.matmul(&state)?)?);
-        let end = bc.narrow(2, len - 1, 1)?;
-        let carried = end.broadcast_sub(&anchor)?.exp()?.transpose(2, 3)?; // (B, H, d_k, 1)
-        let weighted = (&kc * end.broadcast_sub(&bc)?.exp()?)?;
-        state = (state.broadcast_mul(&carried)? + weighted.t()?.matmul(&vc)?)?;
-        anchor = end;
+    let mut outputs = Vec::with_capacity(chunks.count());
+    for c in 0..chunks.count() {
+        let mut output = at(&own, c)?;
+        if c > 0 {
+            output = (output + at(&read, c)?.matmul(&state)?)?;
+        }
+        outputs.push(output);
+        if c + 1 < chunks.count() {
+            state = (state.broadcast_mul(&at(&carried, c)?)? + at(&added, c)?)?;
+        }
     }
-    Ok(Tensor::cat(&outputs, 2)?)
+    chunks.joined(&outputs)
 }
 
 /// The fused kernel.

@@ -27,6 +27,7 @@ use candle_core::Tensor;
 
 use pulp::{Simd, WithSimd};
 
+use super::composed::{Chunks, Fill};
 use super::{Dims, Grads, Inputs, Kernel, decay_matrix, fused};
 use crate::Result;
 use crate::ops::{cpu_f32, unit_lower_inverse};
@@ -50,7 +51,8 @@ pub fn delta_rule(
 
 /// [`delta_rule`] from tensor ops, chunk by chunk: with γ the cumulative g from the chunk's
 /// start, X = [`delta_inverse`] of its keys, W = X (K ⊙ e^γ), U = X V, R = U − W S,
-/// O = (Q ⊙ e^γ) S + (Q Kᵀ ⊙ Γ ⊙ M) R and S ← e^(γ_C) S + (K ⊙ e^(γ_C − γ))ᵀ R.
+/// O = (Q ⊙ e^γ) S + (Q Kᵀ ⊙ Γ ⊙ M) R and S ← e^(γ_C) S + (K ⊙ e^(γ_C − γ))ᵀ R; all but
+/// the terms in S for every chunk at once ([`Chunks`]).
 pub fn delta_rule_composed(
     q: &Tensor,
     k: &Tensor,
@@ -58,43 +60,44 @@ pub fn delta_rule_composed(
     (g, beta): (&Tensor, &Tensor),
     (scale, chunk): (f64, usize),
 ) -> Result<Tensor> {
-    let q = (q * scale)?;
-    let (b, h, t, dk) = q.dims4()?;
-    let gamma = g.cumsum(2)?;
-    let chunk = chunk.max(1);
+    let (b, h, _, dk) = q.dims4()?;
+    let chunks = Chunks::of(q, chunk)?;
+    // Past T, β and k are zero: those positions write nothing, and nothing before them reads
+    // them.
+    let side = |x: &Tensor| chunks.side_by_side(x, Fill::Zeros);
+    let (qc, kc, vc) = (side(&(q * scale)?)?, side(k)?, side(v)?);
+    let gamma = side(g)?.cumsum(2)?; // from each chunk's start
+    let decay = decay_matrix(&gamma, &gamma)?;
+    let x = delta_inverse(&kc, &side(beta)?, &decay)?;
+    let growth = gamma.exp()?;
+    let end = chunks.last_rows(&gamma)?;
+    let per_chunk = |x: Tensor| chunks.per_chunk(&x);
+    let u = per_chunk(x.matmul(&vc)?)?;
+    let w = per_chunk(x.matmul(&kc.broadcast_mul(&growth)?)?)?;
+    let scores = per_chunk(qc.matmul(&kc.t()?)?.mul(&decay)?)?;
+    let read = per_chunk(qc.broadcast_mul(&growth)?)?;
+    let written = per_chunk(kc.broadcast_mul(&end.broadcast_sub(&gamma)?.exp()?)?.t()?)?;
+    let carried = per_chunk(end.exp()?)?;
+    let at = Chunks::at;
     let mut state = Tensor::zeros((b, h, dk, v.dim(3)?), v.dtype(), v.device())?;
-    let mut outputs = Vec::new();
-    for start in (0..t).step_by(chunk) {
-        let len = chunk.min(t - start);
-        let rows = |x: &Tensor| x.narrow(2, start, len)?.contiguous();
-        let (qc, kc, vc, bc) = (rows(&q)?, rows(k)?, rows(v)?, rows(beta)?);
-        // γ from the chunk's start: the decay since the state was last written.
-        let g = match start {
-            0 => rows(&gamma)?,
-            s => rows(&gamma)?.broadcast_sub(&gamma.narrow(2, s - 1, 1)?)?,
-        };
-        let decay = decay_matrix(&g, &g)?;
-        let x = delta_inverse(&kc, &bc, &decay)?;
+    let mut outputs = Vec::with_capacity(chunks.count());
+    for c in 0..chunks.count() {
         // S is zero before the first chunk, and the last chunk's state is never read.
-        let (first, last) = (start == 0, start + len == t);
-        let mut r = x.matmul(&vc)?;
+        let (first, last) = (c == 0, c + 1 == chunks.count());
+        let mut r = at(&u, c)?;
         if !first {
-            let w = x.matmul(&kc.broadcast_mul(&g.exp()?)?)?;
-            r = (r - w.matmul(&state)?)?;
+            r = (r - at(&w, c)?.matmul(&state)?)?;
         }
-        let scores = qc.matmul(&kc.t()?)?.mul(&decay)?;
-        let mut output = scores.matmul(&r)?;
+        let mut output = at(&scores, c)?.matmul(&r)?;
         if !first {
-            output = (output + qc.broadcast_mul(&g.exp()?)?.matmul(&state)?)?;
+            output = (output + at(&read, c)?.matmul(&state)?)?;
         }
         outputs.push(output);
         if !last {
-            let end = g.narrow(2, len - 1, 1)?;
-            let written = kc.broadcast_mul(&end.broadcast_sub(&g)?.exp()?)?;
-            state = (state.broadcast_mul(&end.exp()?)? + written.t()?.matmul(&r)?)?;
+            state = (state.broadcast_mul(&at(&carried, c)?)? + at(&written, c)?.matmul(&r)?)?;
         }
     }
-    Ok(Tensor::cat(&outputs, 2)?)
+    chunks.joined(&outputs)
 }
 
 /// (I + tril(diag(β)(K Kᵀ ⊙ Γ), −1))⁻¹ diag(β) ([`unit_lower_inverse`]): (B, H, n, n) for

@@ -6,8 +6,9 @@
 //! one op giving [dq with their gradients | dk | dv]), the layout of the heads' rows, the
 //! chunks and the test against the composed forms.
 //!
-//! Built from tensor ops (the `*_composed` functions: the references, and the path on a GPU) a
-//! chunk is ~25 autograd nodes, each a pass over memory; the profile of a retention step at
+//! Built from tensor ops (the `*_composed` functions: the references, and the path on a GPU,
+//! every chunk's own work batched across chunks in [`composed`]) a chunk is ~25 autograd
+//! nodes, each a pass over memory; the profile of a retention step at
 //! d 128, T 64 had those passes and their allocations at a third of the step (89 ms against
 //! softmax's 52). The fused ops run each head's chunks in one loop over cache-resident C×C
 //! buffers, with the causal products softmax's fused op uses, and their analytic backward
@@ -34,6 +35,7 @@ macro_rules! thread_workspace {
 }
 
 mod channel;
+mod composed;
 mod delta;
 mod gate;
 mod scalar;

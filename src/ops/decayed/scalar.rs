@@ -10,6 +10,7 @@
 
 use candle_core::Tensor;
 
+use super::composed::{Chunks, Fill};
 use super::{Dims, Grads, Inputs, Kernel, axpy, dot, fused};
 use crate::Result;
 use crate::ops::causal_mask;
@@ -33,7 +34,9 @@ pub fn decayed_attention(
     }
 }
 
-/// [`decayed_attention`] from tensor ops: the reference the fused op is tested against.
+/// [`decayed_attention`] from tensor ops: the reference the fused op is tested against, and
+/// the path on a GPU. Each chunk's own scores, reads and writes for every chunk at once
+/// ([`Chunks`]); the state carried from chunk to chunk.
 pub fn decayed_attention_composed(
     q: &Tensor,
     k: &Tensor,
@@ -41,35 +44,37 @@ pub fn decayed_attention_composed(
     g: &Tensor,
     (scale, chunk): (f64, usize),
 ) -> Result<Tensor> {
-    let q = &(q * scale)?;
-    let (b, h, t, dk) = q.dims4()?;
-    let chunk = chunk.max(1);
+    let (b, h, _, dk) = q.dims4()?;
+    let chunks = Chunks::of(q, chunk)?;
+    let side = |x: &Tensor| chunks.side_by_side(x, Fill::Zeros);
+    let (qc, kc, vc) = (side(&(q * scale)?)?, side(k)?, side(v)?);
+    // G from the position before each chunk: the decay since the state was written.
+    let g = chunks.side_by_side(g, Fill::Last)?;
+    let gc = g.broadcast_sub(&chunks.of_the_chunk_before(&chunks.last_rows(&g)?)?)?;
+    let within = qc
+        .matmul(&kc.t()?)?
+        .broadcast_mul(&decay_matrix(&gc, &gc)?)?;
+    let last = chunks.last_rows(&gc)?;
+    let written = kc.broadcast_mul(&last.broadcast_sub(&gc)?.exp()?)?;
+    let per_chunk = |x: Tensor| chunks.per_chunk(&x);
+    let own = per_chunk(within.matmul(&vc)?)?;
+    let read = per_chunk(qc.broadcast_mul(&gc.exp()?)?)?;
+    let added = per_chunk(written.t()?.matmul(&vc)?)?;
+    let carried = per_chunk(last.exp()?)?;
+    let at = Chunks::at;
     let mut state = Tensor::zeros((b, h, dk, v.dim(3)?), v.dtype(), v.device())?;
-    let mut outputs = Vec::new();
-    for start in (0..t).step_by(chunk) {
-        let len = chunk.min(t - start);
-        let rows = |x: &Tensor| x.narrow(2, start, len)?.contiguous();
-        let (qc, kc, vc) = (rows(q)?, rows(k)?, rows(v)?);
-        // G from the position before the chunk: the decay since the state was written.
-        let gc = match start {
-            0 => rows(g)?,
-            s => rows(g)?.broadcast_sub(&g.narrow(2, s - 1, 1)?)?,
-        };
-        let within = qc
-            .matmul(&kc.t()?)?
-            .broadcast_mul(&decay_matrix(&gc, &gc)?)?;
-        let mut output = within.matmul(&vc)?;
-        if start > 0 {
-            output = (output + qc.broadcast_mul(&gc.exp()?)?.matmul(&state)?)?;
+    let mut outputs = Vec::with_capacity(chunks.count());
+    for c in 0..chunks.count() {
+        let mut output = at(&own, c)?;
+        if c > 0 {
+            output = (output + at(&read, c)?.matmul(&state)?)?;
         }
         outputs.push(output);
-        if start + len < t {
-            let last = gc.narrow(2, len - 1, 1)?;
-            let written = kc.broadcast_mul(&last.broadcast_sub(&gc)?.exp()?)?;
-            state = (state.broadcast_mul(&last.exp()?)? + written.t()?.matmul(&vc)?)?;
+        if c + 1 < chunks.count() {
+            state = (state.broadcast_mul(&at(&carried, c)?)? + at(&added, c)?)?;
         }
     }
-    Ok(Tensor::cat(&outputs, 2)?)
+    chunks.joined(&outputs)
 }
 
 /// min(x, 0): a decay difference where it is meaningful (j ≤ i), 0 past the diagonal, where it

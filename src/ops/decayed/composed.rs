@@ -1,0 +1,91 @@
+//! What the composed forms share: the chunks of (B, H, T, ·) tensors side by side, so that the
+//! work of every chunk that does not read the state (its C×C scores and decays, the DeltaNet
+//! inverse, what it adds to the state) is a few batched ops for all chunks at once, and only the
+//! state's recurrence loops over chunks. On a GPU each op is a kernel launch or more: with
+//! everything inside the loop an H100 took 1.7 s a DeltaNet step and 150 ms a GLA step at
+//! d 128, T 1024 (B 8), against 4.3 ms for softmax.
+
+use candle_core::Tensor;
+
+use crate::Result;
+
+/// The `n` chunks of `chunk` positions that cover T positions of B × H heads.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Chunks {
+    h: usize,
+    t: usize,
+    chunk: usize,
+    n: usize,
+}
+
+/// What fills the positions past T in the last chunk.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Fill {
+    Zeros,
+    /// Copies of the value at T − 1 (a running sum that stays where it ended).
+    Last,
+}
+
+impl Chunks {
+    /// The chunks of q (B, H, T, ·), `chunk` positions each (at most T).
+    pub fn of(q: &Tensor, chunk: usize) -> Result<Self> {
+        let (_, h, t, _) = q.dims4()?;
+        let chunk = chunk.clamp(1, t.max(1));
+        Ok(Self {
+            h,
+            t,
+            chunk,
+            n: t.div_ceil(chunk),
+        })
+    }
+
+    pub fn count(self) -> usize {
+        self.n
+    }
+
+    /// x (B, H, T, w) as (B, H·n, C, w), the positions past T filled with `fill`. B may be 1
+    /// for a tensor shared by the batch.
+    pub fn side_by_side(self, x: &Tensor, fill: Fill) -> Result<Tensor> {
+        let (b, _, _, width) = x.dims4()?;
+        let extra = self.n * self.chunk - self.t;
+        let padded = match fill {
+            Fill::Zeros => x.pad_with_zeros(2, 0, extra)?,
+            Fill::Last => x.pad_with_same(2, 0, extra)?,
+        };
+        Ok(padded.reshape((b, self.h * self.n, self.chunk, width))?)
+    }
+
+    /// The rows at each chunk's last position of x (B, H·n, C, w): (B, H·n, 1, w).
+    pub fn last_rows(self, x: &Tensor) -> Result<Tensor> {
+        Ok(x.narrow(2, self.chunk - 1, 1)?)
+    }
+
+    /// For each chunk, the row of x (B, H·n, 1, w) of the chunk before it, zeros before the
+    /// first: (B, H·n, 1, w).
+    pub fn of_the_chunk_before(self, x: &Tensor) -> Result<Tensor> {
+        let (b, _, _, width) = x.dims4()?;
+        let x = x.reshape((b, self.h, self.n, width))?;
+        let first = Tensor::zeros((b, self.h, 1, width), x.dtype(), x.device())?;
+        let shifted = match self.n {
+            1 => first,
+            n => Tensor::cat(&[&first, &x.narrow(2, 0, n - 1)?], 2)?,
+        };
+        Ok(shifted.reshape((b, self.h * self.n, 1, width))?)
+    }
+
+    /// x (B, H·n, r, c), side by side, as (B, H, n, r, c), for [`Self::at`].
+    pub fn per_chunk(self, x: &Tensor) -> Result<Tensor> {
+        let (b, _, rows, cols) = x.dims4()?;
+        Ok(x.reshape((b, self.h, self.n, rows, cols))?)
+    }
+
+    /// Chunk `c` of x (B, H, n, r, c) ([`Self::per_chunk`]): (B, H, r, c), contiguous.
+    pub fn at(x: &Tensor, c: usize) -> Result<Tensor> {
+        Ok(x.narrow(2, c, 1)?.squeeze(2)?.contiguous()?)
+    }
+
+    /// The outputs of the chunks, (B, H, C, w) each, as (B, H, T, w).
+    pub fn joined(self, outputs: &[Tensor]) -> Result<Tensor> {
+        Ok(Tensor::cat(outputs, 2)?.narrow(2, 0, self.t)?)
+    }
+}
