@@ -148,6 +148,21 @@ fn a_run_reports_curves_and_attention_and_stops() {
     harness.get_by_label_contains("stopped at step");
 }
 
+/// A preset beyond the editor's field ranges (a file or `--set` may hold any valid value) is
+/// shown as it is: egui's fields clamp what they show by default, and drawing the editor
+/// turned a loaded d_model 8192 × 64 layers into 2048 × 24, which then trained unannounced.
+#[test]
+fn drawing_the_editor_leaves_a_preset_beyond_its_ranges_as_it_is() {
+    let root = tempfile::tempdir().unwrap();
+    let mut app = app(root.path());
+    let p = &mut app.editor.preset;
+    (p.model.d_model, p.model.n_layers) = (4096, 32);
+    let loaded = app.editor.preset.clone();
+    let mut harness = harness(app);
+    harness.run();
+    assert_eq!(harness.state().editor.preset, loaded);
+}
+
 #[test]
 fn an_invalid_value_shows_its_message_and_disables_start() {
     let root = tempfile::tempdir().unwrap();

@@ -242,7 +242,7 @@ fn optional_rate(ui: &mut egui::Ui, label: &str, key: &str, value: &mut Option<f
         ui.label(label).on_hover_text(key_hint(key));
         match value {
             Some(rate) => {
-                ui.add(egui::DragValue::new(rate).range(0.0..=0.95).speed(0.01));
+                ui.add(within(egui::DragValue::new(rate).range(0.0..=0.95)).speed(0.01));
                 if ui
                     .button("auto")
                     .on_hover_text("use the layout's")
@@ -543,9 +543,11 @@ fn lm_ui(ui: &mut egui::Ui, t: &mut LmConfig) {
     );
     ui.horizontal(|ui| {
         let label = ui.label("validation share (%)");
-        ui.add(egui::DragValue::new(&mut t.val_percent).range(1..=90))
-            .labelled_by(label.id)
-            .on_hover_text(key_hint("task.val_percent"));
+        ui.add(within(
+            egui::DragValue::new(&mut t.val_percent).range(1..=90),
+        ))
+        .labelled_by(label.id)
+        .on_hover_text(key_hint("task.val_percent"));
     });
     number(
         ui,
@@ -770,8 +772,7 @@ fn real(
     ui.horizontal(|ui| {
         let label = ui.label(label);
         ui.add(
-            egui::DragValue::new(value)
-                .range(range)
+            within(egui::DragValue::new(value).range(range))
                 .speed(speed)
                 .max_decimals(8),
         )
@@ -812,6 +813,14 @@ fn seed(ui: &mut egui::Ui, label: &str, key: &str, value: &mut u64) {
     });
 }
 
+/// `field` limiting what the user types or drags to its range, but showing a value from a
+/// preset file or `--set` as it is: egui clamps an existing value by default, so drawing the
+/// editor changed the preset (a loaded d_model 8192 trained at 2048, with 24 layers for 64).
+/// Validation says what is out of bounds.
+pub(crate) fn within(field: egui::DragValue<'_>) -> egui::DragValue<'_> {
+    field.clamp_existing_to_range(false)
+}
+
 /// A labelled whole-number field limited to `range`.
 fn number(
     ui: &mut egui::Ui,
@@ -822,7 +831,7 @@ fn number(
 ) {
     ui.horizontal(|ui| {
         let label = ui.label(label);
-        ui.add(egui::DragValue::new(value).range(range))
+        ui.add(within(egui::DragValue::new(value).range(range)))
             .labelled_by(label.id)
             .on_hover_text(key_hint(key));
     });
@@ -956,6 +965,7 @@ fn hyperparameter_ui<S: Section>(ui: &mut egui::Ui, spec: &mut S, hyper: &Hyperp
         match spec.value(hyper.key) {
             Some(mut value) => {
                 let slider = egui::Slider::new(&mut value, hyper.min..=hyper.max)
+                    .clamping(egui::SliderClamping::Edits)
                     .logarithmic(hyper.log_scale)
                     .integer_if(hyper.integer);
                 if ui.add(slider).on_hover_text(&help).changed()

@@ -7,6 +7,7 @@ use std::sync::atomic::AtomicBool;
 
 use eframe::egui;
 
+use super::super::editor::within;
 use super::super::export::Exporter;
 use super::super::jobs::{Job, Jobs, take_finished};
 use super::super::plot::{PlotOptions, show_figure};
@@ -873,8 +874,7 @@ fn parallelism_ui(ui: &mut egui::Ui, sweep: &mut Sweep, running: bool) {
     let label = ui.label("workers");
     ui.add_enabled(
         !running,
-        egui::DragValue::new(&mut sweep.workers)
-            .range(0..=64)
+        within(egui::DragValue::new(&mut sweep.workers).range(0..=64))
             .custom_formatter(|n, _| {
                 if n == 0.0 {
                     "auto".into()
@@ -890,7 +890,7 @@ fn parallelism_ui(ui: &mut egui::Ui, sweep: &mut Sweep, running: bool) {
     let label = ui.label("replicas");
     ui.add_enabled(
         !running,
-        egui::DragValue::new(&mut sweep.replicas).range(1..=64),
+        within(egui::DragValue::new(&mut sweep.replicas).range(1..=64)),
     )
     .labelled_by(label.id)
     .on_hover_text(
