@@ -591,10 +591,20 @@ fn embedding_loss_and_optimiser_kernels_match_the_cpu() {
 /// position and channel (the CPU's bf16 moves D by 14 %; an H100's tf32 moved Mamba-2's A_log
 /// by 4.8 % and dt_bias by 2.0 %, the mixer's chunk products rounded too on a GPU): 25 %.
 /// And the rounding shows (the gradients differ from the GPU's own in f32), so a switch that
-/// did nothing would fail. Every gradient off by more than its tolerance is listed.
+/// did nothing would fail. Every gradient off by more than its tolerance is listed. The
+/// switches are one per process: run this file with `--test-threads 1` (gpu-check.sh does),
+/// or another test's trainer may set them mid-way.
 #[test]
 fn reduced_precisions_stay_within_their_tolerance() {
     let Some(device) = gpu() else { return };
+    /// Turns the switches back to f32 however the test ends.
+    struct ExactAfterwards<'a>(&'a Device);
+    impl Drop for ExactAfterwards<'_> {
+        fn drop(&mut self) {
+            attnlab::device::use_precision(self.0, Precision::F32);
+        }
+    }
+    let _exact = ExactAfterwards(&device);
     let encoding = common::small_encodings().remove(0);
     let mut off = Vec::new();
     for mechanism in common::small_mechanisms() {

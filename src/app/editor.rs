@@ -816,7 +816,7 @@ fn seed(ui: &mut egui::Ui, label: &str, key: &str, value: &mut u64) {
 /// `field` limiting what the user types or drags to its range, but showing a value from a
 /// preset file or `--set` as it is: egui clamps an existing value by default, so drawing the
 /// editor changed the preset (a loaded d_model 8192 trained at 2048, with 24 layers for 64).
-/// Validation says what is out of bounds.
+/// Validation and the memory check say what cannot run.
 pub(crate) fn within(field: egui::DragValue<'_>) -> egui::DragValue<'_> {
     field.clamp_existing_to_range(false)
 }

@@ -9,8 +9,8 @@
 //!   o_t = S_tᵀ q_t (g = 0 without the gate: the delta rule);
 //! - explicit (the views): A = (Q Kᵀ ⊙ Γ ⊙ M) (I + tril(diag(β)(K Kᵀ ⊙ Γ), −1))⁻¹ diag(β),
 //!   Γ_ij = e^{γ_i − γ_j} with γ = cumsum g, M lower-triangular with its diagonal: signed (the
-//!   negative entries are the rule's erasures). The inverse is a forward substitution, row by
-//!   row (candle has no triangular solve);
+//!   negative entries are the rule's erasures). The inverse is [`crate::ops::unit_lower_inverse`]
+//!   (candle has no triangular solve): fused on the CPU, by blocks elsewhere;
 //! - chunked (training, long evaluation): per chunk, X = that inverse of the chunk's keys,
 //!   W = X (K ⊙ e^γ), U = X V, R = U − W S; O = (Q ⊙ e^γ) S + (Q Kᵀ ⊙ Γ ⊙ M) R and
 //!   S ← e^{γ_C} S + (K ⊙ e^{γ_C − γ})ᵀ R, γ counted from the chunk's start
@@ -49,9 +49,10 @@ pub struct DeltaNetConfig {
     pub conv: usize,
     /// The swish output gate after the head norm (FLA's DeltaNet: off).
     pub gate: bool,
-    /// Queries per chunk of the chunked form (FLA's 64: at d 128 a step of the composed
-    /// chunks took 124 ms at T 64 and 4.1 s at T 1024, against 150 ms and 6.8 s with chunks of
-    /// 16); on the CPU the fused recurrence keeps a state every `chunk` tokens instead.
+    /// Queries per chunk of the chunked form (FLA's 64: at d 128 on 2 CPU cores a step of the
+    /// composed chunks, then a loop over chunks with the inverse by rows, took 124 ms at T 64
+    /// and 4.1 s at T 1024, against 150 ms and 6.8 s with chunks of 16); on the CPU the fused
+    /// recurrence keeps a state every `chunk` tokens instead.
     pub chunk: usize,
 }
 
@@ -177,7 +178,7 @@ impl Rule {
                 + decay
                 + layer.head_dim
                 + output_gate,
-            // The composed chunks (a GPU, or bf16): per chunk of C a dozen C × C products,
+            // The composed chunks (a GPU): per chunk of C a dozen C × C products,
             // masks and the keys' inverse, kept for the backward pass: counted as keys per
             // query, 3 floats each (calibrated against the peaks of tests/memory.rs when the
             // CPU ran them). The fused recurrence on the CPU keeps none of it.

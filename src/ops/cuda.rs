@@ -377,8 +377,9 @@ pub fn swap_middle_axes(
     Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
 }
 
-/// x Wᵀ + b for x (rows, in) and W (out, in), contiguous: cuBLAS's product (TF32 where candle's
-/// reduced-precision flag says so), then the bias added in the pass that splits `heads` into
+/// x Wᵀ + b for x (rows, in) and W (out, in), contiguous: cuBLAS's product (on TF32 or bf16
+/// tensor cores where `device::use_precision` set candle's switches), then the bias added in
+/// the pass that splits `heads` into
 /// (B, heads, T, out / heads) for the `shape` given, or over (rows, out).
 pub fn linear(
     (x, lx): Operand,

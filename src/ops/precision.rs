@@ -5,13 +5,16 @@
 //!   mantissa, f32 accumulation), PyTorch's `allow_tf32`. No effect on the CPU.
 //! - `bf16`: mixed precision as PyTorch's `autocast(bfloat16)`: the operands of every matrix
 //!   product (linear layers, attention scores, weights · values) are rounded to bf16 and the
-//!   product summed and returned in f32; parameters (the master weights), optimiser state,
-//!   normalisations, softmax, kernel-attention normalisers and the loss stay f32. On CUDA the
-//!   tensors stay f32 and cuBLAS rounds the operands on its bf16 tensor cores
-//!   ([`crate::device::use_precision`]), so the fused f32 kernels run as in f32 and no cast
-//!   kernel is launched; elsewhere [`Precision::product`] casts the operands. On the CPU candle
-//!   widens bf16 products to f32 internally, so bf16 there is slower than f32 and shows only the
-//!   rounding.
+//!   product summed in f32; parameters (the master weights), optimiser state,
+//!   normalisations, softmax, kernel-attention normalisers and the loss stay f32.
+//!   [`Precision::product`] casts the operands (and rounds the product to bf16 too, as
+//!   autocast). On CUDA a training run instead has cuBLAS round them on its bf16 tensor cores
+//!   ([`crate::device::use_precision`]): the tensors stay f32, the fused f32 kernels run as in
+//!   f32 and no cast kernel is launched, and products come back unrounded. That switch is one
+//!   per process and rounds every f32 product while it is on, those the CPU keeps in f32 too:
+//!   the recurrent mixers' chunk products, cumulative sums (candle computes them as products)
+//!   and the kernel normalisers' products. On the CPU candle widens bf16 products to f32
+//!   internally, so bf16 there is slower than f32 and shows only the rounding.
 
 use candle_core::{DType, Device, Tensor};
 use serde::{Deserialize, Serialize};
@@ -55,10 +58,12 @@ impl Precision {
         }
     }
 
-    /// Whether a product on `device` casts its operands to bf16 itself: bf16 off CUDA. On CUDA
-    /// cuBLAS rounds f32 operands to bf16 on its tensor cores (see the module's doc).
+    /// Whether a product on `device` casts its operands to bf16 itself: in bf16, unless cuBLAS
+    /// rounds them on its bf16 tensor cores, a process-wide switch that only a training run
+    /// turns on ([`crate::device::use_precision`]): an analysis of a bf16 run, or a run whose
+    /// switch another run turned off, still rounds, by casting.
     pub fn casts_operands(self, device: &Device) -> bool {
-        self == Self::Bf16 && !device.is_cuda()
+        self == Self::Bf16 && !products_in_bf16(device)
     }
 
     /// `f(a, b)` with both operands rounded to this precision's product dtype and the result in
@@ -75,6 +80,16 @@ impl Precision {
         let product = f(&a.to_dtype(DType::BF16)?, &b.to_dtype(DType::BF16)?)?;
         Ok(product.to_dtype(DType::F32)?)
     }
+}
+
+/// Whether cuBLAS computes `device`'s f32 products on bf16 tensor cores now.
+fn products_in_bf16(device: &Device) -> bool {
+    #[cfg(feature = "cuda")]
+    if device.is_cuda() {
+        return candle_core::cuda_backend::gemm_bf16_compute_f32();
+    }
+    let _ = device;
+    false
 }
 
 impl std::fmt::Display for Precision {

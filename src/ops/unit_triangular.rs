@@ -7,7 +7,7 @@
 //! strict lower triangle (Y = (I + L)⁻¹). On a GPU the inverse goes by blocks
 //! ([`unit_lower_inverse_blocked`]): log₂ n levels of batched products instead of n rows, each
 //! row's concatenation a copy kernel per earlier row (an H100 took 110 ms a DeltaNet step at
-//! d 128, T 64, 1.7 s at T 1024, against 3.4 and 4.3 ms for softmax).
+//! d 128, T 64, one chunk of 64, against 3.4 ms for softmax; 13.8 ms by blocks).
 
 use candle_core::{CpuStorage, CustomOp1, Layout, Tensor};
 use rayon::prelude::*;

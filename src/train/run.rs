@@ -332,6 +332,9 @@ fn drive(
             }
         }
     }
+    // The product switches are one per process: an analysis or run after this one computes
+    // exactly unless it asks otherwise.
+    crate::device::use_precision(trainer.device(), crate::ops::Precision::F32);
     members
         .into_iter()
         .map(|m| {

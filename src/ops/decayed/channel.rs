@@ -56,14 +56,14 @@ pub fn channel_decayed_attention_composed(
     let relative = bc.broadcast_sub(&anchor)?; // ≤ 0
     let qs = (&qc * relative.exp()?)?;
     let ks = (&kc * relative.neg()?.exp()?)?;
-    let own = qs.matmul(&ks.t()?)?;
-    let own = own.broadcast_mul(&causal_mask(&own)?.exp()?)?;
+    let scores = qs.matmul(&ks.t()?)?;
+    let scores = scores.broadcast_mul(&causal_mask(&scores)?.exp()?)?;
     let weighted = (&kc * end.broadcast_sub(&bc)?.exp()?)?;
-    let per_chunk = |x: Tensor| chunks.per_chunk(&x);
-    let own = per_chunk(own.matmul(&vc)?)?;
-    let carried = per_chunk(end.broadcast_sub(&anchor)?.exp()?.transpose(2, 3)?)?; // (d_k, 1)
-    let added = per_chunk(weighted.t()?.matmul(&vc)?)?;
-    let read = per_chunk(qs)?;
+    let own = chunks.per_chunk(scores.matmul(&vc)?)?;
+    // Each key channel's decay over the chunk, (d_k, 1) per chunk.
+    let carried = chunks.per_chunk(end.broadcast_sub(&anchor)?.exp()?.transpose(2, 3)?)?;
+    let added = chunks.per_chunk(weighted.t()?.matmul(&vc)?)?;
+    let read = chunks.per_chunk(qs)?;
     let at = Chunks::at;
     let mut state = Tensor::zeros((batch, h, dk, v.dim(3)?), v.dtype(), v.device())?;
     let mut outputs = Vec::with_capacity(chunks.count());

@@ -2,8 +2,8 @@
 //! work of every chunk that does not read the state (its C×C scores and decays, the DeltaNet
 //! inverse, what it adds to the state) is a few batched ops for all chunks at once, and only the
 //! state's recurrence loops over chunks. On a GPU each op is a kernel launch or more: with
-//! everything inside the loop an H100 took 1.7 s a DeltaNet step and 150 ms a GLA step at
-//! d 128, T 1024 (B 8), against 4.3 ms for softmax.
+//! everything inside the loop an H100 took 150 ms a GLA step at d 128, T 1024 (B 8; 64 chunks
+//! of 16), against 4.3 ms for softmax; 44.5 ms batched.
 
 use candle_core::Tensor;
 
@@ -30,7 +30,11 @@ impl Chunks {
     /// The chunks of q (B, H, T, ·), `chunk` positions each (at most T).
     pub fn of(q: &Tensor, chunk: usize) -> Result<Self> {
         let (_, h, t, _) = q.dims4()?;
-        let chunk = chunk.clamp(1, t.max(1));
+        if t == 0 {
+            let message = "the chunked form takes at least one position";
+            return Err(crate::Error::Internal(message.into()));
+        }
+        let chunk = chunk.clamp(1, t);
         Ok(Self {
             h,
             t,
@@ -73,15 +77,16 @@ impl Chunks {
         Ok(shifted.reshape((b, self.h * self.n, 1, width))?)
     }
 
-    /// x (B, H·n, r, c), side by side, as (B, H, n, r, c), for [`Self::at`].
-    pub fn per_chunk(self, x: &Tensor) -> Result<Tensor> {
+    /// x (B, H·n, rows, cols), side by side, as (B, H, n, rows, cols), for [`Self::at`].
+    pub fn per_chunk(self, x: Tensor) -> Result<Tensor> {
         let (b, _, rows, cols) = x.dims4()?;
         Ok(x.reshape((b, self.h, self.n, rows, cols))?)
     }
 
-    /// Chunk `c` of x (B, H, n, r, c) ([`Self::per_chunk`]): (B, H, r, c), contiguous.
-    pub fn at(x: &Tensor, c: usize) -> Result<Tensor> {
-        Ok(x.narrow(2, c, 1)?.squeeze(2)?.contiguous()?)
+    /// Chunk `i` of x (B, H, n, rows, cols) ([`Self::per_chunk`]): (B, H, rows, cols),
+    /// contiguous.
+    pub fn at(x: &Tensor, i: usize) -> Result<Tensor> {
+        Ok(x.narrow(2, i, 1)?.squeeze(2)?.contiguous()?)
     }
 
     /// The outputs of the chunks, (B, H, C, w) each, as (B, H, T, w).

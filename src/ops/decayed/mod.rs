@@ -7,8 +7,8 @@
 //! chunks and the test against the composed forms.
 //!
 //! Built from tensor ops (the `*_composed` functions: the references, and the path on a GPU,
-//! every chunk's own work batched across chunks in [`composed`]) a chunk is ~25 autograd
-//! nodes, each a pass over memory; the profile of a retention step at
+//! every chunk's own work batched across chunks by `composed::Chunks`) a chunk was ~25
+//! autograd nodes, each a pass over memory; the profile of a retention step at
 //! d 128, T 64 had those passes and their allocations at a third of the step (89 ms against
 //! softmax's 52). The fused ops run each head's chunks in one loop over cache-resident C×C
 //! buffers, with the causal products softmax's fused op uses, and their analytic backward

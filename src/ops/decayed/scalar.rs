@@ -56,11 +56,10 @@ pub fn decayed_attention_composed(
         .broadcast_mul(&decay_matrix(&gc, &gc)?)?;
     let last = chunks.last_rows(&gc)?;
     let written = kc.broadcast_mul(&last.broadcast_sub(&gc)?.exp()?)?;
-    let per_chunk = |x: Tensor| chunks.per_chunk(&x);
-    let own = per_chunk(within.matmul(&vc)?)?;
-    let read = per_chunk(qc.broadcast_mul(&gc.exp()?)?)?;
-    let added = per_chunk(written.t()?.matmul(&vc)?)?;
-    let carried = per_chunk(last.exp()?)?;
+    let own = chunks.per_chunk(within.matmul(&vc)?)?;
+    let read = chunks.per_chunk(qc.broadcast_mul(&gc.exp()?)?)?;
+    let added = chunks.per_chunk(written.t()?.matmul(&vc)?)?;
+    let carried = chunks.per_chunk(last.exp()?)?;
     let at = Chunks::at;
     let mut state = Tensor::zeros((b, h, dk, v.dim(3)?), v.dtype(), v.device())?;
     let mut outputs = Vec::with_capacity(chunks.count());
