@@ -276,10 +276,11 @@ fn cannot_open(name: DeviceName, error: &str) -> String {
 }
 
 /// How CUDA's cuBLAS computes f32 products for `precision`: exactly, on TF32 tensor cores
-/// (`tf32`, candle's switch) or on bf16 tensor cores (`bf16`, the vendored candle's, operands
-/// rounded to bf16 and f32 sums, as autocast's products); nothing elsewhere. The switches are
-/// one per process: two runs in one window with different precisions on one GPU use the last
-/// one started.
+/// (`tf32`, candle's switch) or on bf16 tensor cores (`bf16`, the vendored candle's: operands
+/// rounded to bf16 and summed in f32, as autocast's products, the result left in f32); nothing
+/// elsewhere. The switches are one per process: a run sets them as it starts and turns them
+/// off as it ends (`train::run`), and two runs in one window with different precisions on one
+/// GPU use the last one started.
 pub fn use_precision(device: &Device, precision: crate::ops::Precision) {
     #[cfg(feature = "cuda")]
     if device.is_cuda() {
