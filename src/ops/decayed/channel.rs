@@ -45,7 +45,6 @@ pub fn channel_decayed_attention_composed(
     b: &Tensor,
     (scale, chunk): (f64, usize),
 ) -> Result<Tensor> {
-    let (batch, h, _, dk) = q.dims4()?;
     let chunks = Chunks::of(q, chunk)?;
     let side = |x: &Tensor| chunks.side_by_side(x, Fill::Zeros);
     let (qc, kc, vc) = (side(&(q * scale)?)?, side(k)?, side(v)?);
@@ -64,20 +63,7 @@ pub fn channel_decayed_attention_composed(
     let carried = chunks.per_chunk(end.broadcast_sub(&anchor)?.exp()?.transpose(2, 3)?)?;
     let added = chunks.per_chunk(weighted.t()?.matmul(&vc)?)?;
     let read = chunks.per_chunk(qs)?;
-    let at = Chunks::at;
-    let mut state = Tensor::zeros((batch, h, dk, v.dim(3)?), v.dtype(), v.device())?;
-    let mut outputs = Vec::with_capacity(chunks.count());
-    for c in 0..chunks.count() {
-        let mut output = at(&own, c)?;
-        if c > 0 {
-            output = (output + at(&read, c)?.matmul(&state)?)?;
-        }
-        outputs.push(output);
-        if c + 1 < chunks.count() {
-            state = (state.broadcast_mul(&at(&carried, c)?)? + at(&added, c)?)?;
-        }
-    }
-    chunks.joined(&outputs)
+    chunks.recur(&own, &read, &carried, &added)
 }
 
 /// The fused kernel.

@@ -50,11 +50,18 @@ impl Chunks {
     /// x (B, H, T, w) as (B, H·n, C, w), the positions past T filled with `fill`. B may be 1
     /// for a tensor shared by the batch.
     pub fn side_by_side(self, x: &Tensor, fill: Fill) -> Result<Tensor> {
-        let (b, _, _, width) = x.dims4()?;
+        let (b, h, _, width) = x.dims4()?;
         let extra = self.n * self.chunk - self.t;
         let padded = match fill {
+            _ if extra == 0 => x.clone(),
             Fill::Zeros => x.pad_with_zeros(2, 0, extra)?,
-            Fill::Last => x.pad_with_same(2, 0, extra)?,
+            // One broadcast copy: candle's pad_with_same concatenates a copy per position.
+            Fill::Last => {
+                let last = x
+                    .narrow(2, self.t - 1, 1)?
+                    .broadcast_as((b, h, extra, width))?;
+                Tensor::cat(&[x, &last.contiguous()?], 2)?
+            }
         };
         Ok(padded.reshape((b, self.h * self.n, self.chunk, width))?)
     }
@@ -87,6 +94,37 @@ impl Chunks {
     /// contiguous.
     pub fn at(x: &Tensor, i: usize) -> Result<Tensor> {
         Ok(x.narrow(2, i, 1)?.squeeze(2)?.contiguous()?)
+    }
+
+    /// The outputs (B, H, T, Dv) of the state's recurrence over the chunks, each argument per
+    /// chunk ([`Self::per_chunk`]): chunk i's output is own_i + read_i · S_i, with S_0 = 0 and
+    /// S_(i+1) = S_i ⊙ carried_i + added_i (the state the chunk leaves). The decayed forms
+    /// with a write that does not read the state share it (scalar and channel decays).
+    pub fn recur(
+        self,
+        own: &Tensor,
+        read: &Tensor,
+        carried: &Tensor,
+        added: &Tensor,
+    ) -> Result<Tensor> {
+        let mut state: Option<Tensor> = None;
+        let mut outputs = Vec::with_capacity(self.n);
+        for i in 0..self.n {
+            let output = Self::at(own, i)?;
+            outputs.push(match &state {
+                Some(state) => (output + Self::at(read, i)?.matmul(state)?)?,
+                None => output,
+            });
+            // The state after the last chunk is never read.
+            if i + 1 < self.n {
+                let added = Self::at(added, i)?;
+                state = Some(match state {
+                    Some(state) => (state.broadcast_mul(&Self::at(carried, i)?)? + added)?,
+                    None => added,
+                });
+            }
+        }
+        self.joined(&outputs)
     }
 
     /// The outputs of the chunks, (B, H, C, w) each, as (B, H, T, w).

@@ -44,7 +44,6 @@ pub fn decayed_attention_composed(
     g: &Tensor,
     (scale, chunk): (f64, usize),
 ) -> Result<Tensor> {
-    let (b, h, _, dk) = q.dims4()?;
     let chunks = Chunks::of(q, chunk)?;
     let side = |x: &Tensor| chunks.side_by_side(x, Fill::Zeros);
     let (qc, kc, vc) = (side(&(q * scale)?)?, side(k)?, side(v)?);
@@ -60,20 +59,7 @@ pub fn decayed_attention_composed(
     let read = chunks.per_chunk(qc.broadcast_mul(&gc.exp()?)?)?;
     let added = chunks.per_chunk(written.t()?.matmul(&vc)?)?;
     let carried = chunks.per_chunk(last.exp()?)?;
-    let at = Chunks::at;
-    let mut state = Tensor::zeros((b, h, dk, v.dim(3)?), v.dtype(), v.device())?;
-    let mut outputs = Vec::with_capacity(chunks.count());
-    for c in 0..chunks.count() {
-        let mut output = at(&own, c)?;
-        if c > 0 {
-            output = (output + at(&read, c)?.matmul(&state)?)?;
-        }
-        outputs.push(output);
-        if c + 1 < chunks.count() {
-            state = (state.broadcast_mul(&at(&carried, c)?)? + at(&added, c)?)?;
-        }
-    }
-    chunks.joined(&outputs)
+    chunks.recur(&own, &read, &carried, &added)
 }
 
 /// min(x, 0): a decay difference where it is meaningful (j ≤ i), 0 past the diagonal, where it
