@@ -532,6 +532,8 @@ fn a_run_writes_what_tensorboard_reads() {
     for layer_head in ["L0H0", "L0H1", "L1H0", "L1H1"] {
         assert_eq!(tagged(&format!("attention/{layer_head}")), 2);
         assert_eq!(tagged(&format!("attention/entropy/{layer_head}")), 2);
+        // MQAR has a ground truth: each head's soft IoU at each evaluation.
+        assert_eq!(tagged(&format!("attention/iou/{layer_head}")), 2);
     }
     assert_eq!(
         holding(&records, b"\x89PNG\r\n\x1a\n"),

@@ -35,7 +35,8 @@ use serde::{Deserialize, Serialize};
 
 use super::trained::TrainedRun;
 use crate::attention::{AttentionWeights, Mixing};
-use crate::tasks::mqar::{Example, QueryTruth};
+use crate::tasks::mqar::Example;
+pub use crate::tasks::truth::{Crop, Target};
 use crate::{Error, Result};
 
 /// How a cropped attention row becomes a set of positions.
@@ -127,34 +128,6 @@ impl FromStr for Binarise {
     }
 }
 
-/// Which token of the pair a query should attend to.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Target {
-    /// The value token after the key (what the previous-token layer makes hold the key).
-    #[default]
-    Value,
-    /// The key token.
-    Key,
-}
-
-impl Target {
-    /// The name used in the CLI and in tables.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Value => "value",
-            Self::Key => "key",
-        }
-    }
-
-    fn positions(self, query: &QueryTruth) -> &[usize] {
-        match self {
-            Self::Value => &query.value_positions,
-            Self::Key => &query.key_positions,
-        }
-    }
-}
-
 /// Everything that decides an IoU number.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct IouProtocol {
@@ -224,45 +197,9 @@ impl IouProtocol {
     }
 }
 
-/// The cropped matrices of one example: rows are the queries, columns the context.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Crop {
-    /// Position of each query, in order (the crop's rows).
-    pub query_positions: Vec<usize>,
-    /// Context length: the crop's columns are positions `0..context`.
-    pub context: usize,
-    /// The ground truth, row-major `queries × context`, 0 or 1.
-    pub truth: Vec<f64>,
-}
-
+/// The hard IoU lives here, beside the binarisations it takes; the crop and its soft IoU are
+/// the task's ([`crate::tasks::truth`]), which training's TensorBoard sink reads too.
 impl Crop {
-    /// The crop of an example with these queries and this context length.
-    pub fn new(queries: &[QueryTruth], context: usize, target: Target) -> Self {
-        let mut truth = vec![0.0; queries.len() * context];
-        for (r, query) in queries.iter().enumerate() {
-            for &c in target.positions(query).iter().filter(|&&c| c < context) {
-                truth[r * context + c] = 1.0;
-            }
-        }
-        Self {
-            query_positions: queries.iter().map(|q| q.position).collect(),
-            context,
-            truth,
-        }
-    }
-
-    /// The crop of a `Tq × Tk` attention matrix.
-    pub fn of(&self, matrix: &[f32], tk: usize) -> Vec<f64> {
-        self.query_positions
-            .iter()
-            .flat_map(|&p| {
-                matrix[p * tk..p * tk + self.context]
-                    .iter()
-                    .map(|&a| a as f64)
-            })
-            .collect()
-    }
-
     /// Hard IoU of cropped attention `a`: `|B ∧ G| / |B ∨ G|` pooled over the rows.
     pub fn hard_iou(&self, a: &[f64], binarise: Binarise) -> f64 {
         let (mut both, mut either) = (0usize, 0usize);
@@ -278,15 +215,6 @@ impl Crop {
         } else {
             both as f64 / either as f64
         }
-    }
-
-    /// Soft IoU of cropped attention `a`: `Σ min(A, G) / Σ max(A, G)`.
-    pub fn soft_iou(&self, a: &[f64]) -> f64 {
-        let (low, high) = a
-            .iter()
-            .zip(&self.truth)
-            .fold((0.0, 0.0), |(l, h), (&a, &g)| (l + a.min(g), h + a.max(g)));
-        if high > 0.0 { low / high } else { 0.0 }
     }
 }
 
@@ -475,10 +403,22 @@ fn score_batch(
         let crop = Crop::new(&example.queries, context, protocol.target);
         for h in 0..scores.hard.len() {
             let a = crop.of(weights.matrix(b, h), tk);
-            scores.hard[h].add(crop.hard_iou(&a, protocol.binarise));
+            let by_threshold: Vec<f64> = THRESHOLD_CURVE
+                .iter()
+                .map(|&tau| crop.hard_iou(&a, Binarise::Threshold(tau)))
+                .collect();
+            // The protocol's τ is usually one of the curve's (0.1 by default): read it there.
+            let on_curve = THRESHOLD_CURVE
+                .iter()
+                .position(|&tau| protocol.binarise == Binarise::Threshold(tau));
+            let hard = match on_curve {
+                Some(i) => by_threshold[i],
+                None => crop.hard_iou(&a, protocol.binarise),
+            };
+            scores.hard[h].add(hard);
             scores.soft[h].add(crop.soft_iou(&a));
-            for (curve, &tau) in scores.curve.iter_mut().zip(&THRESHOLD_CURVE) {
-                curve[h].add(crop.hard_iou(&a, Binarise::Threshold(tau)));
+            for (curve, iou) in scores.curve.iter_mut().zip(by_threshold) {
+                curve[h].add(iou);
             }
         }
     }
@@ -569,7 +509,7 @@ pub fn example_iou(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tasks::mqar::{MqarConfig, Split, layout};
+    use crate::tasks::mqar::{MqarConfig, QueryTruth, Split, layout};
 
     /// An example of 4 pairs in 24 tokens (context 8, queries at 8..24 on even offsets).
     fn example() -> Example {

@@ -43,4 +43,4 @@ pub use receptive_field::{
     window_for,
 };
 pub use run_erf::{ErfProtocol, RunErf, mean_mass_by_distance, run_erf};
-pub use trained::{TrainedRun, lacks_ground_truth};
+pub use trained::TrainedRun;

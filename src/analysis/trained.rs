@@ -9,9 +9,7 @@ use candle_core::{Device, Tensor};
 use crate::attention::AttentionWeights;
 use crate::model::Transformer;
 use crate::preset::Preset;
-use crate::tasks::TaskSpec;
-use crate::tasks::mad;
-use crate::tasks::mqar::{Example, Split};
+use crate::tasks::mqar::Example;
 use crate::train::{LoadedRun, Opening, RunDir};
 use crate::{Error, Result};
 
@@ -37,21 +35,6 @@ pub struct TrainedRun {
     device: Device,
 }
 
-/// Why the analyses that read a task's ground truth (IoU, spectra, the views' examples)
-/// cannot run on `task`, if they cannot: the window disables their buttons with it.
-pub fn lacks_ground_truth(task: &TaskSpec) -> Option<String> {
-    let task = match task {
-        TaskSpec::Mqar(_) => return None,
-        TaskSpec::Mad(c) if c.resolved().has_ground_truth() => return None,
-        TaskSpec::Mad(c) => format!("MAD's {}", c.probe.name()),
-        other => other.name().to_string(),
-    };
-    Some(format!(
-        "this analysis needs a task with a ground truth (MQAR; MAD's in-context, noisy recall \
-         or selective copying), but the run's task is {task}"
-    ))
-}
-
 impl TrainedRun {
     /// Loads the preset and checkpoint of the run folder at `path`.
     pub fn open(path: &Path) -> Result<Self> {
@@ -74,7 +57,7 @@ impl TrainedRun {
     /// An error naming the run and its task: the analysis needs a ground truth it lacks.
     fn no_ground_truth(&self) -> Error {
         Error::RunDir {
-            message: lacks_ground_truth(&self.preset.task).unwrap_or_default(),
+            message: self.preset.task.lacks_ground_truth().unwrap_or_default(),
             path: self.run.path().to_path_buf(),
         }
     }
@@ -82,11 +65,10 @@ impl TrainedRun {
     /// How many positions from the start of a row hold what the queries read: MQAR's context
     /// of key-value pairs; for MAD's probes the whole row (pairs run through it).
     pub fn context_len(&self) -> Result<usize> {
-        match &self.preset.task {
-            TaskSpec::Mqar(c) => Ok(2 * c.num_kv_pairs * c.num_passes),
-            TaskSpec::Mad(c) if c.resolved().has_ground_truth() => Ok(c.resolved().row_len()),
-            _ => Err(self.no_ground_truth()),
-        }
+        self.preset
+            .task
+            .truth_context()
+            .ok_or_else(|| self.no_ground_truth())
     }
 
     /// The first `n` rows of the run's test split (the generator continues past
@@ -100,14 +82,9 @@ impl TrainedRun {
                 format!("is too many: an analysis generates at most {MAX_TEST_ROWS}"),
             ));
         }
-        match &self.preset.task {
-            TaskSpec::Mqar(c) => Ok(c.examples(Split::Test, n)),
-            TaskSpec::Mad(c) if c.resolved().has_ground_truth() => {
-                // A run on mad-lab's published rows reads them (at most the folder's).
-                let rows = c.rows(mad::Split::Test, n)?.into_iter();
-                Ok(rows.map(mad::Row::into_example).collect())
-            }
-            _ => Err(self.no_ground_truth()),
+        match self.preset.task.truth_context() {
+            Some(_) => self.preset.task.truth_examples(n),
+            None => Err(self.no_ground_truth()),
         }
     }
 

@@ -371,11 +371,7 @@ fn trains_without_weights(preset: &Preset) -> bool {
 /// may still hold the previous step's or an evaluation's when the next is made (a run's
 /// peak varied by that much from run to run once attention's weights no longer hid it).
 fn logit_bytes(preset: &Preset) -> f64 {
-    let scored = match &preset.task {
-        TaskSpec::Mqar(c) => c.num_kv_pairs,
-        TaskSpec::Lm(c) => c.seq_len,
-        TaskSpec::Mad(c) => c.resolved().row_len(),
-    };
+    let scored = preset.task.scored_per_row();
     F32 * 4.0 * (preset.train.batch_size * scored) as f64 * preset.task.vocab_size() as f64
 }
 
@@ -386,20 +382,12 @@ fn kept_attention_bytes(preset: &Preset) -> f64 {
     F32 * examples * preset.model.n_heads as f64 * len * len * attention_layers(preset)
 }
 
-/// The datasets in memory: token ids and labels per position, MQAR's ground truth per query,
-/// a language model's text and its token ids.
+/// The datasets in memory: token ids and labels per position, and what the task keeps
+/// beside them ([`TaskSpec::extra_data_bytes`]: MQAR's ground truth per query, a language
+/// model's text).
 fn data_bytes(task: &TaskSpec) -> f64 {
     let rows = task.train_examples() as f64 + task.test_examples() as f64;
-    let windows = rows * task.seq_len() as f64 * 8.0;
-    match task {
-        TaskSpec::Mqar(c) => {
-            // A QueryTruth: position, key, value and two Vecs of one entry per pass.
-            let truth = 40.0 + 2.0 * (24.0 + 8.0 * c.num_passes as f64);
-            windows + rows * (24.0 + c.num_kv_pairs as f64 * truth)
-        }
-        TaskSpec::Lm(c) => windows + 5.0 * (c.train_bytes as f64 + c.valid_bytes as f64),
-        TaskSpec::Mad(_) => windows,
-    }
+    rows * task.seq_len() as f64 * 8.0 + task.extra_data_bytes()
 }
 
 #[cfg(test)]

@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 use super::Dataset;
 use super::lm::LmConfig;
 use super::mad::MadConfig;
-use super::mqar::MqarConfig;
-use crate::Result;
+use super::mqar::{Example, MqarConfig};
+use crate::{Error, Result};
 
 /// [`Task`]'s four sizes for a config that holds them as fields of the same names.
 macro_rules! sizes_from_fields {
@@ -135,6 +135,36 @@ pub trait Task {
     fn scores_its_inputs(&self) -> bool {
         false
     }
+
+    /// The task as a sentence names it, where its name says too little ("MAD's compression").
+    fn title(&self) -> Option<String> {
+        None
+    }
+
+    /// The most positions of a training row that are scored (a step's logits are kept there
+    /// only): every position unless the task says otherwise.
+    fn scored_per_row(&self) -> usize {
+        self.seq_len()
+    }
+
+    /// Bytes its datasets hold beyond each row's token ids and labels (ground truth, the
+    /// text a language model's rows are cut from), for the memory estimate.
+    fn extra_data_bytes(&self) -> f64 {
+        0.0
+    }
+
+    /// How many positions from the start of a test row hold what its scored queries read
+    /// (MQAR's context of pairs; a MAD recall probe's whole row), or `None` for a task
+    /// without a ground truth: IoU, spectra and the views' examples need one.
+    fn truth_context(&self) -> Option<usize> {
+        None
+    }
+
+    /// The first `n` test rows with the positions each scored query should read; asked only
+    /// of a task with a [`Self::truth_context`].
+    fn truth_examples(&self, _n: usize) -> Result<Vec<Example>> {
+        Ok(Vec::new())
+    }
 }
 
 impl TaskSpec {
@@ -167,6 +197,47 @@ impl TaskSpec {
     /// [`Task::scores_its_inputs`].
     pub fn scores_its_inputs(&self) -> bool {
         self.task().scores_its_inputs()
+    }
+
+    /// The task as a sentence names it ([`Task::title`]), else its name.
+    pub fn title(&self) -> String {
+        self.task().title().unwrap_or_else(|| self.name().into())
+    }
+
+    /// [`Task::scored_per_row`].
+    pub fn scored_per_row(&self) -> usize {
+        self.task().scored_per_row()
+    }
+
+    /// [`Task::extra_data_bytes`].
+    pub fn extra_data_bytes(&self) -> f64 {
+        self.task().extra_data_bytes()
+    }
+
+    /// [`Task::truth_context`].
+    pub fn truth_context(&self) -> Option<usize> {
+        self.task().truth_context()
+    }
+
+    /// Why the analyses that read a task's ground truth (IoU, spectra, the views' examples)
+    /// cannot run on it, if they cannot: the window disables their buttons with it.
+    pub fn lacks_ground_truth(&self) -> Option<String> {
+        self.truth_context().is_none().then(|| {
+            format!(
+                "this analysis needs a task with a ground truth (MQAR; MAD's in-context, noisy \
+                 recall or selective copying), but the run's task is {}",
+                self.title()
+            )
+        })
+    }
+
+    /// The first `n` test rows with their ground truth ([`Task::truth_examples`]); an error
+    /// saying why for a task without one.
+    pub fn truth_examples(&self, n: usize) -> Result<Vec<Example>> {
+        match self.lacks_ground_truth() {
+            Some(why) => Err(Error::Data(why)),
+            None => self.task().truth_examples(n),
+        }
     }
 
     /// Whether a position may not look at later positions ([`TaskFacts::needs_causal`]).

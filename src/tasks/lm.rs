@@ -101,6 +101,11 @@ impl super::Task for LmConfig {
     fn check_inputs_here(&self) -> Result<()> {
         self.check_corpus()
     }
+
+    /// The training and validation text, about five bytes a byte once read and encoded.
+    fn extra_data_bytes(&self) -> f64 {
+        5.0 * (self.train_bytes as f64 + self.valid_bytes as f64)
+    }
 }
 
 impl Default for LmConfig {

@@ -175,6 +175,22 @@ impl super::Task for MadConfig {
     fn scores_its_inputs(&self) -> bool {
         self.probe == Probe::Compression
     }
+
+    fn title(&self) -> Option<String> {
+        Some(format!("MAD's {}", self.probe.name()))
+    }
+
+    /// The whole row: a recall probe's pairs run through it.
+    fn truth_context(&self) -> Option<usize> {
+        let resolved = self.resolved();
+        resolved.has_ground_truth().then(|| resolved.row_len())
+    }
+
+    /// A run on mad-lab's published rows reads them (at most the folder's).
+    fn truth_examples(&self, n: usize) -> Result<Vec<super::mqar::Example>> {
+        let rows = self.rows(Split::Test, n)?.into_iter();
+        Ok(rows.map(Row::into_example).collect())
+    }
 }
 
 /// Every setting of a probe, its baseline filled in.

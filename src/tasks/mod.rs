@@ -11,6 +11,7 @@ pub mod lm;
 pub mod mad;
 pub mod mad_data;
 pub mod mqar;
+pub mod truth;
 
 use candle_core::{Device, Tensor};
 

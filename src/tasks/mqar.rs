@@ -77,6 +77,27 @@ impl super::Task for MqarConfig {
     fn datasets(&self) -> Result<(Dataset, Dataset)> {
         Ok((self.generate(Split::Train), self.generate(Split::Test)))
     }
+
+    /// Its queries: one per pair.
+    fn scored_per_row(&self) -> usize {
+        self.num_kv_pairs
+    }
+
+    /// The ground truth of every query: a [`QueryTruth`] is its position, key, value and two
+    /// Vecs of one entry per pass.
+    fn extra_data_bytes(&self) -> f64 {
+        let rows = self.train_examples as f64 + self.test_examples as f64;
+        let truth = 40.0 + 2.0 * (24.0 + 8.0 * self.num_passes as f64);
+        rows * (24.0 + self.num_kv_pairs as f64 * truth)
+    }
+
+    fn truth_context(&self) -> Option<usize> {
+        Some(self.context_len())
+    }
+
+    fn truth_examples(&self, n: usize) -> Result<Vec<Example>> {
+        Ok(self.examples(Split::Test, n))
+    }
 }
 
 impl Default for MqarConfig {

@@ -11,6 +11,7 @@ use crate::Result;
 use crate::attention::{AttentionWeights, Mixing};
 use crate::figures::{HeatmapPlot, heatmap_png};
 use crate::preset::Preset;
+use crate::tasks::truth::Crop;
 use crate::tensorboard::{EventWriter, HParam, Image};
 
 /// The folder of a run's event files.
@@ -72,8 +73,14 @@ impl Board {
 
     /// An evaluation's scalars, and per attention layer (`attention[l]`, (B, H, Tq, Tk) over
     /// the saved test rows, `None` for a layer without attention) each head's map of the first
-    /// row as an image and its mean row entropy.
-    pub fn eval(&self, record: &EvalRecord, attention: &[Option<Tensor>]) -> Result<()> {
+    /// row as an image, its mean row entropy and, where the task has a ground truth (`truth`:
+    /// each saved row's crop, empty without one), its mean soft IoU over the saved rows.
+    pub fn eval(
+        &self,
+        record: &EvalRecord,
+        attention: &[Option<Tensor>],
+        truth: &[Crop],
+    ) -> Result<()> {
         let mut scalars = vec![
             ("test/accuracy".to_string(), record.accuracy),
             ("test/loss".to_string(), record.loss),
@@ -93,6 +100,9 @@ impl Board {
                 let tag = format!("L{layer}H{head}");
                 let entropy = mean_row_entropy(&rows, head);
                 scalars.push((format!("attention/entropy/{tag}"), entropy));
+                if let Some(iou) = mean_soft_iou(&rows, head, truth) {
+                    scalars.push((format!("attention/iou/{tag}"), iou));
+                }
                 let image = self.map_image(&weights, head)?;
                 self.writer
                     .image(record.step, &format!("attention/{tag}"), &image)?;
@@ -158,6 +168,25 @@ fn mean_row_entropy(weights: &AttentionWeights, head: usize) -> f64 {
     }
 }
 
+/// The mean soft IoU ([`Crop::soft_iou`], the IoU analysis' headline) of `head`'s maps
+/// against each saved row's ground truth, over the rows that have queries; `None` when none
+/// has, or when the map's columns are not the row's tokens (Linformer's projected keys). Like
+/// the entropy, it reads |A| normalised for a signed matrix.
+fn mean_soft_iou(weights: &AttentionWeights, head: usize, truth: &[Crop]) -> Option<f64> {
+    let [b, _, tq, tk] = weights.shape;
+    if tq != tk {
+        return None;
+    }
+    let scores: Vec<f64> = truth
+        .iter()
+        .take(b)
+        .enumerate()
+        .filter(|(_, crop)| !crop.query_positions.is_empty())
+        .map(|(example, crop)| crop.soft_iou(&crop.of(weights.matrix(example, head), tk)))
+        .collect();
+    (!scores.is_empty()).then(|| scores.iter().sum::<f64>() / scores.len() as f64)
+}
+
 /// The resolved preset as HParams, one per setting (`model.d_model`, `attention.kind`, …):
 /// numbers, booleans and text as such, lists as their JSON text; the description left out.
 fn hparams(preset: &Preset) -> Result<Vec<(String, HParam)>> {
@@ -206,6 +235,30 @@ mod tests {
             (entropy - std::f64::consts::LN_2 / 2.0).abs() < 1e-9,
             "{entropy}"
         );
+    }
+
+    #[test]
+    fn soft_iou_is_the_mean_over_rows_with_queries_of_tokens() {
+        use crate::tasks::mqar::QueryTruth;
+        use crate::tasks::truth::Target;
+        // Query at 2 should read position 1 of the context 0..2: row 0 puts all its weight
+        // there (IoU 1), row 1 half (Σmin 0.5 / Σmax 1; its other half is past the context).
+        let query = QueryTruth {
+            position: 2,
+            key: 0,
+            value: 0,
+            key_positions: vec![0],
+            value_positions: vec![1],
+        };
+        let map = |p: f32| [[1.0f32, 0.0, 0.0], [0.5, 0.5, 0.0], [0.0, p, 1.0 - p]];
+        let tensor = Tensor::new(&[[map(1.0)], [map(0.5)], [map(0.0)]], &Device::Cpu).unwrap();
+        let weights = AttentionWeights::from_tensor(0, &tensor).unwrap();
+        let crop = Crop::new(std::slice::from_ref(&query), 2, Target::Value);
+        let empty = Crop::new(&[], 2, Target::Value);
+        let iou = mean_soft_iou(&weights, 0, &[crop.clone(), crop, empty.clone()]).unwrap();
+        assert!((iou - 0.75).abs() < 1e-9, "{iou}");
+        assert_eq!(mean_soft_iou(&weights, 0, &[]), None);
+        assert_eq!(mean_soft_iou(&weights, 0, &[empty]), None);
     }
 
     #[test]

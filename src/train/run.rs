@@ -16,6 +16,7 @@ use super::{
     EvalRecord, MetricRecord, RunDir, RunStatus, StepRecord, Summary, TrainEvent, Trainer,
 };
 use crate::preset::Preset;
+use crate::tasks::truth::{Crop, Target};
 use crate::{Error, Result};
 
 /// Training time after which a checkpoint is saved even without an evaluation (evaluations
@@ -648,7 +649,7 @@ fn record_eval(
     // After the checkpoint: the event file is a second record, and a failure to write it
     // must not cost the evaluation's checkpoint.
     if let Some(board) = &member.board {
-        board.eval(&record, &attention)?;
+        board.eval(&record, &attention, &truth_crops(trainer, rows))?;
     }
     let dir = &member.dir;
     save_attention(dir, trainer, rows, attention)?;
@@ -664,6 +665,21 @@ fn record_eval(
     dir.write_summary(summary)?;
     emit(TrainEvent::Eval(record));
     Ok(())
+}
+
+/// The ground truth of test rows `rows` as crops of their attention, for the TensorBoard
+/// sink's IoU; none for a task without a ground truth.
+fn truth_crops(trainer: &Trainer, rows: &[usize]) -> Vec<Crop> {
+    let Some(context) = trainer.preset().task.truth_context() else {
+        return Vec::new();
+    };
+    let test = trainer.test_set();
+    rows.iter()
+        .map(|&row| {
+            let queries = test.queries.get(row).map_or(&[][..], Vec::as_slice);
+            Crop::new(queries, context, Target::Value)
+        })
+        .collect()
 }
 
 /// Saves the attention of test rows `rows` (the first `eval.attention_examples`), per layer.

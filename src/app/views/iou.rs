@@ -200,7 +200,7 @@ impl IouView {
             job.ui(ui);
             return;
         }
-        let refusal = |p: &crate::Preset| crate::analysis::lacks_ground_truth(&p.task);
+        let refusal = |p: &crate::Preset| p.task.lacks_ground_truth();
         if let Some(list) = run_buttons(ui, cx.runs, refusal) {
             self.compute(cx.jobs, list);
         }

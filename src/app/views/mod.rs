@@ -212,7 +212,7 @@ pub fn missing_analysis_text(selected: Option<&RunView>, computing: bool, what: 
     if computing {
         return format!("Computing the {what}…");
     }
-    match selected.and_then(|r| crate::analysis::lacks_ground_truth(&r.preset.task)) {
+    match selected.and_then(|r| r.preset.task.lacks_ground_truth()) {
         Some(why) => format!("No {what} for the selected run: {why}."),
         None => format!("No {what} yet for the selected run: press Compute."),
     }

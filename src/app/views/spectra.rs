@@ -59,7 +59,7 @@ impl View for SpectraView {
         ui.horizontal(|ui| match &self.job {
             Some(job) => job.ui(ui),
             None => {
-                let refusal = |p: &crate::Preset| crate::analysis::lacks_ground_truth(&p.task);
+                let refusal = |p: &crate::Preset| p.task.lacks_ground_truth();
                 if let Some(list) = run_buttons(ui, runs, refusal) {
                     self.compute(cx.jobs, list);
                 }
