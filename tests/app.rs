@@ -61,6 +61,17 @@ fn run_until(
     }
 }
 
+/// Captions, hints and compact legends are small text: egui's 9 points read as grey smudges.
+#[test]
+fn small_text_is_readable() {
+    let root = tempfile::tempdir().unwrap();
+    let mut harness = harness(app(root.path()));
+    harness.run();
+    let small = harness.ctx.global_style().text_styles[&egui::TextStyle::Small].size;
+    assert!(small >= attnlab::app::SMALL_TEXT, "{small}");
+    assert!(attnlab::app::SMALL_TEXT >= 10.0);
+}
+
 #[test]
 fn picking_mechanism_and_encoding_changes_the_preset() {
     let root = tempfile::tempdir().unwrap();
@@ -701,8 +712,12 @@ fn iou_of_a_run_fills_the_table_shows_an_example_and_exports() {
         iou.error
     );
     harness.state_mut().runs.selected = selected;
-    // A language model in the list is left out with why; the MQAR run's table is kept.
+    // A language model in the list is left out with why; the MQAR run's table is kept. An
+    // earlier error goes as the computation starts (it read as this one's until it ended).
+    harness.state_mut().views.iou.error = Some("an earlier error".into());
     harness.get_by_label("Compute for every run").click();
+    harness.step();
+    assert_eq!(harness.state().views.iou.error, None);
     step_while_working(&mut harness);
     run_until(&mut harness, "the IoU table", |app| {
         !app.views.iou.reports.is_empty() || app.views.iou.error.is_some()

@@ -40,6 +40,7 @@ pub use prompt::PathRequest;
 pub use runs::{RunState, RunStore, RunView};
 pub use shell::run_native;
 pub use status::StatusLine;
+pub use ui::SMALL_TEXT;
 pub use views::{Tab, View, ViewContext, Views};
 
 use crate::Preset;

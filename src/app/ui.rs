@@ -10,6 +10,7 @@ impl AttnlabApp {
     /// The whole window (the same function runs under eframe and under egui_kittest).
     pub fn show(&mut self, ui: &mut egui::Ui) {
         self.logic(&ui.ctx().clone());
+        readable_small_text(ui.ctx());
         egui::Panel::top("menu").show(ui, |ui| self.top_bar(ui));
         egui::Panel::bottom("status").show(ui, |ui| {
             ui.horizontal(|ui| {
@@ -338,4 +339,20 @@ fn rename_ui(ui: &mut egui::Ui, name: &mut String, focused: &mut bool) -> Option
         }
     })
     .inner
+}
+
+/// The smallest text the window draws (captions, hints, compact legends), in points: egui's
+/// small text is 9, which read as 8 px grey smudges beside 13-point body text.
+pub const SMALL_TEXT: f32 = 11.0;
+
+/// Raises egui's small text to [`SMALL_TEXT`] (once: later frames find it set).
+fn readable_small_text(ctx: &egui::Context) {
+    let small = ctx.global_style().text_styles[&egui::TextStyle::Small].size;
+    if small < SMALL_TEXT {
+        ctx.all_styles_mut(|style| {
+            if let Some(font) = style.text_styles.get_mut(&egui::TextStyle::Small) {
+                font.size = SMALL_TEXT;
+            }
+        });
+    }
 }

@@ -223,6 +223,8 @@ impl ExtrapolationView {
                 return;
             }
         };
+        // An earlier error would read as this computation's until it ends.
+        self.error = None;
         self.job = Some(jobs.spawn("extrapolation", move |progress, cancel| {
             let (dirs, left_out) = one_table_of(&list)?;
             let sweep = extrapolate_runs(&dirs, &options, progress, cancel);
@@ -286,10 +288,19 @@ impl ExtrapolationView {
                 (&mut self.model_folder, "Hugging Face folder", true),
                 (&mut self.corpus, "your text file", false),
             ] {
-                ui.add(egui::TextEdit::singleline(value).hint_text(hint).desired_width(220.0));
-                if ui.add_enabled(idle, egui::Button::new("...").small()).clicked() {
+                ui.add(
+                    egui::TextEdit::singleline(value)
+                        .hint_text(hint)
+                        .desired_width(220.0),
+                );
+                if ui
+                    .add_enabled(idle, egui::Button::new("...").small())
+                    .clicked()
+                {
                     let pick = move || match picked {
-                        true => rfd::FileDialog::new().pick_folder().map(Picked::ModelFolder),
+                        true => rfd::FileDialog::new()
+                            .pick_folder()
+                            .map(Picked::ModelFolder),
                         false => rfd::FileDialog::new().pick_file().map(Picked::Corpus),
                     };
                     self.dialog = Some(jobs.spawn("file dialog", move |_, _| {
@@ -309,6 +320,7 @@ impl ExtrapolationView {
             if button.clicked() {
                 let folder = PathBuf::from(self.model_folder.trim());
                 let corpus = PathBuf::from(self.corpus.trim());
+                self.error = None;
                 self.job = Some(jobs.spawn("extrapolation", move |progress, cancel| {
                     let sweep = extrapolate_folder(&folder, &corpus, &options, progress, cancel);
                     Ok(unless_cancelled(sweep)?.map(Done::of))
@@ -367,7 +379,10 @@ fn one_table_of(list: &RunList) -> crate::Result<(Vec<RunDir>, Vec<String>)> {
         };
         let len = preset.task.seq_len();
         let why = match (preset.task.lm(), length) {
-            (None, _) => format!("{name} (a {} run, not a language model)", preset.task.name()),
+            (None, _) => format!(
+                "{name} (a {} run, not a language model)",
+                preset.task.name()
+            ),
             (Some(_), Some(first)) if first != len => {
                 format!("{name} (trained at L = {len}, the table's runs at {first})")
             }

@@ -111,7 +111,11 @@ impl View for IouView {
             {
                 Some(run) => table_ui(ui, run, exporter),
                 None => {
-                    ui.label(missing_analysis_text(runs.selected(), self.job.is_some(), "IoU table"));
+                    ui.label(missing_analysis_text(
+                        runs.selected(),
+                        self.job.is_some(),
+                        "IoU table",
+                    ));
                 }
             }
             if !self.reports.is_empty() {
@@ -209,6 +213,8 @@ impl IouView {
     /// Computes the IoU reports of `runs` (name, folder) as a job.
     fn compute(&mut self, jobs: &Jobs, runs: RunList) {
         let protocol = self.protocol;
+        // An earlier error would read as this computation's until it ends.
+        self.error = None;
         self.job = Some(jobs.spawn("IoU", move |progress, cancel| {
             analyse_runs(&runs, progress, cancel, |run, progress, cancel| {
                 let table = run_iou(run, &protocol, progress, cancel)?;

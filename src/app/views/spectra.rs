@@ -73,7 +73,11 @@ impl View for SpectraView {
         }
         ui.separator();
         if self.report.runs.is_empty() {
-            ui.label(missing_analysis_text(runs.selected(), self.job.is_some(), "spectra"));
+            ui.label(missing_analysis_text(
+                runs.selected(),
+                self.job.is_some(),
+                "spectra",
+            ));
             return;
         }
         self.curves_ui(ui, exporter);
@@ -94,6 +98,8 @@ impl SpectraView {
     /// Computes the spectra of `runs` (name, folder) as a job.
     fn compute(&mut self, jobs: &Jobs, runs: RunList) {
         let protocol = self.protocol;
+        // An earlier error would read as this computation's until it ends.
+        self.error = None;
         self.job = Some(jobs.spawn("spectrum", move |progress, cancel| {
             let spectra = analyse_runs(&runs, progress, cancel, |run, progress, cancel| {
                 run_spectrum(run, &protocol, progress, cancel)

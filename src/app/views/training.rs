@@ -81,12 +81,18 @@ fn curves_ui(ui: &mut egui::Ui, runs: &[&RunView], cx: &ViewContext) {
             empty_plot(ui, height, first_eval_note(runs[0]));
             continue;
         }
-        let options = PlotOptions {
-            id: Some(which.label()),
-            height,
-            ..PlotOptions::default()
-        };
-        show_figure(ui, &figure, &options);
+        show_figure(ui, &figure, &plot_options(which, height));
+    }
+}
+
+/// How `which` is drawn: accuracy on its whole range, 0 to 1, where early evaluations near
+/// chance (0.016–0.026 on MQAR) would otherwise fill the plot and read as progress.
+fn plot_options(which: Curve, height: f32) -> PlotOptions<'static> {
+    PlotOptions {
+        id: Some(which.label()),
+        height,
+        y_range: (which == Curve::Accuracy).then_some(0.0..=1.0),
+        ..PlotOptions::default()
     }
 }
 
@@ -112,4 +118,19 @@ fn first_eval_note(run: &RunView) -> String {
     }
     note.push('.');
     note
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accuracy_is_drawn_on_its_whole_range_and_the_other_curves_on_theirs() {
+        assert_eq!(
+            plot_options(Curve::Accuracy, 100.0).y_range,
+            Some(0.0..=1.0)
+        );
+        assert_eq!(plot_options(Curve::Loss, 100.0).y_range, None);
+        assert_eq!(plot_options(Curve::LearningRate, 100.0).y_range, None);
+    }
 }

@@ -31,8 +31,8 @@ impl View for WelcomeView {
             );
             ui.label(
                 egui::RichText::new(
-                    "Times were measured on a 2-core machine with other work running; an idle \
-                     or larger machine is faster.",
+                    "Times were measured on a 2-core machine shared with other work (load 8-10); \
+                     idle it trained in about half the time, and more cores are faster.",
                 )
                 .weak(),
             );
@@ -46,7 +46,8 @@ impl View for WelcomeView {
 
 /// What the experiments' times were measured with.
 const MEASURED_WITH: &str = "Measured on the 2-core development machine (an AMD EPYC virtual \
-     machine, release build) with nothing else running. The window trains at the lowest CPU \
+     machine) with the release CLI on 2026-11-23, while other builds shared it (load average \
+     8-10); idle, training took about half as long. The window trains at the lowest CPU \
      priority: another busy program makes it slower (ATTNLAB_TRAINING_PRIORITY=normal keeps \
      normal priority); more cores make it faster.";
 
@@ -71,8 +72,7 @@ fn experiment_ui(ui: &mut egui::Ui, index: usize, experiment: &Experiment, cx: &
             .inner
         };
         line(ui, "Claim:", experiment.claim);
-        line(ui, "Takes (2 CPU cores):", experiment.expected)
-            .on_hover_text(MEASURED_WITH);
+        line(ui, "Takes (2 CPU cores):", experiment.expected).on_hover_text(MEASURED_WITH);
         line(ui, "Then look at:", experiment.look_at);
     });
     ui.add_space(6.0);
