@@ -110,6 +110,51 @@ fn cancelling_stops_the_evaluation() {
     assert!(err.contains("cancelled"), "{err}");
 }
 
+/// A run whose evaluation fails is left out with its error and the others' curves are kept
+/// ("Compute for every run" lost every finished run to one failure); a cancel keeps what was
+/// finished, and with nothing finished it is the error.
+#[test]
+fn a_failing_run_is_left_out_and_the_others_are_kept() {
+    let root = tempfile::tempdir().unwrap();
+    let mut preset = common::tiny(Default::default(), Default::default());
+    preset.task = TaskSpec::Lm(LmConfig {
+        corpus: "generated".into(),
+        seq_len: 8,
+        train_bytes: 4000,
+        valid_bytes: 600,
+        train_examples: 64,
+        test_examples: 8,
+        ..LmConfig::default()
+    });
+    preset.train.max_steps = Some(2);
+    let good = common::trained_run(&preset, root.path());
+    let bad = common::trained_run(&preset, root.path());
+    std::fs::write(bad.join("model.safetensors"), b"not a checkpoint").unwrap();
+    let runs: Vec<_> = [&bad, &good]
+        .iter()
+        .map(|p| attnlab::train::RunDir::open(p).unwrap())
+        .collect();
+    let options = attnlab::extrapolation::Options {
+        lengths: vec![8, 16],
+        ..Default::default()
+    };
+    let run = |runs: &[attnlab::train::RunDir], cancelled: bool| {
+        let cancel = AtomicBool::new(cancelled);
+        attnlab::extrapolation::extrapolate_runs(runs, &options, &mut |_| {}, &cancel)
+    };
+    let table = run(&runs, false).unwrap();
+    assert!(!table.curves.is_empty());
+    assert!(
+        table.curves.iter().all(|c| good.ends_with(&c.run)),
+        "{:?}",
+        table.curves
+    );
+    assert_eq!(table.left_out.len(), 1, "{:?}", table.left_out);
+    assert!(table.left_out[0].contains(&bad.display().to_string()));
+    let err = run(&runs[1..], true).unwrap_err().to_string();
+    assert!(err.contains("cancelled"), "{err}");
+}
+
 /// `--set` overrides that make an LM preset tiny, on the generated corpus.
 const TINY_LM: &[&str] = &[
     "--set",

@@ -118,6 +118,9 @@ pub fn extrapolate(args: &ExtrapolateArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.out {
         crate::io::write_json(path, &sweep)?;
     }
+    for run in &sweep.left_out {
+        eprintln!("left out: {run}");
+    }
     let report = ExtrapolationReport {
         sweep,
         log_ppl: args.log_ppl,

@@ -77,6 +77,7 @@ mod tests {
                 theorem_evidence: String::new(),
                 device_notice: None,
             }],
+            left_out: Vec::new(),
         };
         let fig = perplexity_vs_length(&sweep, false);
         assert_eq!(fig.axes(), PERPLEXITY_AXES);

@@ -184,6 +184,10 @@ pub struct Extrapolation {
     pub delta: BTreeMap<String, Vec<Option<f64>>>,
     /// In evaluation order.
     pub curves: Vec<Curve>,
+    /// Runs whose curves are missing, with why: one that failed (out of memory at a long
+    /// length, say) or that a cancel came before. The table keeps every run finished.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<String>,
 }
 
 impl Extrapolation {
@@ -197,6 +201,7 @@ impl Extrapolation {
             ppl: BTreeMap::new(),
             delta: BTreeMap::new(),
             curves: Vec::new(),
+            left_out: Vec::new(),
         }
     }
 
@@ -230,6 +235,9 @@ pub fn relative_change(
 
 /// Evaluates every run in `runs` and saves each run's curves in its folder
 /// (`extrapolation-<protocol>.json`, atomically). `progress` gets the done fraction in [0, 1].
+/// A run that fails is left out with its error ([`Extrapolation::left_out`]) and the others go
+/// on; a cancel keeps the runs finished and leaves out the rest. Only when no run is left is
+/// the failure (or the cancel) the error.
 pub fn extrapolate_runs(
     runs: &[RunDir],
     options: &Options,
@@ -267,37 +275,72 @@ pub fn extrapolate_runs(
         .iter()
         .map(|p| 1 + curve_variants(p, options).len())
         .sum();
-    let mut done = 0usize;
+    let mut before = 0usize;
+    let mut failure = None;
     for (run, preset) in runs.iter().zip(&presets) {
-        let mut own = Extrapolation::new(options, train_length, lengths.clone());
-        let tokens = validation_tokens(preset)?;
-        let opened = preset.train.device.open_or_fallback()?;
-        let mut variants = vec![None];
-        variants.extend(curve_variants(preset, options).into_iter().map(Some));
-        for variant in variants {
-            let mut tick = |f: f32| progress((done as f32 + f) / jobs as f32);
-            let mut curve = evaluate_curve(
-                run,
-                preset,
-                variant.as_ref(),
-                (&tokens, &lengths),
-                options,
-                &opened.device,
-                &mut tick,
-                cancel,
-            )?;
-            curve.device_notice.clone_from(&opened.notice);
-            done += 1;
-            own.push(curve.clone());
-            all.push(curve);
+        let planned = 1 + curve_variants(preset, options).len();
+        let name = run.path().display();
+        if failure
+            .as_ref()
+            .is_some_and(|e| matches!(e, Error::Cancelled))
+        {
+            all.left_out.push(format!("{name} (cancelled before it)"));
+            continue;
         }
-        crate::io::write_json(
-            &run.path().join(Extrapolation::file_name(options.protocol)),
-            &own,
-        )?;
+        let mut tick = |f: f32| progress((before as f32 + f * planned as f32) / jobs as f32);
+        let evaluated = extrapolate_run(run, preset, options, &lengths, &mut tick, cancel);
+        before += planned;
+        match evaluated {
+            Ok(own) => own.curves.into_iter().for_each(|curve| all.push(curve)),
+            Err(e) => {
+                all.left_out.push(format!("{name} ({e})"));
+                failure = Some(e);
+            }
+        }
     }
     progress(1.0);
-    Ok(all)
+    match failure {
+        Some(e) if all.curves.is_empty() => Err(e),
+        _ => Ok(all),
+    }
+}
+
+/// One run's curves (the run as trained, and the variants `options` asks for), saved in its
+/// folder; `progress` gets this run's done fraction.
+fn extrapolate_run(
+    run: &RunDir,
+    preset: &Preset,
+    options: &Options,
+    lengths: &[usize],
+    progress: &mut dyn FnMut(f32),
+    cancel: &AtomicBool,
+) -> Result<Extrapolation> {
+    let mut own = Extrapolation::new(options, preset.task.seq_len(), lengths.to_vec());
+    let tokens = validation_tokens(preset)?;
+    let opened = preset.train.device.open_or_fallback()?;
+    let mut variants = vec![None];
+    variants.extend(curve_variants(preset, options).into_iter().map(Some));
+    let count = variants.len() as f32;
+    for (i, variant) in variants.into_iter().enumerate() {
+        let mut tick = |f: f32| progress((i as f32 + f) / count);
+        let mut curve = evaluate_curve(
+            run,
+            preset,
+            variant.as_ref(),
+            (&tokens, lengths),
+            options,
+            &opened.device,
+            &mut tick,
+            cancel,
+        )?;
+        curve.device_notice.clone_from(&opened.notice);
+        own.push(curve);
+    }
+    crate::io::write_json(
+        &run.path().join(Extrapolation::file_name(options.protocol)),
+        &own,
+    )?;
+    Ok(own)
 }
 
 /// Trains each preset into a new run folder under `runs_root`; `progress` gets the fraction

@@ -32,11 +32,12 @@ struct Done {
 }
 
 impl Done {
+    /// The table, with the runs it left out (failed, or not reached before a cancel).
     fn of(sweep: Extrapolation) -> Self {
         Self {
+            left_out: sweep.left_out.clone(),
             sweep,
             new_runs: Vec::new(),
-            left_out: Vec::new(),
         }
     }
 }
@@ -228,9 +229,10 @@ impl ExtrapolationView {
         self.job = Some(jobs.spawn("extrapolation", move |progress, cancel| {
             let (dirs, left_out) = one_table_of(&list)?;
             let sweep = extrapolate_runs(&dirs, &options, progress, cancel);
-            Ok(unless_cancelled(sweep)?.map(|sweep| Done {
-                left_out,
-                ..Done::of(sweep)
+            Ok(unless_cancelled(sweep)?.map(|sweep| {
+                let mut done = Done::of(sweep);
+                done.left_out.splice(0..0, left_out);
+                done
             }))
         }));
     }
