@@ -29,6 +29,10 @@
 #   flash    120  the reference and large configurations with flash attention (ATTNLAB_CUDA_FLASH=1)
 #   profile  180  ncu: GPU time per kernel name over a large-configuration tf32 run
 #   groupkernels 120  ncu: kernels of the sweep's cell shape alone and as a group of six, by name
+#   mad      420  MAD-lite for softmax, linear attention and ReBased on the GPU
+#                 (sweeps/mad_lite_mechanisms.toml, issue 31): MAD's score per mechanism, and each
+#                 run folder's preset.toml, summary.json and metrics.jsonl in $RESULTS/mad-runs/
+#                 (collect them here with `attnlab sweep collect`); rerun it to go on
 # Results go to $RESULTS (default gpu-results/): one log per step, JSON lines from the benches.
 # PYTHON (default python3) must have torch with CUDA for the references.
 set -uo pipefail
@@ -191,10 +195,23 @@ run_sweep() {
   tail -20 "$RESULTS/sweep.log"
 }
 
+run_mad() {
+  local file=sweeps/gpu-check-mad-lite.toml out=runs/sweep-mad-lite-mechanisms
+  sed -e 's/^set = \[/set = ["train.device=cuda:0", /' sweeps/mad_lite_mechanisms.toml >"$file"
+  local started=$SECONDS
+  "$ATTNLAB" sweep "$file" >"$RESULTS/mad.log" 2>&1
+  echo "mad: exit $?, $((SECONDS - started)) s wall" | tee -a "$RESULTS/mad.log"
+  "$ATTNLAB" sweep collect "$out" 2>&1 | tee "$RESULTS/mad-score.txt" | tail -30
+  # The records only (no checkpoints), so that the results archive stays small.
+  (cd "$out" && find . \( -name preset.toml -o -name summary.json -o -name metrics.jsonl \) \
+    -print0 | tar --null -T - -cf -) | (mkdir -p "$RESULTS/mad-runs" && cd "$RESULTS/mad-runs" && tar xf -)
+}
+
 # `gpu-check.sh --step STEP` runs one step without a limit: the loop below calls itself so, under one.
 [ "${1:-}" = --step ] && { "run_$2"; exit; }
 declare -A LIMIT=([devices]=20 [tests]=240 [resume]=120 [bench]=300 [mixers]=150 [replicas]=90 [kernels]=180
-  [oom]=120 [to99]=180 [threads]=120 [sweep]=600 [flash]=120 [profile]=180 [groupkernels]=120)
+  [oom]=120 [to99]=180 [threads]=120 [sweep]=600 [flash]=120 [profile]=180 [groupkernels]=120
+  [mad]=420)
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(devices tests resume bench mixers replicas kernels oom to99 threads sweep)
 for s in "${steps[@]}"; do

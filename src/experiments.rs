@@ -76,6 +76,7 @@ pub const PRESETS: &[Shipped] = shipped!["presets":
 pub const SWEEPS: &[Shipped] = shipped!["sweeps":
     "mad_full",
     "mad_lite",
+    "mad_lite_mechanisms",
     "mqar_fig1_paper",
     "mqar_fig1_small",
     "mqar_frontier_mixers",
