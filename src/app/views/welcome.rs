@@ -47,7 +47,7 @@ impl View for WelcomeView {
 /// What the experiments' times were measured with.
 const MEASURED_WITH: &str = "Measured on the 2-core development machine (an AMD EPYC virtual \
      machine) with the release CLI on 2026-11-23, while other builds shared it (load average \
-     8-10); idle, training took about half as long. The window trains at the lowest CPU \
+     8-10; idle, training took about half as long), unless the experiment names another day. The window trains at the lowest CPU \
      priority: another busy program makes it slower (ATTNLAB_TRAINING_PRIORITY=normal keeps \
      normal priority); more cores make it faster.";
 
