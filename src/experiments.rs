@@ -262,7 +262,9 @@ pub const EXPERIMENTS: &[Experiment] = &[
                    41 s",
         look_at: "Extrapolation view: ALiBi's curve stays flat beyond the training length L = 64 \
                   while sinusoidal's climbs (measured: 7.56 to 7.39 against 8.03 to 34.3 at \
-                  4096 tokens); in the table ALiBi passes Definition 0.1 (every δ below 0.1) \
+                  4096 tokens, on the text corpus = \"auto\" found on the development machine, \
+                  the cargo registry's Rust sources; the run panel names a run's text, and \
+                  other text gives other numbers); in the table ALiBi passes Definition 0.1 (every δ below 0.1) \
                   and its bias converges (Theorem 0.4).",
         claim: "A relative bias whose exp(bias) series converges (ALiBi) extrapolates: perplexity \
                 at lengths far beyond L stays close to perplexity at L. Absolute sinusoidal \
@@ -420,7 +422,9 @@ pub const EXPERIMENTS: &[Experiment] = &[
         expected: "about 1.5 minutes: training 24 s and 23 s, then perplexity at 7 lengths \
                    51 s",
         look_at: "Extrapolation view: perplexity at the training length L = 64 (the first \
-                  column) is close for the two (measured: T5 7.45, DIET-REL 7.72); beyond L \
+                  column) is close for the two (measured: T5 7.45, DIET-REL 7.72, on the \
+                  development machine's corpus = \"auto\", the cargo registry's Rust \
+                  sources); beyond L \
                   both rise, as their learned tables (Theorem 0.4: diverges) predict.",
         claim: "What makes relative encodings work is a position term added per head to the \
                 attention logits: DIET-REL's one learned scalar per distance does as well as \
@@ -431,6 +435,29 @@ pub const EXPERIMENTS: &[Experiment] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A perplexity depends on the text it is measured on, and `corpus = "auto"` finds other
+    /// text on other machines: an experiment that quotes language models' perplexities says
+    /// which text gave them.
+    #[test]
+    fn every_language_model_experiment_names_the_text_of_its_numbers() {
+        for experiment in EXPERIMENTS {
+            let perplexities = matches!(experiment.analysis, Analysis::Extrapolation)
+                && experiment.look_at.contains("measured")
+                && experiment
+                    .runs
+                    .iter()
+                    .any(|run| run.load().unwrap().task.lm().is_some());
+            if perplexities {
+                assert!(
+                    experiment.look_at.contains("corpus"),
+                    "{}: {}",
+                    experiment.title,
+                    experiment.look_at
+                );
+            }
+        }
+    }
 
     /// The error names what was asked and lists what there is.
     #[test]
