@@ -224,6 +224,15 @@ impl Picked {
     }
 }
 
+/// Minutes left to train the `planned` cells of a sweep when `finished` of them ended in
+/// `elapsed_secs`: the time per cell so far times the cells left; `None` before the first ends
+/// and after the last. Cells finished by an earlier run are not among the planned ones (they
+/// made the ETA start low, counted as done in no time).
+fn eta_minutes(elapsed_secs: f64, finished: usize, planned: usize) -> Option<f64> {
+    (finished > 0 && finished < planned)
+        .then(|| elapsed_secs / finished as f64 * (planned - finished) as f64 / 60.0)
+}
+
 /// A sweep being trained, or a folder being collected.
 struct SweepJob {
     /// Tells the grid's changes as [`Message`]s; cancelling it stops training (cells running
@@ -726,9 +735,10 @@ impl SweepView {
             let total = self.cells.len().max(1);
             let mut text = format!("{done}/{} cells done", self.cells.len());
             let training = self.job.as_ref().filter(|j| j.training);
-            if let Some(job) = training.filter(|_| done > 0 && done < total) {
-                let per_cell = job.started.elapsed().as_secs_f64() / done as f64;
-                let left = per_cell * (total - done) as f64 / 60.0;
+            let planned: Vec<usize> = self.groups.groups.iter().flatten().copied().collect();
+            let finished = planned.iter().filter(|&&c| self.cells[c].is_done()).count();
+            let elapsed = training.map(|job| job.started.elapsed().as_secs_f64());
+            if let Some(left) = elapsed.and_then(|e| eta_minutes(e, finished, planned.len())) {
                 text.push_str(&format!(", eta ~{left:.0} min"));
             }
             ui.add(
@@ -737,8 +747,9 @@ impl SweepView {
                     .text(text),
             )
             .on_hover_text(
-                "The ETA is the time per cell so far times the cells left; cells finished by an \
-                 earlier run count as done at once, so it starts low.",
+                "The ETA is the time per cell this run of the sweep has trained so far times \
+                 the cells it has left (cells finished earlier are not counted); it shows once \
+                 the first cell ends.",
             );
         });
         egui::ScrollArea::horizontal()
@@ -931,6 +942,15 @@ fn grid_ui(ui: &mut egui::Ui, loaded: &Loaded, cells: &[CellState]) {
 mod tests {
     use super::*;
     use crate::app::RunStore;
+
+    /// 2 of 6 planned cells in 10 minutes leave 4 at 5 minutes each; nothing before the first
+    /// ends or after the last.
+    #[test]
+    fn the_eta_is_the_time_per_planned_cell_times_those_left() {
+        assert_eq!(eta_minutes(600.0, 2, 6), Some(20.0));
+        assert_eq!(eta_minutes(600.0, 0, 6), None);
+        assert_eq!(eta_minutes(600.0, 6, 6), None);
+    }
 
     /// A sweep's job reports the share of its cells that have ended, one step per cell.
     #[test]

@@ -92,7 +92,6 @@ fn plot_options(which: Curve, height: f32) -> PlotOptions<'static> {
         id: Some(which.label()),
         height,
         y_range: (which == Curve::Accuracy).then_some(0.0..=1.0),
-        ..PlotOptions::default()
     }
 }
 
