@@ -15,9 +15,14 @@ pub enum Error {
         value: String,
         reason: String,
     },
-    /// The preset file is not valid TOML or does not match the schema.
-    #[error("cannot read preset {path}: {message}")]
-    PresetSyntax { path: PathBuf, message: String },
+    /// A preset or sweep file (`what` says which) is not valid TOML or does not match the
+    /// schema.
+    #[error("cannot read {what} {path}: {message}")]
+    PresetSyntax {
+        what: &'static str,
+        path: PathBuf,
+        message: String,
+    },
     /// A device was requested that this build cannot provide.
     #[error("{0}")]
     Device(String),
@@ -154,5 +159,44 @@ impl Error {
             path: path.into(),
             cause: source,
         }
+    }
+}
+
+/// A number as an error shows it: as written for everyday magnitudes, with an exponent past
+/// them, so that a value refused for its range reads `1e308` (not its 309 digits) and
+/// `1e-300` (not 300 zeros).
+pub(crate) fn number(value: f64) -> String {
+    let everyday = (1e-5..1e16).contains(&value.abs());
+    match value == 0.0 || everyday || !value.is_finite() {
+        true => value.to_string(),
+        false => format!("{value:e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_far_from_one_are_shown_with_an_exponent() {
+        let cases = [
+            (1e308, "1e308"),
+            (-1e20, "-1e20"),
+            (1e-300, "1e-300"),
+            (5e-324, "5e-324"),
+            (1e12, "1000000000000"),
+            (0.25, "0.25"),
+            (0.0, "0"),
+            (10.0, "10"),
+            (f64::INFINITY, "inf"),
+        ];
+        for (value, shown) in cases {
+            assert_eq!(number(value), shown);
+        }
+        let err = Error::preset("train.weight_decay", number(1e308), "must be in [0, 10]");
+        assert_eq!(
+            err.to_string(),
+            "invalid preset: train.weight_decay = 1e308: must be in [0, 10]"
+        );
     }
 }

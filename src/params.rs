@@ -314,15 +314,20 @@ const STEP_METADATA: &str = "step";
 const MAX_HEADER: u64 = 100 << 20;
 
 /// Writes `tensors` to a safetensors file atomically, with the training `step` it holds in its
-/// header's metadata where given, readable by everyone like the run folder's other files: the
-/// safetensors crate creates its files 0600, so a checkpoint (or the optimiser's state) in a
-/// shared run folder was unreadable to colleagues.
+/// header's metadata where given, with the permissions of the run folder's other files (0666
+/// less the umask, what `File::create` gives): the safetensors crate creates its files 0600,
+/// so a checkpoint in a shared run folder was unreadable to colleagues, and a fixed 0644 made
+/// it readable to all under `umask 077`, which every other file of the run respects.
 pub(crate) fn save_tensors(
     tensors: &std::collections::HashMap<String, Tensor>,
     path: &Path,
     step: Option<usize>,
 ) -> Result<()> {
     crate::io::write_atomically(path, |tmp| {
+        let permissions = std::fs::File::create(tmp)
+            .and_then(|file| file.metadata())
+            .map_err(|e| Error::io("cannot write checkpoint", path, e))?
+            .permissions();
         let metadata = step.map(|s| [(STEP_METADATA.to_string(), s.to_string())].into());
         // candle's error would not say which file (a full disk read "No space left on device").
         safetensors::serialize_to_file(tensors.iter(), metadata, tmp).map_err(|e| {
@@ -332,13 +337,8 @@ pub(crate) fn save_tensors(
                 std::io::Error::other(e.to_string()),
             )
         })?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt as _;
-            std::fs::set_permissions(tmp, std::fs::Permissions::from_mode(0o644))
-                .map_err(|e| Error::io("cannot make the checkpoint readable", tmp, e))?;
-        }
-        Ok(())
+        std::fs::set_permissions(tmp, permissions)
+            .map_err(|e| Error::io("cannot set the checkpoint's permissions", tmp, e))
     })
 }
 
@@ -511,10 +511,18 @@ mod tests {
         );
     }
 
-    /// Checkpoints were written 0600 (the safetensors crate's mode), unlike the other files.
+    /// Set in the copy of this test binary that [`checkpoints_get_the_mode_of_other_files`]
+    /// runs under `umask 077`.
+    #[cfg(unix)]
+    const UMASK_077: &str = "ATTNLAB_TEST_UMASK_077";
+
+    /// Checkpoints were written 0600 (the safetensors crate's mode), then 0644 whatever the
+    /// umask: they get the mode of a file `File::create` makes beside them, under the umask
+    /// this test runs with and, in a copy of this test binary, under `umask 077` (the umask
+    /// is the whole process's, which the tests running in parallel share).
     #[cfg(unix)]
     #[test]
-    fn checkpoints_are_readable_by_the_group() {
+    fn checkpoints_get_the_mode_of_other_files() {
         use std::os::unix::fs::PermissionsExt as _;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("m.safetensors");
@@ -522,8 +530,28 @@ mod tests {
         model.get("w", 2, Init::Normal(1.0)).unwrap();
         model.save(&path, Some(7)).unwrap();
         assert_eq!(saved_step(&path).unwrap(), Some(7));
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
-        assert_eq!(mode & 0o777, 0o644);
+        let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+        let other = dir.path().join("other");
+        std::fs::File::create(&other).unwrap();
+        assert_eq!(mode(&path), mode(&other));
+        if std::env::var_os(UMASK_077).is_some() {
+            assert_eq!(mode(&path), 0o600);
+            return;
+        }
+        let test = "params::tests::checkpoints_get_the_mode_of_other_files";
+        let child = std::process::Command::new("sh")
+            .args(["-c", "umask 077 && exec \"$0\" \"$@\""])
+            .arg(std::env::current_exe().unwrap())
+            .args(["--exact", test, "--test-threads", "1"])
+            .env(UMASK_077, "1")
+            .output()
+            .unwrap();
+        let report = String::from_utf8_lossy(&child.stdout);
+        assert!(
+            child.status.success() && report.contains("1 passed"),
+            "under umask 077: {report}{}",
+            String::from_utf8_lossy(&child.stderr)
+        );
     }
 
     /// Replica r starts exactly where a lone model with seed r does, and saves like one.

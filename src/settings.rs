@@ -71,7 +71,7 @@ impl Hyperparameter {
         };
         Err(Error::preset(
             format!("{section}.{}", self.key),
-            value,
+            crate::error::number(value),
             format!(
                 "must be {kind} in {}..={} ({})",
                 self.min, self.max, self.help

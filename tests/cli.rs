@@ -180,6 +180,51 @@ fn check_prints_a_preset_that_loads_back() {
         err.contains("task.corpus") && err.contains("/nonexistent"),
         "{err}"
     );
+    // Nor is a folder without text, which had passed check and failed training.
+    let empty = tempfile::tempdir().unwrap();
+    let corpus = format!("task.corpus={:?}", empty.path().to_str().unwrap());
+    let o = attnlab(&["check", "presets/lm_rope.toml", "--set", &corpus]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("a folder with no non-empty files"), "{err}");
+}
+
+/// `--set` of the mechanism renames the run as the window's editor does ("mqar-softmax"
+/// trained Based), unless the same command sets `name`.
+#[test]
+fn a_set_mechanism_renames_the_run() {
+    let name = |sets: &[&str]| {
+        let o = attnlab(&[&["check", "mqar_softmax"], sets].concat());
+        assert!(o.status.success(), "{sets:?}: {}", stderr(&o));
+        let text = String::from_utf8(o.stdout).unwrap();
+        attnlab::Preset::parse(&text, &[], Path::new("stdout"))
+            .unwrap()
+            .name
+    };
+    assert_eq!(name(&["--set", "attention=based"]), "mqar-based");
+    let named = ["--set", "attention.kind=based", "--set", "name=mine"];
+    assert_eq!(name(&named), "mine");
+}
+
+/// The help says a preset can be named (shipped presets work from any folder), and what
+/// `check` checks.
+#[test]
+fn train_and_check_help_name_presets_by_name() {
+    for command in ["train", "check"] {
+        let o = attnlab(&[command, "--help"]);
+        let help = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            help.contains("shipped preset's name, e.g. mqar_softmax")
+                && !help.contains("presets/mqar_softmax.toml"),
+            "{help}"
+        );
+    }
+    let o = attnlab(&["check", "--help"]);
+    let help = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        help.contains("memory estimate") && help.contains("corpus"),
+        "{help}"
+    );
 }
 
 /// --head and --layer choose the example's map: without --example they were silently ignored.
@@ -347,9 +392,14 @@ fn huge_numeric_options_are_refused_with_their_range() {
 /// the summary saved before the CLI exits on it, are tested in tests/training.rs.)
 #[test]
 fn settings_that_diverge_a_run_are_refused_with_their_range() {
-    let cases: [(&[&str], &str); 3] = [
+    let cases: [(&[&str], &str); 4] = [
         (&["--set", "train.eps=5e-324"], "must be in [1e-30, 1)"),
         (&["--set", "train.weight_decay=1e12"], "must be in [0, 10]"),
+        // Shown as written, not as the 309 digits of its value.
+        (
+            &["--set", "train.weight_decay=1e308"],
+            "train.weight_decay = 1e308: must be in [0, 10]",
+        ),
         (
             &["--set", "train.lr=0.5", "--set", "train.weight_decay=5"],
             "times train.lr = 0.5 must be below 1",
@@ -411,6 +461,48 @@ fn resume_refuses_an_ended_run_and_finishes_a_stopped_one() {
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("completed after 6 steps"), "{stdout}");
     assert_eq!(only_subfolder(out.path()), run);
+}
+
+/// A language model of a few steps on the generated corpus.
+const TINY_LM: &[&str] = &[
+    "--set",
+    "task.corpus=generated",
+    "--set",
+    "model.d_model=16",
+    "--set",
+    "model.n_layers=1",
+    "--set",
+    "task.seq_len=8",
+    "--set",
+    "task.train_bytes=4000",
+    "--set",
+    "task.valid_bytes=600",
+    "--set",
+    "task.train_examples=64",
+    "--set",
+    "task.test_examples=8",
+    "--set",
+    "train.max_steps=2",
+    "--set",
+    "train.warmup_steps=0",
+];
+
+/// The text a language model trained on, its run folder and its evaluations are printed
+/// when the output is piped too: the progress bar's `println` printed nothing then.
+#[test]
+fn train_says_what_it_read_when_piped() {
+    let out = tempfile::tempdir().unwrap();
+    let mut args = vec!["train", "lm_rope", "--out", out.path().to_str().unwrap()];
+    args.extend_from_slice(TINY_LM);
+    let o = attnlab(&args);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("text: generated: seeded synthetic prose") && err.contains("run folder "),
+        "{err}"
+    );
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("test acc"), "{stdout}");
 }
 
 /// The run folder of `attnlab train preset args --out out`, its summary rewritten as a run
@@ -503,20 +595,7 @@ fn run_files_that_are_not_regular_files_are_refused_not_waited_on() {
 #[test]
 fn resume_refuses_a_language_model_whose_corpus_changed() {
     let out = tempfile::tempdir().unwrap();
-    let sets = [
-        "task.corpus=generated",
-        "model.d_model=16",
-        "model.n_layers=1",
-        "task.seq_len=8",
-        "task.train_bytes=4000",
-        "task.valid_bytes=600",
-        "task.train_examples=64",
-        "task.test_examples=8",
-        "train.max_steps=2",
-        "train.warmup_steps=0",
-    ]
-    .map(|set| ["--set", set]);
-    let run = stopped_run(out.path(), "lm_rope", sets.as_flattened());
+    let run = stopped_run(out.path(), "lm_rope", TINY_LM);
     let other = out.path().join("other.txt");
     std::fs::write(&other, "other text ".repeat(500)).unwrap();
     let preset = run.join("preset.toml");

@@ -60,11 +60,12 @@ impl Binarise {
                 self,
                 "needs K ≥ 1 in topk:K (topk:1 is argmax)",
             )),
-            // More than a row holds would keep every position: threshold:0, silently.
-            Self::TopK(k) if k > keys => Err(Error::argument(
+            // As many as a row holds would keep every position (threshold:0, silently), and
+            // hard IoU would be the same for every head.
+            Self::TopK(k) if k >= keys => Err(Error::argument(
                 "binarisation",
                 self,
-                format!("keeps more positions than the {keys} of a row: K ≤ {keys}"),
+                format!("keeps every one of the {keys} positions of a row: K < {keys}"),
             )),
             Self::Threshold(t) if !(0.0..1.0).contains(&t) => Err(Error::argument(
                 "binarisation",
@@ -650,9 +651,15 @@ mod tests {
         for bad in ["top", "topk:0", "topk:x", "threshold:1", "threshold:-0.1"] {
             assert!(bad.parse::<Binarise>().is_err(), "{bad}");
         }
-        // A K past a row's keys would keep every position: refused where the length is known.
-        assert!(Binarise::TopK(64).validate(64).is_ok());
-        let err = Binarise::TopK(65).validate(64).unwrap_err().to_string();
-        assert!(err.contains("topk:65") && err.contains("K ≤ 64"), "{err}");
+        // A K of a row's keys or more would keep every position: refused where the length
+        // is known.
+        assert!(Binarise::TopK(63).validate(64).is_ok());
+        for k in [64, 65] {
+            let err = Binarise::TopK(k).validate(64).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("topk:{k}")) && err.contains("K < 64"),
+                "{err}"
+            );
+        }
     }
 }

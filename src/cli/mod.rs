@@ -50,7 +50,8 @@ pub enum Command {
     Gui,
     /// Train a preset; writes a run folder and shows live progress.
     Train {
-        /// Preset file (TOML), e.g. presets/mqar_softmax.toml.
+        /// A preset file (TOML), or a shipped preset's name, e.g. mqar_softmax (found from
+        /// any folder; `attnlab check NAME` prints it).
         #[arg(required_unless_present = "resume")]
         preset: Option<PathBuf>,
         /// Continue the stopped or crashed run in this run folder from its last checkpoint,
@@ -67,9 +68,14 @@ pub enum Command {
         #[arg(long)]
         quiet: bool,
     },
-    /// Validate a preset and print it fully resolved (every default filled in).
+    /// Check a preset before training it: every key and range, the mechanism, encoding and
+    /// task together, its memory estimate against this machine's, and its inputs here (a
+    /// language model's corpus, a data folder); prints it fully resolved (every default
+    /// filled in) with the estimate and the recurrent state.
     Check {
+        /// A preset file (TOML), or a shipped preset's name, e.g. mqar_softmax.
         preset: PathBuf,
+        /// Override one preset key, e.g. --set train.lr=3e-3 (repeatable).
         #[arg(long = "set", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
     },

@@ -47,7 +47,7 @@ fn follow(handle: TrainHandle, estimate: &MemoryEstimate, quiet: bool) -> anyhow
         // the timeout would otherwise never let a Ctrl-C through.
         if signals::interrupted() && !stopping {
             stopping = true;
-            bar.println("stopping after this step (Ctrl-C again ends at once)");
+            inform(&bar, "stopping after this step (Ctrl-C again ends at once)");
             handle.stop();
         }
         let event = match handle.events.recv_timeout(Duration::from_millis(100)) {
@@ -66,18 +66,18 @@ fn follow(handle: TrainHandle, estimate: &MemoryEstimate, quiet: bool) -> anyhow
                 ..
             } => {
                 if let Some(notice) = device_notice {
-                    bar.suspend(|| eprintln!("warning: {notice}"));
+                    inform(&bar, &format!("warning: {notice}"));
                 }
                 if let Some(note) = precision_note {
-                    bar.suspend(|| eprintln!("note: {note}"));
+                    inform(&bar, &format!("note: {note}"));
                 }
                 bar.set_length(total_steps as u64);
-                bar.println(format!(
-                    "run folder {} ({n_params} parameters)",
-                    run_dir.display()
-                ));
+                inform(
+                    &bar,
+                    &format!("run folder {} ({n_params} parameters)", run_dir.display()),
+                );
                 if let Some(corpus) = corpus {
-                    bar.println(format!("text: {corpus}"));
+                    inform(&bar, &format!("text: {corpus}"));
                 }
             }
             TrainEvent::Step(s) => {
@@ -105,7 +105,8 @@ fn follow(handle: TrainHandle, estimate: &MemoryEstimate, quiet: bool) -> anyhow
                     100.0 * e.accuracy,
                     e.loss
                 );
-                if quiet {
+                // On stdout where there is no bar to print above (`--quiet`, or piped).
+                if bar.is_hidden() {
                     outln!("{line}");
                 } else {
                     bar.println(line);
@@ -133,6 +134,13 @@ fn follow(handle: TrainHandle, estimate: &MemoryEstimate, quiet: bool) -> anyhow
         );
     }
     Ok(())
+}
+
+/// Prints a line on stderr above the progress bar. The bar's own `println` prints nothing
+/// where the bar is hidden (`--quiet`, or stderr not a terminal), which lost the run folder
+/// and the text a language model trained on.
+fn inform(bar: &ProgressBar, line: &str) {
+    bar.suspend(|| eprintln!("{line}"));
 }
 
 fn status_line(loss: f32, accuracy: Option<f64>, tokens_per_s: f64) -> String {

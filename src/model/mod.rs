@@ -352,7 +352,7 @@ impl ModelConfig {
             if let Some(p) = p.filter(|p| !(0.0..1.0).contains(p)) {
                 return Err(Error::preset(
                     format!("model.{key}"),
-                    p,
+                    crate::error::number(p),
                     "must be in [0, 1)",
                 ));
             }

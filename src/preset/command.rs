@@ -9,7 +9,11 @@ use crate::{Error, Result};
 /// `base_file` holds. A section whose kind changed, or that lost a setting the base has, is set
 /// whole (`--set 'encoding={ kind = "t5", … }'`): a leaf `--set` cannot remove a key.
 pub fn train_command(preset: &Preset, base_file: &str, base: &Preset) -> Result<String> {
-    let (want, have) = (table(preset)?, table(base)?);
+    // The command line renames a run whose mechanism or encoding a `--set` changes: a preset
+    // that kept its base's name anyway says so with `--set name=`.
+    let mut base = base.clone();
+    base.name = super::renamed(&base.name, base.kinds(), preset.kinds());
+    let (want, have) = (table(preset)?, table(&base)?);
     let mut sets = Vec::new();
     differences("", &want, &have, &mut sets);
     let mut words = vec!["attnlab".to_string(), "train".into(), quote(base_file)];
@@ -147,6 +151,22 @@ mod tests {
         let command = train_command(&preset, "presets/mqar_softmax.toml", &parse(MQAR)).unwrap();
         assert!(command.contains("--set model.d_model=32"), "{command}");
         assert_eq!(parse_back(&command, MQAR), preset);
+    }
+
+    /// The command line renames a run whose mechanism changes: a preset renamed so needs no
+    /// `--set name=`, one that kept its base's name needs one.
+    #[test]
+    fn a_changed_mechanism_names_the_run_as_the_preset_does() {
+        let mut preset = parse(MQAR);
+        let mut mechanisms = crate::attention::MechanismSpec::all_defaults().into_iter();
+        preset.attention = mechanisms.find(|m| m.name() == "based").unwrap();
+        for (name, sets_name) in [("mqar-based", false), ("mqar-softmax", true)] {
+            preset.name = name.into();
+            let command = train_command(&preset, "mqar_softmax", &parse(MQAR)).unwrap();
+            let names = split(&command).iter().any(|word| word.starts_with("name="));
+            assert_eq!(names, sets_name, "{command}");
+            assert_eq!(parse_back(&command, MQAR), preset);
+        }
     }
 
     #[test]

@@ -404,18 +404,35 @@ mod tests {
         assert_eq!(grouped(579_260.0), "579,260");
         assert_eq!(grouped(999.0), "999");
         assert_eq!(grouped(1_000_000.0), "1,000,000");
+        // Whole tenths of a MB, so that the rounded parts add up exactly.
+        const MB: f64 = 1024.0 * 1024.0;
         let estimate = MemoryEstimate {
             parameters: 46_210.0,
-            weights: 1.0e6,
-            optimiser: 3.0e6,
-            activations: 40.0e6,
-            logits: 0.5e6,
-            kept_attention: 0.5e6,
-            data: 20.0e6,
+            weights: 1.0 * MB,
+            optimiser: 3.0 * MB,
+            activations: 40.0 * MB,
+            logits: 2.0 * MB,
+            kept_attention: 1.5 * MB,
+            data: 20.0 * MB,
         };
         let text = estimate.to_string();
         assert!(text.contains("(46,210 parameters: "), "{text}");
         assert!(text.ends_with("the process itself 64.0 MB)"), "{text}");
+        // "≈ TOTAL (N parameters: weights W, …, the process itself B)"
+        let megabytes = |shown: &str| -> f64 {
+            let number = shown
+                .strip_suffix(" MB")
+                .unwrap_or_else(|| panic!("{shown}"));
+            number.rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        let (total, parts) = text.trim_start_matches("≈ ").split_once(" (").unwrap();
+        let (_, parts) = parts
+            .trim_end_matches(')')
+            .split_once("parameters: ")
+            .unwrap();
+        let parts: Vec<f64> = parts.split(", ").map(megabytes).collect();
+        assert_eq!(parts.len(), 7, "{text}");
+        assert_eq!(parts.iter().sum::<f64>(), megabytes(total), "{text}");
     }
 
     /// Shipped preset `name` with `overrides`, and the parameters of its model, built.

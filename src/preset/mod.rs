@@ -112,6 +112,7 @@ impl Preset {
             format!("{} (with --set {})", origin.display(), overrides.join(" ")).into()
         };
         let syntax = |message: String| Error::PresetSyntax {
+            what: "preset",
             path: path.clone(),
             message,
         };
@@ -120,9 +121,11 @@ impl Preset {
             text
         } else {
             let mut table: toml::Table = toml::from_str(text).map_err(|e| syntax(e.to_string()))?;
+            let before = kinds_in(&table);
             for item in overrides {
                 apply_override(&mut table, item)?;
             }
+            follow_kinds(&mut table, before, overrides);
             overridden = toml::to_string(&table).map_err(|e| syntax(e.to_string()))?;
             &overridden
         };
@@ -207,6 +210,11 @@ impl Preset {
     /// Writes the preset atomically.
     pub fn save(&self, path: &Path) -> Result<()> {
         crate::io::write_bytes(path, self.to_toml()?.as_bytes())
+    }
+
+    /// Its mechanism and encoding as presets spell them, which its name follows ([`renamed`]).
+    pub fn kinds(&self) -> (&'static str, &'static str) {
+        (self.attention.name(), self.encoding.name())
     }
 
     /// The shape encodings are built for.
@@ -524,6 +532,45 @@ pub fn renamed(name: &str, before: (&str, &str), after: (&str, &str)) -> String 
         };
     }
     name
+}
+
+/// Renames a preset whose `--set` overrides changed its mechanism or encoding from `before`
+/// as the window's editor renames it ([`renamed`]): `attnlab train mqar_softmax --set
+/// attention=based` trained a run called mqar-softmax. Overrides that set `name` keep theirs.
+fn follow_kinds(
+    table: &mut toml::Table,
+    before: Option<(&'static str, &'static str)>,
+    overrides: &[String],
+) {
+    let sets_name = |item: &String| {
+        item.split_once('=')
+            .is_some_and(|(k, _)| k.trim() == "name")
+    };
+    if overrides.iter().any(sets_name) {
+        return;
+    }
+    let (Some(before), Some(after)) = (before, kinds_in(table)) else {
+        return;
+    };
+    if let Some(toml::Value::String(name)) = table.get_mut("name") {
+        *name = renamed(name, before, after);
+    }
+}
+
+/// The mechanism and encoding a preset's `table` names (the defaults where it names none);
+/// `None` where a section does not read, which parsing the whole preset then reports.
+fn kinds_in(table: &toml::Table) -> Option<(&'static str, &'static str)> {
+    fn section<T: serde::de::DeserializeOwned + Default>(
+        table: &toml::Table,
+        key: &str,
+    ) -> Option<T> {
+        table
+            .get(key)
+            .map_or(Some(T::default()), |value| value.clone().try_into().ok())
+    }
+    let attention: MechanismSpec = section(table, "attention")?;
+    let encoding: EncodingSpec = section(table, "encoding")?;
+    Some((attention.name(), encoding.name()))
 }
 
 /// `spec` with `overrides` applied, each spelled as `--set` spells it (`encoding.kind=pi`,
@@ -870,6 +917,21 @@ mod tests {
                 "{name}: {before:?} → {after:?}"
             );
         }
+    }
+
+    /// `--set` of the mechanism or encoding renames the run as the window does; a `--set` of
+    /// `name` in the same command keeps that name, and other settings keep the file's.
+    #[test]
+    fn a_name_follows_a_set_mechanism_or_encoding() {
+        let base = "schema = 1\nname = \"mqar-softmax\"\n";
+        let name = |overrides: &[&str]| parse(base, overrides).unwrap().name;
+        assert_eq!(name(&["attention=based"]), "mqar-based");
+        assert_eq!(name(&["attention.kind=\"based\""]), "mqar-based");
+        assert_eq!(name(&["encoding=alibi"]), "mqar-softmax-alibi");
+        assert_eq!(name(&["attention=based", "name=mine"]), "mine");
+        assert_eq!(name(&["name=mine", "attention=based"]), "mine");
+        assert_eq!(name(&["train.lr=0.01"]), "mqar-softmax");
+        assert_eq!(name(&[]), "mqar-softmax");
     }
 
     /// A name with nothing a file name keeps gives a folder named `run`, not `<stamp>-`.

@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::number;
 use crate::tasks::TaskSpec;
 use crate::{Error, Result};
 
@@ -162,19 +163,19 @@ impl TrainConfig {
             );
         }
         if !(self.lr > 0.0 && self.lr <= 10.0) {
-            return bad("lr", &self.lr, "must be in (0, 10]");
+            return bad("lr", &number(self.lr), "must be in (0, 10]");
         }
         if !(0.0..=MAX_WEIGHT_DECAY).contains(&self.weight_decay) {
             return bad(
                 "weight_decay",
-                &self.weight_decay,
+                &number(self.weight_decay),
                 &format!("must be in [0, {MAX_WEIGHT_DECAY}]"),
             );
         }
         if self.lr * self.weight_decay >= 1.0 {
             return bad(
                 "weight_decay",
-                &self.weight_decay,
+                &number(self.weight_decay),
                 &format!(
                     "times train.lr = {} must be below 1: each step multiplies the weights by \
                      1 − lr·weight_decay",
@@ -184,13 +185,13 @@ impl TrainConfig {
         }
         for (key, beta) in [("beta1", self.beta1), ("beta2", self.beta2)] {
             if !(0.0..1.0).contains(&beta) {
-                return bad(key, &beta, "must be in [0, 1)");
+                return bad(key, &number(beta), "must be in [0, 1)");
             }
         }
         if !(MIN_EPS..1.0).contains(&self.eps) {
             return bad(
                 "eps",
-                &format!("{:e}", self.eps),
+                &number(self.eps),
                 &format!(
                     "must be in [{MIN_EPS:e}, 1): far below any ε training uses and inside \
                      f32's normal range (5e-324 rounds to 0 in f32, and a parameter without \
@@ -230,21 +231,21 @@ impl TrainConfig {
         if !(self.min_lr >= 0.0 && self.min_lr <= self.lr) {
             return bad(
                 "min_lr",
-                &self.min_lr,
+                &number(self.min_lr),
                 &format!("must be in [0, train.lr = {}]", self.lr),
             );
         }
         if !(self.grad_clip >= 0.0 && self.grad_clip.is_finite()) {
             return bad(
                 "grad_clip",
-                &self.grad_clip,
+                &number(self.grad_clip),
                 "must be ≥ 0 (0 turns clipping off)",
             );
         }
         if !(0.0..=1.0).contains(&self.target_accuracy) {
             return bad(
                 "target_accuracy",
-                &self.target_accuracy,
+                &number(self.target_accuracy),
                 "must be in [0, 1] (0 never stops early)",
             );
         }

@@ -125,15 +125,18 @@ impl Sweep {
     /// Reads `path` and checks every cell's preset before any work starts.
     pub fn load(path: &Path) -> Result<Self> {
         let text = crate::io::read_text(path, "sweep", crate::io::MAX_TEXT_FILE)?;
-        if text.trim().is_empty() {
+        // A file of comments only is as empty as a blank one (it said "missing field `name`").
+        if toml::from_str::<toml::Table>(&text).is_ok_and(|keys| keys.is_empty()) {
             return Err(Error::RunDir {
-                message: "invalid sweep: the file is empty; a sweep needs at least `name` and \
-                          `base` (the preset each cell starts from), see docs/recall.md"
+                message: "invalid sweep: the file is empty (or only comments); a sweep needs at \
+                          least `name` and `base` (the preset each cell starts from), see \
+                          docs/recall.md"
                     .into(),
                 path: path.to_path_buf(),
             });
         }
         let file: SweepFile = toml::from_str(&text).map_err(|e| Error::PresetSyntax {
+            what: "sweep file",
             path: path.to_path_buf(),
             message: e.to_string(),
         })?;
@@ -917,18 +920,24 @@ mod tests {
         }
     }
 
-    /// An empty file said only "missing field name".
+    /// An empty file, or one of comments only, said only "cannot read preset …: missing
+    /// field `name`"; a sweep file missing a key is called a sweep file.
     #[test]
     fn an_empty_sweep_file_says_what_a_sweep_needs() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("empty.toml");
-        std::fs::write(&path, "\n  \n").unwrap();
+        for text in ["\n  \n", "# a sweep\n  # to come\n"] {
+            std::fs::write(&path, text).unwrap();
+            let err = Sweep::load(&path).unwrap_err().to_string();
+            assert!(
+                err.contains("the file is empty") && err.contains("`base`"),
+                "{text:?}: {err}"
+            );
+            assert!(err.contains("empty.toml"), "{err}");
+        }
+        std::fs::write(&path, "name = \"s\"\n").unwrap();
         let err = Sweep::load(&path).unwrap_err().to_string();
-        assert!(
-            err.contains("the file is empty") && err.contains("`base`"),
-            "{err}"
-        );
-        assert!(err.contains("empty.toml"), "{err}");
+        assert!(err.starts_with("cannot read sweep file"), "{err}");
     }
 
     #[test]

@@ -7,13 +7,14 @@
 //!   `~/.cargo/registry/src`), the analogue of the Rpe paper's "Github" corpus;
 //! - `rust-docs`: rustup's HTML documentation, `$(rustc --print sysroot)/share/doc/rust`;
 //! - `generated`: seeded synthetic prose, the fallback where neither exists;
-//! - `auto`: the first of those three that exists.
+//! - `auto`: the first of those three that exists and holds text.
 //!
 //! Large corpora are never loaded whole. The files are listed (names only), put in a seeded
 //! order, and read one by one until the split's budget is full (each file contributes at most
 //! [`MAX_FILE_BYTES`]); a file goes to validation or training by a seeded hash of its path, so
 //! validation text is unseen in training. Files that are not UTF-8 (or hold NUL bytes) are skipped.
 
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use crate::rng::{self, Rng, SliceRandom};
@@ -78,28 +79,60 @@ impl CorpusSource {
             path,
             extensions: vec!["html"],
         };
-        match name {
-            "auto" => Ok(cargo_registry()
+        let usable = |source: &Self| source.check().is_ok();
+        let source = match name {
+            "auto" => cargo_registry()
                 .map(registry)
-                .or_else(|| rust_docs().map(docs))
-                .unwrap_or(Self::Generated)),
+                .filter(usable)
+                .or_else(|| rust_docs().map(docs).filter(usable))
+                .unwrap_or(Self::Generated),
             "cargo-registry" => cargo_registry()
                 .map(registry)
-                .ok_or_else(|| missing("$CARGO_HOME/registry/src")),
+                .ok_or_else(|| missing("$CARGO_HOME/registry/src"))?,
             "rust-docs" => rust_docs()
                 .map(docs)
-                .ok_or_else(|| missing("$(rustc --print sysroot)/share/doc/rust")),
-            "generated" => Ok(Self::Generated),
-            path if Path::new(path).exists() => Ok(Self::Path {
+                .ok_or_else(|| missing("$(rustc --print sysroot)/share/doc/rust"))?,
+            "generated" => Self::Generated,
+            path if Path::new(path).exists() => Self::Path {
                 path: path.into(),
                 extensions: Vec::new(),
-            }),
-            path => Err(Error::preset(
-                "task.corpus",
-                path,
-                "is neither a built-in corpus (auto, cargo-registry, rust-docs, generated) \
-                 nor an existing file or folder",
-            )),
+            },
+            path => {
+                return Err(Error::preset(
+                    "task.corpus",
+                    path,
+                    "is neither a built-in corpus (auto, cargo-registry, rust-docs, generated) \
+                     nor an existing file or folder",
+                ));
+            }
+        };
+        source.check()?;
+        Ok(source)
+    }
+
+    /// Refuses a file or folder that no text can be read from, so that `attnlab check` (and
+    /// training, before it starts) says why: an empty file, a folder without a non-empty file
+    /// of the kind read, or a FIFO or a device, which had passed `check` and then failed
+    /// training with "cannot list corpus: Not a directory" (or would block it).
+    fn check(&self) -> Result<()> {
+        let Self::Path { path, extensions } = self else {
+            return Ok(());
+        };
+        let refuse = |why: String| Err(Error::preset("task.corpus", path.display(), why));
+        let meta = std::fs::metadata(path).map_err(|e| Error::io("cannot read corpus", path, e))?;
+        if meta.is_file() && meta.len() == 0 {
+            refuse("is an empty file".into())
+        } else if meta.is_dir() && !has_text_to_read(path, extensions)? {
+            let files = file_kinds(extensions);
+            refuse(format!("is a folder with no non-empty {files} in it"))
+        } else if !meta.is_file() && !meta.is_dir() {
+            refuse(
+                "is not a regular file or folder (a FIFO, a socket or a device): a corpus is \
+                 a UTF-8 text file or a folder of them"
+                    .into(),
+            )
+        } else {
+            Ok(())
         }
     }
 
@@ -110,8 +143,7 @@ impl CorpusSource {
             Self::Generated => "generated: seeded synthetic prose".into(),
             Self::Path { path, extensions } if extensions.is_empty() => path.display().to_string(),
             Self::Path { path, extensions } => {
-                let files: Vec<String> = extensions.iter().map(|e| format!("*.{e}")).collect();
-                format!("{} ({} files)", path.display(), files.join(", "))
+                format!("{} ({})", path.display(), file_kinds(extensions))
             }
         }
     }
@@ -158,23 +190,63 @@ fn file_part(root: &Path, file: &Path, seed: u64, val_percent: u32) -> Part {
     }
 }
 
-/// Every file under `dir` with one of `extensions`, recursively, without reading them. The
-/// corpus folder itself must be readable; a subfolder that is not is skipped, as files that
-/// are not text are, rather than failing the whole corpus.
+/// The files a folder corpus reads, in words: `*.rs files`, or `files` for any.
+fn file_kinds(extensions: &[&str]) -> String {
+    match extensions {
+        [] => "files".into(),
+        _ => {
+            let kinds: Vec<String> = extensions.iter().map(|e| format!("*.{e}")).collect();
+            format!("{} files", kinds.join(", "))
+        }
+    }
+}
+
+/// Every file under `dir` with one of `extensions`, recursively, without reading them.
 fn list_files(dir: &Path, extensions: &[&str], out: &mut Vec<PathBuf>) -> Result<()> {
+    visit_files(dir, extensions, &mut |file| {
+        out.push(file);
+        ControlFlow::Continue(())
+    })
+    .map(|_| ())
+}
+
+/// Whether `dir` holds a non-empty file with one of `extensions`; stops at the first (the
+/// cargo registry holds tens of thousands).
+fn has_text_to_read(dir: &Path, extensions: &[&str]) -> Result<bool> {
+    let non_empty = |file: PathBuf| std::fs::metadata(file).is_ok_and(|m| m.len() > 0);
+    let found = visit_files(dir, extensions, &mut |file| match non_empty(file) {
+        true => ControlFlow::Break(()),
+        false => ControlFlow::Continue(()),
+    })?;
+    Ok(found.is_break())
+}
+
+/// Calls `visit` on every file under `dir` with one of `extensions`, recursively, until it
+/// breaks. The corpus folder itself must be readable; a subfolder that is not is skipped, as
+/// files that are not text are, rather than failing the whole corpus.
+fn visit_files(
+    dir: &Path,
+    extensions: &[&str],
+    visit: &mut dyn FnMut(PathBuf) -> ControlFlow<()>,
+) -> Result<ControlFlow<()>> {
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io("cannot list corpus", dir, e))?;
     for entry in entries.flatten() {
         let path = entry.path();
         let Ok(kind) = entry.file_type() else {
             continue;
         };
-        if kind.is_dir() {
-            let _unreadable_subfolder_skipped = list_files(&path, extensions, out);
+        let flow = if kind.is_dir() {
+            visit_files(&path, extensions, visit).unwrap_or(ControlFlow::Continue(()))
         } else if kind.is_file() && has_extension(&path, extensions) {
-            out.push(path);
+            visit(path)
+        } else {
+            ControlFlow::Continue(())
+        };
+        if flow.is_break() {
+            return Ok(flow);
         }
     }
-    Ok(())
+    Ok(ControlFlow::Continue(()))
 }
 
 fn has_extension(path: &Path, extensions: &[&str]) -> bool {
@@ -405,6 +477,43 @@ mod tests {
             err.contains("not UTF-8 text") && err.contains("model.bin"),
             "{err}"
         );
+    }
+
+    /// An empty file, a folder with nothing to read and a FIFO had passed `attnlab check`
+    /// and failed only in training ("cannot list corpus: Not a directory" for the FIFO).
+    #[test]
+    fn a_corpus_without_text_is_refused_naming_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let refusal = |path: &Path| {
+            let name = path.to_str().unwrap();
+            let err = CorpusSource::resolve(name).unwrap_err().to_string();
+            assert!(err.contains("task.corpus") && err.contains(name), "{err}");
+            err
+        };
+        let empty = dir.path().join("empty.txt");
+        std::fs::write(&empty, "").unwrap();
+        assert!(refusal(&empty).contains("is an empty file"));
+        let folder = dir.path().join("texts");
+        std::fs::create_dir_all(folder.join("sub")).unwrap();
+        std::fs::write(folder.join("sub/empty.txt"), "").unwrap();
+        let err = refusal(&folder);
+        assert!(err.contains("a folder with no non-empty files"), "{err}");
+        let registry = CorpusSource::Path {
+            path: dir.path().into(),
+            extensions: vec!["rs"],
+        };
+        std::fs::write(dir.path().join("notes.txt"), "text").unwrap();
+        let err = registry.check().unwrap_err().to_string();
+        assert!(err.contains("no non-empty *.rs files"), "{err}");
+        std::fs::write(folder.join("sub/a.txt"), "text").unwrap();
+        assert!(CorpusSource::resolve(folder.to_str().unwrap()).is_ok());
+        #[cfg(unix)]
+        {
+            let fifo = dir.path().join("fifo");
+            let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+            assert!(made.unwrap().success());
+            assert!(refusal(&fifo).contains("not a regular file or folder"));
+        }
     }
 
     #[test]

@@ -195,7 +195,8 @@ impl LmConfig {
         Ok(())
     }
 
-    /// Whether `corpus` names a built-in corpus or a file or folder that exists here.
+    /// Whether `corpus` names a built-in corpus, or a file or folder here with text to read
+    /// ([`CorpusSource::resolve`]).
     pub fn check_corpus(&self) -> Result<()> {
         self.source().map(|_| ())
     }

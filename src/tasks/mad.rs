@@ -359,7 +359,8 @@ impl Resolved {
             return bad("length", &l, format!("must be in 4..={MAX_LENGTH}"));
         }
         if !(0.0..=1.0).contains(&self.frac_noise) {
-            return bad("frac_noise", &self.frac_noise, "must be in 0..=1".into());
+            let shown = crate::error::number(self.frac_noise);
+            return bad("frac_noise", &shown, "must be in 0..=1".into());
         }
         check_split_size("train_examples", self.train_examples, self.row_len())?;
         check_split_size("test_examples", self.test_examples, self.row_len())?;

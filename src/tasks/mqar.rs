@@ -211,7 +211,7 @@ impl MqarConfig {
         if !(self.power_a > 0.0 && self.power_a.is_finite()) {
             return err(
                 "power_a",
-                &self.power_a,
+                &crate::error::number(self.power_a),
                 "must be a positive number (zoology uses 0.01)",
             );
         }
