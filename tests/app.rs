@@ -434,19 +434,6 @@ fn settle(harness: &mut Harness<'_, AttnlabApp>) {
     }
 }
 
-/// Language modelling on generated text at L 8, small enough to train in a test.
-fn tiny_language_model() -> attnlab::tasks::TaskSpec {
-    attnlab::tasks::TaskSpec::Lm(attnlab::tasks::lm::LmConfig {
-        corpus: "generated".into(),
-        seq_len: 8,
-        train_bytes: 4000,
-        valid_bytes: 600,
-        train_examples: 64,
-        test_examples: 8,
-        ..Default::default()
-    })
-}
-
 /// A window with one finished tiny run (trained in-process) in its run list, exporting to `root`.
 fn app_with_finished_run(root: &std::path::Path) -> AttnlabApp {
     let mut app = app(root);
@@ -549,7 +536,7 @@ fn a_language_model_run_names_the_text_it_trained_on() {
     let root = tempfile::tempdir().unwrap();
     let mut app = app(root.path());
     app.editor.preset.train.max_steps = Some(2);
-    app.editor.preset.task = tiny_language_model();
+    app.editor.preset.task = common::tiny_language_model();
     let dir = common::trained_run(&app.editor.preset, root.path());
     app.runs.open(dir);
     let mut harness = harness(app);
@@ -568,7 +555,7 @@ fn a_character_language_models_maps_name_its_characters() {
     let root = tempfile::tempdir().unwrap();
     let mut app = app(root.path());
     app.editor.preset.train.max_steps = Some(2);
-    let mut task = tiny_language_model();
+    let mut task = common::tiny_language_model();
     if let attnlab::tasks::TaskSpec::Lm(lm) = &mut task {
         (lm.tokens, lm.vocab_size) = (attnlab::tasks::lm::Tokens::Chars, 64);
     }
@@ -683,7 +670,7 @@ fn iou_of_a_run_fills_the_table_shows_an_example_and_exports() {
     let mut lm = app(root.path()).editor.preset;
     lm.name = "text".into();
     lm.train.max_steps = Some(2);
-    lm.task = tiny_language_model();
+    lm.task = common::tiny_language_model();
     let text = common::trained_run(&lm, root.path());
     let mut app = app_with_finished_run(root.path());
     app.runs.open(text);
@@ -914,7 +901,7 @@ fn extrapolation_of_a_language_model_fills_the_table_and_exports() {
     p.encoding = attnlab::encodings::EncodingSpec::from_name("alibi").unwrap();
     p.model.n_layers = 1;
     p.train.max_steps = Some(2);
-    p.task = tiny_language_model();
+    p.task = common::tiny_language_model();
     let dir = common::trained_run(&app.editor.preset, root.path());
     app.runs.open(dir.clone());
     app.tab = Tab::Extrapolation;

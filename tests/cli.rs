@@ -464,28 +464,15 @@ fn resume_refuses_an_ended_run_and_finishes_a_stopped_one() {
 }
 
 /// A language model of a few steps on the generated corpus.
-const TINY_LM: &[&str] = &[
-    "--set",
-    "task.corpus=generated",
-    "--set",
-    "model.d_model=16",
-    "--set",
-    "model.n_layers=1",
-    "--set",
-    "task.seq_len=8",
-    "--set",
-    "task.train_bytes=4000",
-    "--set",
-    "task.valid_bytes=600",
-    "--set",
-    "task.train_examples=64",
-    "--set",
-    "task.test_examples=8",
-    "--set",
-    "train.max_steps=2",
-    "--set",
-    "train.warmup_steps=0",
-];
+fn tiny_lm() -> Vec<&'static str> {
+    let steps = [
+        "--set",
+        "train.max_steps=2",
+        "--set",
+        "train.warmup_steps=0",
+    ];
+    [common::TINY_LM, &steps].concat()
+}
 
 /// The text a language model trained on, its run folder and its evaluations are printed
 /// when the output is piped too: the progress bar's `println` printed nothing then.
@@ -493,7 +480,7 @@ const TINY_LM: &[&str] = &[
 fn train_says_what_it_read_when_piped() {
     let out = tempfile::tempdir().unwrap();
     let mut args = vec!["train", "lm_rope", "--out", out.path().to_str().unwrap()];
-    args.extend_from_slice(TINY_LM);
+    args.extend(tiny_lm());
     let o = attnlab(&args);
     let err = stderr(&o);
     assert!(o.status.success(), "{err}");
@@ -595,7 +582,7 @@ fn run_files_that_are_not_regular_files_are_refused_not_waited_on() {
 #[test]
 fn resume_refuses_a_language_model_whose_corpus_changed() {
     let out = tempfile::tempdir().unwrap();
-    let run = stopped_run(out.path(), "lm_rope", TINY_LM);
+    let run = stopped_run(out.path(), "lm_rope", &tiny_lm());
     let other = out.path().join("other.txt");
     std::fs::write(&other, "other text ".repeat(500)).unwrap();
     let preset = run.join("preset.toml");

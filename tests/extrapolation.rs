@@ -117,15 +117,7 @@ fn cancelling_stops_the_evaluation() {
 fn a_failing_run_is_left_out_and_the_others_are_kept() {
     let root = tempfile::tempdir().unwrap();
     let mut preset = common::tiny(Default::default(), Default::default());
-    preset.task = TaskSpec::Lm(LmConfig {
-        corpus: "generated".into(),
-        seq_len: 8,
-        train_bytes: 4000,
-        valid_bytes: 600,
-        train_examples: 64,
-        test_examples: 8,
-        ..LmConfig::default()
-    });
+    preset.task = common::tiny_language_model();
     preset.train.max_steps = Some(2);
     let good = common::trained_run(&preset, root.path());
     let bad = common::trained_run(&preset, root.path());
@@ -155,33 +147,20 @@ fn a_failing_run_is_left_out_and_the_others_are_kept() {
     assert!(err.contains("cancelled"), "{err}");
 }
 
-/// `--set` overrides that make an LM preset tiny, on the generated corpus.
-const TINY_LM: &[&str] = &[
-    "--set",
-    "task.corpus=generated",
-    "--set",
-    "model.d_model=16",
-    "--set",
-    "model.n_layers=1",
-    "--set",
-    "task.seq_len=8",
-    "--set",
-    "task.train_bytes=4000",
-    "--set",
-    "task.valid_bytes=600",
-    "--set",
-    "task.train_examples=64",
-    "--set",
-    "task.test_examples=8",
-    "--set",
-    "train.batch_size=8",
-    "--set",
-    "train.max_steps=4",
-    "--set",
-    "train.eval_every=4",
-    "--set",
-    "train.warmup_steps=1",
-];
+/// `--set` overrides that make an LM preset tiny, on the generated corpus, evaluated once.
+fn tiny_lm() -> Vec<&'static str> {
+    let train = [
+        "--set",
+        "train.batch_size=8",
+        "--set",
+        "train.max_steps=4",
+        "--set",
+        "train.eval_every=4",
+        "--set",
+        "train.warmup_steps=1",
+    ];
+    [common::TINY_LM, &train].concat()
+}
 
 #[test]
 fn cli_trains_presets_then_stores_perplexity_by_length() {
@@ -205,7 +184,7 @@ fn cli_trains_presets_then_stores_perplexity_by_length() {
         "--figure",
         figure.to_str().unwrap(),
     ];
-    args.extend_from_slice(TINY_LM);
+    args.extend(tiny_lm());
     let o = common::attnlab(&args);
     assert!(o.status.success(), "{}", common::stderr(&o));
     let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -271,7 +250,7 @@ fn linformer_cannot_model_language() {
         "--set",
         "encoding.kind=none",
     ];
-    args.extend_from_slice(&TINY_LM[..2]);
+    args.extend_from_slice(&common::TINY_LM[..2]);
     let o = common::attnlab(&args);
     assert!(!o.status.success());
     let err = common::stderr(&o);

@@ -257,3 +257,38 @@ pub fn max_abs_diff(a: &candle_core::Tensor, b: &candle_core::Tensor) -> f32 {
         .to_scalar::<f32>()
         .unwrap()
 }
+
+/// Language modelling on generated text at L 8, small enough to train in a test.
+pub fn tiny_language_model() -> TaskSpec {
+    TaskSpec::Lm(attnlab::tasks::lm::LmConfig {
+        corpus: "generated".into(),
+        seq_len: 8,
+        train_bytes: 4000,
+        valid_bytes: 600,
+        train_examples: 64,
+        test_examples: 8,
+        ..Default::default()
+    })
+}
+
+/// `--set` overrides that make a language-modelling preset tiny: [`tiny_language_model`]'s
+/// task (the corpus first) under a model of one layer at d 16. Tests add their training
+/// settings.
+pub const TINY_LM: &[&str] = &[
+    "--set",
+    "task.corpus=generated",
+    "--set",
+    "model.d_model=16",
+    "--set",
+    "model.n_layers=1",
+    "--set",
+    "task.seq_len=8",
+    "--set",
+    "task.train_bytes=4000",
+    "--set",
+    "task.valid_bytes=600",
+    "--set",
+    "task.train_examples=64",
+    "--set",
+    "task.test_examples=8",
+];
