@@ -199,8 +199,13 @@ run_mad() {
   local file=sweeps/gpu-check-mad-lite.toml out=runs/sweep-mad-lite-mechanisms
   sed -e 's/^set = \[/set = ["train.device=cuda:0", /' sweeps/mad_lite_mechanisms.toml >"$file"
   local started=$SECONDS
-  "$ATTNLAB" sweep "$file" >"$RESULTS/mad.log" 2>&1
+  # The sweep stops a minute before the step's limit, so that what it finished is always
+  # collected and copied (a rerun goes on from there).
+  limited "$(awk -v f="$SCALE" 'BEGIN { print int(420 - 60 / f) }')" \
+    "$ATTNLAB" sweep "$file" >"$RESULTS/mad.log" 2>&1
   echo "mad: exit $?, $((SECONDS - started)) s wall" | tee -a "$RESULTS/mad.log"
+  rm -f "$file" # sweeps/ holds the shipped sweeps only (a test compiles each in)
+  [ -d "$out" ] || { echo "mad: no run finished"; return 1; }
   "$ATTNLAB" sweep collect "$out" 2>&1 | tee "$RESULTS/mad-score.txt" | tail -30
   # The records only (no checkpoints), so that the results archive stays small.
   (cd "$out" && find . \( -name preset.toml -o -name summary.json -o -name metrics.jsonl \) \

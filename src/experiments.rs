@@ -231,7 +231,8 @@ pub struct Experiment {
     pub overlay: &'static [&'static str],
     /// Wall time to the result on the 2-core development machine, measured with the release
     /// CLI (`attnlab train`, `extrapolate`, `iou`, `spectrum`) on 2026-11-23 while other
-    /// builds shared it (load average 8–10; idle, training took about half as long).
+    /// builds shared it (load average 8–10; idle, training took about half as long), unless
+    /// the text names another day and load.
     pub expected: &'static str,
     /// Where to look when it ends.
     pub look_at: &'static str,

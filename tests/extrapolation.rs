@@ -120,21 +120,24 @@ fn a_failing_run_is_left_out_and_the_others_are_kept() {
     preset.task = common::tiny_language_model();
     preset.train.max_steps = Some(2);
     let good = common::trained_run(&preset, root.path());
+    preset.name = "broken".into();
     let bad = common::trained_run(&preset, root.path());
     std::fs::write(bad.join("model.safetensors"), b"not a checkpoint").unwrap();
-    let runs: Vec<_> = [&bad, &good]
-        .iter()
-        .map(|p| attnlab::train::RunDir::open(p).unwrap())
-        .collect();
+    let open = |paths: &[&std::path::PathBuf]| -> Vec<attnlab::train::RunDir> {
+        paths
+            .iter()
+            .map(|p| attnlab::train::RunDir::open(p).unwrap())
+            .collect()
+    };
     let options = attnlab::extrapolation::Options {
         lengths: vec![8, 16],
         ..Default::default()
     };
-    let run = |runs: &[attnlab::train::RunDir], cancelled: bool| {
-        let cancel = AtomicBool::new(cancelled);
-        attnlab::extrapolation::extrapolate_runs(runs, &options, &mut |_| {}, &cancel)
+    let cancel = AtomicBool::new(false);
+    let extrapolate = |runs: &[attnlab::train::RunDir], progress: &mut dyn FnMut(f32)| {
+        attnlab::extrapolation::extrapolate_runs(runs, &options, progress, &cancel)
     };
-    let table = run(&runs, false).unwrap();
+    let table = extrapolate(&open(&[&bad, &good]), &mut |_| {}).unwrap();
     assert!(!table.curves.is_empty());
     assert!(
         table.curves.iter().all(|c| good.ends_with(&c.run)),
@@ -142,8 +145,34 @@ fn a_failing_run_is_left_out_and_the_others_are_kept() {
         table.curves
     );
     assert_eq!(table.left_out.len(), 1, "{:?}", table.left_out);
-    assert!(table.left_out[0].contains(&bad.display().to_string()));
-    let err = run(&runs[1..], true).unwrap_err().to_string();
+    assert!(
+        table.left_out[0].starts_with("broken ("),
+        "{:?}",
+        table.left_out
+    );
+    // Alone, the broken run's failure is the error, naming it.
+    let err = extrapolate(&open(&[&bad]), &mut |_| {})
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("broken ("), "{err}");
+    // Cancelled as the first of two runs ends (its share of the progress is half): its
+    // curves are kept, the second is left out as cancelled.
+    let runs = open(&[&good, &good]);
+    let table = extrapolate(&runs, &mut |done| {
+        if done >= 0.5 {
+            cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    })
+    .unwrap();
+    assert!(!table.curves.is_empty());
+    assert_eq!(table.left_out.len(), 1, "{:?}", table.left_out);
+    assert!(
+        table.left_out[0].contains("cancelled"),
+        "{:?}",
+        table.left_out
+    );
+    // With nothing finished, the cancel is the error.
+    let err = extrapolate(&runs, &mut |_| {}).unwrap_err().to_string();
     assert!(err.contains("cancelled"), "{err}");
 }
 

@@ -118,7 +118,8 @@ pub fn extrapolate(args: &ExtrapolateArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.out {
         crate::io::write_json(path, &sweep)?;
     }
-    for run in &sweep.left_out {
+    let left_out = sweep.left_out.clone();
+    for run in &left_out {
         eprintln!("left out: {run}");
     }
     let report = ExtrapolationReport {
@@ -129,6 +130,12 @@ pub fn extrapolate(args: &ExtrapolateArgs) -> anyhow::Result<()> {
         save_figures(&report, path)?;
     }
     out!("{}", render(&report, args.format)?);
+    // The table is printed (and saved) either way; the exit status says it is not whole.
+    anyhow::ensure!(
+        left_out.is_empty(),
+        "{} of the runs left out (above): the table holds the others",
+        left_out.len()
+    );
     Ok(())
 }
 

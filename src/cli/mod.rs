@@ -64,7 +64,8 @@ pub enum Command {
         /// Folder under which the run folder is created.
         #[arg(long, default_value = "runs")]
         out: PathBuf,
-        /// No progress bar; print one line per evaluation.
+        /// No progress bar; print one line per evaluation (the run folder, the text read and
+        /// warnings still go to stderr).
         #[arg(long)]
         quiet: bool,
     },

@@ -275,15 +275,12 @@ pub fn extrapolate_runs(
         .iter()
         .map(|p| 1 + curve_variants(p, options).len())
         .sum();
-    let mut before = 0usize;
-    let mut failure = None;
+    let (mut before, mut cancelled, mut failed) = (0usize, false, false);
     for (run, preset) in runs.iter().zip(&presets) {
         let planned = 1 + curve_variants(preset, options).len();
-        let name = run.path().display();
-        if failure
-            .as_ref()
-            .is_some_and(|e| matches!(e, Error::Cancelled))
-        {
+        // The run's name, as the window's list and the curves name it.
+        let name = &preset.name;
+        if cancelled {
             all.left_out.push(format!("{name} (cancelled before it)"));
             continue;
         }
@@ -293,14 +290,20 @@ pub fn extrapolate_runs(
         match evaluated {
             Ok(own) => own.curves.into_iter().for_each(|curve| all.push(curve)),
             Err(e) => {
+                cancelled = matches!(e, Error::Cancelled);
+                failed |= !cancelled;
                 all.left_out.push(format!("{name} ({e})"));
-                failure = Some(e);
             }
         }
     }
     progress(1.0);
-    match failure {
-        Some(e) if all.curves.is_empty() => Err(e),
+    match (all.curves.is_empty(), failed) {
+        (true, true) => Err(Error::argument(
+            "runs",
+            all.left_out.join("; "),
+            "could not be evaluated",
+        )),
+        (true, false) if cancelled => Err(Error::Cancelled),
         _ => Ok(all),
     }
 }

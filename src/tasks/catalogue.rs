@@ -161,9 +161,12 @@ pub trait Task {
     }
 
     /// The first `n` test rows with the positions each scored query should read; asked only
-    /// of a task with a [`Self::truth_context`].
+    /// of a task with a [`Self::truth_context`], which must state it too (an empty list would
+    /// read as tables of nothing).
     fn truth_examples(&self, _n: usize) -> Result<Vec<Example>> {
-        Ok(Vec::new())
+        Err(Error::Internal(
+            "a task with a ground truth must say which rows carry it".into(),
+        ))
     }
 }
 

@@ -224,9 +224,9 @@ impl Picked {
     }
 }
 
-/// Minutes left to train the `planned` cells of a sweep when `finished` of them ended in
-/// `elapsed_secs`: the time per cell so far times the cells left; `None` before the first ends
-/// and after the last. Cells finished by an earlier run are not among the planned ones (they
+/// Minutes left to train the `planned` cells of a sweep when `finished` of them ended (done,
+/// stopped or failed) in `elapsed_secs`: the time per cell so far times the cells left; `None`
+/// before the first ends and after the last. Cells finished by an earlier run are not among the planned ones (they
 /// made the ETA start low, counted as done in no time).
 fn eta_minutes(elapsed_secs: f64, finished: usize, planned: usize) -> Option<f64> {
     (finished > 0 && finished < planned)
@@ -453,6 +453,8 @@ impl SweepView {
         match Sweep::load(path).and_then(|sweep| Loaded::new(path.to_path_buf(), sweep)) {
             Ok(loaded) => {
                 self.cells = vec![CellState::Pending; loaded.sweep.cells.len()];
+                // The last sweep's groups name cells of its own grid.
+                self.groups = Groups::default();
                 self.loaded = Some(loaded);
                 self.set_report(None);
                 self.error = None;
@@ -734,12 +736,16 @@ impl SweepView {
             let done = self.cells.iter().filter(|c| c.is_done()).count();
             let total = self.cells.len().max(1);
             let mut text = format!("{done}/{} cells done", self.cells.len());
-            let training = self.job.as_ref().filter(|j| j.training);
-            let planned: Vec<usize> = self.groups.groups.iter().flatten().copied().collect();
-            let finished = planned.iter().filter(|&&c| self.cells[c].is_done()).count();
-            let elapsed = training.map(|job| job.started.elapsed().as_secs_f64());
-            if let Some(left) = elapsed.and_then(|e| eta_minutes(e, finished, planned.len())) {
-                text.push_str(&format!(", eta ~{left:.0} min"));
+            if let Some(job) = self.job.as_ref().filter(|j| j.training) {
+                let planned: Vec<usize> = self.groups.groups.iter().flatten().copied().collect();
+                let ended = planned
+                    .iter()
+                    .filter(|&&c| self.cells.get(c).is_some_and(CellState::has_ended))
+                    .count();
+                let elapsed = job.started.elapsed().as_secs_f64();
+                if let Some(left) = eta_minutes(elapsed, ended, planned.len()) {
+                    text.push_str(&format!(", eta ~{left:.0} min"));
+                }
             }
             ui.add(
                 egui::ProgressBar::new(done as f32 / total as f32)
@@ -942,6 +948,19 @@ fn grid_ui(ui: &mut egui::Ui, loaded: &Loaded, cells: &[CellState]) {
 mod tests {
     use super::*;
     use crate::app::RunStore;
+
+    /// A sweep loaded after another ran starts without the old one's groups, whose cell
+    /// numbers would index past its grid.
+    #[test]
+    fn loading_a_sweep_forgets_the_last_ones_groups() {
+        let mut view = SweepView::default();
+        view.groups.groups = vec![vec![10_000]];
+        view.groups.started = vec![true];
+        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("sweeps/mqar_frontier_small.toml");
+        view.load(&file);
+        assert_eq!(view.error, None);
+        assert!(view.groups.groups.is_empty() && view.groups.started.is_empty());
+    }
 
     /// 2 of 6 planned cells in 10 minutes leave 4 at 5 minutes each; nothing before the first
     /// ends or after the last.

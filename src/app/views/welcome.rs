@@ -31,8 +31,9 @@ impl View for WelcomeView {
             );
             ui.label(
                 egui::RichText::new(
-                    "Times were measured on a 2-core machine shared with other work (load 8-10); \
-                     idle it trained in about half the time, and more cores are faster.",
+                    "Times were measured on a 2-core machine, most while other work shared it \
+                     (load 8-10; idle it trained in about half the time); more cores are \
+                     faster.",
                 )
                 .weak(),
             );
