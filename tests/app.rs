@@ -844,6 +844,61 @@ fn a_sweep_fills_its_grid_and_shows_its_summary() {
     assert!(root.path().join("out/summary.json").is_file());
 }
 
+/// Stop answers at once: the button says "Stopping…" (disabled) until the running cells end
+/// their step, and the cells then say they were stopped.
+#[test]
+fn stopping_a_sweep_says_so_until_its_cells_stop() {
+    let root = tempfile::tempdir().unwrap();
+    let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("presets/mqar_softmax.toml");
+    let file = root.path().join("sweep.toml");
+    // Steps long enough (a wide model at length 256) that the cells are still in one when
+    // the frame after the click is drawn.
+    let slow = "model.d_model=256 task.seq_len=256 task.vocab_size=512 task.train_examples=256 \
+                task.test_examples=16 train.batch_size=32 train.max_steps=1000";
+    let set: Vec<String> = slow.split(' ').map(|o| format!("{o:?}")).collect();
+    let text = format!(
+        "name = \"t\"\nbase = {base:?}\nout = {:?}\nworkers = 1\nset = [{}]\n\
+         [axes]\nseed = [0, 1]\n",
+        root.path().join("out"),
+        set.join(", ")
+    );
+    std::fs::write(&file, text).unwrap();
+    let mut app = app(root.path());
+    app.tab = Tab::Sweep;
+    let mut harness = harness(app);
+    harness.state_mut().views.sweep.path = file.display().to_string();
+    harness.run();
+    harness.get_by_label("Load").click();
+    harness.run();
+    harness.get_by_label("Run sweep").click();
+    run_until(&mut harness, "a cell training", |app| {
+        app.runs.runs.iter().any(|r| !r.steps.is_empty())
+    });
+    harness.get_by_label("Stop sweep").click();
+    // One frame takes the click, the next draws its answer.
+    harness.step();
+    harness.step();
+    let stopping = harness.get_by_label("Stopping…");
+    assert!(
+        stopping.accesskit_node().is_disabled(),
+        "clicked once is enough"
+    );
+    // The button says "Stop sweep" again (disabled) once the sweep's job has ended.
+    let start = Instant::now();
+    while harness.query_by_label("Stop sweep").is_none() {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the sweep never stopped"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+        harness.step();
+    }
+    harness.run();
+    let run = harness.get_by_label("Run sweep");
+    assert!(!run.accesskit_node().is_disabled(), "it can run again");
+    assert!(harness.get_all_by_label_contains("stopped").count() >= 1);
+}
+
 /// MAD-lite's shape in small: one probe, two decays; the view shows MAD's score beside the
 /// published row and its bar figure.
 #[test]

@@ -391,6 +391,11 @@ impl RunStore {
         self.selected.and_then(|i| self.runs.get(i))
     }
 
+    /// Run `id`'s place in the list: the colour of its curves wherever runs are compared.
+    pub fn place(&self, id: u64) -> Option<usize> {
+        self.runs.iter().position(|r| r.id == id)
+    }
+
     /// The runs whose curves are drawn: the selected one first, then every ticked one.
     pub fn shown(&self) -> Vec<&RunView> {
         let ticked = self

@@ -20,6 +20,7 @@ pub fn perplexity_vs_length(sweep: &Extrapolation, log_ppl: bool) -> Figure {
                 .map(|p| (p.length as f64, p.ppl.unwrap_or(f64::NAN)))
                 .collect(),
             dashed: curve.inference.is_some(),
+            colour: None,
         })
         .collect();
     Figure {

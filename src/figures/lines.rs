@@ -75,12 +75,12 @@ fn draw_chart(
 ) -> Result<()> {
     let titles = [plot.x_label.as_str(), plot.y_label.as_str()];
     let mut chart = axes_chart(area, (x, y), titles, X_LABEL_AREA, 8)?;
-    for (series, (points, group)) in plot
+    for (series, (points, [r, g, b])) in plot
         .series
         .iter()
-        .zip(visible.iter().zip(series_groups(plot)))
+        .zip(visible.iter().zip(series_colours(plot)))
     {
-        let style = palette(group).stroke_width(2);
+        let style = RGBColor(r, g, b).stroke_width(2);
         let dashed = series.dashed && points.len() > 1;
         let annotation = if dashed {
             chart.draw_series(DashedLineSeries::new(
@@ -240,11 +240,20 @@ pub fn series_groups(plot: &LinePlot) -> Vec<usize> {
 }
 
 /// The RGB colour each series of `plot` is drawn in: one assignment for the exports and the
-/// window, so a curve has the same colour on screen as in its saved figure.
+/// window, so a curve has the same colour on screen as in its saved figure. A legend entry
+/// takes the colour its first series fixes ([`super::Series::colour`]), else its place; the unnamed
+/// series of the entry share it.
 pub fn series_colours(plot: &LinePlot) -> Vec<[u8; 3]> {
-    series_groups(plot)
+    let groups = series_groups(plot);
+    let mut slots: Vec<usize> = Vec::new();
+    for (series, &group) in plot.series.iter().zip(&groups) {
+        if group == slots.len() {
+            slots.push(series.colour.unwrap_or(group));
+        }
+    }
+    groups
         .into_iter()
-        .map(palette_colour)
+        .map(|group| palette_colour(slots[group]))
         .collect()
 }
 
@@ -361,7 +370,25 @@ mod tests {
             name: name.into(),
             points: vec![(1.0, 1.0)],
             dashed: false,
+            colour: None,
         }
+    }
+
+    #[test]
+    fn a_fixed_colour_holds_for_its_legend_entry_and_the_others_keep_their_place() {
+        let fixed = |name: &str, colour| Series {
+            colour,
+            ..series(name)
+        };
+        let plot = LinePlot {
+            x_label: String::new(),
+            y_label: String::new(),
+            x_log: false,
+            y_log: false,
+            series: vec![fixed("a", Some(7)), fixed("", None), fixed("b", None)],
+        };
+        let [seven, one] = [7, 1].map(palette_colour);
+        assert_eq!(series_colours(&plot), [seven, seven, one]);
     }
 
     #[test]
@@ -422,16 +449,19 @@ mod tests {
                 name: "one point".into(),
                 points: vec![(3.0, 3.0)],
                 dashed: true,
+                colour: None,
             }],
             vec![Series {
                 name: "flat".into(),
                 points: vec![(1.0, 0.0), (1.0, 0.0)],
                 dashed: false,
+                colour: None,
             }],
             vec![Series {
                 name: "bad".into(),
                 points: vec![(f64::NAN, 1.0), (1.0, f64::INFINITY), (f64::MAX, -f64::MAX)],
                 dashed: false,
+                colour: None,
             }],
         ];
         for series in cases {

@@ -82,6 +82,10 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
     /// Drawn dashed, e.g. for a reference or baseline curve.
     pub dashed: bool,
+    /// The palette colour the caller fixes for this legend entry, e.g. a run's place in the
+    /// window's run list, so that a curve keeps its colour when others are shown or hidden;
+    /// `None`: the entry's place in the legend.
+    pub colour: Option<usize>,
 }
 
 /// A matrix drawn as coloured cells, row 0 at the top (query rows down, key columns across).
@@ -183,11 +187,13 @@ pub(crate) mod tests {
                         name: "softmax".into(),
                         points: vec![(0.0, 0.1), (100.0, 0.5), (200.0, 0.9)],
                         dashed: false,
+                        colour: None,
                     },
                     Series {
                         name: "linear".into(),
                         points: vec![(0.0, 0.1), (200.0, 0.4)],
                         dashed: true,
+                        colour: None,
                     },
                 ],
             }),

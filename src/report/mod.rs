@@ -131,6 +131,7 @@ mod tests {
                     name: "s".into(),
                     points: vec![(1.0, 2.0)],
                     dashed: false,
+                    colour: None,
                 }],
             }),
         }

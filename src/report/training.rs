@@ -49,6 +49,7 @@ impl RecordedRun {
                 name: &self.name,
                 steps: &self.steps,
                 evals: &self.evals,
+                colour: None,
             },
             setup: self.setup.clone(),
         }
@@ -197,6 +198,7 @@ mod tests {
                 name,
                 steps: &steps,
                 evals: &evals,
+                colour: None,
             },
             setup: "softmax / rope".into(),
         };

@@ -73,6 +73,7 @@ pub fn accuracy_panels(summary: &SweepSummary) -> Vec<((usize, usize), Figure)> 
                             })
                             .collect(),
                         dashed,
+                        colour: None,
                     };
                     [
                         line(m.to_string(), 0.0, false),
@@ -127,6 +128,7 @@ pub fn frontier_panels(summary: &SweepSummary) -> Vec<((usize, usize), Figure)> 
                         name: m.to_string(),
                         points: mine,
                         dashed: false,
+                        colour: None,
                     }
                 })
                 .collect();
@@ -143,6 +145,7 @@ pub fn frontier_panels(summary: &SweepSummary) -> Vec<((usize, usize), Figure)> 
                     name: format!("smallest state at 99 %: {x}"),
                     points: vec![(x, 0.0), (x, 1.0)],
                     dashed: true,
+                    colour: None,
                 });
             }
             let figure = Figure {

@@ -23,6 +23,10 @@ pub struct RunCurves<'a> {
     pub name: &'a str,
     pub steps: &'a [StepRecord],
     pub evals: &'a [EvalRecord],
+    /// The palette colour of the run's curves where the caller fixes one (the window: the
+    /// run's place in its list, kept as other runs are ticked); `None`: its place here.
+    #[serde(skip)]
+    pub colour: Option<usize>,
 }
 
 impl Curve {
@@ -80,6 +84,7 @@ impl Curve {
                         name: run.name.to_string(),
                         points: self.points(run),
                         dashed: false,
+                        colour: run.colour,
                     })
                     .collect(),
             }),
@@ -114,6 +119,7 @@ mod tests {
             name: "a",
             steps: &steps,
             evals: &evals,
+            colour: None,
         };
         for (curve, y) in Curve::ALL.into_iter().zip([2.0, 0.5, 1e-3]) {
             let fig = curve.figure("t".into(), "c".into(), &[run, run]);

@@ -37,6 +37,7 @@ fn lines(
                     name: c.name.into(),
                     points: c.points,
                     dashed: c.dashed,
+                    colour: None,
                 })
                 .collect(),
         }),

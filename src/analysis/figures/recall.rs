@@ -144,11 +144,13 @@ pub fn iou_thresholds(runs: &[(String, &IouTable)]) -> Figure {
                     name: format!("{label}: hard"),
                     points,
                     dashed: false,
+                    colour: None,
                 },
                 Series {
                     name: format!("{label}: soft {:.3}", cell.soft),
                     points: vec![(first, cell.soft), (last, cell.soft)],
                     dashed: true,
+                    colour: None,
                 },
             ]
         })
@@ -234,6 +236,7 @@ pub fn spectrum_curves(runs: &[(String, &RunSpectrum)]) -> Figure {
                         .map(|(i, &c)| ((i + 1) as f64, c))
                         .collect(),
                     dashed: false,
+                    colour: None,
                 })
         })
         .collect();

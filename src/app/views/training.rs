@@ -5,14 +5,16 @@
 use eframe::egui;
 
 use super::super::plot::{PlotOptions, show_figure};
-use super::super::runs::RunView;
+use super::super::runs::{RunStore, RunView};
 use super::{View, ViewContext, empty_plot};
 use crate::figures::Plot;
 use crate::report::training::{TrainingReport, TrainingRun, setup};
 use crate::train::figures::{Curve, RunCurves};
 
-/// The report of `runs`, each under its legend name: what the plots draw and export.
-fn report<'a>(runs: &[&'a RunView], names: &'a [String]) -> TrainingReport<'a> {
+/// The report of `runs`, each under its legend name and in the colour of its place in the run
+/// list (`places`), so that ticking or selecting another run recolours none: what the plots
+/// draw and export.
+fn report<'a>(runs: &[&'a RunView], names: &'a [String], places: &RunStore) -> TrainingReport<'a> {
     let runs = runs
         .iter()
         .zip(names)
@@ -21,6 +23,7 @@ fn report<'a>(runs: &[&'a RunView], names: &'a [String]) -> TrainingReport<'a> {
                 name,
                 steps: &run.steps,
                 evals: &run.evals,
+                colour: places.place(run.id),
             },
             setup: setup(&run.preset),
         })
@@ -60,7 +63,7 @@ impl View for TrainingView {
 fn curves_ui(ui: &mut egui::Ui, runs: &[&RunView], cx: &ViewContext) {
     let exporter = cx.exporter;
     let names = legend_names(runs);
-    let report = report(runs, &names);
+    let report = report(runs, &names, cx.runs);
     let height = (ui.available_height() / 3.0 - 30.0).max(80.0);
     if runs.len() == 1 {
         ui.label(
@@ -122,6 +125,34 @@ fn first_eval_note(run: &RunView) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::app::jobs::Jobs;
+    use crate::figures::{palette_colour, series_colours};
+
+    /// A run keeps its colour when another is selected or ticked: its place in the run list.
+    #[test]
+    fn a_runs_curves_keep_their_colour_whatever_else_is_shown() {
+        let mut store = RunStore::new(Jobs::default());
+        for name in ["a", "b", "c"] {
+            store.open(std::path::PathBuf::from(format!("/nonexistent/{name}")));
+        }
+        let colours = |store: &RunStore| {
+            let shown = store.shown();
+            let names = legend_names(&shown);
+            let figure = report(&shown, &names, store).figure(Curve::Loss);
+            let Plot::Lines(lines) = figure.plot else {
+                panic!("the loss is a line plot");
+            };
+            series_colours(&lines)
+        };
+        store.selected = Some(2);
+        assert_eq!(colours(&store), [palette_colour(2)]);
+        store.runs[0].compare = true;
+        let [c, a] = [2, 0].map(palette_colour);
+        assert_eq!(colours(&store), [c, a], "c keeps its colour, a takes its own");
+        store.selected = Some(0);
+        store.runs[2].compare = true;
+        assert_eq!(colours(&store), [a, c]);
+    }
 
     #[test]
     fn accuracy_is_drawn_on_its_whole_range_and_the_other_curves_on_theirs() {
