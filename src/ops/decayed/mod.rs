@@ -337,6 +337,15 @@ impl Grads<'_> {
         &mut self.dqg[i * d.packed + d.dk..(i + 1) * d.packed]
     }
 
+    /// dk's row `t` and, past the first position, dq's row `t − 1`, at once.
+    fn dk_and_dq_rows(&mut self, t: usize) -> (&mut [f32], Option<&mut [f32]>) {
+        let d = self.d;
+        let dq = t
+            .checked_sub(1)
+            .map(|p| &mut self.dqg[p * d.packed..][..d.dk]);
+        (&mut self.dk[t * d.dk..][..d.dk], dq)
+    }
+
     fn dk_row(&mut self, i: usize) -> &mut [f32] {
         &mut self.dk[i * self.d.dk..][..self.d.dk]
     }
