@@ -10,6 +10,7 @@ use super::jobs::{Job, Jobs, take_finished};
 
 use crate::Preset;
 use crate::attention::AttentionWeights;
+use crate::figures::PALETTE_SIZE;
 use crate::tasks::lm::Tokens;
 use crate::train::run_dir::{AttentionIndex, folder_name};
 use crate::train::{
@@ -45,6 +46,10 @@ pub enum RunState {
 pub struct RunView {
     /// Unique in the list's lifetime (indices shift when runs are removed).
     pub id: u64,
+    /// Its palette colour, given as it joins the list and kept while it is there, so that its
+    /// curves keep their colour when other runs are selected, ticked or removed
+    /// ([`RunStore::next_colour`]).
+    pub colour: usize,
     /// Ticked in the run list: its curves are drawn beside the selected run's.
     pub compare: bool,
     pub name: String,
@@ -103,6 +108,7 @@ impl RunView {
     fn blank(id: u64, name: String, preset: Preset, status: RunState) -> Self {
         Self {
             id,
+            colour: 0,
             compare: false,
             name,
             preset,
@@ -344,6 +350,7 @@ impl RunStore {
         let name = preset.name.clone();
         self.runs.push(RunView {
             source: Some(source),
+            colour: self.next_colour(),
             ..RunView::blank(id, name, preset, RunState::Starting)
         });
         id
@@ -367,6 +374,7 @@ impl RunStore {
         self.runs.push(RunView {
             dir: Some(dir),
             loading: Some(loading),
+            colour: self.next_colour(),
             ..RunView::blank(id, name, Preset::default(), RunState::Loading)
         });
         if self.selected.is_none() {
@@ -391,9 +399,12 @@ impl RunStore {
         self.selected.and_then(|i| self.runs.get(i))
     }
 
-    /// Run `id`'s place in the list: the colour of its curves wherever runs are compared.
-    pub fn place(&self, id: u64) -> Option<usize> {
-        self.runs.iter().position(|r| r.id == id)
+    /// The colour a run joining the list takes: of the palette's, the one fewest runs of the
+    /// list hold, the first of those (a free one while there are fewer runs than colours).
+    fn next_colour(&self) -> usize {
+        (0..PALETTE_SIZE)
+            .min_by_key(|&c| self.runs.iter().filter(|r| r.colour == c).count())
+            .unwrap_or(0)
     }
 
     /// The runs whose curves are drawn: the selected one first, then every ticked one.

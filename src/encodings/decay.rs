@@ -15,9 +15,9 @@
 //! the paper ran (fairseq-evo `transformer_rpe.py`, `get_mask_k`) builds each from k_h·t with
 //! ALiBi's per-head slopes k_h; `per_head = true` does that here: n = k_h·t + offset. For 1/n and
 //! 1/(n ln n) (offsets 1 and 3) that is exactly fairseq-evo's rpe types 7 and 13; its Type 1 and
-//! Type 2 are its rpe types 4 and 11, −ln(1 + (k t)²) and −ln²(3 + k t), close to these but not
-//! equal (these keep the text's formulas). The text does not say which of the two its tables
-//! used.
+//! Type 2 are its rpe types 4 and 11, −ln(1 + (k t)²) and −ln²(3 + k t): type 11 is `type2` with
+//! `per_head` and offset 3 exactly, type 4 has no exact counterpart here (`type1` keeps the
+//! text's −2 ln n). The text does not say which of the two its tables used.
 
 use std::marker::PhantomData;
 use std::sync::Arc;

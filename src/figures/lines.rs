@@ -223,9 +223,9 @@ pub(super) fn draw_legend<'a, 'b: 'a>(
     Ok(())
 }
 
-/// The legend entry each series belongs to, which is also its palette index: named series open
-/// the next, an unnamed one joins the series before it (e.g. the second bound of an error band).
-/// Public so the window groups (and colours) series as the exports do.
+/// The legend entry each series belongs to: named series open the next, an unnamed one joins
+/// the series before it (e.g. the second bound of an error band). Public so the window groups
+/// series as the exports do; [`series_colours`] colours the entries.
 pub fn series_groups(plot: &LinePlot) -> Vec<usize> {
     let mut next = 0;
     plot.series
@@ -241,8 +241,9 @@ pub fn series_groups(plot: &LinePlot) -> Vec<usize> {
 
 /// The RGB colour each series of `plot` is drawn in: one assignment for the exports and the
 /// window, so a curve has the same colour on screen as in its saved figure. A legend entry
-/// takes the colour its first series fixes ([`super::Series::colour`]), else its place; the unnamed
-/// series of the entry share it.
+/// takes the colour its first series fixes ([`super::Series::colour`]; a later series' is not
+/// read), else its place; the unnamed series of the entry share it. Fixed colours are the
+/// caller's to keep apart from each other and from the places of the entries without one.
 pub fn series_colours(plot: &LinePlot) -> Vec<[u8; 3]> {
     let groups = series_groups(plot);
     let mut slots: Vec<usize> = Vec::new();
@@ -256,6 +257,9 @@ pub fn series_colours(plot: &LinePlot) -> Vec<[u8; 3]> {
         .map(|group| palette_colour(slots[group]))
         .collect()
 }
+
+/// The colours of the palette before it cycles.
+pub const PALETTE_SIZE: usize = PALETTE.len();
 
 /// Colour `index` of the palette as RGB (cycled), for the window's bars and lines.
 pub fn palette_colour(index: usize) -> [u8; 3] {

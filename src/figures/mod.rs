@@ -22,7 +22,8 @@ pub use axis::{axis_ticks, tick_label};
 pub use colormap::{MISSING, diverging, viridis};
 pub use csv::render_csv;
 pub use lines::{
-    Corner, drawable_points, legend_corner, palette_colour, series_colours, series_groups,
+    Corner, PALETTE_SIZE, drawable_points, legend_corner, palette_colour, series_colours,
+    series_groups,
 };
 pub use png::{heatmap_png, render_png};
 pub use svg::render_svg;
@@ -82,9 +83,9 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
     /// Drawn dashed, e.g. for a reference or baseline curve.
     pub dashed: bool,
-    /// The palette colour the caller fixes for this legend entry, e.g. a run's place in the
-    /// window's run list, so that a curve keeps its colour when others are shown or hidden;
-    /// `None`: the entry's place in the legend.
+    /// The palette colour the caller fixes for this legend entry (read on its first series),
+    /// e.g. the colour a run keeps in the window's run list, so that a curve keeps its colour
+    /// when others are shown or hidden; `None`: the entry's place in the legend.
     pub colour: Option<usize>,
 }
 

@@ -5,25 +5,26 @@
 use eframe::egui;
 
 use super::super::plot::{PlotOptions, show_figure};
-use super::super::runs::{RunStore, RunView};
+use super::super::runs::RunView;
 use super::{View, ViewContext, empty_plot};
-use crate::figures::Plot;
+use crate::figures::{PALETTE_SIZE, Plot};
 use crate::report::training::{TrainingReport, TrainingRun, setup};
 use crate::train::figures::{Curve, RunCurves};
 
-/// The report of `runs`, each under its legend name and in the colour of its place in the run
-/// list (`places`), so that ticking or selecting another run recolours none: what the plots
-/// draw and export.
-fn report<'a>(runs: &[&'a RunView], names: &'a [String], places: &RunStore) -> TrainingReport<'a> {
+/// The report of `runs`, each under its legend name and in its own colour ([`shown_colours`]),
+/// so that ticking or selecting another run recolours none: what the plots draw and export.
+fn report<'a>(runs: &[&'a RunView], names: &'a [String]) -> TrainingReport<'a> {
+    let colours = shown_colours(runs);
     let runs = runs
         .iter()
         .zip(names)
-        .map(|(run, name)| TrainingRun {
+        .zip(colours)
+        .map(|((run, name), colour)| TrainingRun {
             curves: RunCurves {
                 name,
                 steps: &run.steps,
                 evals: &run.evals,
-                colour: places.place(run.id),
+                colour: Some(colour),
             },
             setup: setup(&run.preset),
         })
@@ -31,7 +32,23 @@ fn report<'a>(runs: &[&'a RunView], names: &'a [String], places: &RunStore) -> T
     TrainingReport { runs }
 }
 
-/// Legend names: a run's name, with its place in the list where two shown runs share it.
+/// The colour of each shown run: its own ([`RunView::colour`]), unless a run before it (the
+/// selected one first) already shows in it, as two of a list longer than the palette can; then
+/// the first colour no shown run holds.
+fn shown_colours(runs: &[&RunView]) -> Vec<usize> {
+    let mut taken: Vec<usize> = Vec::with_capacity(runs.len());
+    for (i, run) in runs.iter().enumerate() {
+        let held = |c: usize| taken.contains(&c) || runs[i + 1..].iter().any(|r| r.colour == c);
+        let colour = match taken.contains(&run.colour) {
+            false => run.colour,
+            true => (0..PALETTE_SIZE).find(|&c| !held(c)).unwrap_or(run.colour),
+        };
+        taken.push(colour);
+    }
+    taken
+}
+
+/// Legend names: a run's name, with its id in the list where two shown runs share it.
 fn legend_names(runs: &[&RunView]) -> Vec<String> {
     runs.iter()
         .map(|run| {
@@ -63,7 +80,7 @@ impl View for TrainingView {
 fn curves_ui(ui: &mut egui::Ui, runs: &[&RunView], cx: &ViewContext) {
     let exporter = cx.exporter;
     let names = legend_names(runs);
-    let report = report(runs, &names, cx.runs);
+    let report = report(runs, &names);
     let height = (ui.available_height() / 3.0 - 30.0).max(80.0);
     if runs.len() == 1 {
         ui.label(
@@ -126,24 +143,32 @@ fn first_eval_note(run: &RunView) -> String {
 mod tests {
     use super::*;
     use crate::app::jobs::Jobs;
+    use crate::app::runs::RunStore;
     use crate::figures::{palette_colour, series_colours};
 
-    /// A run keeps its colour when another is selected or ticked: its place in the run list.
+    /// The colours the training plots draw the shown runs in.
+    fn colours(store: &RunStore) -> Vec<[u8; 3]> {
+        let shown = store.shown();
+        let names = legend_names(&shown);
+        let figure = report(&shown, &names).figure(Curve::Loss);
+        let Plot::Lines(lines) = figure.plot else {
+            panic!("the loss is a line plot");
+        };
+        series_colours(&lines)
+    }
+
+    fn store_of(runs: usize) -> RunStore {
+        let mut store = RunStore::new(Jobs::default());
+        for i in 0..runs {
+            store.open(std::path::PathBuf::from(format!("/nonexistent/{i}")));
+        }
+        store
+    }
+
+    /// A run keeps its colour when another is selected, ticked or removed.
     #[test]
     fn a_runs_curves_keep_their_colour_whatever_else_is_shown() {
-        let mut store = RunStore::new(Jobs::default());
-        for name in ["a", "b", "c"] {
-            store.open(std::path::PathBuf::from(format!("/nonexistent/{name}")));
-        }
-        let colours = |store: &RunStore| {
-            let shown = store.shown();
-            let names = legend_names(&shown);
-            let figure = report(&shown, &names, store).figure(Curve::Loss);
-            let Plot::Lines(lines) = figure.plot else {
-                panic!("the loss is a line plot");
-            };
-            series_colours(&lines)
-        };
+        let mut store = store_of(3);
         store.selected = Some(2);
         assert_eq!(colours(&store), [palette_colour(2)]);
         store.runs[0].compare = true;
@@ -152,6 +177,23 @@ mod tests {
         store.selected = Some(0);
         store.runs[2].compare = true;
         assert_eq!(colours(&store), [a, c]);
+        store.remove(1);
+        assert_eq!(colours(&store), [a, c], "removing b recolours no other run");
+    }
+
+    /// Past the palette's size two runs of the list share a colour; shown together, the second
+    /// takes a free one.
+    #[test]
+    fn two_shown_runs_never_share_a_colour() {
+        let mut store = store_of(PALETTE_SIZE + 1);
+        assert_eq!(store.runs[PALETTE_SIZE].colour, store.runs[0].colour);
+        store.selected = Some(0);
+        store.runs[PALETTE_SIZE].compare = true;
+        assert_eq!(colours(&store), [0, 1].map(palette_colour));
+        // A removed run's colour goes to the next run that joins.
+        store.remove(3);
+        store.open("/nonexistent/new".into());
+        assert_eq!(store.runs.last().unwrap().colour, 3);
     }
 
     #[test]

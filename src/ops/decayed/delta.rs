@@ -511,7 +511,8 @@ impl Backward<'_, '_, '_> {
         let (mut dg, mut du_before) = ([simd.splat_f32s(0.0); W], [simd.splat_f32s(0.0); W]);
         // Token t's dk and token t − 1's dq, a number per row of the state, into their rows
         // taken once: indexing the gradients row by row (a slice and its bounds per number)
-        // made the op's forward and backward ~8% slower at d 128, T 64.
+        // made the op's forward and backward at B 64, H 2, T 64, Dk = Dv = 64 take 20.3–23.6 ms
+        // a layer on 2 cores, against 18.6–20.2 ms.
         let (dk_out, mut dq_out) = self.grads.dk_and_dq_rows(t);
         let states = &self.ws.span[before..][..d.dk * BLOCK];
         let rows = self.ws.ds[..d.dk * BLOCK].chunks_exact_mut(BLOCK);
