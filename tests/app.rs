@@ -476,6 +476,13 @@ fn a_run_folder_that_reached_its_target_or_failed_says_so_in_words() {
     harness.get_by_label_contains("reached target accuracy at step 2 of 2");
     harness.get_by_label_contains("broken (failed: out of memory)");
     assert!(harness.query_by_label_contains("targetreached").is_none());
+    // The progress bar's hover says at which CPU priority the window trains and how to change it.
+    assert!(harness.query_by_label_contains("CPU priority").is_none());
+    harness
+        .get_by_label_contains("reached target accuracy at step 2 of 2")
+        .hover();
+    harness.run();
+    harness.get_by_label_contains("CPU priority");
 }
 
 /// A run is renamed from its entry's context menu: the list, its preset and its summary
