@@ -1212,6 +1212,36 @@ fn before_its_first_evaluation_a_run_says_when_accuracy_comes_and_exports_titled
     });
 }
 
+/// A live run with a target accuracy shows its ETA as a bound ("eta ≤ …"), and the progress
+/// bar's hover says why: the ETA counts to the last step, the target can end the run earlier.
+#[test]
+fn a_live_runs_eta_is_a_bound_when_its_target_can_end_it_earlier() {
+    let root = tempfile::tempdir().unwrap();
+    let mut app = app(root.path());
+    app.editor.preset.train.eval_every = 1000;
+    app.editor.preset.train.target_accuracy = 0.99;
+    app.tab = Tab::Training;
+    let mut harness = harness(app);
+    harness.get_by_label("Start").click();
+    step_while_working(&mut harness);
+    run_until(&mut harness, "a few steps", |app| {
+        app.runs.selected().is_some_and(|r| r.steps.len() >= 2)
+    });
+    step_while_working(&mut harness);
+    let why = "The ETA counts to the last step";
+    assert!(harness.query_by_label_contains(why).is_none());
+    harness.get_by_label_contains(", eta ≤ ").hover();
+    // egui shows a tooltip once the pointer has rested (half a second of frames).
+    harness.run_steps(40);
+    harness.get_by_label_contains(why);
+    harness.get_by_label_contains("reaches 99%");
+    harness.get_by_label("Stop").click();
+    step_while_working(&mut harness);
+    run_until(&mut harness, "the run to stop", |app| {
+        app.runs.selected().is_some_and(|r| !r.is_running())
+    });
+}
+
 #[test]
 fn an_absolute_encoding_says_it_has_no_bias_and_long_evidence_is_cut_with_hover() {
     let root = tempfile::tempdir().unwrap();
