@@ -15,6 +15,7 @@ thing that does not hold, saying what.
 
 import argparse
 import io
+import os
 import sys
 
 from tensorboard.backend.event_processing import event_accumulator
@@ -107,6 +108,9 @@ def main():
     parser.add_argument("--golden", action="store_true",
                         help="check the golden file of tests/fixtures/tensorboard")
     args = parser.parse_args()
+    # TensorBoard's reader answers a missing folder with a traceback ("permanently deleted").
+    if not os.path.isdir(args.folder):
+        sys.exit(f"check_tensorboard: {args.folder} is not a folder (a run's tensorboard/)")
     (check_golden if args.golden else check_run)(args.folder)
 
 

@@ -86,6 +86,19 @@ fn iou_of_a_trained_run_uses_the_saved_attention_and_ground_truth() {
         matches!(&err, attnlab::Error::Argument { name, .. } if name == "layer"),
         "{err:?}"
     );
+    let heads = run.preset.model.n_heads;
+    for head in [heads, usize::MAX] {
+        let err = example_iou(&run, 0, 1, head, &protocol(1)).unwrap_err();
+        assert!(
+            matches!(&err, attnlab::Error::Argument { name, .. } if name == "head"),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string()
+                .contains(&format!("does not exist: heads are 0..{heads}")),
+            "{err}"
+        );
+    }
     // Row r costs r generated rows: `--example 18446744073709551615` overflowed `row + 1`,
     // and 1e11 ran until memory ran out.
     for row in [usize::MAX, 100_000_000_000] {
@@ -173,6 +186,18 @@ fn iou_command_prints_the_table_and_writes_figures() {
     let o = attnlab(&["iou", dir.to_str().unwrap(), "--binarise", "topk:0"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("topk:K"), "{}", stderr(&o));
+    // The example's head must exist (the model has 2).
+    let o = attnlab(&[
+        "iou",
+        dir.to_str().unwrap(),
+        "--example",
+        "0",
+        "--head",
+        "99",
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("head"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("heads are 0..2"), "{}", stderr(&o));
 }
 
 #[test]

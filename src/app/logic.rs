@@ -23,7 +23,9 @@ impl AttnlabApp {
         if let Some(Err(e)) = jobs::take_finished(&mut self.dialog) {
             self.status.set(e.to_string());
         }
-        self.runs.drain();
+        for ended in self.runs.drain() {
+            self.status.set(ended);
+        }
         self.start_awaited_analysis();
         let (views, cx) = self.split(ctx);
         views.logic(&cx);

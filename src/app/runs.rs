@@ -166,6 +166,22 @@ impl RunView {
         }
     }
 
+    /// Where an ended run stopped, "at step 93 of 496" (a run that reached its target ends
+    /// early, so a percentage alone would read as unfinished); `None` before its first step.
+    pub fn ended_at(&self) -> Option<String> {
+        let last = self.steps.last()?;
+        Some(format!("at step {} of {}", last.step, self.total_steps))
+    }
+
+    /// How a live run ended, for the status bar: "mqar-softmax: stopped at step 93 of 496".
+    fn end_text(&self) -> String {
+        let at = self
+            .ended_at()
+            .map(|at| format!(" {at}"))
+            .unwrap_or_default();
+        format!("{}: {}{at}", self.name, self.status_text())
+    }
+
     /// Steps done as a fraction of the planned ones.
     pub fn progress(&self) -> f32 {
         let done = self.steps.last().map_or(0, |s| s.step);
@@ -418,8 +434,10 @@ impl RunStore {
         self.selected().into_iter().chain(ticked).collect()
     }
 
-    /// Applies everything the workers and loaders sent since the last frame.
-    pub fn drain(&mut self) {
+    /// Applies everything the workers and loaders sent since the last frame; returns how each
+    /// run that ended meanwhile ended, so that the status bar replaces a "stopping …" that
+    /// would otherwise stay up after the run had stopped.
+    pub fn drain(&mut self) -> Vec<String> {
         while let Ok(followed) = self.followed.try_recv() {
             let source = Source::Followed {
                 events: followed.events,
@@ -428,10 +446,14 @@ impl RunStore {
             self.push_source(followed.preset, source);
             self.selected.get_or_insert(self.runs.len() - 1);
         }
+        let mut ended = Vec::new();
         for run in &mut self.runs {
-            drain_events(run, &self.jobs);
+            if drain_events(run, &self.jobs) {
+                ended.push(run.end_text());
+            }
             drain_loads(run, &self.jobs);
         }
+        ended
     }
 
     /// Run folders of the list, for persistence.
@@ -440,9 +462,10 @@ impl RunStore {
     }
 }
 
-fn drain_events(run: &mut RunView, jobs: &Jobs) {
+/// Applies a live run's events; true if it ended.
+fn drain_events(run: &mut RunView, jobs: &Jobs) -> bool {
     let Some(source) = &run.source else {
-        return;
+        return false;
     };
     let mut ended = false;
     let mut evaluated = false;
@@ -499,6 +522,7 @@ fn drain_events(run: &mut RunView, jobs: &Jobs) {
     if ended {
         run.source = None;
     }
+    ended
 }
 
 /// A worker that hung up without `Finished` or `Failed` never ran (its thread could not be

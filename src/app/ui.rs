@@ -290,8 +290,9 @@ fn progress_ui(ui: &mut egui::Ui, run: &RunView) {
                     100.0 * target
                 );
             }
-        } else {
-            text.push_str(&format!(" at step {} of {}", last.step, run.total_steps));
+        } else if let Some(at) = run.ended_at() {
+            text.push(' ');
+            text.push_str(&at);
         }
         text.push_str(&format!(", {:.0} tokens/s", last.tokens_per_s));
     }

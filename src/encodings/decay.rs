@@ -333,7 +333,8 @@ mod tests {
     }
 
     /// Per head, n = k_h·t + offset with ALiBi's slopes: for 8 heads k_h = 2^-h, so head 1
-    /// (k = 1/4) at t = 8 has n = 3; 1/n and 1/(n ln n) are fairseq-evo's rpe types 7 and 13.
+    /// (k = 1/4) at t = 8 has n = 3; 1/n and 1/(n ln n) are fairseq-evo's rpe types 7 and 13,
+    /// and `type2` with offset 3 its type 11, −ln²(3 + k t).
     #[test]
     fn per_head_series_scale_the_distance_by_alibis_slopes() {
         let c = SeriesConfig::<Type1> {
@@ -353,6 +354,18 @@ mod tests {
             ..Default::default()
         };
         assert!((inv_n_log_n(&n_log_n, 8)[0].at(5.0) - rpe13(5.0)).abs() < 1e-12);
+        let type2_offset_3 = SeriesConfig::<Type2> {
+            per_head: true,
+            offset: 3.0,
+            ..Default::default()
+        };
+        let rpe11 = |k: f64, t: f64| -(3.0 + k * t).ln().powi(2);
+        for (h, bias) in type2(&type2_offset_3, 8).iter().enumerate() {
+            let k = 0.5f64.powi(h as i32 + 1);
+            for t in [0.0, 1.0, 5.0, 100.0] {
+                assert!((bias.at(t) - rpe11(k, t)).abs() < 1e-12, "head {h} at {t}");
+            }
+        }
     }
 
     #[test]

@@ -118,8 +118,9 @@ pub fn iou_bars(runs: &[(String, &IouTable)]) -> Figure {
 }
 
 /// Hard IoU against its threshold τ ([`THRESHOLD_CURVE`]), a curve per run and head, each with
-/// its soft IoU as a dashed level: whether a ranking by hard IoU holds at every τ or rests on
-/// one (on the shipped IoU runs ReBased falls below Based at τ = 0.02 and 0.05).
+/// its soft IoU as a dashed level in the same colour: whether a ranking by hard IoU holds at
+/// every τ or rests on one (on the shipped IoU runs ReBased falls below Based at τ = 0.02 and
+/// 0.05).
 pub fn iou_thresholds(runs: &[(String, &IouTable)]) -> Figure {
     let curves = runs.iter().flat_map(|(_, table)| {
         table.cells().map(|c| {
@@ -138,19 +139,21 @@ pub fn iou_thresholds(runs: &[(String, &IouTable)]) -> Figure {
     let series = labelled_cells(runs)
         .into_iter()
         .zip(curves)
-        .flat_map(|((label, cell), points)| {
+        .enumerate()
+        .flat_map(|(head, ((label, cell), points))| {
+            // A head's two series are one colour (by place they had taken two).
             [
                 Series {
                     name: format!("{label}: hard"),
                     points,
                     dashed: false,
-                    colour: None,
+                    colour: Some(head),
                 },
                 Series {
                     name: format!("{label}: soft {:.3}", cell.soft),
                     points: vec![(first, cell.soft), (last, cell.soft)],
                     dashed: true,
-                    colour: None,
+                    colour: Some(head),
                 },
             ]
         })
@@ -365,6 +368,13 @@ mod tests {
         assert_eq!(hard.points, expected);
         assert_eq!(soft.name, "b L3 H1: soft 0.550");
         assert!(soft.dashed && soft.points.iter().all(|&(_, y)| y == 0.55));
+        // Each head's hard curve and soft level share a colour, and no other head has it.
+        let colours = crate::figures::series_colours(plot);
+        for head in colours.chunks(2) {
+            assert_eq!(head[0], head[1]);
+        }
+        let firsts: std::collections::HashSet<_> = colours.iter().step_by(2).collect();
+        assert_eq!(firsts.len(), 4);
         assert!(plot.x_log);
         crate::figures::render_svg(&fig).unwrap();
     }
