@@ -1019,6 +1019,17 @@ fn extrapolation_of_a_language_model_fills_the_table_and_exports() {
     assert!(result.curves[0].points.iter().all(|p| p.ppl.is_some()));
     harness.get_by_label("Def. 0.1 (δ = 0.1)");
     harness.get_by_label("8 (L)");
+    // Each verdict's header says on hover what it is.
+    for (header, says) in [
+        ("max δ", "the largest δ_n = |ppl_n − ppl_L| / ppl_L"),
+        ("Def. 0.1 (δ = 0.1)", "Definition 0.1 of the RPE paper"),
+        ("Thm 0.4", "Theorem 0.4 of the RPE paper"),
+    ] {
+        assert!(harness.query_by_label_contains(says).is_none());
+        harness.get_by_label(header).hover();
+        harness.run_steps(40);
+        harness.get_by_label_contains(says);
+    }
     // The results are kept in the run folder too.
     assert!(dir.join("extrapolation-non-overlapping.json").is_file());
     harness.get_all_by_label("SVG").next().unwrap().click();

@@ -3,6 +3,7 @@
 //! cancelled, so Save as, Open run and Export did nothing and said "export cancelled". The app
 //! asks for the path in its own window instead, saying what is missing.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -81,17 +82,19 @@ impl PathPrompt {
 /// (for the desktop portal) nor `zenity` on the `PATH`. Checked once.
 pub fn dialogs_missing() -> Option<&'static str> {
     static MISSING: std::sync::OnceLock<Option<&'static str>> = std::sync::OnceLock::new();
-    *MISSING.get_or_init(|| {
-        let bus = std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_some()
-            || std::env::var_os("XDG_RUNTIME_DIR")
-                .is_some_and(|dir| Path::new(&dir).join("bus").exists());
-        let zenity = std::env::var_os("PATH")
-            .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join("zenity").is_file()));
-        (cfg!(target_os = "linux") && !bus && !zenity).then_some(
-            "No file dialog can open here: there is neither a desktop portal (no D-Bus session \
-             bus) nor zenity. Type the path instead.",
-        )
-    })
+    *MISSING.get_or_init(|| dialogs_missing_in(|name| std::env::var_os(name)))
+}
+
+/// [`dialogs_missing`] with the environment variable `var`.
+fn dialogs_missing_in(var: impl Fn(&str) -> Option<OsString>) -> Option<&'static str> {
+    let bus = var("DBUS_SESSION_BUS_ADDRESS").is_some()
+        || var("XDG_RUNTIME_DIR").is_some_and(|dir| Path::new(&dir).join("bus").exists());
+    let zenity = var("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join("zenity").is_file()));
+    (cfg!(target_os = "linux") && !bus && !zenity).then_some(
+        "No file dialog can open here: there is neither a desktop portal (no D-Bus session bus) \
+         nor zenity. Type the path instead.",
+    )
 }
 
 /// A native dialog `pick` of a view that has a path field of its own beside its button: when
@@ -135,5 +138,40 @@ mod tests {
             None
         });
         assert_eq!(cancelled, Ok(None));
+    }
+
+    /// Without a D-Bus session bus and without zenity no dialog can open (on Linux): the
+    /// window says so and offers its path field; either one is enough for rfd.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_machine_without_portal_or_zenity_has_no_file_dialog() {
+        let (runtime, bin) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let env = |vars: Vec<(&'static str, OsString)>| {
+            move |name: &str| {
+                vars.iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.clone())
+            }
+        };
+        let bare = || {
+            vec![
+                ("XDG_RUNTIME_DIR", runtime.path().into()),
+                ("PATH", bin.path().into()),
+            ]
+        };
+        let missing = dialogs_missing_in(env(bare())).unwrap();
+        assert!(missing.contains("Type the path"), "{missing}");
+        let mut bus = bare();
+        bus.push(("DBUS_SESSION_BUS_ADDRESS", "unix:path=/x".into()));
+        assert_eq!(dialogs_missing_in(env(bus)), None);
+        std::fs::write(bin.path().join("zenity"), "").unwrap();
+        assert_eq!(dialogs_missing_in(env(bare())), None, "zenity on the PATH");
+        std::fs::remove_file(bin.path().join("zenity")).unwrap();
+        std::fs::write(runtime.path().join("bus"), "").unwrap();
+        assert_eq!(
+            dialogs_missing_in(env(bare())),
+            None,
+            "the runtime dir's bus"
+        );
     }
 }
