@@ -110,7 +110,7 @@ def main():
     args = parser.parse_args()
     # TensorBoard's reader answers a missing folder with a traceback ("permanently deleted").
     if not os.path.isdir(args.folder):
-        sys.exit(f"check_tensorboard: {args.folder} is not a folder (a run's tensorboard/)")
+        sys.exit(f"check_tensorboard: {args.folder} is not a folder")
     (check_golden if args.golden else check_run)(args.folder)
 
 

@@ -1027,7 +1027,7 @@ fn extrapolation_of_a_language_model_fills_the_table_and_exports() {
     ] {
         assert!(harness.query_by_label_contains(says).is_none());
         harness.get_by_label(header).hover();
-        harness.run_steps(40);
+        harness.run_steps(4);
         harness.get_by_label_contains(says);
     }
     // The results are kept in the run folder too.
@@ -1253,15 +1253,17 @@ fn before_its_first_evaluation_a_run_says_when_accuracy_comes_and_exports_titled
 fn a_live_runs_eta_is_a_bound_when_its_target_can_end_it_earlier() {
     let root = tempfile::tempdir().unwrap();
     let mut app = app(root.path());
-    app.editor.preset.train.eval_every = 1000;
+    // No evaluation before the run's last step, so the target cannot end it during the test.
+    app.editor.preset.train.eval_every = 100_000;
     app.editor.preset.train.target_accuracy = 0.99;
     app.tab = Tab::Training;
     let mut harness = harness_with_live_run(app);
     let why = "The ETA counts to the last step";
     assert!(harness.query_by_label_contains(why).is_none());
     harness.get_by_label_contains(", eta ≤ ").hover();
-    // egui shows a tooltip once the pointer has rested (half a second of frames).
-    harness.run_steps(40);
+    // egui shows a tooltip once the pointer has rested; each frame is a quarter of a second
+    // of the harness's own clock.
+    harness.run_steps(4);
     harness.get_by_label_contains(why);
     harness.get_by_label_contains("reaches 99%");
     stop_the_selected_run(&mut harness);

@@ -20,11 +20,12 @@ impl AttnlabApp {
         if let Some(text) = self.clipboard.take() {
             ctx.copy_text(text);
         }
-        if let Some(Err(e)) = jobs::take_finished(&mut self.dialog) {
-            self.status.set(e.to_string());
-        }
+        // A run's end first, so that an error of the same frame is what stays up.
         for ended in self.runs.drain() {
             self.status.set(ended);
+        }
+        if let Some(Err(e)) = jobs::take_finished(&mut self.dialog) {
+            self.status.set(e.to_string());
         }
         self.start_awaited_analysis();
         let (views, cx) = self.split(ctx);

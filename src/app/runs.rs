@@ -173,13 +173,20 @@ impl RunView {
         Some(format!("at step {} of {}", last.step, self.total_steps))
     }
 
-    /// How a live run ended, for the status bar: "mqar-softmax: stopped at step 93 of 496".
+    /// How a live run ended, for the status bar: "mqar-softmax: stopped at step 93 of 496", a
+    /// failure's reason last ("x: failed at step 9 of 496: out of memory"), not before the step
+    /// as if the step were part of it.
     fn end_text(&self) -> String {
         let at = self
             .ended_at()
             .map(|at| format!(" {at}"))
             .unwrap_or_default();
-        format!("{}: {}{at}", self.name, self.status_text())
+        match (self.status, &self.error) {
+            (RunState::Trainer(status @ RunStatus::Failed), Some(why)) => {
+                format!("{}: {}{at}: {why}", self.name, status.explain(None))
+            }
+            _ => format!("{}: {}{at}", self.name, self.status_text()),
+        }
     }
 
     /// Steps done as a fraction of the planned ones.
@@ -435,8 +442,9 @@ impl RunStore {
     }
 
     /// Applies everything the workers and loaders sent since the last frame; returns how each
-    /// run that ended meanwhile ended, so that the status bar replaces a "stopping …" that
-    /// would otherwise stay up after the run had stopped.
+    /// run the window itself trained ended meanwhile, so that the status bar replaces a
+    /// "stopping …" that would otherwise stay up after the run had stopped. Runs followed from
+    /// a sweep are left out: a sweep's cells end by the dozen, and its own view says so.
     pub fn drain(&mut self) -> Vec<String> {
         while let Ok(followed) = self.followed.try_recv() {
             let source = Source::Followed {
@@ -448,7 +456,8 @@ impl RunStore {
         }
         let mut ended = Vec::new();
         for run in &mut self.runs {
-            if drain_events(run, &self.jobs) {
+            let own = matches!(run.source, Some(Source::Own(_)));
+            if drain_events(run, &self.jobs) && own {
                 ended.push(run.end_text());
             }
             drain_loads(run, &self.jobs);
@@ -609,12 +618,37 @@ mod tests {
         });
         store.push_live(Preset::default(), handle);
         assert_eq!(store.runs[0].status_text(), "starting");
-        store.drain();
+        let ended = store.drain();
         let run = &store.runs[0];
         assert!(!run.is_running());
         assert_eq!(run.status, RunState::Trainer(RunStatus::Failed));
         let error = run.error.as_deref().unwrap_or_default();
         assert!(error.contains("no more threads"), "{error}");
+        // The status bar's line: the run, how it ended, then why.
+        assert_eq!(ended, [format!("{}: failed: {error}", run.name)]);
+    }
+
+    /// A failure's reason comes after the step it failed at, not before it.
+    #[test]
+    fn a_failed_runs_end_names_its_step_before_its_reason() {
+        let mut run = RunView::blank(0, "x".into(), Preset::default(), RunState::Loading);
+        (run.status, run.error) = (
+            RunState::Trainer(RunStatus::Failed),
+            Some("out of memory".into()),
+        );
+        run.total_steps = 496;
+        run.steps.push(crate::train::StepRecord {
+            step: 9,
+            epoch: 0.1,
+            loss: 1.0,
+            lr: 1e-3,
+            grad_norm: 1.0,
+            tokens_per_s: 1.0,
+            elapsed_secs: 1.0,
+        });
+        assert_eq!(run.end_text(), "x: failed at step 9 of 496: out of memory");
+        run.status = RunState::Trainer(RunStatus::Stopped);
+        assert_eq!(run.end_text(), "x: stopped at step 9 of 496");
     }
 
     /// A run another job trains joins the list at its start, says who stops it, and ends
@@ -639,7 +673,11 @@ mod tests {
         assert_eq!(run.trained_by(), Some("sweep s"));
         assert_eq!(run.dir.as_deref(), Some(Path::new("runs/cell")));
         drop(forwarder);
-        store.drain();
+        let ended = store.drain();
+        assert!(
+            ended.is_empty(),
+            "a sweep's cells stay out of the status bar"
+        );
         let run = &store.runs[0];
         assert!(!run.is_running());
         let error = run.error.as_deref().unwrap_or_default();

@@ -332,7 +332,7 @@ mod tests {
         assert!((nln - 1.0 / (5.0 * 5f64.ln())).abs() < 1e-12);
     }
 
-    /// Per head, n = k_h·t + offset with ALiBi's slopes: for 8 heads k_h = 2^-h, so head 1
+    /// Per head, n = k_h·t + offset with ALiBi's slopes: for 8 heads k_h = 2^-(h+1), so head 1
     /// (k = 1/4) at t = 8 has n = 3; 1/n and 1/(n ln n) are fairseq-evo's rpe types 7 and 13,
     /// and `type2` with offset 3 its type 11, −ln²(3 + k t).
     #[test]

@@ -140,20 +140,21 @@ pub fn iou_thresholds(runs: &[(String, &IouTable)]) -> Figure {
         .into_iter()
         .zip(curves)
         .enumerate()
-        .flat_map(|(head, ((label, cell), points))| {
-            // A head's two series are one colour (by place they had taken two).
+        .flat_map(|(place, ((label, cell), points))| {
+            // A head's two series are one colour (by legend place they had taken two): the
+            // colour of the head's place among every run's layers and heads.
             [
                 Series {
                     name: format!("{label}: hard"),
                     points,
                     dashed: false,
-                    colour: Some(head),
+                    colour: Some(place),
                 },
                 Series {
                     name: format!("{label}: soft {:.3}", cell.soft),
                     points: vec![(first, cell.soft), (last, cell.soft)],
                     dashed: true,
-                    colour: Some(head),
+                    colour: Some(place),
                 },
             ]
         })
