@@ -255,6 +255,51 @@ fn bench_reports_json() {
     assert!(report.get("time_to_99_s").is_none(), "steps only: {report}");
 }
 
+/// --against times another mechanism in alternation with the preset; an unknown one is
+/// refused with the catalogue's names, and --rounds means nothing without it.
+#[test]
+fn bench_times_a_mechanism_against_another_in_alternation() {
+    let tiny = [
+        "--set",
+        "model.d_model=16",
+        "--set",
+        "task.train_examples=128",
+    ];
+    let run = |extra: &[&str]| {
+        let mut args = vec!["bench", "--steps-only", "--steps", "1", "--format", "json"];
+        args.extend(tiny);
+        args.extend(extra);
+        attnlab(&args)
+    };
+    let o = run(&[
+        "--set",
+        "attention.kind=linear",
+        "--against",
+        "softmax",
+        "--rounds",
+        "2",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let against = &report["against"];
+    assert_eq!(against["kind"], "softmax", "{report}");
+    assert_eq!(against["rounds"], 2, "{report}");
+    assert!(against["against_ms_per_step"].as_f64().unwrap() > 0.0);
+    let ratio = against["ratio"].as_f64().unwrap();
+    assert!(against["ratio_min"].as_f64().unwrap() <= ratio, "{report}");
+    let o = run(&["--against", "nope"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("--against nope: not a mechanism"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains("gated-deltanet"), "{}", stderr(&o));
+    let o = run(&["--rounds", "3"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--against"), "{}", stderr(&o));
+}
+
 /// `attnlab … | head` must end quietly: a closed pipe is not a crash.
 #[test]
 fn a_closed_output_pipe_ends_quietly() {

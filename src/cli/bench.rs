@@ -8,11 +8,14 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::Context as _;
+use serde::Deserialize as _;
 use serde_json::Value;
 
 use crate::Preset;
 use crate::attention::MechanismSpec;
-use crate::report::bench::{BenchReport, FastMode, ReplicaTiming, TargetTime, TorchTiming};
+use crate::report::bench::{
+    BenchReport, FastMode, Interleaved, ReplicaTiming, TargetTime, TorchTiming,
+};
 use crate::report::{Format, render};
 use crate::train::Trainer;
 
@@ -49,6 +52,15 @@ pub struct BenchArgs {
     /// At most 64.
     #[arg(long, value_name = "N", value_parser = super::bounded(1, 64))]
     replicas: Option<usize>,
+    /// Also time the preset beside this mechanism in its defaults (e.g. `softmax`), the two
+    /// trained in alternation in this process (`--rounds` rounds of `--steps` steps each, the
+    /// order swapped every round), so that a machine that drifts while it runs weighs on both
+    /// alike: the ratio of two separate runs moved by ±10 % on a shared 2-core machine.
+    #[arg(long, value_name = "KIND")]
+    against: Option<String>,
+    /// Rounds of --against.
+    #[arg(long, default_value_t = 8, requires = "against", value_parser = super::bounded(2, 1000))]
+    rounds: usize,
     /// Python interpreter for --torch.
     #[arg(long, default_value = "python3")]
     python: String,
@@ -91,6 +103,50 @@ fn group_step_time(presets: &[Preset], steps: usize) -> anyhow::Result<StepTime>
     let ms = started.elapsed().as_secs_f64() * 1e3 / steps.max(1) as f64;
     let graph_nodes = trainer.graph_nodes()?;
     Ok(StepTime { ms, graph_nodes })
+}
+
+/// `preset` with the mechanism `kind` in its defaults in place of its own (`--against`).
+fn against_preset(preset: &Preset, kind: &str) -> anyhow::Result<Preset> {
+    let table = toml::Table::from_iter([("kind".to_string(), toml::Value::from(kind))]);
+    let mut other = preset.clone();
+    other.attention = MechanismSpec::deserialize(table)
+        .with_context(|| format!("--against {kind}: not a mechanism of the catalogue"))?;
+    other
+        .validate()
+        .with_context(|| format!("--against {kind}"))?;
+    Ok(other)
+}
+
+/// Each round's milliseconds per step of [`ours`, `theirs`] trained in alternation: after 5
+/// warm-up steps of each, `rounds` rounds of `steps` steps of each, the order swapped every
+/// round.
+fn alternating_rounds(
+    (ours, theirs): (&Preset, &Preset),
+    steps: usize,
+    rounds: usize,
+) -> anyhow::Result<Vec<[f64; 2]>> {
+    let mut trainers = [
+        bench_trainer(std::slice::from_ref(ours))?,
+        bench_trainer(std::slice::from_ref(theirs))?,
+    ];
+    for trainer in &mut trainers {
+        for _ in 0..5 {
+            trainer.train_step_replicas()?;
+        }
+    }
+    let mut round_ms = Vec::with_capacity(rounds);
+    for round in 0..rounds {
+        let mut ms = [0.0; 2];
+        for which in [round % 2, 1 - round % 2] {
+            let started = Instant::now();
+            for _ in 0..steps {
+                trainers[which].train_step_replicas()?;
+            }
+            ms[which] = started.elapsed().as_secs_f64() * 1e3 / steps as f64;
+        }
+        round_ms.push(ms);
+    }
+    Ok(round_ms)
 }
 
 /// `n` cells of `preset`'s shape, as a sweep over seeds and two learning rates makes them.
@@ -247,12 +303,18 @@ fn measure(preset: &Preset, args: &BenchArgs) -> anyhow::Result<BenchReport> {
         tokens_per_s: tokens / (ms / 1e3),
         graph_nodes: measured.graph_nodes,
         replicas: None,
+        against: None,
         target: None,
         torch: None,
         step_ratio: None,
         time_to_99_ratio: None,
         torch_fast: Default::default(),
     };
+    if let Some(kind) = &args.against {
+        let theirs = against_preset(preset, kind)?;
+        let rounds = alternating_rounds((preset, &theirs), args.steps, args.rounds)?;
+        report.against = Some(Interleaved::of(kind, &rounds));
+    }
     if let Some(n) = args.replicas {
         let group = group_step_time(&replica_presets(preset, n), args.steps)?;
         report.replicas = Some(ReplicaTiming {

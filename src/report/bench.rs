@@ -26,6 +26,9 @@ pub struct BenchReport {
     pub graph_nodes: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replicas: Option<ReplicaTiming>,
+    /// The preset and another mechanism trained in alternation (`--against`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub against: Option<Interleaved>,
     /// Time to the target accuracy, unless only steps were timed.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub target: Option<TargetTime>,
@@ -51,6 +54,43 @@ pub struct ReplicaTiming {
     pub ms_per_model_step: f64,
     /// N × the lone step time over the group's.
     pub speedup: f64,
+}
+
+/// The preset's step time beside another mechanism's, the two trained in alternation.
+#[derive(Clone, Debug, Serialize)]
+pub struct Interleaved {
+    /// The other mechanism.
+    pub kind: String,
+    pub rounds: usize,
+    /// The preset's mean milliseconds per step over all rounds.
+    pub ms_per_step: f64,
+    /// The other mechanism's.
+    pub against_ms_per_step: f64,
+    /// The median over rounds of the preset's step time over the other's.
+    pub ratio: f64,
+    /// The lowest and highest ratio of a round.
+    pub ratio_min: f64,
+    pub ratio_max: f64,
+}
+
+impl Interleaved {
+    /// From each round's [preset, other] milliseconds per step (at least one round), the
+    /// other mechanism `kind`.
+    pub fn of(kind: &str, rounds: &[[f64; 2]]) -> Self {
+        let mean = |i: usize| rounds.iter().map(|r| r[i]).sum::<f64>() / rounds.len() as f64;
+        let mut ratios: Vec<f64> = rounds.iter().map(|r| r[0] / r[1]).collect();
+        ratios.sort_by(f64::total_cmp);
+        let n = ratios.len();
+        Self {
+            kind: kind.to_string(),
+            rounds: n,
+            ms_per_step: mean(0),
+            against_ms_per_step: mean(1),
+            ratio: (ratios[(n - 1) / 2] + ratios[n / 2]) / 2.0,
+            ratio_min: ratios[0],
+            ratio_max: ratios[n - 1],
+        }
+    }
 }
 
 /// Training with an evaluation per epoch until the target accuracy.
@@ -97,6 +137,11 @@ impl BenchReport {
             "replicas",
             "ms_per_group_step",
             "replica_speedup",
+            "against",
+            "against_ms_per_step",
+            "against_ratio",
+            "against_ratio_min",
+            "against_ratio_max",
             "time_to_99_s",
             "epochs_to_99",
             "step_ratio",
@@ -104,6 +149,7 @@ impl BenchReport {
         ]);
         let replicas = self.replicas.as_ref();
         let target = self.target.as_ref();
+        let against = self.against.as_ref();
         table.push(vec![
             json!(self.config),
             json!(self.device),
@@ -115,6 +161,11 @@ impl BenchReport {
             json!(replicas.map(|r| r.n)),
             json!(replicas.map(|r| r.ms_per_group_step)),
             json!(replicas.map(|r| r.speedup)),
+            json!(against.map(|a| &a.kind)),
+            json!(against.map(|a| a.against_ms_per_step)),
+            json!(against.map(|a| a.ratio)),
+            json!(against.map(|a| a.ratio_min)),
+            json!(against.map(|a| a.ratio_max)),
             json!(target.and_then(|t| t.time_to_99_s)),
             json!(target.and_then(|t| t.epochs_to_99)),
             json!(self.step_ratio),
@@ -139,6 +190,12 @@ impl Report for BenchReport {
             lines.push(format!(
                 "{} replicas as one group: {:.1} ms per step of all ({:.1} ms per model, {:.2}x faster than one after another)",
                 r.n, r.ms_per_group_step, r.ms_per_model_step, r.speedup
+            ));
+        }
+        if let Some(a) = &self.against {
+            lines.push(format!(
+                "beside {} in alternation ({} rounds): {:.1} against {:.1} ms per step, ratio {:.2} (median of the rounds; {:.2}–{:.2})",
+                a.kind, a.rounds, a.ms_per_step, a.against_ms_per_step, a.ratio, a.ratio_min, a.ratio_max
             ));
         }
         if let Some(t) = &self.target {
@@ -177,5 +234,24 @@ impl Report for BenchReport {
 
     fn csv(&self) -> String {
         self.table().csv()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ratio is the median of the rounds' ratios (the middle two averaged for an even
+    /// count), the step times the means over rounds.
+    #[test]
+    fn alternating_rounds_give_the_median_ratio_and_the_mean_steps() {
+        let odd = Interleaved::of("softmax", &[[3.0, 2.0], [2.0, 2.0], [8.0, 4.0]]);
+        assert_eq!((odd.ratio, odd.ratio_min, odd.ratio_max), (1.5, 1.0, 2.0));
+        assert_eq!(
+            (odd.ms_per_step, odd.against_ms_per_step),
+            (13.0 / 3.0, 8.0 / 3.0)
+        );
+        let even = Interleaved::of("softmax", &[[3.0, 2.0], [2.0, 2.0], [8.0, 4.0], [1.0, 4.0]]);
+        assert_eq!((even.ratio, even.ratio_min, even.rounds), (1.25, 0.25, 4));
     }
 }
