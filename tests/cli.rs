@@ -284,9 +284,17 @@ fn bench_times_a_mechanism_against_another_in_alternation() {
     let against = &report["against"];
     assert_eq!(against["kind"], "softmax", "{report}");
     assert_eq!(against["rounds"], 2, "{report}");
-    assert!(against["against_ms_per_step"].as_f64().unwrap() > 0.0);
-    let ratio = against["ratio"].as_f64().unwrap();
-    assert!(against["ratio_min"].as_f64().unwrap() <= ratio, "{report}");
+    let number = |key: &str| {
+        against[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{key}: {report}"))
+    };
+    assert!(number("own_ms_per_step") > 0.0 && number("other_ms_per_step") > 0.0);
+    let ratio = number("ratio");
+    assert!(
+        number("ratio_min") <= ratio && ratio <= number("ratio_max"),
+        "{report}"
+    );
     let o = run(&["--against", "nope"]);
     assert!(!o.status.success());
     assert!(
@@ -405,8 +413,12 @@ fn ctrl_c_and_sigterm_stop_training_with_a_fresh_checkpoint_and_a_stopped_summar
 #[test]
 fn huge_numeric_options_are_refused_with_their_range() {
     let huge = "18446744073709551615";
-    let cases: [(&[&str], &str); 10] = [
+    let cases: [(&[&str], &str); 11] = [
         (&["bench", "--steps", huge], "not in 1..=100000"),
+        (
+            &["bench", "--against", "softmax", "--rounds", "1"],
+            "not in 2..=1000",
+        ),
         (&["bench", "--replicas", huge], "not in 1..=64"),
         (&["trf", "--points", huge], "not in 2..=10000"),
         (&["trf", "--length", "1000000000000"], "not in 1..=65536"),

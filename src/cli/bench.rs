@@ -8,13 +8,12 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::Context as _;
-use serde::Deserialize as _;
 use serde_json::Value;
 
 use crate::Preset;
-use crate::attention::MechanismSpec;
+use crate::attention::{CATALOGUE, MechanismSpec};
 use crate::report::bench::{
-    BenchReport, FastMode, Interleaved, ReplicaTiming, TargetTime, TorchTiming,
+    AgainstTiming, BenchReport, FastMode, ReplicaTiming, TargetTime, TorchTiming,
 };
 use crate::report::{Format, render};
 use crate::train::Trainer;
@@ -55,10 +54,11 @@ pub struct BenchArgs {
     /// Also time the preset beside this mechanism in its defaults (e.g. `softmax`), the two
     /// trained in alternation in this process (`--rounds` rounds of `--steps` steps each, the
     /// order swapped every round), so that a machine that drifts while it runs weighs on both
-    /// alike: the ratio of two separate runs moved by ±10 % on a shared 2-core machine.
+    /// alike: on the 2-core development machine the ratio of two separate runs read anywhere
+    /// from 1.31 to 1.66 within ten minutes.
     #[arg(long, value_name = "KIND")]
     against: Option<String>,
-    /// Rounds of --against.
+    /// Rounds of --against, 2 to 1000; an even count puts each mechanism first equally often.
     #[arg(long, default_value_t = 8, requires = "against", value_parser = super::bounded(2, 1000))]
     rounds: usize,
     /// Python interpreter for --torch.
@@ -107,31 +107,56 @@ fn group_step_time(presets: &[Preset], steps: usize) -> anyhow::Result<StepTime>
 
 /// `preset` with the mechanism `kind` in its defaults in place of its own (`--against`).
 fn against_preset(preset: &Preset, kind: &str) -> anyhow::Result<Preset> {
-    let table = toml::Table::from_iter([("kind".to_string(), toml::Value::from(kind))]);
+    let Some(spec) = MechanismSpec::all_defaults()
+        .into_iter()
+        .find(|spec| spec.name() == kind)
+    else {
+        let names: Vec<_> = CATALOGUE.iter().map(|facts| facts.name).collect();
+        anyhow::bail!(
+            "--against {kind}: not a mechanism; the mechanisms are {}",
+            names.join(", ")
+        );
+    };
     let mut other = preset.clone();
-    other.attention = MechanismSpec::deserialize(table)
-        .with_context(|| format!("--against {kind}: not a mechanism of the catalogue"))?;
+    other.attention = spec;
     other
         .validate()
         .with_context(|| format!("--against {kind}"))?;
     Ok(other)
 }
 
-/// Each round's milliseconds per step of [`ours`, `theirs`] trained in alternation: after 5
-/// warm-up steps of each, `rounds` rounds of `steps` steps of each, the order swapped every
-/// round.
-fn alternating_rounds(
-    (ours, theirs): (&Preset, &Preset),
+/// The preset and `other` trained in alternation, each round's milliseconds per step of
+/// [preset, other] ([`alternating_rounds`]).
+fn alternating_step_times(
+    (preset, other): (&Preset, &Preset),
     steps: usize,
     rounds: usize,
 ) -> anyhow::Result<Vec<[f64; 2]>> {
     let mut trainers = [
-        bench_trainer(std::slice::from_ref(ours))?,
-        bench_trainer(std::slice::from_ref(theirs))?,
+        bench_trainer(std::slice::from_ref(preset))?,
+        bench_trainer(std::slice::from_ref(other))?,
     ];
-    for trainer in &mut trainers {
+    alternating_rounds(
+        |which| {
+            trainers[which].train_step_replicas()?;
+            Ok(())
+        },
+        steps,
+        rounds,
+    )
+}
+
+/// Each round's milliseconds per step of `step(0)` and `step(1)` (one training step of the
+/// first or the second): after 5 warm-up steps of each, `rounds` rounds of `steps` steps of
+/// each, the order swapped every round.
+fn alternating_rounds(
+    mut step: impl FnMut(usize) -> anyhow::Result<()>,
+    steps: usize,
+    rounds: usize,
+) -> anyhow::Result<Vec<[f64; 2]>> {
+    for which in [0, 1] {
         for _ in 0..5 {
-            trainer.train_step_replicas()?;
+            step(which)?;
         }
     }
     let mut round_ms = Vec::with_capacity(rounds);
@@ -140,7 +165,7 @@ fn alternating_rounds(
         for which in [round % 2, 1 - round % 2] {
             let started = Instant::now();
             for _ in 0..steps {
-                trainers[which].train_step_replicas()?;
+                step(which)?;
             }
             ms[which] = started.elapsed().as_secs_f64() * 1e3 / steps as f64;
         }
@@ -291,6 +316,10 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
 
 /// Every measurement `args` asks for, on `preset`.
 fn measure(preset: &Preset, args: &BenchArgs) -> anyhow::Result<BenchReport> {
+    // Refused before any measurement, which can take minutes.
+    let against = (args.against.as_deref())
+        .map(|kind| Ok::<_, anyhow::Error>((kind, against_preset(preset, kind)?)))
+        .transpose()?;
     let measured = step_time(preset, args.steps)?;
     let ms = measured.ms;
     let tokens = (preset.train.batch_size * preset.task.seq_len()) as f64;
@@ -310,10 +339,9 @@ fn measure(preset: &Preset, args: &BenchArgs) -> anyhow::Result<BenchReport> {
         time_to_99_ratio: None,
         torch_fast: Default::default(),
     };
-    if let Some(kind) = &args.against {
-        let theirs = against_preset(preset, kind)?;
-        let rounds = alternating_rounds((preset, &theirs), args.steps, args.rounds)?;
-        report.against = Some(Interleaved::of(kind, &rounds));
+    if let Some((kind, other)) = against {
+        let rounds = alternating_step_times((preset, &other), args.steps, args.rounds)?;
+        report.against = Some(AgainstTiming::of(kind, &rounds));
     }
     if let Some(n) = args.replicas {
         let group = group_step_time(&replica_presets(preset, n), args.steps)?;
@@ -419,6 +447,31 @@ mod tests {
         let table: Value = serde_json::from_str(&args[at + 1]).unwrap();
         assert_eq!(table["kind"], "retention");
         assert_eq!(table["chunk"], 32);
+    }
+
+    /// Both are warmed up, then each round times `steps` steps of each, the first of the
+    /// previous round second; each time lands in its own slot whichever ran first.
+    #[test]
+    fn alternating_rounds_swap_the_order_and_keep_each_time_in_its_slot() {
+        let mut order = Vec::new();
+        let rounds = alternating_rounds(
+            |which| {
+                order.push(which);
+                // The second takes longer, so its slot must hold the longer time.
+                std::thread::sleep(std::time::Duration::from_millis(4 * which as u64));
+                Ok(())
+            },
+            2,
+            3,
+        )
+        .unwrap();
+        let warm_up = [0; 5].into_iter().chain([1; 5]);
+        let timed = [0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1];
+        assert_eq!(order, warm_up.chain(timed).collect::<Vec<_>>());
+        assert_eq!(rounds.len(), 3);
+        for [first, second] in rounds {
+            assert!(second >= 4.0 && first < second, "{first} ms, {second} ms");
+        }
     }
 
     /// The fast reference takes the model and data only (it has no --threads, --lr or

@@ -28,7 +28,7 @@ pub struct BenchReport {
     pub replicas: Option<ReplicaTiming>,
     /// The preset and another mechanism trained in alternation (`--against`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub against: Option<Interleaved>,
+    pub against: Option<AgainstTiming>,
     /// Time to the target accuracy, unless only steps were timed.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub target: Option<TargetTime>,
@@ -58,14 +58,15 @@ pub struct ReplicaTiming {
 
 /// The preset's step time beside another mechanism's, the two trained in alternation.
 #[derive(Clone, Debug, Serialize)]
-pub struct Interleaved {
+pub struct AgainstTiming {
     /// The other mechanism.
     pub kind: String,
     pub rounds: usize,
-    /// The preset's mean milliseconds per step over all rounds.
-    pub ms_per_step: f64,
+    /// The preset's mean milliseconds per step over the rounds (not the report's own
+    /// `ms_per_step`, which is a run of the preset alone).
+    pub own_ms_per_step: f64,
     /// The other mechanism's.
-    pub against_ms_per_step: f64,
+    pub other_ms_per_step: f64,
     /// The median over rounds of the preset's step time over the other's.
     pub ratio: f64,
     /// The lowest and highest ratio of a round.
@@ -73,7 +74,7 @@ pub struct Interleaved {
     pub ratio_max: f64,
 }
 
-impl Interleaved {
+impl AgainstTiming {
     /// From each round's [preset, other] milliseconds per step (at least one round), the
     /// other mechanism `kind`.
     pub fn of(kind: &str, rounds: &[[f64; 2]]) -> Self {
@@ -84,8 +85,8 @@ impl Interleaved {
         Self {
             kind: kind.to_string(),
             rounds: n,
-            ms_per_step: mean(0),
-            against_ms_per_step: mean(1),
+            own_ms_per_step: mean(0),
+            other_ms_per_step: mean(1),
             ratio: (ratios[(n - 1) / 2] + ratios[n / 2]) / 2.0,
             ratio_min: ratios[0],
             ratio_max: ratios[n - 1],
@@ -138,7 +139,9 @@ impl BenchReport {
             "ms_per_group_step",
             "replica_speedup",
             "against",
-            "against_ms_per_step",
+            "against_rounds",
+            "against_own_ms_per_step",
+            "against_other_ms_per_step",
             "against_ratio",
             "against_ratio_min",
             "against_ratio_max",
@@ -162,7 +165,9 @@ impl BenchReport {
             json!(replicas.map(|r| r.ms_per_group_step)),
             json!(replicas.map(|r| r.speedup)),
             json!(against.map(|a| &a.kind)),
-            json!(against.map(|a| a.against_ms_per_step)),
+            json!(against.map(|a| a.rounds)),
+            json!(against.map(|a| a.own_ms_per_step)),
+            json!(against.map(|a| a.other_ms_per_step)),
             json!(against.map(|a| a.ratio)),
             json!(against.map(|a| a.ratio_min)),
             json!(against.map(|a| a.ratio_max)),
@@ -195,7 +200,7 @@ impl Report for BenchReport {
         if let Some(a) = &self.against {
             lines.push(format!(
                 "beside {} in alternation ({} rounds): {:.1} against {:.1} ms per step, ratio {:.2} (median of the rounds; {:.2}–{:.2})",
-                a.kind, a.rounds, a.ms_per_step, a.against_ms_per_step, a.ratio, a.ratio_min, a.ratio_max
+                a.kind, a.rounds, a.own_ms_per_step, a.other_ms_per_step, a.ratio, a.ratio_min, a.ratio_max
             ));
         }
         if let Some(t) = &self.target {
@@ -244,14 +249,14 @@ mod tests {
     /// The ratio is the median of the rounds' ratios (the middle two averaged for an even
     /// count), the step times the means over rounds.
     #[test]
-    fn alternating_rounds_give_the_median_ratio_and_the_mean_steps() {
-        let odd = Interleaved::of("softmax", &[[3.0, 2.0], [2.0, 2.0], [8.0, 4.0]]);
+    fn rounds_give_the_median_ratio_and_the_mean_steps() {
+        let odd = AgainstTiming::of("softmax", &[[3.0, 2.0], [2.0, 2.0], [8.0, 4.0]]);
         assert_eq!((odd.ratio, odd.ratio_min, odd.ratio_max), (1.5, 1.0, 2.0));
         assert_eq!(
-            (odd.ms_per_step, odd.against_ms_per_step),
+            (odd.own_ms_per_step, odd.other_ms_per_step),
             (13.0 / 3.0, 8.0 / 3.0)
         );
-        let even = Interleaved::of("softmax", &[[3.0, 2.0], [2.0, 2.0], [8.0, 4.0], [1.0, 4.0]]);
+        let even = AgainstTiming::of("softmax", &[[3.0, 2.0], [2.0, 2.0], [8.0, 4.0], [1.0, 4.0]]);
         assert_eq!((even.ratio, even.ratio_min, even.rounds), (1.25, 0.25, 4));
     }
 }
