@@ -107,10 +107,7 @@ fn group_step_time(presets: &[Preset], steps: usize) -> anyhow::Result<StepTime>
 
 /// `preset` with the mechanism `kind` in its defaults in place of its own (`--against`).
 fn against_preset(preset: &Preset, kind: &str) -> anyhow::Result<Preset> {
-    let Some(spec) = MechanismSpec::all_defaults()
-        .into_iter()
-        .find(|spec| spec.name() == kind)
-    else {
+    let Some(facts) = CATALOGUE.iter().find(|facts| facts.name == kind) else {
         let names: Vec<_> = CATALOGUE.iter().map(|facts| facts.name).collect();
         anyhow::bail!(
             "--against {kind}: not a mechanism; the mechanisms are {}",
@@ -118,7 +115,7 @@ fn against_preset(preset: &Preset, kind: &str) -> anyhow::Result<Preset> {
         );
     };
     let mut other = preset.clone();
-    other.attention = spec;
+    other.attention = (facts.default)();
     other
         .validate()
         .with_context(|| format!("--against {kind}"))?;
@@ -317,9 +314,10 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
 /// Every measurement `args` asks for, on `preset`.
 fn measure(preset: &Preset, args: &BenchArgs) -> anyhow::Result<BenchReport> {
     // Refused before any measurement, which can take minutes.
-    let against = (args.against.as_deref())
-        .map(|kind| Ok::<_, anyhow::Error>((kind, against_preset(preset, kind)?)))
-        .transpose()?;
+    let against = match args.against.as_deref() {
+        Some(kind) => Some((kind, against_preset(preset, kind)?)),
+        None => None,
+    };
     let measured = step_time(preset, args.steps)?;
     let ms = measured.ms;
     let tokens = (preset.train.batch_size * preset.task.seq_len()) as f64;
