@@ -64,7 +64,7 @@ fn a_resumed_sweep_trains_only_unfinished_cells() {
     assert_eq!(trained.len(), 4);
 
     // One cell was interrupted (its summary says stopped), one lost its folder.
-    let stopped = sweep.finished_run(&sweep.cells[1]).unwrap();
+    let stopped = sweep.finished_run(&sweep.cells[1]).unwrap().unwrap();
     let summary = stopped.join("summary.json");
     let text = std::fs::read_to_string(&summary).unwrap();
     std::fs::write(&summary, text.replace("\"completed\"", "\"stopped\"")).unwrap();
@@ -89,7 +89,7 @@ fn a_resumed_sweep_trains_only_unfinished_cells() {
     assert!(summary.unreadable.is_empty());
 
     // A run whose summary no longer reads is named and left out; the others still count.
-    let broken = sweep.finished_run(&sweep.cells[3]).unwrap();
+    let broken = sweep.finished_run(&sweep.cells[3]).unwrap().unwrap();
     std::fs::write(broken.join("summary.json"), "{ not json").unwrap();
     let summary = attnlab::sweep::collect(&[sweep.out.clone()]).unwrap();
     assert_eq!(summary.runs.len(), 3);
@@ -99,6 +99,44 @@ fn a_resumed_sweep_trains_only_unfinished_cells() {
         summary.unreadable[0].contains(&*name),
         "{:?}",
         summary.unreadable
+    );
+}
+
+#[test]
+fn a_changed_sweep_does_not_take_the_old_runs_for_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = sweep_file(dir.path(), "lr = [1e-3]");
+    let sweep = Sweep::load(&path).unwrap();
+    let (_, trained) = run(&sweep);
+    assert_eq!(trained, ["lr0.001"]);
+    // The same cell and folder, another mechanism in `set`: the softmax run is not linear
+    // attention's result, and training the cell again would mix the two in one folder.
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        text.replace("]\n[axes]", ", \"attention.kind=linear\"]\n[axes]"),
+    )
+    .unwrap();
+    let changed = Sweep::load(&path).unwrap();
+    let error = changed
+        .finished_run(&changed.cells[0])
+        .unwrap_err()
+        .to_string();
+    for part in [
+        "cell lr0.001",
+        "attention",
+        "linear",
+        "its own `out` folder",
+    ] {
+        assert!(error.contains(part), "{part:?} in {error}");
+    }
+    let stop = AtomicBool::new(false);
+    assert!(run_sweep(&changed, &stop, &mut |_| {}).is_err());
+    let (skipped, _) = run(&sweep);
+    assert_eq!(
+        skipped,
+        ["lr0.001"],
+        "the unchanged sweep still finds its run"
     );
 }
 
@@ -129,14 +167,14 @@ fn planned_commands_train_their_cell_and_collect_merges_them() {
     writeln!(xargs.stdin.take().unwrap(), "{command}").unwrap();
     assert!(xargs.wait().unwrap().success());
     let sweep = Sweep::load(&file).unwrap();
-    let run = sweep.finished_run(&sweep.cells[1]).unwrap();
+    let run = sweep.finished_run(&sweep.cells[1]).unwrap().unwrap();
     let trained = attnlab::Preset::load(&run.join("preset.toml"), &[]).unwrap();
     assert_eq!(
         trained,
         sweep.preset(&sweep.cells[1]).unwrap(),
         "the plan's preset is the sweep's"
     );
-    assert!(sweep.finished_run(&sweep.cells[0]).is_none());
+    assert!(sweep.finished_run(&sweep.cells[0]).unwrap().is_none());
     let o = attnlab(&["sweep", "plan", file.to_str().unwrap(), "--pending"]);
     assert_eq!(String::from_utf8(o.stdout).unwrap().lines().count(), 1);
 
@@ -201,7 +239,7 @@ fn same_shape_cells_train_as_one_group_with_the_results_of_cell_by_cell() {
             .cells
             .iter()
             .map(|cell| {
-                let run = sweep.finished_run(cell).unwrap();
+                let run = sweep.finished_run(cell).unwrap().unwrap();
                 attnlab::train::RunDir::open(&run)
                     .unwrap()
                     .read_summary()
@@ -274,7 +312,7 @@ fn planned_groups_train_their_cells() {
     let finished: Vec<bool> = sweep
         .cells
         .iter()
-        .map(|c| sweep.finished_run(c).is_some())
+        .map(|c| sweep.finished_run(c).unwrap().is_some())
         .collect();
     assert_eq!(
         finished,

@@ -99,7 +99,14 @@ fn plan(
         );
         sweep.replicas = r;
     }
-    let unfinished = |cell: &usize| sweep.finished_run(&sweep.cells[*cell]).is_none();
+    // Read only for --pending: a plan of every cell does not depend on what has trained.
+    let finished: Vec<bool> = match pending {
+        true => (sweep.cells.iter())
+            .map(|cell| Ok(sweep.finished_run(cell)?.is_some()))
+            .collect::<crate::Result<_>>()?,
+        false => vec![false; sweep.cells.len()],
+    };
+    let unfinished = |cell: &usize| !finished[*cell];
     let commands: Vec<String> = match groups {
         Some(_) => sweep
             .group_plan(file)?

@@ -24,6 +24,14 @@ pub fn train_command(preset: &Preset, base_file: &str, base: &Preset) -> Result<
     Ok(words.join(" "))
 }
 
+/// `key=value` for every setting of `want` that `have` lacks or holds differently, as
+/// [`train_command`] sets them: empty when the two presets train the same run.
+pub fn changed_settings(want: &Preset, have: &Preset) -> Result<Vec<String>> {
+    let mut sets = Vec::new();
+    differences("", &table(want)?, &table(have)?, &mut sets);
+    Ok(sets)
+}
+
 fn table(preset: &Preset) -> Result<toml::Table> {
     toml::Table::try_from(preset)
         .map_err(|e| Error::Internal(format!("cannot write preset as TOML: {e}")))

@@ -32,7 +32,7 @@ use crate::model::ModelConfig;
 use crate::settings::Settings;
 use crate::tasks::TaskSpec;
 use crate::{Error, Result};
-pub use command::train_command;
+pub use command::{changed_settings, train_command};
 pub use estimate::{MemoryEstimate, bytes};
 pub use state::ModelState;
 pub use train::{Metric, Schedule, TrainConfig};

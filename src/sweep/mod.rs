@@ -206,9 +206,29 @@ impl Sweep {
         self.out.join(&cell.id)
     }
 
-    /// The finished run folder of `cell`, if it has one.
-    pub fn finished_run(&self, cell: &Cell) -> Option<PathBuf> {
-        finished_runs_in(&self.cell_dir(cell)).pop()
+    /// The finished run folder of `cell`, if it has one; an error if its latest finished run
+    /// trained another preset (the sweep file changed since, e.g. its mechanism in `set`):
+    /// taken as done, that run's result would have been reported as the changed cell's.
+    pub fn finished_run(&self, cell: &Cell) -> Result<Option<PathBuf>> {
+        let Some(run_dir) = finished_runs_in(&self.cell_dir(cell)).pop() else {
+            return Ok(None);
+        };
+        let trained = RunDir::open(&run_dir)?.read_preset()?;
+        let changed = crate::preset::changed_settings(&self.preset(cell)?, &trained)?;
+        if changed.is_empty() {
+            return Ok(Some(run_dir));
+        }
+        Err(Error::RunDir {
+            message: format!(
+                "the folder of cell {} of sweep {} holds a finished run of another preset \
+                 (the sweep now sets {}): give the changed sweep its own `out` folder, or \
+                 move the run away",
+                cell.id,
+                self.name,
+                changed.join(" ")
+            ),
+            path: run_dir,
+        })
     }
 
     /// All cells in groups of one shape, at most `replicas` each: a group's number (from 1)
@@ -663,7 +683,7 @@ pub fn run_sweep(
 ) -> Result<SweepSummary> {
     let mut todo = Vec::new();
     for (i, cell) in sweep.cells.iter().enumerate() {
-        match sweep.finished_run(cell) {
+        match sweep.finished_run(cell)? {
             Some(run_dir) => emit(SweepEvent::Skipped { cell: i, run_dir }),
             None => todo.push(i),
         }
