@@ -29,10 +29,12 @@
 #   flash    120  the reference and large configurations with flash attention (ATTNLAB_CUDA_FLASH=1)
 #   profile  180  ncu: GPU time per kernel name over a large-configuration tf32 run
 #   groupkernels 120  ncu: kernels of the sweep's cell shape alone and as a group of six, by name
-#   mad      420  MAD-lite for softmax, linear attention and ReBased on the GPU
+#   mad      420  MAD-lite for softmax, linear attention, ReBased and retention on the GPU
 #                 (sweeps/mad_lite_mechanisms.toml, issue 31): MAD's score per mechanism, and each
 #                 run folder's preset.toml, summary.json and metrics.jsonl in $RESULTS/mad-runs/
 #                 (collect them here with `attnlab sweep collect`); rerun it to go on
+#   madmixers 420 the same for GLA, DeltaNet, Gated DeltaNet and Mamba-2 without a positional
+#                 encoding (sweeps/mad_lite_mixers.toml), into $RESULTS/madmixers-runs/
 # Results go to $RESULTS (default gpu-results/): one log per step, JSON lines from the benches.
 # PYTHON (default python3) must have torch with CUDA for the references.
 set -uo pipefail
@@ -195,28 +197,33 @@ run_sweep() {
   tail -20 "$RESULTS/sweep.log"
 }
 
-run_mad() {
-  local file=sweeps/gpu-check-mad-lite.toml out=runs/sweep-mad-lite-mechanisms
-  sed -e 's/^set = \[/set = ["train.device=cuda:0", /' sweeps/mad_lite_mechanisms.toml >"$file"
+# mad_sweep STEP SWEEP: the shipped MAD-lite sweep SWEEP on the GPU, its score in
+# $RESULTS/STEP-score.txt and its run folders' records in $RESULTS/STEP-runs/.
+mad_sweep() {
+  local step=$1 file=sweeps/gpu-check-$2.toml out=runs/sweep-${2//_/-}
+  sed -e 's/^set = \[/set = ["train.device=cuda:0", /' "sweeps/$2.toml" >"$file"
   local started=$SECONDS
   # The sweep stops a minute before the step's limit, so that what it finished is always
   # collected and copied (a rerun goes on from there).
   limited "$(awk -v f="$SCALE" 'BEGIN { print int(420 - 60 / f) }')" \
-    "$ATTNLAB" sweep "$file" >"$RESULTS/mad.log" 2>&1
-  echo "mad: exit $?, $((SECONDS - started)) s wall" | tee -a "$RESULTS/mad.log"
+    "$ATTNLAB" sweep "$file" >"$RESULTS/$step.log" 2>&1
+  echo "$step: exit $?, $((SECONDS - started)) s wall" | tee -a "$RESULTS/$step.log"
   rm -f "$file" # sweeps/ holds the shipped sweeps only (a test compiles each in)
-  [ -d "$out" ] || { echo "mad: no run finished"; return 1; }
-  "$ATTNLAB" sweep collect "$out" 2>&1 | tee "$RESULTS/mad-score.txt" | tail -30
+  [ -d "$out" ] || { echo "$step: no run finished"; return 1; }
+  "$ATTNLAB" sweep collect "$out" 2>&1 | tee "$RESULTS/$step-score.txt" | tail -30
   # The records only (no checkpoints), so that the results archive stays small.
   (cd "$out" && find . \( -name preset.toml -o -name summary.json -o -name metrics.jsonl \) \
-    -print0 | tar --null -T - -cf -) | (mkdir -p "$RESULTS/mad-runs" && cd "$RESULTS/mad-runs" && tar xf -)
+    -print0 | tar --null -T - -cf -) | (mkdir -p "$RESULTS/$step-runs" && cd "$RESULTS/$step-runs" && tar xf -)
 }
+
+run_mad() { mad_sweep mad mad_lite_mechanisms; }
+run_madmixers() { mad_sweep madmixers mad_lite_mixers; }
 
 # `gpu-check.sh --step STEP` runs one step without a limit: the loop below calls itself so, under one.
 [ "${1:-}" = --step ] && { "run_$2"; exit; }
 declare -A LIMIT=([devices]=20 [tests]=240 [resume]=120 [bench]=300 [mixers]=150 [replicas]=90 [kernels]=180
   [oom]=120 [to99]=180 [threads]=120 [sweep]=600 [flash]=120 [profile]=180 [groupkernels]=120
-  [mad]=420)
+  [mad]=420 [madmixers]=420)
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(devices tests resume bench mixers replicas kernels oom to99 threads sweep)
 for s in "${steps[@]}"; do

@@ -77,6 +77,7 @@ pub const SWEEPS: &[Shipped] = shipped!["sweeps":
     "mad_full",
     "mad_lite",
     "mad_lite_mechanisms",
+    "mad_lite_mixers",
     "mqar_fig1_paper",
     "mqar_fig1_small",
     "mqar_frontier_mixers",

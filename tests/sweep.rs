@@ -289,7 +289,7 @@ fn planned_groups_train_their_cells() {
     let commands: Vec<&str> = plan.lines().collect();
     assert_eq!(commands.len(), 2, "{plan}");
     assert!(
-        commands[1].ends_with("--group 2 --replicas 8 --workers 1"),
+        commands[1].contains("--group 2 --replicas 8 --workers 1  # cells: based-s0 based-s1"),
         "{plan}"
     );
     assert!(!plan.contains(['\'', '"', '\\']), "{plan}");

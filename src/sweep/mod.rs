@@ -238,14 +238,19 @@ impl Sweep {
     }
 
     /// One shell command per group of replicas, for a scheduler that runs whole groups:
-    /// `attnlab sweep FILE --group N --replicas R --workers 1`, `file` as the commands name it.
+    /// `attnlab sweep FILE --group N --replicas R --workers 1  # cells: ID …`, `file` as the
+    /// commands name it. The comment names the group's cells, so that a person can pick one
+    /// group (a mechanism's probe, say) from the plan; shells and schedulers ignore it.
     pub fn group_plan(&self, file: &Path) -> Result<Vec<String>> {
         let file = shell_quote(&file.to_string_lossy());
-        Ok((1..=self.all_groups()?.len())
-            .map(|n| {
+        Ok((self.all_groups()?.iter().enumerate())
+            .map(|(i, group)| {
+                let ids: Vec<&str> = group.iter().map(|&c| self.cells[c].id.as_str()).collect();
                 format!(
-                    "attnlab sweep {file} --group {n} --replicas {} --workers 1",
-                    self.replicas
+                    "attnlab sweep {file} --group {} --replicas {} --workers 1  # cells: {}",
+                    i + 1,
+                    self.replicas,
+                    ids.join(" ")
                 )
             })
             .collect())
