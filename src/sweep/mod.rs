@@ -30,7 +30,8 @@
 //! Each cell trains into its own folder `out/<cell id>/<time>-<name>/`. A cell counts as done
 //! when one of its run folders has a `summary.json` with status `completed` or
 //! `target-reached`; anything else (stopped, failed, still running when killed) is trained again
-//! on resume. The summary reads only run folders (their `preset.toml` and `summary.json`), so
+//! on resume. A finished run of another preset than its cell's (the sweep file changed) is
+//! refused, not counted. The summary reads only run folders (their `preset.toml` and `summary.json`), so
 //! `collect` merges folders trained anywhere.
 
 pub mod figures;
