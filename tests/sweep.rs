@@ -132,12 +132,27 @@ fn a_changed_sweep_does_not_take_the_old_runs_for_its_own() {
     }
     let stop = AtomicBool::new(false);
     assert!(run_sweep(&changed, &stop, &mut |_| {}).is_err());
+    let o = attnlab(&["sweep", "plan", path.to_str().unwrap(), "--pending"]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("another preset"),
+        "{}",
+        stderr(&o)
+    );
+
+    // What names a run may differ: a run renamed in the window is still the cell's.
     let (skipped, _) = run(&sweep);
     assert_eq!(
         skipped,
         ["lr0.001"],
         "the unchanged sweep still finds its run"
     );
+    let run_dir = sweep.finished_run(&sweep.cells[0]).unwrap().unwrap();
+    let saved = run_dir.join("preset.toml");
+    let text = std::fs::read_to_string(&saved).unwrap();
+    let renamed = text.replacen("name = \"t-lr0.001\"", "name = \"renamed\"", 1);
+    assert_ne!(renamed, text);
+    std::fs::write(&saved, renamed).unwrap();
+    assert_eq!(sweep.finished_run(&sweep.cells[0]).unwrap(), Some(run_dir));
 }
 
 #[test]

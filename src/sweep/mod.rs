@@ -31,8 +31,9 @@
 //! when one of its run folders has a `summary.json` with status `completed` or
 //! `target-reached`; anything else (stopped, failed, still running when killed) is trained again
 //! on resume. A finished run of another preset than its cell's (the sweep file changed) is
-//! refused, not counted. The summary reads only run folders (their `preset.toml` and `summary.json`), so
-//! `collect` merges folders trained anywhere.
+//! refused, not counted; its name, description and device may differ. The summary reads only
+//! run folders (their `preset.toml` and `summary.json`), so `collect` merges folders trained
+//! anywhere.
 
 pub mod figures;
 pub mod mad;
@@ -207,28 +208,40 @@ impl Sweep {
         self.out.join(&cell.id)
     }
 
-    /// The finished run folder of `cell`, if it has one; an error if its latest finished run
-    /// trained another preset (the sweep file changed since, e.g. its mechanism in `set`):
-    /// taken as done, that run's result would have been reported as the changed cell's.
+    /// The newest finished run folder of `cell` that trained the cell's preset, if it has
+    /// one; an error if it has finished runs and none did (the sweep file changed since, e.g.
+    /// its mechanism in `set`): taken as done, such a run's result would have been reported as
+    /// the changed cell's. What names, describes or places a run (its name, description,
+    /// device, TensorBoard log) may differ: a run renamed in the window, or a sweep moved to a
+    /// GPU halfway, keeps its finished cells.
     pub fn finished_run(&self, cell: &Cell) -> Result<Option<PathBuf>> {
-        let Some(run_dir) = finished_runs_in(&self.cell_dir(cell)).pop() else {
+        let want = self.preset(cell)?;
+        let mut refusal = None;
+        for run_dir in finished_runs_in(&self.cell_dir(cell)).into_iter().rev() {
+            let changed = RunDir::open(&run_dir)
+                .and_then(|run| run.read_preset())
+                .and_then(|trained| {
+                    crate::preset::changed_settings(&want, &placed_as(trained, &want))
+                });
+            match changed {
+                Ok(changed) if changed.is_empty() => return Ok(Some(run_dir)),
+                Ok(changed) => refusal
+                    .get_or_insert((format!("the sweep now sets {}", changed.join(" ")), run_dir)),
+                Err(e) => {
+                    refusal.get_or_insert((format!("its preset does not read: {e}"), run_dir))
+                }
+            };
+        }
+        let Some((why, path)) = refusal else {
             return Ok(None);
         };
-        let trained = RunDir::open(&run_dir)?.read_preset()?;
-        let changed = crate::preset::changed_settings(&self.preset(cell)?, &trained)?;
-        if changed.is_empty() {
-            return Ok(Some(run_dir));
-        }
         Err(Error::RunDir {
             message: format!(
                 "the folder of cell {} of sweep {} holds a finished run of another preset \
-                 (the sweep now sets {}): give the changed sweep its own `out` folder, or \
-                 move the run away",
-                cell.id,
-                self.name,
-                changed.join(" ")
+                 ({why}): give the changed sweep its own `out` folder, or move the run away",
+                cell.id, self.name,
             ),
-            path: run_dir,
+            path,
         })
     }
 
@@ -540,6 +553,16 @@ fn shell_quote(text: &str) -> String {
     } else {
         format!("'{}'", text.replace('\'', r"'\''"))
     }
+}
+
+/// `trained` with `want`'s name, description, device and TensorBoard switch: what a run may
+/// differ in and still be the run `want` trains ([`Sweep::finished_run`]).
+fn placed_as(mut trained: Preset, want: &Preset) -> Preset {
+    trained.name.clone_from(&want.name);
+    trained.description.clone_from(&want.description);
+    trained.train.device = want.train.device;
+    trained.train.tensorboard = want.train.tensorboard;
+    trained
 }
 
 /// Whether a run ended in a state the summary uses.
