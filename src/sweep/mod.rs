@@ -223,14 +223,13 @@ impl Sweep {
                 .and_then(|trained| {
                     crate::preset::changed_settings(&want, &placed_as(trained, &want))
                 });
-            match changed {
+            let why = match changed {
                 Ok(changed) if changed.is_empty() => return Ok(Some(run_dir)),
-                Ok(changed) => refusal
-                    .get_or_insert((format!("the sweep now sets {}", changed.join(" ")), run_dir)),
-                Err(e) => {
-                    refusal.get_or_insert((format!("its preset does not read: {e}"), run_dir))
-                }
+                Ok(changed) => format!("the sweep now sets {}", changed.join(" ")),
+                Err(e) => format!("its preset does not read: {e}"),
             };
+            // The newest refused run is the one named.
+            refusal.get_or_insert((why, run_dir));
         }
         let Some((why, path)) = refusal else {
             return Ok(None);
