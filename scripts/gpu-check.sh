@@ -200,7 +200,8 @@ run_sweep() {
 # mad_sweep STEP SWEEP: the shipped MAD-lite sweep SWEEP on the GPU, its score in
 # $RESULTS/STEP-score.txt and its run folders' records in $RESULTS/STEP-runs/.
 mad_sweep() {
-  local step=$1 file=sweeps/gpu-check-$2.toml out=runs/sweep-${2//_/-}
+  local step=$1 file=sweeps/gpu-check-$2.toml
+  local out; out=$(sed -n 's/^out = "\(.*\)"$/\1/p' "sweeps/$2.toml")
   sed -e 's/^set = \[/set = ["train.device=cuda:0", /' "sweeps/$2.toml" >"$file"
   local started=$SECONDS
   # The sweep stops a minute before the step's limit, so that what it finished is always
