@@ -33,12 +33,13 @@
 
 use std::sync::Arc;
 
-use candle_core::{D, Device, Tensor};
+use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
 use super::{
     Encoding, EncodingShape, EncodingSpec, Facts, Family, LengthCache, QueryBlock, ScoreFn, Variant,
 };
+use crate::ops;
 use crate::params::Params;
 use crate::settings::{Choices, Hyperparameter, Settings, Switch, real};
 use crate::{Error, Result};
@@ -347,7 +348,7 @@ impl Rotary {
                 let at_w = self
                     .second_q
                     .get_or(1, || self.tables(std::iter::once(w)))?;
-                score(&rotate(q, &at_w)?, k)
+                score(&ops::rotary(q, &at_w)?, k)
             }
             Some(scale) => {
                 let q_tables = self.second_q.get_or(t, || {
@@ -357,8 +358,8 @@ impl Rotary {
                     .second_k
                     .get_or(t, || self.tables((0..t).map(|j| j as f64 / scale)))?;
                 score(
-                    &rotate(q, &query_rows(&q_tables, block)?)?,
-                    &rotate(k, &key_rows(&k_tables, block)?)?,
+                    &ops::rotary(q, &query_rows(&q_tables, block)?)?,
+                    &ops::rotary(k, &key_rows(&k_tables, block)?)?,
                 )
             }
         }
@@ -411,25 +412,6 @@ fn key_rows(tables: &Tensor, block: QueryBlock) -> Result<Tensor> {
     Ok(tables.narrow(1, 0, block.keys())?)
 }
 
-/// x (…, T, d) rotated by its (cos, sin) tables (2, T|1, r): x·cos + rotate_half(x)·sin,
-/// with rotate_half(x) = [−x₂, x₁], on the first r channels; the others pass through.
-fn rotate(x: &Tensor, tables: &Tensor) -> Result<Tensor> {
-    let (d, r) = (x.dim(D::Minus1)?, tables.dim(D::Minus1)?);
-    if r < d {
-        let rotated = rotate(&x.narrow(D::Minus1, 0, r)?, tables)?;
-        return Ok(Tensor::cat(
-            &[&rotated, &x.narrow(D::Minus1, r, d - r)?],
-            D::Minus1,
-        )?);
-    }
-    let (cos, sin) = (tables.get(0)?, tables.get(1)?);
-    let half = d / 2;
-    let x1 = x.narrow(D::Minus1, 0, half)?;
-    let x2 = x.narrow(D::Minus1, half, half)?;
-    let rotated = Tensor::cat(&[&x2.neg()?, &x1], D::Minus1)?;
-    Ok((x.broadcast_mul(&cos)? + rotated.broadcast_mul(&sin)?)?)
-}
-
 impl Encoding for Rotary {
     fn scores(&self, q: &Tensor, k: &Tensor, score: ScoreFn<'_>) -> Result<Tensor> {
         self.block_scores(q, k, QueryBlock::whole(q.dim(2)?), score)
@@ -445,8 +427,8 @@ impl Encoding for Rotary {
         let q = &self.scaled_queries(q, block)?;
         let own = self.own_tables(block.total)?;
         let first = score(
-            &rotate(q, &query_rows(&own, block)?)?,
-            &rotate(k, &key_rows(&own, block)?)?,
+            &ops::rotary(q, &query_rows(&own, block)?)?,
+            &ops::rotary(k, &key_rows(&own, block)?)?,
         )?;
         let Positions::Rectified { window, leak } = self.profile.positions else {
             return Ok(first);
@@ -461,7 +443,7 @@ impl Encoding for Rotary {
             return Ok(None);
         }
         let own = self.own_tables(q.dim(2)?)?;
-        Ok(Some((rotate(q, &own)?, rotate(k, &own)?)))
+        Ok(Some((ops::rotary(q, &own)?, ops::rotary(k, &own)?)))
     }
 
     fn rotary_profile(&self) -> Option<RotaryProfile> {
@@ -760,6 +742,7 @@ mod tests {
     use super::*;
     use crate::ops::dot_scores;
     use crate::settings::Section;
+    use candle_core::D;
 
     /// A query and a key vector that differ, so a rotation applied to the wrong side (or with
     /// the wrong sign) changes the score.
@@ -847,8 +830,8 @@ mod tests {
             &Device::Cpu,
         );
         let (q, k) = q_and_k();
-        let q = rotate(&q, &rope.tables(std::iter::once(d)).unwrap()).unwrap();
-        let k = rotate(&k, &rope.tables(std::iter::once(0.0)).unwrap()).unwrap();
+        let q = ops::rotary(&q, &rope.tables(std::iter::once(d)).unwrap()).unwrap();
+        let k = ops::rotary(&k, &rope.tables(std::iter::once(0.0)).unwrap()).unwrap();
         dot_scores(&q, &k, 1.0)
             .unwrap()
             .flatten_all()
@@ -869,7 +852,7 @@ mod tests {
         let input = Tensor::from_vec(x.clone(), (1, 1, 1, 8), &Device::Cpu).unwrap();
         let position = 3.0;
         let tables = rope.tables(std::iter::once(position)).unwrap();
-        let out = rotate(&input, &tables).unwrap().flatten_all().unwrap();
+        let out = ops::rotary(&input, &tables).unwrap().flatten_all().unwrap();
         let out = out.to_vec1::<f32>().unwrap();
         let mut expected = x.clone();
         for (c, theta) in [1.0f64, 0.1].into_iter().enumerate() {
@@ -998,7 +981,7 @@ mod tests {
             &Device::Cpu,
         )
         .unwrap();
-        let q = rotate(&x, &rope.own_tables(2).unwrap()).unwrap();
+        let q = ops::rotary(&x, &rope.own_tables(2).unwrap()).unwrap();
         let norms = q
             .sqr()
             .unwrap()

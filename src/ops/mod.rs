@@ -52,6 +52,7 @@ mod mask;
 mod matmul;
 mod precision;
 mod replicas;
+mod rotary;
 mod softmax;
 mod unit_triangular;
 
@@ -246,6 +247,36 @@ pub fn silu(x: &Tensor) -> Result<Tensor> {
         return Ok(x.contiguous()?.apply_op1(elementwise::Silu)?);
     }
     Ok(x.silu()?)
+}
+
+/// x (…, T, d) rotated by its (cos, sin) tables (2, T|1, r): x·cos + rotate_half(x)·sin on
+/// the first r channels, with rotate_half(x) = [−x₂, x₁]; the others pass through. Fused on
+/// the CPU in f32 ([`rotary::Rotary`]), [`rotary_composed`] elsewhere. The tables are
+/// constants: they get no gradient.
+pub fn rotary(x: &Tensor, tables: &Tensor) -> Result<Tensor> {
+    if cpu_f32(x) && cpu_f32(tables) && rotary::fusable_tables(x.dims(), tables.dims()) {
+        let op = rotary::Rotary { transposed: false };
+        return Ok(x.contiguous()?.apply_op2(&tables.contiguous()?, op)?);
+    }
+    rotary_composed(x, tables)
+}
+
+/// [`rotary`] from narrows, a concatenation and broadcast products: the reference.
+pub fn rotary_composed(x: &Tensor, tables: &Tensor) -> Result<Tensor> {
+    let (d, r) = (x.dim(D::Minus1)?, tables.dim(D::Minus1)?);
+    if r < d {
+        let rotated = rotary_composed(&x.narrow(D::Minus1, 0, r)?, tables)?;
+        return Ok(Tensor::cat(
+            &[&rotated, &x.narrow(D::Minus1, r, d - r)?],
+            D::Minus1,
+        )?);
+    }
+    let (cos, sin) = (tables.get(0)?, tables.get(1)?);
+    let half = d / 2;
+    let x1 = x.narrow(D::Minus1, 0, half)?;
+    let x2 = x.narrow(D::Minus1, half, half)?;
+    let rotated = Tensor::cat(&[&x2.neg()?, &x1], D::Minus1)?;
+    Ok((x.broadcast_mul(&cos)? + rotated.broadcast_mul(&sin)?)?)
 }
 
 /// x ⊙ silu(gate), the two the same shape: fused on the CPU in f32 ([`elementwise::SiluGate`]),
