@@ -289,6 +289,44 @@ fn same_shape_cells_train_as_one_group_with_the_results_of_cell_by_cell() {
     }
 }
 
+/// `attnlab sweep FILE --cells GLOB` trains the cells whose names match, whatever the
+/// grouping, and names what is wrong with a pattern that matches none or does not parse.
+#[test]
+fn a_glob_trains_the_cells_it_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = sweep_file(
+        dir.path(),
+        "mechanism = [\"softmax\", \"based\"]\nseed = [0, 1]",
+    );
+    let path = file.to_str().unwrap();
+    let o = attnlab(&["sweep", path, "--cells", "based-*", "--replicas", "1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let sweep = Sweep::load(&file).unwrap();
+    let finished: Vec<(&str, bool)> = (sweep.cells.iter())
+        .map(|c| (c.id.as_str(), sweep.finished_run(c).unwrap().is_some()))
+        .collect();
+    let want = [
+        ("softmax-s0", false),
+        ("softmax-s1", false),
+        ("based-s0", true),
+        ("based-s1", true),
+    ];
+    assert_eq!(finished, want);
+    let o = attnlab(&["sweep", path, "--cells", "rebased-*"]);
+    assert!(
+        stderr(&o).contains("cells (--cells) rebased-* matches no cell of sweep t")
+            && stderr(&o).contains("named like softmax-s0, softmax-s1, based-s0;"),
+        "{}",
+        stderr(&o)
+    );
+    let o = attnlab(&["sweep", path, "--cells", "["]);
+    assert!(
+        stderr(&o).contains("[ is not a glob pattern"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// `sweep plan --groups` prints one command per group of replicas; each, run as a scheduler
 /// runs it (through xargs), trains exactly its group's cells.
 #[test]

@@ -30,6 +30,10 @@ pub struct SweepArgs {
     /// Train only group N (from 1) of `sweep plan --groups`.
     #[arg(long, value_name = "N")]
     group: Option<usize>,
+    /// Train only the cells whose name matches this glob, e.g. 'in-context-recall-linear-*'
+    /// (quoted for the shell); their groups are formed among themselves.
+    #[arg(long, value_name = "GLOB", conflicts_with = "group")]
+    cells: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -160,6 +164,9 @@ fn train(file: &std::path::Path, args: &SweepArgs) -> anyhow::Result<()> {
     }
     if let Some(n) = args.group {
         sweep = sweep.only_group(n)?;
+    }
+    if let Some(pattern) = &args.cells {
+        sweep = sweep.only_cells(pattern)?;
     }
     let bar = ProgressBar::new(sweep.cells.len() as u64);
     bar.set_style(ProgressStyle::with_template(

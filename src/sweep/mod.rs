@@ -269,6 +269,32 @@ impl Sweep {
             .collect())
     }
 
+    /// The sweep narrowed to the cells whose id matches the glob `pattern` (`*`, `?`,
+    /// `[…]`): one mechanism's probe, say (`in-context-recall-linear-*`), whatever the
+    /// grouping, where a group's number depends on `replicas`.
+    pub fn only_cells(mut self, pattern: &str) -> Result<Self> {
+        let bad = |reason: String| Error::argument("cells (--cells)", pattern, reason);
+        let glob =
+            glob::Pattern::new(pattern).map_err(|e| bad(format!("is not a glob pattern: {e}")))?;
+        let examples: Vec<&str> = self.cells.iter().take(3).map(|c| c.id.as_str()).collect();
+        let examples = examples.join(", ");
+        let kept: Vec<Cell> = self
+            .cells
+            .iter()
+            .filter(|cell| glob.matches(&cell.id))
+            .cloned()
+            .collect();
+        if kept.is_empty() {
+            return Err(bad(format!(
+                "matches no cell of sweep {} (its cells are named like {examples}; \
+                 `attnlab sweep plan FILE` lists them all)",
+                self.name
+            )));
+        }
+        self.cells = kept;
+        Ok(self)
+    }
+
     /// The sweep narrowed to group `n` (from 1) of [`Self::all_groups`].
     pub fn only_group(mut self, n: usize) -> Result<Self> {
         let groups = self.all_groups()?;
