@@ -1,7 +1,8 @@
 //! The rotary family, in the "rotate-half" layout (GPT-NeoX, candle's `rope_slow`): for a head
 //! of width d, channel pairs (c, c + d/2) are rotated by the angle pos·θ_c, θ_c = base^(−2c/d).
-//! Rotations are written with plain tensor ops because candle's fused `rope` kernels have no
-//! backward pass. What each variant changes is the relative position a pair of tokens t apart
+//! Rotations go through [`crate::ops::rotary`] (one op with its gradient on the CPU, plain tensor
+//! ops elsewhere), because candle's fused `rope` kernels have no backward pass. What each
+//! variant changes is the relative position a pair of tokens t apart
 //! is scored at:
 //!
 //! | name | relative position | source |

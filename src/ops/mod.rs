@@ -251,11 +251,13 @@ pub fn silu(x: &Tensor) -> Result<Tensor> {
 
 /// x (…, T, d) rotated by its (cos, sin) tables (2, T|1, r): x·cos + rotate_half(x)·sin on
 /// the first r channels, with rotate_half(x) = [−x₂, x₁]; the others pass through. Fused on
-/// the CPU in f32 ([`rotary::Rotary`]), [`rotary_composed`] elsewhere. The tables are
-/// constants: they get no gradient.
+/// the CPU in f32 ([`rotary::Rotation`]), [`rotary_composed`] elsewhere. The fused op gives
+/// the tables no gradient, so tables that train (none do today) take the composed ops.
 pub fn rotary(x: &Tensor, tables: &Tensor) -> Result<Tensor> {
-    if cpu_f32(x) && cpu_f32(tables) && rotary::fusable_tables(x.dims(), tables.dims()) {
-        let op = rotary::Rotary { transposed: false };
+    let constant = !tables.track_op();
+    if cpu_f32(x) && cpu_f32(tables) && constant && rotary::fusable_tables(x.dims(), tables.dims())
+    {
+        let op = rotary::Rotation { transposed: false };
         return Ok(x.contiguous()?.apply_op2(&tables.contiguous()?, op)?);
     }
     rotary_composed(x, tables)

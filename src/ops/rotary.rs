@@ -17,7 +17,7 @@ use super::fused::{slice, zeros};
 /// the channels from r on pass through. x is (…, T, d) and the tables (2, n, r) with n = T
 /// (a row per position) or n = 1 (one row for every position), both contiguous.
 /// `transposed` applies the transposed map (the rotation back), which is the gradient.
-pub(super) struct Rotary {
+pub(super) struct Rotation {
     pub(super) transposed: bool,
 }
 
@@ -29,7 +29,7 @@ pub(super) fn fusable_tables(x: &[usize], tables: &[usize]) -> bool {
     matches!(tables, &[2, n, r] if (n == t || n == 1) && r % 2 == 0 && r <= d)
 }
 
-impl Rotary {
+impl Rotation {
     /// One position's row: `out` from `x` under its (cos, sin) rows.
     #[inline(always)]
     fn row(&self, out: &mut [f32], x: &[f32], cos: &[f32], sin: &[f32]) {
@@ -54,7 +54,7 @@ impl Rotary {
     }
 }
 
-impl CustomOp2 for Rotary {
+impl CustomOp2 for Rotation {
     fn name(&self) -> &'static str {
         "attnlab-rotary"
     }
@@ -70,7 +70,7 @@ impl CustomOp2 for Rotary {
         let (cos, sin) = tables.split_at(n * r);
         let mut out = zeros(x.len());
         if out.is_empty() {
-            return Ok((CpuStorage::F32(out), l1.shape().clone()));
+            return Ok((CpuStorage::F32(out), Shape::from(dims)));
         }
         out.par_chunks_mut(t * d)
             .zip(x.par_chunks(t * d))
@@ -97,7 +97,7 @@ impl CustomOp2 for Rotary {
         _res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
-        let back = Rotary {
+        let back = Rotation {
             transposed: !self.transposed,
         };
         Ok((
@@ -109,62 +109,81 @@ impl CustomOp2 for Rotary {
 
 #[cfg(test)]
 mod tests {
-    use candle_core::Var;
+    use candle_core::{Tensor, Var};
 
-    use super::super::testing::{random, value_and_grads};
+    use super::super::testing::{assert_close_to, random, value_and_grads};
     use super::super::{rotary, rotary_composed};
     use super::*;
 
-    /// Value and dx of the fused op and of the composed reference, for x of `x_dims` under
-    /// tables of `table_dims` (random, not rotations, so that the transposed map is not the
-    /// inverse by accident).
-    fn fused_and_composed(x_dims: &[usize], table_dims: &[usize]) -> [Vec<Vec<f32>>; 2] {
-        assert!(
-            fusable_tables(x_dims, table_dims),
-            "{x_dims:?} {table_dims:?}"
-        );
-        let x = Var::from_tensor(&random(x_dims, 1, "x")).unwrap();
-        let tables = random(table_dims, 2, "tables");
-        let upstream = random(x_dims, 3, "upstream");
-        [rotary, rotary_composed].map(|f| {
-            let y = f(x.as_tensor(), &tables).unwrap();
-            value_and_grads(&y, &upstream, &[&x])
-        })
+    /// How a test hands x to the op: as it is, or a view of it.
+    type View = fn(&Tensor) -> Tensor;
+
+    /// Value and dx of `f` at `view(x)` under tables (random, not rotations, so that the
+    /// transposed map is not the inverse by accident), as tensors.
+    fn value_and_dx(
+        f: fn(&Tensor, &Tensor) -> crate::Result<Tensor>,
+        (x, view): (&Var, View),
+        tables: &Tensor,
+    ) -> [Tensor; 2] {
+        let y = f(&view(x.as_tensor()), tables).unwrap();
+        let upstream = random(y.dims(), 3, "upstream");
+        let [value, dx] = value_and_grads(&y, &upstream, &[x]).try_into().unwrap();
+        [value, dx].map(|v| Tensor::new(v, &candle_core::Device::Cpu).unwrap())
     }
 
-    #[test]
-    fn the_fused_rotation_matches_the_composed_ops_in_value_and_gradient() {
-        for (x_dims, table_dims) in [
-            (vec![2, 3, 5, 8], vec![2, 5, 8]), // a row per position
-            (vec![2, 3, 5, 8], vec![2, 1, 8]), // one row for every position (ReRoPE's w)
-            (vec![2, 3, 5, 8], vec![2, 5, 4]), // a fraction of the channels (GPT-NeoX)
-            (vec![6, 7, 4], vec![2, 7, 4]),    // rank 3
-        ] {
-            let [fused, composed] = fused_and_composed(&x_dims, &table_dims);
-            for (what, (f, c)) in ["value", "dx"].iter().zip(fused.iter().zip(&composed)) {
-                let diff = f
-                    .iter()
-                    .zip(c)
-                    .map(|(a, b)| (a - b).abs())
-                    .fold(0f32, f32::max);
-                assert!(diff < 1e-5, "{x_dims:?} {table_dims:?} {what}: {diff}");
-                assert!(c.iter().any(|&v| v != 0.0), "zeros test nothing");
-            }
+    /// The fused op at `view(x)` under tables of `table_dims`, against the composed ops.
+    fn assert_fused_matches_composed(x_dims: &[usize], view: View, table_dims: &[usize]) {
+        let x = Var::from_tensor(&random(x_dims, 1, "x")).unwrap();
+        let viewed = view(x.as_tensor());
+        let what = format!("x {:?}, tables {table_dims:?}", viewed.dims());
+        assert!(fusable_tables(viewed.dims(), table_dims), "{what}");
+        let tables = random(table_dims, 2, "tables");
+        let fused = value_and_dx(rotary, (&x, view), &tables);
+        let composed = value_and_dx(rotary_composed, (&x, view), &tables);
+        for (name, (f, c)) in ["value", "dx"].iter().zip(fused.iter().zip(&composed)) {
+            assert_close_to(f, c, 1e-5, &format!("{what}: {name}"));
         }
     }
 
     #[test]
+    fn the_fused_rotation_matches_the_composed_ops_in_value_and_gradient() {
+        let whole: View = Tensor::clone;
+        assert_fused_matches_composed(&[2, 3, 5, 8], whole, &[2, 5, 8]); // a row per position
+        assert_fused_matches_composed(&[2, 3, 5, 8], whole, &[2, 1, 8]); // one row for all (ReRoPE)
+        assert_fused_matches_composed(&[2, 3, 5, 8], whole, &[2, 5, 4]); // a fraction (GPT-NeoX)
+        assert_fused_matches_composed(&[6, 7, 4], whole, &[2, 7, 4]); // rank 3
+        // A transposed (non-contiguous) view, as heads read out of (B, T, H, D) would be.
+        let heads: View = |x| x.transpose(1, 2).unwrap();
+        assert!(!heads(&random(&[2, 5, 3, 8], 0, "x")).is_contiguous());
+        assert_fused_matches_composed(&[2, 5, 3, 8], heads, &[2, 5, 8]);
+    }
+
+    #[test]
     fn tables_the_op_cannot_take_go_to_the_composed_ops() {
-        // Three positions of tables for five of x, and an odd rotated width.
+        // Three positions of tables for five of x, an odd rotated width, more rotated channels
+        // than x has, no position axis, an x without positions.
         assert!(!fusable_tables(&[2, 5, 8], &[2, 3, 8]));
         assert!(!fusable_tables(&[2, 5, 8], &[2, 5, 3]));
         assert!(!fusable_tables(&[2, 5, 4], &[2, 5, 8]));
+        assert!(!fusable_tables(&[2, 5, 8], &[2, 8]));
         assert!(!fusable_tables(&[8], &[2, 1, 8]));
+        // Tables without a position axis broadcast over every position in the composed ops.
         let x = random(&[2, 5, 8], 4, "x");
-        let tables = random(&[2, 3, 8], 5, "tables");
-        assert!(
-            rotary(&x, &tables).is_err(),
-            "broadcast of 3 rows over 5 positions"
-        );
+        let tables = random(&[2, 8], 5, "tables");
+        let got = rotary(&x, &tables).unwrap();
+        assert_close_to(&got, &rotary_composed(&x, &tables).unwrap(), 0.0, "(2, r)");
+        // Three rows of tables cannot cover five positions.
+        assert!(rotary(&x, &random(&[2, 3, 8], 5, "tables")).is_err());
+    }
+
+    /// Trainable tables (none are today) would lose their gradient in the fused op, so they
+    /// take the composed ops, which give it.
+    #[test]
+    fn trainable_tables_keep_their_gradient() {
+        let x = random(&[2, 5, 8], 6, "x");
+        let tables = Var::from_tensor(&random(&[2, 5, 8], 7, "tables")).unwrap();
+        let y = rotary(&x, tables.as_tensor()).unwrap();
+        let grads = y.sum_all().unwrap().backward().unwrap();
+        assert!(grads.get(tables.as_tensor()).is_some());
     }
 }

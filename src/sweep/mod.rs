@@ -276,22 +276,16 @@ impl Sweep {
         let bad = |reason: String| Error::argument("cells (--cells)", pattern, reason);
         let glob =
             glob::Pattern::new(pattern).map_err(|e| bad(format!("is not a glob pattern: {e}")))?;
-        let examples: Vec<&str> = self.cells.iter().take(3).map(|c| c.id.as_str()).collect();
-        let examples = examples.join(", ");
-        let kept: Vec<Cell> = self
-            .cells
-            .iter()
-            .filter(|cell| glob.matches(&cell.id))
-            .cloned()
-            .collect();
-        if kept.is_empty() {
+        if !self.cells.iter().any(|cell| glob.matches(&cell.id)) {
+            let examples: Vec<&str> = self.cells.iter().take(3).map(|c| c.id.as_str()).collect();
             return Err(bad(format!(
-                "matches no cell of sweep {} (its cells are named like {examples}; \
-                 `attnlab sweep plan FILE` lists them all)",
-                self.name
+                "matches none of the {} cells of sweep {}, named like {}, …",
+                self.cells.len(),
+                self.name,
+                examples.join(", ")
             )));
         }
-        self.cells = kept;
+        self.cells.retain(|cell| glob.matches(&cell.id));
         Ok(self)
     }
 
