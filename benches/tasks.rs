@@ -3,8 +3,9 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 
-use attnlab::tasks::mad::{Probe, Split};
-use attnlab::tasks::mqar::{self, MqarConfig};
+use attnlab::tasks::Split;
+use attnlab::tasks::mad::Probe;
+use attnlab::tasks::mqar::MqarConfig;
 
 fn generators(c: &mut Criterion) {
     let mut group = c.benchmark_group("tasks");
@@ -17,7 +18,7 @@ fn generators(c: &mut Criterion) {
     }
     let mqar = MqarConfig::default();
     group.bench_function("mqar_default_train", |b| {
-        b.iter(|| mqar.generate(mqar::Split::Train))
+        b.iter(|| mqar.generate(Split::Train))
     });
     group.finish();
 }

@@ -12,7 +12,7 @@ use attnlab::attention::{
 };
 use attnlab::encodings::NoEncoding;
 use attnlab::params::Params;
-use attnlab::tasks::mqar::Split;
+use attnlab::tasks::Split;
 use candle_core::{D, Device, Tensor};
 
 #[test]

@@ -125,10 +125,9 @@ fn bad_presets_fail_before_any_work_with_the_key_named() {
 }
 
 #[test]
-fn data_mqar_prints_rows_with_ground_truth() {
+fn data_prints_mqar_rows_with_ground_truth() {
     let o = attnlab(&[
         "data",
-        "mqar",
         "presets/bench_mqar.toml",
         "--n",
         "3",
@@ -431,7 +430,7 @@ fn huge_numeric_options_are_refused_with_their_range() {
             "not in 1..=100000",
         ),
         (
-            &["data", "mqar", "presets/mqar_softmax.toml", "--n", huge],
+            &["data", "presets/mqar_softmax.toml", "--n", huge],
             "not in 1..=1000",
         ),
     ];
@@ -725,7 +724,7 @@ fn curves_compares_run_folders_as_lines_points_and_figures() {
 }
 
 /// A folder in mad-lab's published layout (here: attnlab's own rows written as int64 `.npy`)
-/// becomes a preset with `data import-mad`; `data mad` then shows the folder's rows, ground
+/// becomes a preset with `data import-mad`; `data` then shows the folder's rows, ground
 /// truth included, and the preset trains on them.
 #[test]
 fn import_mad_reads_a_published_folder_into_a_preset_that_trains() {
@@ -735,7 +734,6 @@ fn import_mad_reads_a_published_folder_into_a_preset_that_trains() {
     let rows = |split: &str, n: &str| {
         let o = attnlab(&[
             "data",
-            "mad",
             "presets/mad_in_context_recall.toml",
             "--set",
             "task.train_examples=6",
@@ -784,7 +782,7 @@ fn import_mad_reads_a_published_folder_into_a_preset_that_trains() {
         "{}",
         stderr(&o)
     );
-    let o = attnlab(&["data", "mad", preset.to_str().unwrap(), "--split", "test"]);
+    let o = attnlab(&["data", preset.to_str().unwrap(), "--split", "test"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let read: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(read, rows("test", "4"));

@@ -7,7 +7,7 @@
 mod common;
 
 use attnlab::Preset;
-use attnlab::tasks::mqar::Split;
+use attnlab::tasks::Split;
 
 fn assert_every_parameter_gets_a_gradient(preset: &Preset) {
     let (model, params) = common::build(preset);

@@ -11,7 +11,7 @@ use attnlab::Preset;
 use attnlab::attention::MechanismSpec;
 use attnlab::encodings::EncodingSpec;
 use attnlab::model::Layout;
-use attnlab::tasks::mqar::Split;
+use attnlab::tasks::Split;
 use candle_core::{Device, Tensor};
 
 /// zoology's basic MQAR configuration: d_model 64, 2 layers, one head, no MLP (Identity state

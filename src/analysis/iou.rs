@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 
 use super::trained::TrainedRun;
 use crate::attention::{AttentionWeights, Mixing};
-use crate::tasks::mqar::Example;
+use crate::tasks::Row;
 pub use crate::tasks::truth::{Crop, Target};
 use crate::{Error, Result};
 
@@ -393,7 +393,7 @@ struct Scores<'a, 'b> {
 
 /// Adds the IoU of every example of a batch and every head of one layer.
 fn score_batch(
-    batch: &[Example],
+    batch: &[Row],
     weights: &AttentionWeights,
     context: usize,
     protocol: &IouProtocol,
@@ -510,15 +510,16 @@ pub fn example_iou(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tasks::mqar::{MqarConfig, QueryTruth, Split, layout};
+    use crate::tasks::Split;
+    use crate::tasks::mqar::{MqarConfig, QueryTruth, layout};
 
     /// An example of 4 pairs in 24 tokens (context 8, queries at 8..24 on even offsets).
-    fn example() -> Example {
+    fn example() -> Row {
         layout(&[1, 2, 3, 4], &[9, 10, 11, 12], &[3, 0, 5, 1], 1, 24)
     }
 
     /// The full T × T matrix with `row_of(query position)` on every query row, zeros elsewhere.
-    fn full_matrix(ex: &Example, row_of: impl Fn(&QueryTruth) -> Vec<f32>) -> Vec<f32> {
+    fn full_matrix(ex: &Row, row_of: impl Fn(&QueryTruth) -> Vec<f32>) -> Vec<f32> {
         let t = ex.inputs.len();
         let mut m = vec![0f32; t * t];
         for q in &ex.queries {

@@ -9,7 +9,7 @@ use candle_core::{Device, Tensor};
 use crate::attention::AttentionWeights;
 use crate::model::Transformer;
 use crate::preset::Preset;
-use crate::tasks::mqar::Example;
+use crate::tasks::Row;
 use crate::train::{LoadedRun, Opening, RunDir};
 use crate::{Error, Result};
 
@@ -22,7 +22,7 @@ const BATCH_ROWS: usize = 128;
 pub const MAX_TEST_ROWS: usize = 100_000;
 
 /// What [`TrainedRun::for_each_batch`] calls with each batch's rows and per-layer attention.
-pub type BatchVisitor<'a> = dyn FnMut(&[Example], &[Option<AttentionWeights>]) -> Result<()> + 'a;
+pub type BatchVisitor<'a> = dyn FnMut(&[Row], &[Option<AttentionWeights>]) -> Result<()> + 'a;
 
 /// A run's model with its checkpoint loaded.
 pub struct TrainedRun {
@@ -74,7 +74,7 @@ impl TrainedRun {
     /// The first `n` rows of the run's test split (the generator continues past
     /// `task.test_examples` with the same seed, so larger `n` adds unseen rows), at most
     /// [`MAX_TEST_ROWS`].
-    pub fn test_examples(&self, n: usize) -> Result<Vec<Example>> {
+    pub fn test_examples(&self, n: usize) -> Result<Vec<Row>> {
         if n > MAX_TEST_ROWS {
             return Err(Error::argument(
                 "number of test rows",
@@ -115,7 +115,7 @@ impl TrainedRun {
     /// was set (checked before every batch), `Ok(true)` when every batch was visited.
     pub fn for_each_batch(
         &self,
-        examples: &[Example],
+        examples: &[Row],
         progress: &mut dyn FnMut(f32),
         cancel: &AtomicBool,
         visit: &mut BatchVisitor<'_>,

@@ -11,8 +11,9 @@ use crate::encodings::EncodingSpec;
 use crate::model::{Activation, Head, Layout, MixerKind, ModelConfig};
 use crate::ops::Precision;
 use crate::settings::{Choices, Hyperparameter, Section, Switch};
+use crate::tasks::Split;
 use crate::tasks::lm::{LmConfig, Tokens};
-use crate::tasks::mad::{MadConfig, Probe, Split as MadSplit};
+use crate::tasks::mad::{MadConfig, Probe};
 use crate::tasks::mqar::MqarConfig;
 use crate::tasks::{TASKS, TaskSpec};
 use crate::train::{Metric, Schedule, TrainConfig};
@@ -438,11 +439,11 @@ fn mad_ui(ui: &mut egui::Ui, t: &mut MadConfig) {
     }
     let resolved = t.resolved();
     if let Some(dir) = &t.data {
-        // Reading the files on every frame would stall the window: `attnlab data mad` shows them.
+        // Reading the files on every frame would stall the window: `attnlab data` shows them.
         ui.label(format!("rows from mad-lab's data in {}", dir.display()))
             .on_hover_text(key_hint("task.data"));
     } else if resolved.validate().is_ok() {
-        for (split, name) in [(MadSplit::Train, "train"), (MadSplit::Test, "test")] {
+        for (split, name) in [(Split::Train, "train"), (Split::Test, "test")] {
             if let Some(row) = resolved.rows(split, 1).first() {
                 ui.label(
                     egui::RichText::new(sample_row(name, row))
@@ -457,33 +458,9 @@ fn mad_ui(ui: &mut egui::Ui, t: &mut MadConfig) {
     }
 }
 
-/// A row as two lines, tokens over their labels, cut at 48 positions.
-fn sample_row(split: &str, row: &crate::tasks::mad::Row) -> String {
-    const SHOWN: usize = 48;
-    let cell = |v: String| format!("{v:>4}");
-    let tokens: String = row
-        .inputs
-        .iter()
-        .take(SHOWN)
-        .map(|t| cell(t.to_string()))
-        .collect();
-    let labels: String = row
-        .labels
-        .iter()
-        .take(SHOWN)
-        .map(|&l| {
-            cell(if l == crate::tasks::IGNORE {
-                "-".into()
-            } else {
-                l.to_string()
-            })
-        })
-        .collect();
-    let more = match row.inputs.len().saturating_sub(SHOWN) {
-        0 => String::new(),
-        n => format!(" … ({n} more)"),
-    };
-    format!("{split} row{more}\ninputs {tokens}\nlabels {labels}")
+/// A row as two lines, tokens over their labels, cut at 48 positions, under its split.
+fn sample_row(split: &str, row: &crate::tasks::Row) -> String {
+    format!("{split} row\n{}", row.text(48))
 }
 
 /// Language modelling: the corpus (a built-in one or any UTF-8 file or folder) and its split.

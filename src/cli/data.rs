@@ -1,59 +1,96 @@
-//! `attnlab data mqar` and `attnlab data mad`: show what the model is trained on.
+//! `attnlab data`: show what the model is trained and tested on, for any task, and bring
+//! mad-lab's published data in.
 
-use crate::tasks::IGNORE;
-use crate::tasks::mad;
-use crate::tasks::mqar::Split;
+use std::path::PathBuf;
 
-use super::{DataArgs, ImportMadArgs, SplitArg};
+use clap::{Args, Subcommand, ValueEnum};
+
 use crate::report::{Format, Table};
+use crate::tasks::{IGNORE, Row, Split, mad};
 
-pub fn mqar(args: &DataArgs) -> anyhow::Result<()> {
-    let (path, split, format) = (&args.preset, args.split, args.format);
+/// The most rows `attnlab data` prints.
+const MAX_DATA_ROWS: u64 = 1000;
+
+/// `attnlab data` options: a preset's rows, or an action.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct DataArgs {
+    #[command(subcommand)]
+    action: Option<DataAction>,
+    /// The preset whose task's rows to print (MQAR, a MAD probe, a language model's corpus:
+    /// any task).
+    preset: Option<PathBuf>,
+    /// Override one preset key, e.g. --set task.probe=selective-copying (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    overrides: Vec<String>,
+    /// Number of rows (at most 1000).
+    #[arg(long, default_value_t = 4, value_parser = super::bounded(1, MAX_DATA_ROWS))]
+    n: usize,
+    /// The split: its rows are seeded apart and may score other positions (MAD's recall
+    /// probes score only the recalled values at test).
+    #[arg(long, value_enum, default_value_t = SplitArg::Train)]
+    split: SplitArg,
+    /// JSON: a list of rows `{"inputs", "labels", "queries"}`, each label the target at its
+    /// position (-100: not scored in this split), `queries` where each scored query must read
+    /// (tasks with a ground truth).
+    #[arg(long, value_enum, default_value_t = Format::Json)]
+    format: Format,
+}
+
+#[derive(Debug, Subcommand)]
+enum DataAction {
+    /// The preset that trains on a folder of mad-lab's published data (Zenodo 10843663:
+    /// train/ and test/, each inputs.npy and targets.npy): MAD's model and protocol, the task
+    /// its folder's name states, every file checked; printed, or written to --out.
+    ImportMad(ImportMadArgs),
+}
+
+#[derive(Debug, Args)]
+struct ImportMadArgs {
+    /// The data folder, named as mad-lab names it (t-CR_vs-16_sl-128_ntr-12800_…).
+    dir: PathBuf,
+    /// Write the preset here instead of printing it.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum SplitArg {
+    Train,
+    Test,
+}
+
+pub fn data(args: &DataArgs) -> anyhow::Result<()> {
+    match (&args.action, &args.preset) {
+        (Some(DataAction::ImportMad(import)), _) => import_mad(import),
+        (None, Some(preset)) => rows(preset, args),
+        (None, None) => anyhow::bail!("give a PRESET, or `import-mad DIR`"),
+    }
+}
+
+/// `attnlab data PRESET`: the first rows of the preset's task in a split.
+fn rows(path: &std::path::Path, args: &DataArgs) -> anyhow::Result<()> {
     let preset = crate::experiments::load_preset(path, &args.overrides)?;
-    let Some(config) = preset.task.mqar() else {
-        anyhow::bail!(
-            "preset {} has task {}, not mqar",
-            path.display(),
-            preset.task.name()
-        );
-    };
-    let split = match split {
+    let split = match args.split {
         SplitArg::Train => Split::Train,
         SplitArg::Test => Split::Test,
     };
-    let examples = config.examples(split, args.n);
-    let rows = examples
-        .iter()
-        .map(|e| (e.inputs.as_slice(), e.labels.as_slice()));
-    print_rows(&examples, rows, format)
-}
-
-/// `attnlab data mad`: rows of a MAD probe, `{"inputs": […], "labels": […]}` each, a label
-/// -100 where nothing is scored in that split.
-pub fn mad(args: &DataArgs) -> anyhow::Result<()> {
-    let (path, split, format) = (&args.preset, args.split, args.format);
-    let preset = crate::experiments::load_preset(path, &args.overrides)?;
-    let crate::tasks::TaskSpec::Mad(config) = &preset.task else {
-        anyhow::bail!(
-            "preset {} has task {}, not mad",
-            path.display(),
-            preset.task.name()
-        );
-    };
-    let split = match split {
-        SplitArg::Train => mad::Split::Train,
-        SplitArg::Test => mad::Split::Test,
-    };
-    let rows = config.rows(split, args.n)?;
-    let pairs = rows
-        .iter()
-        .map(|r| (r.inputs.as_slice(), r.labels.as_slice()));
-    print_rows(&rows, pairs, format)
+    let rows = preset.task.rows(split, args.n)?;
+    match args.format {
+        Format::Json => outln!("{}", serde_json::to_string_pretty(&rows)?),
+        Format::Csv => out!("{}", tidy_rows(&rows).csv()),
+        Format::Text => {
+            for row in &rows {
+                outln!("{}\n", row.text(usize::MAX));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `attnlab data import-mad DIR`: `mad_in_context_recall` (MAD's model and protocol) with the
 /// task the folder's name states and `task.data` its absolute path, after reading every file.
-pub fn import_mad(args: &ImportMadArgs) -> anyhow::Result<()> {
+fn import_mad(args: &ImportMadArgs) -> anyhow::Result<()> {
     let dir = std::fs::canonicalize(&args.dir)
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", args.dir.display()))?;
     let task = mad::MadConfig {
@@ -91,62 +128,14 @@ pub fn import_mad(args: &ImportMadArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `all` as JSON, or its rows (tokens and labels) as tidy CSV or aligned text.
-fn print_rows<'a>(
-    all: &impl serde::Serialize,
-    rows: impl Iterator<Item = (&'a [u32], &'a [i32])> + Clone,
-    format: Format,
-) -> anyhow::Result<()> {
-    match format {
-        Format::Json => outln!("{}", serde_json::to_string_pretty(all)?),
-        Format::Csv => out!("{}", tidy_rows(rows).csv()),
-        Format::Text => {
-            for (inputs, labels) in rows {
-                outln!("{}", text_row(inputs, labels));
-            }
-        }
-    }
-    Ok(())
-}
-
 /// One line per token: its row, position, id and target (empty where nothing is scored).
-fn tidy_rows<'a>(rows: impl Iterator<Item = (&'a [u32], &'a [i32])>) -> Table {
+fn tidy_rows(rows: &[Row]) -> Table {
     let mut table = Table::new(&["row", "position", "input", "label"]);
-    for (row, (inputs, labels)) in rows.enumerate() {
-        for (position, (&input, &label)) in inputs.iter().zip(labels).enumerate() {
+    for (i, row) in rows.iter().enumerate() {
+        for (position, (&input, &label)) in row.inputs.iter().zip(&row.labels).enumerate() {
             let label = (label != IGNORE).then_some(label);
-            table.push(vec![
-                row.into(),
-                position.into(),
-                input.into(),
-                label.into(),
-            ]);
+            table.push(vec![i.into(), position.into(), input.into(), label.into()]);
         }
     }
     table
-}
-
-/// Two aligned lines: tokens, and the targets under their query positions.
-fn text_row(inputs: &[u32], labels: &[i32]) -> String {
-    let width = inputs
-        .iter()
-        .map(|t| t.to_string().len())
-        .max()
-        .unwrap_or(1);
-    let tokens: Vec<String> = inputs.iter().map(|t| format!("{t:>width$}")).collect();
-    let labels: Vec<String> = labels
-        .iter()
-        .map(|&l| {
-            if l == IGNORE {
-                format!("{:>width$}", "-")
-            } else {
-                format!("{l:>width$}")
-            }
-        })
-        .collect();
-    format!(
-        "inputs: {}\nlabels: {}\n",
-        tokens.join(" "),
-        labels.join(" ")
-    )
 }

@@ -33,7 +33,7 @@ mod train;
 use std::path::PathBuf;
 
 use crate::report::Format;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 
 /// attnlab: train small models with a chosen attention mechanism and positional encoding,
 /// and see what they learned.
@@ -80,11 +80,9 @@ pub enum Command {
         #[arg(long = "set", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
     },
-    /// Print examples of a task's data.
-    Data {
-        #[command(subcommand)]
-        task: DataCommand,
-    },
+    /// Print the rows a preset's task trains and tests on, any task (`data PRESET`), or turn
+    /// a folder of mad-lab's published data into a preset (`data import-mad DIR`).
+    Data(data::DataArgs),
     /// Measure training speed on the reference MQAR configuration.
     Bench(bench::BenchArgs),
     /// Evaluate a run's checkpoint on its test set, optionally with keys changed, e.g.
@@ -148,51 +146,6 @@ pub enum Command {
 /// refuses it with the range.
 fn bounded(lo: u64, hi: u64) -> clap::builder::RangedU64ValueParser<usize> {
     clap::builder::RangedU64ValueParser::new().range(lo..=hi)
-}
-
-/// The most rows `attnlab data` prints.
-const MAX_DATA_ROWS: u64 = 1000;
-
-#[derive(Debug, Subcommand)]
-pub enum DataCommand {
-    /// MQAR rows with labels and ground-truth positions.
-    Mqar(DataArgs),
-    /// Rows of a MAD probe (task.kind = "mad"): inputs and the label scored at each position
-    /// (-100: none in that split).
-    Mad(DataArgs),
-    /// The preset that trains on a folder of mad-lab's published data (Zenodo 10843663:
-    /// train/ and test/, each inputs.npy and targets.npy): MAD's model and protocol, the task
-    /// its folder's name states, every file checked; printed, or written to --out.
-    ImportMad(ImportMadArgs),
-}
-
-#[derive(Debug, clap::Args)]
-pub struct ImportMadArgs {
-    /// The data folder, named as mad-lab names it (t-CR_vs-16_sl-128_ntr-12800_…).
-    dir: PathBuf,
-    /// Write the preset here instead of printing it.
-    #[arg(long)]
-    out: Option<PathBuf>,
-}
-
-#[derive(Debug, clap::Args)]
-pub struct DataArgs {
-    preset: PathBuf,
-    #[arg(long = "set", value_name = "KEY=VALUE")]
-    overrides: Vec<String>,
-    /// Number of rows (at most 1000).
-    #[arg(long, default_value_t = 4, value_parser = bounded(1, MAX_DATA_ROWS))]
-    n: usize,
-    #[arg(long, value_enum, default_value_t = SplitArg::Train)]
-    split: SplitArg,
-    #[arg(long, value_enum, default_value_t = Format::Json)]
-    format: Format,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum SplitArg {
-    Train,
-    Test,
 }
 
 /// The model's recurrent state in words, for `attnlab check`.
@@ -283,11 +236,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             preset.task.check_inputs_here()?;
             Ok(())
         }
-        Some(Command::Data { task }) => match task {
-            DataCommand::Mqar(args) => data::mqar(&args),
-            DataCommand::Mad(args) => data::mad(&args),
-            DataCommand::ImportMad(args) => data::import_mad(&args),
-        },
+        Some(Command::Data(args)) => data::data(&args),
         Some(Command::Bench(args)) => bench::bench(&args),
         Some(Command::Eval {
             run,

@@ -7,10 +7,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::Dataset;
 use super::lm::LmConfig;
 use super::mad::MadConfig;
-use super::mqar::{Example, MqarConfig};
+use super::mqar::MqarConfig;
+use super::{Dataset, Row, Split};
 use crate::{Error, Result};
 
 /// [`Task`]'s four sizes for a config that holds them as fields of the same names.
@@ -160,13 +160,17 @@ pub trait Task {
         None
     }
 
-    /// The first `n` test rows with the positions each scored query should read; asked only
-    /// of a task with a [`Self::truth_context`], which must state it too (an empty list would
-    /// read as tables of nothing).
-    fn truth_examples(&self, _n: usize) -> Result<Vec<Example>> {
-        Err(Error::Internal(
-            "a task with a ground truth must say which rows carry it".into(),
-        ))
+    /// The first `n` rows of `split` (fewer if it holds fewer), each with where its scored
+    /// queries should read if the task has a [`Self::truth_context`]: what `attnlab data`
+    /// prints and the views' examples are. Every task has them from its datasets; a task that
+    /// can make a few rows without making them all says how.
+    fn rows(&self, split: Split, n: usize) -> Result<Vec<Row>> {
+        let (train, test) = self.datasets()?;
+        Ok(match split {
+            Split::Train => train,
+            Split::Test => test,
+        }
+        .first_rows(n))
     }
 }
 
@@ -234,12 +238,17 @@ impl TaskSpec {
         })
     }
 
-    /// The first `n` test rows with their ground truth ([`Task::truth_examples`]); an error
-    /// saying why for a task without one.
-    pub fn truth_examples(&self, n: usize) -> Result<Vec<Example>> {
+    /// The first `n` rows of `split` ([`Task::rows`]).
+    pub fn rows(&self, split: Split, n: usize) -> Result<Vec<Row>> {
+        self.task().rows(split, n)
+    }
+
+    /// The first `n` test rows with their ground truth; an error saying why for a task
+    /// without one.
+    pub fn truth_examples(&self, n: usize) -> Result<Vec<Row>> {
         match self.lacks_ground_truth() {
             Some(why) => Err(Error::Data(why)),
-            None => self.task().truth_examples(n),
+            None => self.rows(Split::Test, n),
         }
     }
 
@@ -309,5 +318,36 @@ mod tests {
             spec.validate().unwrap();
         }
         assert_eq!(names.len(), 3);
+    }
+
+    /// A task's rows (what `attnlab data` prints, the views' examples) are the first rows of
+    /// its datasets, ground truth included, in both splits, whether the task makes them
+    /// itself (MQAR, MAD) or takes them from its datasets (language modelling).
+    #[test]
+    fn every_task_s_rows_are_the_first_rows_of_its_datasets() {
+        for spec in TaskSpec::all_defaults() {
+            let spec = match spec {
+                TaskSpec::Lm(c) => TaskSpec::Lm(LmConfig {
+                    corpus: "generated".into(),
+                    train_bytes: 1000,
+                    valid_bytes: 400,
+                    train_examples: 10,
+                    test_examples: 4,
+                    ..c
+                }),
+                spec => spec,
+            };
+            let (train, test) = spec.datasets().unwrap();
+            for (split, data) in [(Split::Train, &train), (Split::Test, &test)] {
+                let rows = spec.rows(split, 3).unwrap();
+                assert_eq!(rows.len(), 3, "{}", spec.name());
+                assert_eq!(rows, data.first_rows(3), "{} {split:?}", spec.name());
+            }
+        }
+        let test = TaskSpec::default().rows(Split::Test, 2).unwrap();
+        assert!(
+            test.iter().all(|row| !row.queries.is_empty()),
+            "MQAR's truth"
+        );
     }
 }

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use super::mqar::QueryTruth;
-use super::{Dataset, IGNORE, check_split_size};
+use super::{Dataset, IGNORE, Row, Split, check_split_size};
 use crate::rng::{self, AttnRng, IndexedRandom, Rng, SliceRandom};
 use crate::{Error, Result};
 
@@ -186,10 +186,9 @@ impl super::Task for MadConfig {
         resolved.has_ground_truth().then(|| resolved.row_len())
     }
 
-    /// A run on mad-lab's published rows reads them (at most the folder's).
-    fn truth_examples(&self, n: usize) -> Result<Vec<super::mqar::Example>> {
-        let rows = self.rows(Split::Test, n)?.into_iter();
-        Ok(rows.map(Row::into_example).collect())
+    /// Generated, or read from mad-lab's published rows (at most the folder's).
+    fn rows(&self, split: Split, n: usize) -> Result<Vec<Row>> {
+        MadConfig::rows(self, split, n)
     }
 }
 
@@ -207,25 +206,6 @@ pub struct Resolved {
     pub v_motif_size: usize,
     pub num_tokens_to_copy: usize,
     pub seed: u64,
-}
-
-/// A split, which decides what is scored (recall) and which motifs are drawn (fuzzy recall).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Split {
-    Train,
-    Test,
-}
-
-/// One row: its tokens, per position what the model must output there, and where each scored
-/// query must read in the row, for the probes that retrieve from context (in-context and
-/// noisy recall at test: the value after the key's latest earlier occurrence; selective
-/// copying: the data token it writes). Fuzzy recall, compression and memorisation have none.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Row {
-    pub inputs: Vec<u32>,
-    pub labels: Vec<i32>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub queries: Vec<QueryTruth>,
 }
 
 /// The largest MAD vocabulary (its largest setting is memorisation's 8,192).
@@ -260,11 +240,11 @@ impl MadConfig {
     pub fn datasets(&self) -> Result<(Dataset, Dataset)> {
         let resolved = self.resolved();
         Ok((
-            dataset(
+            Dataset::of_rows(
                 resolved.row_len(),
                 self.rows(Split::Train, resolved.train_examples)?,
             ),
-            dataset(
+            Dataset::of_rows(
                 resolved.row_len(),
                 self.rows(Split::Test, resolved.test_examples)?,
             ),
@@ -300,31 +280,6 @@ impl MadConfig {
                 Ok(rows)
             }
             None => Ok(resolved.rows(split, n)),
-        }
-    }
-}
-
-/// Rows of `seq_len` tokens as one dataset.
-fn dataset(seq_len: usize, rows: Vec<Row>) -> Dataset {
-    let mut data = Dataset {
-        seq_len,
-        ..Dataset::default()
-    };
-    for row in rows {
-        data.inputs.extend(row.inputs);
-        data.labels.extend(row.labels);
-        data.queries.push(row.queries);
-    }
-    data
-}
-
-impl Row {
-    /// The row as an MQAR example: the views and IoU read a ground truth in that shape.
-    pub fn into_example(self) -> super::mqar::Example {
-        super::mqar::Example {
-            inputs: self.inputs,
-            labels: self.labels,
-            queries: self.queries,
         }
     }
 }
@@ -449,7 +404,7 @@ impl Resolved {
             Split::Train => self.train_examples,
             Split::Test => self.test_examples,
         };
-        dataset(self.row_len(), self.rows(split, n))
+        Dataset::of_rows(self.row_len(), self.rows(split, n))
     }
 
     /// In-context recall, noisy or not (MAD's multi-query form): L/2 − 1 key-value slots (a

@@ -10,8 +10,9 @@ use std::path::Path;
 
 use candle_core::{DType, Tensor};
 
-use super::mad::{MadConfig, Probe, Resolved, Row, Split};
+use super::mad::{MadConfig, Probe, Resolved};
 use super::{IGNORE, mqar::QueryTruth};
+use super::{Row, Split};
 use crate::{Error, Result};
 
 /// The files of a data folder.

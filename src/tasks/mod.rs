@@ -14,6 +14,7 @@ pub mod mqar;
 pub mod truth;
 
 use candle_core::{Device, Tensor};
+use serde::{Deserialize, Serialize};
 
 use catalogue::sizes_from_fields;
 pub use catalogue::{Listed, TASKS, Task, TaskFacts, TaskSpec};
@@ -42,6 +43,51 @@ pub fn check_split_size(key: &str, examples: usize, seq_len: usize) -> Result<()
                 MAX_SPLIT_TOKENS / seq_len.max(1)
             ),
         )),
+    }
+}
+
+/// A split: the training rows, or the test rows (which a task may score differently, as
+/// MAD's recall probes do, and seed differently).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Split {
+    Train,
+    Test,
+}
+
+/// One row: its tokens, per position what the model must output there ([`IGNORE`]: nothing),
+/// and where each scored query must read in the row, for tasks that retrieve from context
+/// (MQAR; MAD's in-context and noisy recall at test, selective copying; empty otherwise).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Row {
+    pub inputs: Vec<u32>,
+    pub labels: Vec<i32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queries: Vec<mqar::QueryTruth>,
+}
+
+impl Row {
+    /// Its first `shown` positions as two aligned lines, the tokens over the labels scored
+    /// there (`-`: none), the first saying how many positions it leaves out.
+    pub fn text(&self, shown: usize) -> String {
+        let tokens: Vec<String> = self.inputs.iter().take(shown).map(u32::to_string).collect();
+        let labels: Vec<String> = (self.labels.iter().take(shown))
+            .map(|&l| match l {
+                IGNORE => "-".into(),
+                l => l.to_string(),
+            })
+            .collect();
+        let width = tokens.iter().chain(&labels).map(String::len).max();
+        let line = |cells: &[String]| {
+            let cells = cells
+                .iter()
+                .map(|c| format!("{c:>w$}", w = width.unwrap_or(1)));
+            cells.collect::<Vec<_>>().join(" ")
+        };
+        let more = match self.inputs.len().saturating_sub(shown) {
+            0 => String::new(),
+            n => format!(" … ({n} more)"),
+        };
+        format!("inputs: {}{more}\nlabels: {}", line(&tokens), line(&labels))
     }
 }
 
@@ -86,6 +132,31 @@ impl Dataset {
         &self.labels[i * self.seq_len..(i + 1) * self.seq_len]
     }
 
+    /// Its first `n` rows (all of them if it holds fewer), each with its ground truth.
+    pub fn first_rows(&self, n: usize) -> Vec<Row> {
+        (0..n.min(self.len()))
+            .map(|i| Row {
+                inputs: self.row(i).to_vec(),
+                labels: self.row_labels(i).to_vec(),
+                queries: self.queries.get(i).cloned().unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    /// The dataset made of `rows`, each `seq_len` tokens.
+    pub fn of_rows(seq_len: usize, rows: impl IntoIterator<Item = Row>) -> Self {
+        let mut data = Self {
+            seq_len,
+            ..Self::default()
+        };
+        for row in rows {
+            data.inputs.extend(row.inputs);
+            data.labels.extend(row.labels);
+            data.queries.push(row.queries);
+        }
+        data
+    }
+
     /// The batch made of rows `indices`, uploaded to `device`.
     pub fn batch(&self, indices: &[usize], device: &Device) -> Result<Batch> {
         let t = self.seq_len;
@@ -108,5 +179,26 @@ impl Dataset {
             targets: Tensor::from_vec(targets, n_scored, device)?,
             n_scored,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Tokens over their labels, a column as wide as its widest entry, `-` where nothing is
+    /// scored, and the positions left out counted.
+    #[test]
+    fn a_row_as_text_aligns_tokens_over_labels() {
+        let row = Row {
+            inputs: vec![3, 12, 7, 5],
+            labels: vec![IGNORE, 104, IGNORE, 9],
+            queries: Vec::new(),
+        };
+        assert_eq!(
+            row.text(usize::MAX),
+            "inputs:   3  12   7   5\nlabels:   - 104   -   9"
+        );
+        assert_eq!(row.text(2), "inputs:   3  12 … (2 more)\nlabels:   - 104");
     }
 }

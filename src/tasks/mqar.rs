@@ -22,7 +22,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Dataset, IGNORE, check_split_size};
+use super::{Dataset, IGNORE, Row, Split, check_split_size};
 use crate::rng::{self, AttnRng, Rng};
 use crate::{Error, Result};
 
@@ -95,8 +95,8 @@ impl super::Task for MqarConfig {
         Some(self.context_len())
     }
 
-    fn truth_examples(&self, n: usize) -> Result<Vec<Example>> {
-        Ok(self.examples(Split::Test, n))
+    fn rows(&self, split: Split, n: usize) -> Result<Vec<Row>> {
+        Ok(self.examples(split, n))
     }
 }
 
@@ -117,13 +117,6 @@ impl Default for MqarConfig {
     }
 }
 
-/// Which split to generate.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Split {
-    Train,
-    Test,
-}
-
 /// Ground truth of one query: where it is and where the model must look.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueryTruth {
@@ -135,14 +128,6 @@ pub struct QueryTruth {
     pub key_positions: Vec<usize>,
     /// Positions of the matching value in the context (one per pass).
     pub value_positions: Vec<usize>,
-}
-
-/// One generated row.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Example {
-    pub inputs: Vec<u32>,
-    pub labels: Vec<i32>,
-    pub queries: Vec<QueryTruth>,
 }
 
 impl MqarConfig {
@@ -234,7 +219,7 @@ impl MqarConfig {
     }
 
     /// The first `n` rows of `split` (the same rows `generate` puts first).
-    pub fn examples(&self, split: Split, n: usize) -> Vec<Example> {
+    pub fn examples(&self, split: Split, n: usize) -> Vec<Row> {
         let mut rng = rng::stream(self.split_seed(split), "mqar");
         let weights = self.gap_weights();
         (0..n).map(|_| self.example(&mut rng, &weights)).collect()
@@ -246,16 +231,7 @@ impl MqarConfig {
             Split::Train => self.train_examples,
             Split::Test => self.test_examples,
         };
-        let mut data = Dataset {
-            seq_len: self.seq_len,
-            ..Dataset::default()
-        };
-        for example in self.examples(split, n) {
-            data.inputs.extend(example.inputs);
-            data.labels.extend(example.labels);
-            data.queries.push(example.queries);
-        }
-        data
+        Dataset::of_rows(self.seq_len, self.examples(split, n))
     }
 
     /// `p(g) ∝ a·(g+1)^(a−1)` for g = 0..space (unnormalised; the sampler does not need the sum).
@@ -266,7 +242,7 @@ impl MqarConfig {
             .collect()
     }
 
-    fn example(&self, rng: &mut AttnRng, gap_weights: &[f64]) -> Example {
+    fn example(&self, rng: &mut AttnRng, gap_weights: &[f64]) -> Row {
         let n = self.num_kv_pairs;
         let half = (self.vocab_size / 2) as u32;
         let keys = distinct(rng, 1..half, n);
@@ -283,13 +259,7 @@ impl MqarConfig {
 }
 
 /// The deterministic part of the generator: places given keys, values and gaps.
-pub fn layout(
-    keys: &[u32],
-    values: &[u32],
-    gaps: &[usize],
-    passes: usize,
-    seq_len: usize,
-) -> Example {
+pub fn layout(keys: &[u32], values: &[u32], gaps: &[usize], passes: usize, seq_len: usize) -> Row {
     let n = keys.len();
     let context = 2 * n * passes;
     // zoology builds a row of length seq_len + 1 and shifts: inputs = row[..-1], labels = row[1..].
@@ -317,7 +287,7 @@ pub fn layout(
     queries.sort_by_key(|q| q.position);
     row.pop();
     labels.remove(0);
-    Example {
+    Row {
         inputs: row,
         labels,
         queries,

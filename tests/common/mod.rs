@@ -204,7 +204,7 @@ pub fn loss_and_grads(preset: &Preset, device: &Device) -> (f32, Vec<(String, Ve
         .task
         .mqar()
         .unwrap()
-        .generate(attnlab::tasks::mqar::Split::Train);
+        .generate(attnlab::tasks::Split::Train);
     let batch = data.batch(&(0..8).collect::<Vec<_>>(), device).unwrap();
     let logits = model.logits_at(&batch.inputs, &batch.rows).unwrap();
     let loss = attnlab::ops::cross_entropy(&logits, &batch.targets).unwrap();
