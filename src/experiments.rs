@@ -91,6 +91,16 @@ pub const SWEEPS: &[Shipped] = shipped!["sweeps":
 pub fn load_preset(path: &Path, overrides: &[String]) -> Result<Preset> {
     match named(PRESETS, path) {
         Some(shipped) if !path.exists() => shipped.preset(overrides),
+        // A bare name that is neither a file here nor shipped: say which names are.
+        None if !path.exists() && path.parent() == Some(Path::new("")) => Err(Error::Unknown {
+            what: "preset (no such file here, nor a shipped preset of that name)",
+            name: path.display().to_string(),
+            expected: PRESETS
+                .iter()
+                .map(|s| s.name)
+                .collect::<Vec<_>>()
+                .join(", "),
+        }),
         _ => Preset::load(path, overrides),
     }
 }

@@ -782,6 +782,17 @@ fn import_mad_reads_a_published_folder_into_a_preset_that_trains() {
         "{}",
         stderr(&o)
     );
+    // `check` reads the folder as training does: settings that do not describe it fail there.
+    let o = attnlab(&["check", preset.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = attnlab(&[
+        "check",
+        preset.to_str().unwrap(),
+        "--set",
+        "task.train_examples=7",
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("7 rows"), "{}", stderr(&o));
     let o = attnlab(&["data", preset.to_str().unwrap(), "--split", "test"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let read: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -797,6 +808,20 @@ fn import_mad_reads_a_published_folder_into_a_preset_that_trains() {
         out.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
+    // IoU reads the folder's 8 test rows, says so, and refuses a row past them.
+    let run = std::fs::read_dir(&out)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let o = attnlab(&["iou", run.to_str().unwrap(), "--examples", "50"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report = String::from_utf8_lossy(&o.stdout);
+    assert!(report.contains("mean over 8 test rows"), "{report}");
+    let o = attnlab(&["iou", run.to_str().unwrap(), "--example", "10"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("holds 8"), "{}", stderr(&o));
     // A folder whose name the settings cannot come from is refused naming it.
     let o = attnlab(&["data", "import-mad", tmp.path().to_str().unwrap()]);
     assert!(!o.status.success());
@@ -844,4 +869,12 @@ fn shipped_presets_and_sweeps_work_by_name_from_any_folder() {
     std::fs::write(scratch.path().join("mqar_softmax"), "not a preset").unwrap();
     let o = run(&["check", "mqar_softmax"]);
     assert!(!o.status.success());
+    // A name that is neither a file nor shipped is refused with the shipped names.
+    let o = run(&["train", "mad_compresion"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("mad_in_context_recall"),
+        "{}",
+        stderr(&o)
+    );
 }

@@ -87,6 +87,19 @@ fn a_resumed_sweep_trains_only_unfinished_cells() {
     assert_eq!(summary.points[0].seeds, 2);
     assert_eq!(summary.points[0].by_lr.len(), 2);
     assert!(summary.unreadable.is_empty());
+    // The stopped run is left out, by name and status.
+    assert_eq!(summary.unfinished.len(), 1, "{:?}", summary.unfinished);
+    let name = stopped.file_name().unwrap().to_string_lossy();
+    assert!(
+        summary.unfinished[0].contains(&*name),
+        "{:?}",
+        summary.unfinished
+    );
+    assert!(
+        summary.unfinished[0].contains("stopped"),
+        "{:?}",
+        summary.unfinished
+    );
 
     // A run whose summary no longer reads is named and left out; the others still count.
     let broken = sweep.finished_run(&sweep.cells[3]).unwrap().unwrap();

@@ -371,7 +371,11 @@ pub fn run_iou(
         m.iter().map(|row| row.iter().map(f).collect()).collect()
     };
     Ok(Some(IouTable {
-        protocol: *protocol,
+        // The rows there were: a run on mad-lab's published data may hold fewer than asked.
+        protocol: IouProtocol {
+            examples: examples.len(),
+            ..*protocol
+        },
         examples: examples.len(),
         mechanism: run.preset.attention.name().into(),
         layers,
@@ -476,10 +480,19 @@ pub fn example_iou(
             format!("is past the last row an analysis generates, {last}"),
         ));
     }
-    let example = run
-        .test_examples(row + 1)?
-        .pop()
-        .ok_or_else(|| Error::Internal(format!("{} test rows generated no row", row + 1)))?;
+    let mut rows = run.test_examples(row + 1)?;
+    if row >= rows.len() {
+        return Err(Error::argument(
+            "test row",
+            row,
+            format!(
+                "is past the run's test rows: its data holds {} (0..{})",
+                rows.len(),
+                rows.len()
+            ),
+        ));
+    }
+    let example = rows.swap_remove(row);
     let attention = run.attention(&[&example.inputs])?;
     let weights = attention[layer]
         .as_ref()

@@ -357,7 +357,11 @@ pub fn run_spectrum(
     }
     let cumulative: Vec<Vec<Vec<f64>>> = sums.iter().map(|s| mean(&s.cumulative)).collect();
     Ok(Some(RunSpectrum {
-        protocol: *protocol,
+        // The rows there were: a run on mad-lab's published data may hold fewer than asked.
+        protocol: SpectrumProtocol {
+            examples: examples.len(),
+            ..*protocol
+        },
         mechanism: run.preset.attention.name().into(),
         proj_dim: match &run.preset.attention {
             MechanismSpec::Linformer(c) => Some(c.proj_dim),

@@ -110,7 +110,7 @@ impl AttnlabApp {
                         "{} floats ({} in zoology's units)",
                         state.floats, state.zoology_units
                     ),
-                    None => "n/a (no recurrent form)".into(),
+                    None => format!("n/a ({})", self.editor.preset.why_no_state()),
                 };
                 ui.weak(format!("≈ {total}")).on_hover_text(format!(
                     "memory a run of this preset needs: {memory}\nrecurrent state at the \

@@ -141,8 +141,9 @@ impl Variant for SoftmaxConfig {
         let window = self.window.filter(|_| self.window_layers.is_all());
         let kept = window.map_or(layer.len, |w| w.min(layer.len));
         let per_token = layer.heads * (layer.qk_dim + layer.head_dim);
-        // zoology's sliding window of b counts b tokens though it attends b + 1.
-        let zoology_tokens = window.map_or(layer.len, |w| w.saturating_sub(1));
+        // zoology's sliding window of b counts b tokens though it attends b + 1; one wider
+        // than the sequence keeps the sequence.
+        let zoology_tokens = window.map_or(layer.len, |w| w.saturating_sub(1).min(layer.len));
         Some(StateSize {
             floats: per_token * kept,
             zoology: 2 * layer.heads * layer.head_dim * zoology_tokens,

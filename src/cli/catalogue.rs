@@ -113,10 +113,14 @@ fn mechanism_row(spec: &MechanismSpec) -> Row {
     }
 }
 
-/// `key=default [min..max]` per number, `key=default {a|b}` per switch.
+/// `key=default [min..max]` per number (`key=(unset)` for an optional one left out of
+/// presets by default: a literal word there would read as a value `--set` takes), `key=default
+/// {a|b}` per switch.
 fn settings(spec: &impl Section) -> Vec<String> {
     let numbers = spec.hyperparameters().iter().map(|h| {
-        let value = spec.value(h.key).map_or("auto".into(), |v| v.to_string());
+        let value = spec
+            .value(h.key)
+            .map_or("(unset)".into(), |v| v.to_string());
         format!("{}={value} [{}..{}]", h.key, h.min, h.max)
     });
     let switches = spec.switches().iter().map(|s| {

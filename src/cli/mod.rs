@@ -157,10 +157,7 @@ fn state_line(preset: &crate::Preset) -> String {
             preset.task.seq_len(),
             state.zoology_units
         ),
-        None => format!(
-            "recurrent state: n/a ({} has no recurrent form)",
-            preset.attention.name()
-        ),
+        None => format!("recurrent state: n/a ({})", preset.why_no_state()),
     }
 }
 

@@ -51,10 +51,12 @@ pub(super) fn with_progress<T>(
 /// `attnlab iou` options.
 #[derive(Debug, Args)]
 pub struct IouArgs {
-    /// A run folder of an MQAR run (runs/<time>-<name>).
+    /// A run folder (runs/<time>-<name>) of a task with a ground truth: MQAR, or MAD's
+    /// in-context recall, noisy recall or selective copying.
     run: PathBuf,
     /// Test rows to average over (the paper uses 10,000; at most 100,000); rows past the run's
-    /// test set come from the same test generator.
+    /// test set come from the same test generator (a run on mad-lab's published data has
+    /// only the folder's).
     #[arg(long, default_value_t = 10_000, value_parser = super::bounded(1, MAX_EXAMPLES))]
     examples: usize,
     /// How a cropped attention row becomes positions for hard IoU: threshold:T (default
@@ -149,8 +151,8 @@ pub fn iou(args: &IouArgs) -> anyhow::Result<()> {
 /// `attnlab spectrum` options.
 #[derive(Debug, Args)]
 pub struct SpectrumArgs {
-    /// One or more run folders of MQAR runs; several are overlaid (e.g. Linformer runs with
-    /// different k beside a softmax run).
+    /// One or more run folders of tasks with a ground truth (MQAR, MAD's retrieval probes);
+    /// several are overlaid (e.g. Linformer runs with different k beside a softmax run).
     #[arg(required = true)]
     runs: Vec<PathBuf>,
     /// Test rows whose attention matrices are averaged over (at most 100,000).

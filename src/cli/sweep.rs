@@ -314,6 +314,12 @@ fn report(summary: SweepSummary, dir: &std::path::Path) -> anyhow::Result<()> {
     for why in &report.summary.unreadable {
         eprintln!("left out, unreadable: {why}");
     }
+    for run in &report.summary.unfinished {
+        eprintln!("left out, not finished: {run}");
+    }
+    if report.summary.runs.is_empty() {
+        eprintln!("no finished run under {}", dir.display());
+    }
     if report.summary.duplicates > 0 {
         eprintln!(
             "{} runs repeated the settings of a later run and were left out",

@@ -219,7 +219,7 @@ mod tests {
     use super::*;
     use crate::encodings::EncodingShape;
     use crate::params::Params;
-    use candle_core::Device;
+    use candle_core::{Device, Tensor};
 
     crate::settings::test_catalogue!(CATALOGUE);
 
@@ -279,6 +279,11 @@ mod tests {
             let has = encoding.logit_bias(8).unwrap().is_some();
             assert_eq!(encoding.has_logit_bias(), has, "{}", spec.name());
             biased += usize::from(has);
+            // The preset's flag (memory estimate, recurrent state) says what the built
+            // encoding tells the mechanisms' fused and chunked forms.
+            let q = Tensor::zeros((1, 2, 8, 8), candle_core::DType::F32, &Device::Cpu).unwrap();
+            let alone = !has && encoding.positioned(&q, &q).unwrap().is_some();
+            assert_eq!(spec.positions_q_and_k_alone(), alone, "{}", spec.name());
         }
         assert!(
             biased > 0,

@@ -220,6 +220,14 @@ impl EncodingSpec {
         self.facts().family
     }
 
+    /// Whether the encoding acts on q and k alone: no logit bias and one score matrix (not
+    /// ReRoPE's two). The fused, chunked and recurrent forms need that; with the others every
+    /// mechanism takes its explicit T × T form ([`Encoding::has_logit_bias`] and
+    /// [`Encoding::positioned`] say the same of the built encoding).
+    pub fn positions_q_and_k_alone(&self) -> bool {
+        self.family() != Family::Bias && !matches!(self, Self::Rerope(_) | Self::LeakyRerope(_))
+    }
+
     /// Whether training changes the encoding.
     pub fn is_learnable(&self) -> bool {
         self.facts().learnable

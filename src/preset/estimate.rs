@@ -12,7 +12,6 @@
 
 use super::Preset;
 use crate::attention::{LayerSize, MechanismSpec};
-use crate::encodings::{EncodingSpec, Family};
 use crate::model::{AutoEncoder, Head, Layout, MixerKind, Mlp, Norm};
 use crate::tasks::TaskSpec;
 use crate::{Error, Result};
@@ -359,11 +358,7 @@ fn trains_without_weights(preset: &Preset) -> bool {
     preset.train.device == crate::device::DeviceName::Cpu
         && preset.train.precision != crate::ops::Precision::Bf16
         && preset.attention.trains_fused()
-        && preset.encoding.family() != Family::Bias
-        && !matches!(
-            preset.encoding,
-            EncodingSpec::Rerope(_) | EncodingSpec::LeakyRerope(_)
-        )
+        && preset.encoding.positions_q_and_k_alone()
 }
 
 /// A step's logits, their softmax and their gradient, at the scored positions only (MQAR
@@ -394,6 +389,7 @@ fn data_bytes(task: &TaskSpec) -> f64 {
 mod tests {
     use super::*;
     use crate::attention::MechanismSpec;
+    use crate::encodings::EncodingSpec;
     use crate::params::Params;
 
     /// The parts in words add up to the total (the process's own baseline was left out),

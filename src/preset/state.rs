@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::Preset;
-use crate::attention::StateShape;
+use crate::attention::{MechanismSpec, StateShape};
 use crate::model::MixerKind;
 
 /// A model's recurrent state.
@@ -23,6 +23,9 @@ impl Preset {
     /// none (Linformer). A short convolution keeps its k last inputs (d·k, zoology's count),
     /// the previous-token layer its last input (d); MLPs keep nothing.
     pub fn state(&self) -> Option<ModelState> {
+        if self.encoding_breaks_recurrence() {
+            return None;
+        }
         let m = &self.model;
         let layer = StateShape {
             heads: m.n_heads,
@@ -47,6 +50,30 @@ impl Preset {
             floats,
             zoology_units: 4 * zoology,
         })
+    }
+}
+
+impl Preset {
+    /// Whether the encoding turns the mechanism's recurrence into its explicit T × T form (a
+    /// logit bias, ReRoPE's two score matrices): then it keeps every key as attention does,
+    /// not a state of fixed size. Softmax's state is its cache of keys and values, which holds
+    /// whatever the encoding does with them.
+    fn encoding_breaks_recurrence(&self) -> bool {
+        !self.encoding.positions_q_and_k_alone()
+            && !matches!(self.attention, MechanismSpec::Softmax(_))
+    }
+
+    /// Why [`Self::state`] is `None`, in words.
+    pub fn why_no_state(&self) -> String {
+        let mechanism = self.attention.name();
+        match self.encoding_breaks_recurrence() {
+            true => format!(
+                "with {}, {mechanism} runs its explicit T × T form, without a recurrence: \
+                 the encoding is not a map of q and k alone (a logit bias, ReRoPE's two scores)",
+                self.encoding.name()
+            ),
+            false => format!("{mechanism} has no recurrent form"),
+        }
     }
 }
 
@@ -101,6 +128,16 @@ mod tests {
         });
         let state = figure2(window, 128, 2).state().unwrap();
         assert_eq!(state.floats, 128 * 3 + 9 * 2 * 128);
+        // A window wider than the sequence keeps the sequence, in both counts.
+        let wide = |w| {
+            let window = MechanismSpec::Softmax(SoftmaxConfig {
+                window: Some(w),
+                ..Default::default()
+            });
+            figure2(window, 128, 2).state().unwrap()
+        };
+        let full = figure2(MechanismSpec::Softmax(SoftmaxConfig::default()), 128, 2);
+        assert_eq!(wide(5000), full.state().unwrap());
         let mut linformer = figure2(MechanismSpec::default(), 64, 1);
         linformer.attention = MechanismSpec::all_defaults()
             .into_iter()
@@ -108,5 +145,31 @@ mod tests {
             .unwrap();
         assert_eq!(linformer.attention.name(), "linformer");
         assert_eq!(linformer.state(), None);
+    }
+
+    /// An encoding that is not a map of q and k alone makes a recurrent mixer quadratic: it
+    /// has no state of fixed size then, and says why; softmax's cache holds keys whatever
+    /// the encoding does, and RoPE keeps every recurrence.
+    #[test]
+    fn a_logit_bias_takes_a_recurrent_mixer_s_state_away() {
+        let with = |mechanism: &str, encoding: &str| {
+            let mut specs = MechanismSpec::all_defaults().into_iter();
+            let spec = specs.find(|m| m.name() == mechanism).unwrap();
+            let mut preset = figure2(spec, 64, 2);
+            preset.encoding = crate::encodings::EncodingSpec::from_name(encoding).unwrap();
+            preset
+        };
+        for mechanism in ["linear", "retention", "deltanet", "mamba2"] {
+            assert!(with(mechanism, "rope").state().is_some(), "{mechanism}");
+            for encoding in ["alibi", "t5", "rerope"] {
+                let preset = with(mechanism, encoding);
+                assert_eq!(preset.state(), None, "{mechanism} {encoding}");
+                assert!(preset.why_no_state().contains(encoding));
+            }
+        }
+        assert_eq!(
+            with("softmax", "alibi").state(),
+            with("softmax", "none").state()
+        );
     }
 }

@@ -13,7 +13,7 @@ use serde::Serialize;
 use super::is_finished;
 use super::mad::{self, MadCell, MadScore};
 use crate::preset::Preset;
-use crate::train::RunDir;
+use crate::train::{RunDir, RunStatus};
 use crate::{Error, Result};
 
 /// How deep `collect` looks for run folders under each directory it is given (a sweep's
@@ -72,6 +72,10 @@ pub struct SweepSummary {
     /// costs its own result, not the others'.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unreadable: Vec<String>,
+    /// Run folders left out because their run has not finished (running, stopped, diverged),
+    /// each with its status: a score read without them should say so.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unfinished: Vec<String>,
 }
 
 /// The name a run's mechanism gets in the summary: the kind, with what sets it apart as a
@@ -95,15 +99,18 @@ pub fn collect(dirs: &[PathBuf]) -> Result<SweepSummary> {
     found.runs.sort_by(|a, b| a.run_dir.cmp(&b.run_dir));
     Ok(SweepSummary {
         unreadable: found.unreadable,
+        unfinished: found.unfinished,
         ..summarise(found.runs)
     })
 }
 
-/// What [`collect`] found: the finished runs, and the run folders that did not read.
+/// What [`collect`] found: the finished runs, the run folders that did not read and those
+/// whose run has not finished.
 #[derive(Default)]
 struct Found {
     runs: Vec<CellResult>,
     unreadable: Vec<String>,
+    unfinished: Vec<String>,
 }
 
 /// Adds the finished runs at or under `dir` to `found`; a run folder whose summary or preset
@@ -111,8 +118,10 @@ struct Found {
 fn find_runs(dir: &Path, depth: usize, found: &mut Found) -> Result<()> {
     if let Ok(run) = RunDir::open(dir) {
         match finished_run(&run, dir) {
-            Ok(Some(result)) => found.runs.push(result),
-            Ok(None) => {}
+            Ok(Ok(result)) => found.runs.push(result),
+            Ok(Err(status)) => {
+                (found.unfinished).push(format!("{} ({})", dir.display(), status.describe()))
+            }
             Err(e) => found.unreadable.push(e.to_string()),
         }
         return Ok(());
@@ -132,18 +141,18 @@ fn find_runs(dir: &Path, depth: usize, found: &mut Found) -> Result<()> {
     Ok(())
 }
 
-/// The result of the run in `dir`, `None` while it is unfinished.
-fn finished_run(run: &RunDir, dir: &Path) -> Result<Option<CellResult>> {
+/// The result of the run in `dir`, or its status while it is unfinished.
+fn finished_run(run: &RunDir, dir: &Path) -> Result<std::result::Result<CellResult, RunStatus>> {
     let summary = run.read_summary()?;
     if !is_finished(summary.status) {
-        return Ok(None);
+        return Ok(Err(summary.status));
     }
     let preset = run.read_preset()?;
     let (seq_len, num_kv_pairs) = preset
         .task
         .mqar()
         .map_or((preset.task.seq_len(), 0), |c| (c.seq_len, c.num_kv_pairs));
-    Ok(Some(CellResult {
+    Ok(Ok(CellResult {
         run_dir: dir.to_path_buf(),
         mechanism: mechanism_label(&preset),
         seq_len,
@@ -231,6 +240,7 @@ pub fn summarise(runs: Vec<CellResult>) -> SweepSummary {
         .collect();
     SweepSummary {
         unreadable: Vec::new(),
+        unfinished: Vec::new(),
         duplicates: total - runs.len(),
         mad: mad::scores(
             runs.iter()

@@ -251,7 +251,9 @@ impl MadConfig {
         ))
     }
 
-    /// Whether `data`, if set, holds its four files.
+    /// Whether `data`, if set, holds its four files, each with the rows, lengths and tokens
+    /// the settings describe: read and checked as training reads them (a folder with the
+    /// files of another probe or size had passed `attnlab check`, then failed to train).
     pub fn check_data(&self) -> Result<()> {
         let Some(dir) = &self.data else {
             return Ok(());
@@ -267,7 +269,7 @@ impl MadConfig {
                 });
             }
         }
-        Ok(())
+        self.datasets().map(drop)
     }
 
     /// The first `n` rows of `split`: generated, or read from `data`.

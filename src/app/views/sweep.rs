@@ -819,6 +819,13 @@ impl SweepView {
         for why in &summary.unreadable {
             ui.colored_label(ui.visuals().warn_fg_color, format!("left out, unreadable: {why}"));
         }
+        if !summary.unfinished.is_empty() {
+            ui.weak(format!(
+                "left out, not finished: {} run folders",
+                summary.unfinished.len()
+            ))
+            .on_hover_text(summary.unfinished.join("\n"));
+        }
         mad_ui(ui, &summary.mad);
         let n = self.panels.len().clamp(1, 3);
         for row in self.panels.chunks(n) {
