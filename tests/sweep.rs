@@ -87,9 +87,17 @@ fn a_resumed_sweep_trains_only_unfinished_cells() {
     assert_eq!(summary.points[0].seeds, 2);
     assert_eq!(summary.points[0].by_lr.len(), 2);
     assert!(summary.unreadable.is_empty());
-    // The stopped run is left out, by name and status.
+    // The stopped run that a finished one replaced is no loss; a cell whose only run did not
+    // finish is named, with its status.
+    assert!(summary.unfinished.is_empty(), "{:?}", summary.unfinished);
+    let only = sweep.finished_run(&sweep.cells[0]).unwrap().unwrap();
+    let finished = std::fs::read_to_string(only.join("summary.json")).unwrap();
+    let stopped = finished.replace("\"completed\"", "\"stopped\"");
+    std::fs::write(only.join("summary.json"), stopped).unwrap();
+    let summary = attnlab::sweep::collect(&[sweep.out.clone()]).unwrap();
+    assert_eq!(summary.runs.len(), 3);
     assert_eq!(summary.unfinished.len(), 1, "{:?}", summary.unfinished);
-    let name = stopped.file_name().unwrap().to_string_lossy();
+    let name = only.file_name().unwrap().to_string_lossy();
     assert!(
         summary.unfinished[0].contains(&*name),
         "{:?}",
@@ -100,6 +108,7 @@ fn a_resumed_sweep_trains_only_unfinished_cells() {
         "{:?}",
         summary.unfinished
     );
+    std::fs::write(only.join("summary.json"), finished).unwrap();
 
     // A run whose summary no longer reads is named and left out; the others still count.
     let broken = sweep.finished_run(&sweep.cells[3]).unwrap().unwrap();

@@ -97,31 +97,36 @@ pub fn collect(dirs: &[PathBuf]) -> Result<SweepSummary> {
         find_runs(dir, MAX_DEPTH, &mut found)?;
     }
     found.runs.sort_by(|a, b| a.run_dir.cmp(&b.run_dir));
+    // A stopped run that a finished run of the same settings replaced is no loss.
+    let finished: std::collections::BTreeSet<RunKey> =
+        found.runs.iter().map(CellResult::key).collect();
+    let unfinished = (found.unfinished.into_iter())
+        .filter(|(run, _)| !finished.contains(&run.key()))
+        .map(|(run, status)| format!("{} ({})", run.run_dir.display(), status.describe()))
+        .collect();
     Ok(SweepSummary {
         unreadable: found.unreadable,
-        unfinished: found.unfinished,
+        unfinished,
         ..summarise(found.runs)
     })
 }
 
-/// What [`collect`] found: the finished runs, the run folders that did not read and those
-/// whose run has not finished.
+/// What [`collect`] found: the finished runs, the run folders that did not read and the runs
+/// that have not finished, with their status.
 #[derive(Default)]
 struct Found {
     runs: Vec<CellResult>,
     unreadable: Vec<String>,
-    unfinished: Vec<String>,
+    unfinished: Vec<(CellResult, RunStatus)>,
 }
 
 /// Adds the finished runs at or under `dir` to `found`; a run folder whose summary or preset
 /// does not read is named in `found.unreadable`, with the error.
 fn find_runs(dir: &Path, depth: usize, found: &mut Found) -> Result<()> {
     if let Ok(run) = RunDir::open(dir) {
-        match finished_run(&run, dir) {
-            Ok(Ok(result)) => found.runs.push(result),
-            Ok(Err(status)) => {
-                (found.unfinished).push(format!("{} ({})", dir.display(), status.describe()))
-            }
+        match run_result(&run, dir) {
+            Ok((result, status)) if is_finished(status) => found.runs.push(result),
+            Ok(unfinished) => found.unfinished.push(unfinished),
             Err(e) => found.unreadable.push(e.to_string()),
         }
         return Ok(());
@@ -141,18 +146,15 @@ fn find_runs(dir: &Path, depth: usize, found: &mut Found) -> Result<()> {
     Ok(())
 }
 
-/// The result of the run in `dir`, or its status while it is unfinished.
-fn finished_run(run: &RunDir, dir: &Path) -> Result<std::result::Result<CellResult, RunStatus>> {
+/// The result of the run in `dir` so far, and its status.
+fn run_result(run: &RunDir, dir: &Path) -> Result<(CellResult, RunStatus)> {
     let summary = run.read_summary()?;
-    if !is_finished(summary.status) {
-        return Ok(Err(summary.status));
-    }
     let preset = run.read_preset()?;
     let (seq_len, num_kv_pairs) = preset
         .task
         .mqar()
         .map_or((preset.task.seq_len(), 0), |c| (c.seq_len, c.num_kv_pairs));
-    Ok(Ok(CellResult {
+    let result = CellResult {
         run_dir: dir.to_path_buf(),
         mechanism: mechanism_label(&preset),
         seq_len,
@@ -163,28 +165,36 @@ fn finished_run(run: &RunDir, dir: &Path) -> Result<std::result::Result<CellResu
         accuracy: summary.best_accuracy.unwrap_or(0.0),
         state_zoology: preset.state().map(|s| s.zoology_units),
         mad: MadCell::of(&preset, &summary),
-    }))
+    };
+    Ok((result, summary.status))
 }
 
 /// A point of the plot: mechanism, sequence length, pairs, d_model.
 type CellKey = (String, usize, usize, usize);
 
+/// A run's settings as the summary tells runs apart: a later run with the same replaces it.
+type RunKey = (String, usize, usize, usize, u64, u64, Option<String>);
+
+impl CellResult {
+    fn key(&self) -> RunKey {
+        (
+            self.mechanism.clone(),
+            self.seq_len,
+            self.num_kv_pairs,
+            self.d_model,
+            self.lr.to_bits(),
+            self.seed,
+            self.mad.as_ref().map(MadCell::key),
+        )
+    }
+}
+
 /// Groups `runs` (later ones replace earlier ones with the same settings) into summary points.
 pub fn summarise(runs: Vec<CellResult>) -> SweepSummary {
     let total = runs.len();
-    type RunKey = (String, usize, usize, usize, u64, u64, Option<String>);
     let mut unique: BTreeMap<RunKey, CellResult> = BTreeMap::new();
     for run in runs {
-        let key = (
-            run.mechanism.clone(),
-            run.seq_len,
-            run.num_kv_pairs,
-            run.d_model,
-            run.lr.to_bits(),
-            run.seed,
-            run.mad.as_ref().map(MadCell::key),
-        );
-        unique.insert(key, run);
+        unique.insert(run.key(), run);
     }
     let runs: Vec<CellResult> = unique.into_values().collect();
     let mut cells: BTreeMap<CellKey, BTreeMap<u64, Vec<f64>>> = BTreeMap::new();
