@@ -72,7 +72,7 @@ pub struct SweepSummary {
     /// costs its own result, not the others'.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unreadable: Vec<String>,
-    /// Run folders left out because their run has not finished (running, stopped, diverged),
+    /// Run folders left out because their run has not finished (running, stopped, failed),
     /// each with its status: a score read without them should say so.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unfinished: Vec<String>,
