@@ -28,12 +28,7 @@ impl Preset {
             return None;
         }
         let m = &self.model;
-        let layer = StateShape {
-            heads: m.n_heads,
-            qk_dim: self.attention.qk_dim(m.head_dim()),
-            head_dim: m.head_dim(),
-            len: self.task.seq_len(),
-        };
+        let layer = self.state_shape();
         let (mut floats, mut zoology) = (0, 0);
         for l in 0..m.n_layers {
             let (exact, zoology_count) = match m.mixer(l) {
@@ -52,9 +47,18 @@ impl Preset {
             zoology_units: 4 * zoology,
         })
     }
-}
 
-impl Preset {
+    /// One attention layer's shape, as the mechanisms count their state.
+    fn state_shape(&self) -> StateShape {
+        let m = &self.model;
+        StateShape {
+            heads: m.n_heads,
+            qk_dim: self.attention.qk_dim(m.head_dim()),
+            head_dim: m.head_dim(),
+            len: self.task.seq_len(),
+        }
+    }
+
     /// Whether the encoding turns the mechanism's recurrence into its explicit T × T form (a
     /// logit bias, ReRoPE's two score matrices): then it keeps every key as attention does,
     /// not a state of fixed size. Softmax's state is its cache of keys and values, which holds
@@ -67,7 +71,8 @@ impl Preset {
     /// Why [`Self::state`] is `None`, in words.
     pub fn why_no_state(&self) -> String {
         let mechanism = self.attention.name();
-        match self.encoding_breaks_recurrence() {
+        let recurrent = self.attention.state(&self.state_shape()).is_some();
+        match recurrent && self.encoding_breaks_recurrence() {
             true => format!(
                 "with {}, {mechanism} runs its explicit T × T form, without a recurrence: \
                  the encoding is not a map of q and k alone (a logit bias, ReRoPE's two scores)",
