@@ -108,6 +108,14 @@ fn a_resumed_sweep_trains_only_unfinished_cells() {
         "{:?}",
         summary.unfinished
     );
+    // Its summary alone says it has not finished: a preset that no longer reads leaves it
+    // unfinished, not unreadable.
+    let preset = std::fs::read_to_string(only.join("preset.toml")).unwrap();
+    std::fs::write(only.join("preset.toml"), "[model\n").unwrap();
+    let summary = attnlab::sweep::collect(&[sweep.out.clone()]).unwrap();
+    assert!(summary.unreadable.is_empty(), "{:?}", summary.unreadable);
+    assert_eq!(summary.unfinished.len(), 1, "{:?}", summary.unfinished);
+    std::fs::write(only.join("preset.toml"), preset).unwrap();
     std::fs::write(only.join("summary.json"), finished).unwrap();
 
     // A run whose summary no longer reads is named and left out; the others still count.

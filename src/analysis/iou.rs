@@ -250,7 +250,8 @@ impl Moments {
 #[derive(Clone, Debug, Serialize)]
 pub struct IouTable {
     pub protocol: IouProtocol,
-    /// Test rows averaged over.
+    /// Test rows averaged over: `protocol.examples`, kept at the top of the JSON as
+    /// docs/recall.md documents it.
     pub examples: usize,
     pub mechanism: String,
     /// Model layer of each table row (attention layers only).

@@ -13,7 +13,7 @@ use serde::Serialize;
 use super::is_finished;
 use super::mad::{self, MadCell, MadScore};
 use crate::preset::Preset;
-use crate::train::{RunDir, RunStatus};
+use crate::train::{RunDir, RunStatus, Summary};
 use crate::{Error, Result};
 
 /// How deep `collect` looks for run folders under each directory it is given (a sweep's
@@ -101,8 +101,8 @@ pub fn collect(dirs: &[PathBuf]) -> Result<SweepSummary> {
     let finished: std::collections::BTreeSet<RunKey> =
         found.runs.iter().map(CellResult::key).collect();
     let unfinished = (found.unfinished.into_iter())
-        .filter(|(run, _)| !finished.contains(&run.key()))
-        .map(|(run, status)| format!("{} ({})", run.run_dir.display(), status.describe()))
+        .filter(|run| run.key.as_ref().is_none_or(|key| !finished.contains(key)))
+        .map(|run| format!("{} ({})", run.dir.display(), run.status.describe()))
         .collect();
     Ok(SweepSummary {
         unreadable: found.unreadable,
@@ -117,16 +117,32 @@ pub fn collect(dirs: &[PathBuf]) -> Result<SweepSummary> {
 struct Found {
     runs: Vec<CellResult>,
     unreadable: Vec<String>,
-    unfinished: Vec<(CellResult, RunStatus)>,
+    unfinished: Vec<Unfinished>,
 }
 
-/// Adds the finished runs at or under `dir` to `found`; a run folder whose summary or preset
-/// does not read is named in `found.unreadable`, with the error.
+/// A run that has not finished: its folder, its status and, where its preset reads, its
+/// settings (a finished run of the same settings makes it no loss).
+struct Unfinished {
+    dir: PathBuf,
+    status: RunStatus,
+    key: Option<RunKey>,
+}
+
+/// Adds the runs at or under `dir` to `found`: a finished run whose summary or preset does not
+/// read is named in `found.unreadable`, with the error; an unfinished one needs only its
+/// summary, which says it has not finished.
 fn find_runs(dir: &Path, depth: usize, found: &mut Found) -> Result<()> {
     if let Ok(run) = RunDir::open(dir) {
-        match run_result(&run, dir) {
-            Ok((result, status)) if is_finished(status) => found.runs.push(result),
-            Ok(unfinished) => found.unfinished.push(unfinished),
+        match run.read_summary() {
+            Ok(summary) if !is_finished(summary.status) => found.unfinished.push(Unfinished {
+                dir: dir.to_path_buf(),
+                status: summary.status,
+                key: run_result(&run, dir, &summary).ok().map(|r| r.key()),
+            }),
+            Ok(summary) => match run_result(&run, dir, &summary) {
+                Ok(result) => found.runs.push(result),
+                Err(e) => found.unreadable.push(e.to_string()),
+            },
             Err(e) => found.unreadable.push(e.to_string()),
         }
         return Ok(());
@@ -146,9 +162,8 @@ fn find_runs(dir: &Path, depth: usize, found: &mut Found) -> Result<()> {
     Ok(())
 }
 
-/// The result of the run in `dir` so far, and its status.
-fn run_result(run: &RunDir, dir: &Path) -> Result<(CellResult, RunStatus)> {
-    let summary = run.read_summary()?;
+/// The result so far of the run in `dir`, whose summary is `summary`.
+fn run_result(run: &RunDir, dir: &Path, summary: &Summary) -> Result<CellResult> {
     let preset = run.read_preset()?;
     let (seq_len, num_kv_pairs) = preset
         .task
@@ -164,9 +179,9 @@ fn run_result(run: &RunDir, dir: &Path) -> Result<(CellResult, RunStatus)> {
         seed: preset.train.seed,
         accuracy: summary.best_accuracy.unwrap_or(0.0),
         state_zoology: preset.state().map(|s| s.zoology_units),
-        mad: MadCell::of(&preset, &summary),
+        mad: MadCell::of(&preset, summary),
     };
-    Ok((result, summary.status))
+    Ok(result)
 }
 
 /// A point of the plot: mechanism, sequence length, pairs, d_model.
