@@ -2,7 +2,7 @@
 //! per sequence length), the Based paper's Figure 2 (accuracy against the recurrent state,
 //! the recall-vs-state frontier) and MAD's per-task scores beside the published ones.
 
-use super::mad::{MadScore, published};
+use super::mad::{AVERAGE, MadScore, published};
 use super::{SummaryPoint, SweepSummary};
 use crate::figures::{BarPlot, BarSeries, Figure, LinePlot, Plot, Series};
 use crate::tasks::mad::Probe;
@@ -169,14 +169,13 @@ pub fn frontier_panels(summary: &SweepSummary) -> Vec<((usize, usize), Figure)> 
         .collect()
 }
 
-/// MAD's score per probe (groups, in MAD's order) and mechanism (bars), each mechanism's
-/// published row beside it where the DeltaNet paper's table has one; `None` without MAD runs.
+/// MAD's score per probe (groups, in MAD's order, then the average over the six where a
+/// mechanism has them) and mechanism (bars), each mechanism's published row beside it where the DeltaNet paper's table has one; `None` without MAD runs.
 /// The caption gives the epoch scale: below 1 the scores are not MAD's protocol.
 pub fn mad_figure(summary: &SweepSummary) -> Option<Figure> {
     let scores = &summary.mad;
-    let probes: Vec<&str> = Probe::ALL
-        .iter()
-        .map(|p| p.name())
+    let probes: Vec<&str> = (Probe::ALL.iter().map(|p| p.name()))
+        .chain([AVERAGE])
         .filter(|p| scores.iter().any(|s| s.probe == *p))
         .collect();
     let mut mechanisms: Vec<&str> = scores.iter().map(|s| s.mechanism.as_str()).collect();
@@ -351,5 +350,15 @@ mod tests {
         assert!(bars.series[0].values[0].is_nan());
         assert_eq!(bars.series[0].values[1], 0.4);
         assert_eq!(bars.series[2].values, [0.941, 0.852]);
+
+        // A mechanism's average over the six is the last group, the published "Avg" beside it.
+        let mut summary = summary;
+        summary.mad.push(mad_score("softmax", AVERAGE, 0.5));
+        let Plot::Bars(bars) = mad_figure(&summary).unwrap().plot else {
+            panic!("bars")
+        };
+        assert_eq!(bars.groups, ["in-context-recall", "memorization", AVERAGE]);
+        assert_eq!(bars.series[1].values[2], 0.5);
+        assert!((bars.series[2].values[2] - 0.745).abs() < 5e-4);
     }
 }

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::preset::{Metric, Preset};
 use crate::tasks::TaskSpec;
+use crate::tasks::mad::Probe;
 use crate::train::Summary;
 
 /// The epochs MAD trains every run for (`mad/configs.py`): a sweep's epoch scale is its
@@ -53,10 +54,15 @@ impl MadCell {
     }
 }
 
-/// A mechanism's MAD score on one probe.
+/// What the mean over MAD's six probes goes by where a probe's name would stand: the published
+/// tables' "Avg" column.
+pub const AVERAGE: &str = "average";
+
+/// A mechanism's MAD score on one probe, or its mean over the six.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct MadScore {
     pub mechanism: String,
+    /// A probe's name, or [`AVERAGE`].
     pub probe: String,
     /// The mean over settings of each setting's best last accuracy.
     pub score: f64,
@@ -69,8 +75,16 @@ pub struct MadScore {
     pub macro_metric: bool,
 }
 
-/// The MAD score of each (mechanism, probe) among `runs`, (mechanism, `cell`) pairs.
+/// The MAD score of each (mechanism, probe) among `runs`, (mechanism, `cell`) pairs, then each
+/// mechanism's [`AVERAGE`] where it has all six.
 pub fn scores<'a>(runs: impl IntoIterator<Item = (&'a str, &'a MadCell)>) -> Vec<MadScore> {
+    let mut scores = probe_scores(runs);
+    scores.extend(averages(&scores));
+    scores
+}
+
+/// The MAD score of each (mechanism, probe) among `runs`.
+fn probe_scores<'a>(runs: impl IntoIterator<Item = (&'a str, &'a MadCell)>) -> Vec<MadScore> {
     // (mechanism, probe) → setting → the runs' last accuracies, epochs and metrics.
     type Settings<'a> = BTreeMap<&'a str, Vec<&'a MadCell>>;
     let mut grouped: BTreeMap<(&str, &str), Settings> = BTreeMap::new();
@@ -99,6 +113,28 @@ pub fn scores<'a>(runs: impl IntoIterator<Item = (&'a str, &'a MadCell)>) -> Vec
                 epoch_scale: cells.iter().map(|c| c.epochs).fold(0.0, f64::max) / MAD_EPOCHS as f64,
                 macro_metric: cells.iter().all(|c| c.metric == Metric::Macro),
             }
+        })
+        .collect()
+}
+
+/// Each mechanism's mean over the six probes, the published tables' "Avg", for the mechanisms
+/// scored on all six: a mean over fewer would not compare with it.
+fn averages(scores: &[MadScore]) -> Vec<MadScore> {
+    let mut by_mechanism: BTreeMap<&str, Vec<&MadScore>> = BTreeMap::new();
+    for s in scores {
+        by_mechanism.entry(&s.mechanism).or_default().push(s);
+    }
+    by_mechanism
+        .into_iter()
+        .filter(|(_, probes)| probes.len() == Probe::ALL.len())
+        .map(|(mechanism, probes)| MadScore {
+            mechanism: mechanism.into(),
+            probe: AVERAGE.into(),
+            score: probes.iter().map(|s| s.score).sum::<f64>() / probes.len() as f64,
+            settings: probes.iter().map(|s| s.settings).sum(),
+            runs: probes.iter().map(|s| s.runs).sum(),
+            epoch_scale: probes.iter().map(|s| s.epoch_scale).fold(0.0, f64::max),
+            macro_metric: probes.iter().all(|s| s.macro_metric),
         })
         .collect()
 }
@@ -145,9 +181,14 @@ const fn table_row(percent: [f64; 6]) -> [(&'static str, f64); 6] {
     ]
 }
 
-/// The published score of the model that `mechanism` stands for on `probe`, with its name.
+/// The published score of the model that `mechanism` stands for on `probe` (or its
+/// [`AVERAGE`]), with its name.
 pub fn published(mechanism: &str, probe: &str) -> Option<(&'static str, f64)> {
     let row = PUBLISHED.iter().find(|r| r.mechanism == mechanism)?;
+    if probe == AVERAGE {
+        let sum: f64 = row.scores.iter().map(|(_, score)| score).sum();
+        return Some((row.model, sum / row.scores.len() as f64));
+    }
     let (_, score) = row.scores.iter().find(|(p, _)| *p == probe)?;
     Some((row.model, *score))
 }
@@ -195,7 +236,30 @@ mod tests {
         assert!(recall.macro_metric);
         assert_eq!(at("softmax", "memorization").score, 0.2);
         assert_eq!(at("linear", "in-context-recall").score, 0.3);
-        assert_eq!(scores.len(), 3);
+        assert_eq!(
+            scores.len(),
+            3,
+            "no mechanism has all six probes: no average"
+        );
+    }
+
+    /// The average is the mean over the six probes' scores, only for a mechanism that has all
+    /// six, as the published tables' "Avg" column.
+    #[test]
+    fn a_mechanism_with_all_six_probes_gets_their_mean() {
+        let cells: Vec<MadCell> = (Probe::ALL.iter().enumerate())
+            .map(|(i, p)| cell(p.name(), "s", 0.0, i as f64 / 10.0))
+            .collect();
+        let runs = cells
+            .iter()
+            .map(|c| ("softmax", c))
+            .chain(cells[..5].iter().map(|c| ("linear", c)));
+        let scores = scores(runs);
+        let averages: Vec<&MadScore> = scores.iter().filter(|s| s.probe == AVERAGE).collect();
+        assert_eq!(averages.len(), 1, "linear has five probes");
+        assert_eq!(averages[0].mechanism, "softmax");
+        assert!((averages[0].score - 0.25).abs() < 1e-12);
+        assert_eq!((averages[0].settings, averages[0].runs), (6, 6));
     }
 
     #[test]
@@ -208,5 +272,10 @@ mod tests {
         assert_eq!(model, "DeltaNet");
         assert!((score - 0.422).abs() < 1e-12);
         assert_eq!(published("rebased", "compression"), None);
+        // The DeltaNet paper's "Avg" column, to its rounding.
+        let (_, average) = published("softmax", AVERAGE).unwrap();
+        assert!((average - 0.745).abs() < 5e-4, "{average}");
+        let (_, average) = published("gla", AVERAGE).unwrap();
+        assert!((average - 0.600).abs() < 5e-4, "{average}");
     }
 }
