@@ -94,7 +94,7 @@ impl SweepReport {
                 json!(s.mechanism),
                 json!(s.probe),
                 json!(s.score),
-                json!(published.map(|(model, score)| format!("{score} ({model})"))),
+                json!(published.map(|(model, score)| format!("{score:.3} ({model})"))),
                 json!(s.settings),
                 json!(s.runs),
                 json!(s.epoch_scale),

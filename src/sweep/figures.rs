@@ -359,6 +359,6 @@ mod tests {
         };
         assert_eq!(bars.groups, ["in-context-recall", "memorization", AVERAGE]);
         assert_eq!(bars.series[1].values[2], 0.5);
-        assert!((bars.series[2].values[2] - 0.745).abs() < 5e-4);
+        assert_eq!(bars.series[2].values[2], 0.745);
     }
 }
