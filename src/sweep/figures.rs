@@ -170,7 +170,8 @@ pub fn frontier_panels(summary: &SweepSummary) -> Vec<((usize, usize), Figure)> 
 }
 
 /// MAD's score per probe (groups, in MAD's order, then the average over the six where a
-/// mechanism has them) and mechanism (bars), each mechanism's published row beside it where the DeltaNet paper's table has one; `None` without MAD runs.
+/// mechanism has them) and mechanism (bars), each mechanism's published row beside it where
+/// the DeltaNet paper's table has one; `None` without MAD runs.
 /// The caption gives the epoch scale: below 1 the scores are not MAD's protocol.
 pub fn mad_figure(summary: &SweepSummary) -> Option<Figure> {
     let scores = &summary.mad;
