@@ -21,8 +21,8 @@ pub struct ModelState {
 impl Preset {
     /// The model's recurrent state at the task's sequence length; `None` when a layer has
     /// none (Linformer) or the encoding makes attnlab run it in its explicit form
-    /// ([`Self::why_no_state`]). A short convolution keeps its k last inputs (d·k, zoology's count),
-    /// the previous-token layer its last input (d); MLPs keep nothing.
+    /// ([`Self::why_no_state`]). A short convolution keeps its k last inputs (d·k, zoology's
+    /// count), the previous-token layer its last input (d); MLPs keep nothing.
     pub fn state(&self) -> Option<ModelState> {
         if self.encoding_breaks_recurrence() {
             return None;

@@ -169,7 +169,7 @@ fn run_result(run: &RunDir, dir: &Path, summary: &Summary) -> Result<CellResult>
         .task
         .mqar()
         .map_or((preset.task.seq_len(), 0), |c| (c.seq_len, c.num_kv_pairs));
-    let result = CellResult {
+    Ok(CellResult {
         run_dir: dir.to_path_buf(),
         mechanism: mechanism_label(&preset),
         seq_len,
@@ -180,8 +180,7 @@ fn run_result(run: &RunDir, dir: &Path, summary: &Summary) -> Result<CellResult>
         accuracy: summary.best_accuracy.unwrap_or(0.0),
         state_zoology: preset.state().map(|s| s.zoology_units),
         mad: MadCell::of(&preset, summary),
-    };
-    Ok(result)
+    })
 }
 
 /// A point of the plot: mechanism, sequence length, pairs, d_model.
