@@ -1069,6 +1069,24 @@ mod tests {
         assert_eq!(preset.model.layout, crate::model::Layout::Mad);
     }
 
+    /// The quick MAD-lite trains six of MAD-lite's cells into MAD-lite's folder with the same
+    /// presets, so that the whole sweep, run later, takes them as done.
+    #[test]
+    fn the_quick_mad_lite_cells_are_mad_lite_cells() {
+        let sweeps = Path::new(env!("CARGO_MANIFEST_DIR")).join("sweeps");
+        let full = Sweep::load(&sweeps.join("mad_lite.toml")).unwrap();
+        let quick = Sweep::load(&sweeps.join("mad_lite_quick.toml")).unwrap();
+        assert_eq!(quick.out, full.out);
+        assert_eq!(quick.cells.len(), 6);
+        for cell in &quick.cells {
+            assert!(cell.id.ends_with("-lr0.001-wd0.1"), "{}", cell.id);
+            let twin = full.cells.iter().find(|c| c.id == cell.id).unwrap();
+            let (mine, theirs) = (quick.preset(cell).unwrap(), full.preset(twin).unwrap());
+            let changed = crate::preset::changed_settings(&theirs, &placed_as(mine, &theirs));
+            assert_eq!(changed.unwrap(), Vec::<String>::new(), "{}", cell.id);
+        }
+    }
+
     #[test]
     fn groups_are_halved_until_every_worker_has_one() {
         let group = |cells: std::ops::Range<usize>| cells.collect::<Vec<_>>();
