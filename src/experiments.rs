@@ -401,7 +401,8 @@ pub const EXPERIMENTS: &[Experiment] = &[
                 state is large enough, and the mixers differ in how much they need.",
     },
     Experiment {
-        title: "The MAD battery for one mechanism: MAD-lite, scored beside the published rows",
+        title: "The MAD battery for one mechanism: MAD-lite's first look (a cell a probe), \
+                scored beside the published rows",
         source: "MAD (Poli et al. 2024, mad-lab `benchmark.py`); the DeltaNet paper's MAD table",
         runs: &[],
         analysis: Analysis::Sweep("mad_lite_quick"),
@@ -411,8 +412,9 @@ pub const EXPERIMENTS: &[Experiment] = &[
                    on a core each; selective copying (length 256) is the longest, \
                    memorisation takes a minute. Stop and rerun to resume. MAD's grid of 3 lrs \
                    x 2 decays (sweep mad_lite, about 5 hours) trains into the same folder and \
-                   keeps these six. For another mechanism, edit the sweep's set \
-                   (attention.kind=...)",
+                   keeps these six. For another mechanism, edit set (attention.kind=...) \
+                   in mad_lite_quick.toml and mad_lite.toml alike (they share a folder), or \
+                   give the quick one its own out",
         look_at: "Sweep view: MAD's score per task (here the one cell's last macro accuracy: \
                   a lower bound of MAD-lite's best of six, within 0.03 of it in every probe \
                   measured so far) in the table and the bar figure, the DeltaNet paper's \

@@ -76,7 +76,8 @@ impl Report for SweepReport {
 
 impl SweepReport {
     /// MAD's score per mechanism and task, with the published score beside it where there is
-    /// one, the runs it rests on and their epoch scale.
+    /// one, the runs it rests on (a setting's fewest below MAD's six: a lower bound) and their
+    /// epoch scale.
     fn mad_table(&self) -> Table {
         let mut table = Table::new(&[
             "mechanism",
@@ -85,6 +86,7 @@ impl SweepReport {
             "published",
             "settings",
             "runs",
+            "fewest_runs",
             "epoch_scale",
             "macro",
         ]);
@@ -97,6 +99,7 @@ impl SweepReport {
                 json!(published.map(|(model, score)| format!("{score:.3} ({model})"))),
                 json!(s.settings),
                 json!(s.runs),
+                json!(s.fewest_runs),
                 json!(s.epoch_scale),
                 json!(s.macro_metric),
             ]);

@@ -2,7 +2,7 @@
 //! per sequence length), the Based paper's Figure 2 (accuracy against the recurrent state,
 //! the recall-vs-state frontier) and MAD's per-task scores beside the published ones.
 
-use super::mad::{AVERAGE, MadScore, published};
+use super::mad::{AVERAGE, MadScore, published, rule};
 use super::{SummaryPoint, SweepSummary};
 use crate::figures::{BarPlot, BarSeries, Figure, LinePlot, Plot, Series};
 use crate::tasks::mad::Probe;
@@ -227,34 +227,15 @@ fn mad_caption(scores: &[MadScore]) -> String {
         false => "some runs scored micro accuracy, not MAD's macro",
     };
     format!(
-        "per setting {}, mean over settings; {metric}; EPOCH SCALE {scale} of MAD's 200 \
-         epochs{}; published: DeltaNet paper's table",
-        best_of(scores),
+        "{}, mean over settings; {metric}; EPOCH SCALE {scale} of MAD's 200 epochs{}; \
+         published: DeltaNet paper's table",
+        rule(scores),
         if scale < 1.0 {
             " (not MAD's protocol)"
         } else {
             ""
         }
     )
-}
-
-/// What each setting's score was taken over: MAD takes the best of its lr x decay grid (3 x 2),
-/// so a setting of fewer runs (`sweeps/mad_lite_quick.toml` trains one) scores a lower bound.
-fn best_of(scores: &[MadScore]) -> String {
-    let per_setting = scores
-        .iter()
-        .filter(|s| s.probe != AVERAGE && s.settings > 0)
-        .map(|s| s.runs.div_ceil(s.settings));
-    let (fewest, most) = per_setting.fold((usize::MAX, 0), |(lo, hi), n| (lo.min(n), hi.max(n)));
-    match (fewest, most) {
-        (_, 0 | 1) => "one lr x weight decay run's last test accuracy (MAD's best of its 3 x 2 \
-                       grid: a lower bound of it)"
-            .into(),
-        (lo, hi) if lo == hi => {
-            format!("the best of {hi} lr x weight decay runs' last test accuracy")
-        }
-        (lo, hi) => format!("the best of {lo}-{hi} lr x weight decay runs' last test accuracy"),
-    }
 }
 
 #[cfg(test)]
@@ -334,6 +315,7 @@ mod tests {
             score,
             settings: 1,
             runs: 6,
+            fewest_runs: 6,
             epoch_scale: 0.05,
             macro_metric: true,
         }
@@ -356,10 +338,7 @@ mod tests {
         assert_eq!(figure.axes(), MAD_AXES);
         let caption = figure.caption.unwrap();
         assert!(caption.contains("EPOCH SCALE 0.05"), "{caption}");
-        assert!(
-            caption.contains("the best of 6 lr x weight decay runs"),
-            "{caption}"
-        );
+        assert!(caption.starts_with(&rule(&summary.mad)), "{caption}");
         let Plot::Bars(bars) = figure.plot else {
             panic!("bars")
         };
@@ -386,23 +365,5 @@ mod tests {
         assert_eq!(bars.groups, ["in-context-recall", "memorization", AVERAGE]);
         assert_eq!(bars.series[1].values[2], 0.5);
         assert_eq!(bars.series[2].values[2], 0.745);
-    }
-
-    /// A setting's score is the best of its runs: one run (the quick sweep) is a lower bound of
-    /// MAD's best of six, and the caption says so; settings of unequal runs give the range.
-    #[test]
-    fn the_mad_caption_says_how_many_runs_each_setting_took_the_best_of() {
-        let one = MadScore {
-            runs: 1,
-            ..mad_score("softmax", "memorization", 0.8)
-        };
-        let caption = mad_caption(&[one.clone(), mad_score("softmax", AVERAGE, 0.5)]);
-        assert!(caption.contains("one lr x weight decay run's"), "{caption}");
-        assert!(caption.contains("a lower bound"), "{caption}");
-        let caption = mad_caption(&[one, mad_score("linear", "memorization", 0.1)]);
-        assert!(
-            caption.contains("the best of 1-6 lr x weight decay runs"),
-            "{caption}"
-        );
     }
 }

@@ -54,6 +54,10 @@ impl MadCell {
     }
 }
 
+/// The runs of MAD's grid for each task setting (mad-lab `benchmark.py`: lr {1e-4, 5e-4,
+/// 1e-3} × weight decay {0, 0.1}): a setting's best of fewer is a lower bound of MAD's.
+pub const GRID_RUNS: usize = 6;
+
 /// What the mean over MAD's six probes goes by where a probe's name would stand: the published
 /// tables' "Avg" column.
 pub const AVERAGE: &str = "average";
@@ -68,11 +72,27 @@ pub struct MadScore {
     pub score: f64,
     pub settings: usize,
     pub runs: usize,
+    /// The fewest runs any of its settings took the best of: below [`GRID_RUNS`] the score is a
+    /// lower bound of MAD's (`sweeps/mad_lite_quick.toml` trains one a setting).
+    pub fewest_runs: usize,
     /// The runs' epochs over MAD's 200 (the largest, where runs differ): below 1, the score is
     /// not MAD's and says so.
     pub epoch_scale: f64,
     /// Whether every run scored macro accuracy, MAD's metric.
     pub macro_metric: bool,
+}
+
+/// How `scores` were made, in words: MAD's rule, and where some setting had fewer runs than
+/// MAD's grid, that they are lower bounds of MAD's.
+pub fn rule(scores: &[MadScore]) -> String {
+    let rule = "per setting the best lr x weight decay run's last test accuracy";
+    match scores.iter().map(|s| s.fewest_runs).min() {
+        Some(fewest) if fewest < GRID_RUNS => format!(
+            "{rule} (from as few as {fewest} of MAD's {GRID_RUNS} runs: a lower bound of \
+             MAD's)"
+        ),
+        _ => rule.into(),
+    }
 }
 
 /// The MAD score of each (mechanism, probe) among `runs`, (mechanism, `cell`) pairs, then each
@@ -110,6 +130,7 @@ fn probe_scores<'a>(runs: impl IntoIterator<Item = (&'a str, &'a MadCell)>) -> V
                 score: best.iter().sum::<f64>() / best.len() as f64,
                 settings: best.len(),
                 runs: cells.len(),
+                fewest_runs: settings.values().map(Vec::len).min().unwrap_or(0),
                 epoch_scale: cells.iter().map(|c| c.epochs).fold(0.0, f64::max) / MAD_EPOCHS as f64,
                 macro_metric: cells.iter().all(|c| c.metric == Metric::Macro),
             }
@@ -133,6 +154,7 @@ fn averages(scores: &[MadScore]) -> Vec<MadScore> {
             score: probes.iter().map(|s| s.score).sum::<f64>() / probes.len() as f64,
             settings: probes.iter().map(|s| s.settings).sum(),
             runs: probes.iter().map(|s| s.runs).sum(),
+            fewest_runs: probes.iter().map(|s| s.fewest_runs).min().unwrap_or(0),
             epoch_scale: probes.iter().map(|s| s.epoch_scale).fold(0.0, f64::max),
             macro_metric: probes.iter().all(|s| s.macro_metric),
         })
@@ -262,6 +284,37 @@ mod tests {
         assert_eq!(averages[0].mechanism, "softmax");
         assert!((averages[0].score - 0.25).abs() < 1e-12);
         assert_eq!((averages[0].settings, averages[0].runs), (6, 6));
+    }
+
+    /// A setting's score is the best of its runs: where some setting has fewer than MAD's six
+    /// (the quick sweep trains one), the score is a lower bound of MAD's and the rule says so.
+    #[test]
+    fn the_rule_says_when_a_setting_had_fewer_runs_than_mads_grid() {
+        let grid: Vec<MadCell> = [0.0, 0.1]
+            .iter()
+            .flat_map(|&decay| [0.1, 0.2, 0.3].map(|a| cell("memorization", "s", decay, a)))
+            .collect();
+        let one = cell("compression", "s", 0.1, 0.4);
+        // Two settings of one probe, of six runs and of one: the fewest is one.
+        let other = cell("memorization", "t", 0.1, 0.5);
+        let runs = grid.iter().chain([&other]).map(|c| ("softmax", c));
+        let uneven = scores(runs);
+        assert_eq!((uneven[0].settings, uneven[0].runs), (2, 7));
+        assert_eq!(uneven[0].fewest_runs, 1);
+        assert!(
+            rule(&uneven).contains("as few as 1 of MAD's 6 runs"),
+            "{}",
+            rule(&uneven)
+        );
+        let full = scores(grid.iter().map(|c| ("softmax", c)));
+        assert_eq!(full[0].fewest_runs, 6);
+        assert!(!rule(&full).contains("lower bound"), "{}", rule(&full));
+        let quick = scores(grid.iter().chain([&one]).map(|c| ("linear", c)));
+        assert_eq!(
+            quick.iter().map(|s| s.fewest_runs).collect::<Vec<_>>(),
+            [1, 6]
+        );
+        assert!(rule(&quick).contains("a lower bound"), "{}", rule(&quick));
     }
 
     #[test]

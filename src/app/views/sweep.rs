@@ -850,7 +850,8 @@ fn mad_ui(ui: &mut egui::Ui, scores: &[crate::sweep::mad::MadScore]) {
     if scores.is_empty() {
         return;
     }
-    ui.strong("MAD score (per setting the best lr x decay run's last accuracy, mean over settings)");
+    let rule = crate::sweep::mad::rule(scores);
+    ui.strong(format!("MAD score ({rule}, mean over settings)"));
     egui::Grid::new("sweep-mad").striped(true).show(ui, |ui| {
         for head in ["mechanism", "task", "score", "published", "runs", "epoch scale"] {
             ui.strong(head);
