@@ -326,6 +326,21 @@ const PURGE_DELAY_MS: std::ffi::c_long = 10_000;
 /// The variable rayon's pool and candle's read for their number of threads.
 const THREADS_VAR: &str = "RAYON_NUM_THREADS";
 
+/// The cores of this machine and the threads the user asked for in `RAYON_NUM_THREADS`.
+fn cores_and_request() -> (usize, Option<usize>) {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let requested = std::env::var(THREADS_VAR).ok().and_then(|v| v.parse().ok());
+    (cores, requested)
+}
+
+/// The threads this process's CPU work gets ([`thread_count`] of the user's request): what a
+/// sweep shares among its workers, so that `RAYON_NUM_THREADS=1` keeps a sweep to one core as
+/// it keeps a run (a sweep had split all the cores whatever the variable said).
+pub fn cpu_threads() -> usize {
+    let (cores, requested) = cores_and_request();
+    thread_count(requested, cores)
+}
+
 /// The threads a process gets: `requested` (the user's `RAYON_NUM_THREADS`) or all `cores`,
 /// never more than the cores: more threads than cores made a training step 1.9x (benchmark)
 /// to 3.8x (a small sweep cell) slower on 2 cores, the threads taking turns on them.
@@ -356,8 +371,7 @@ pub fn thread_count(requested: Option<usize>, cores: usize) -> usize {
 /// read the environment: call it first thing in `main`, before any thread is started.
 #[allow(unsafe_code)]
 pub unsafe fn tune_cpu_runtime() {
-    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
-    let requested = std::env::var(THREADS_VAR).ok().and_then(|v| v.parse().ok());
+    let (cores, requested) = cores_and_request();
     let threads = thread_count(requested, cores);
     if requested.is_some_and(|r| r > threads) {
         eprintln!(

@@ -263,6 +263,23 @@ fn the_sweep_logs_a_line_per_cell_without_a_terminal() {
     assert!(again.contains("[1/2] s0: done already"), "{again}");
 }
 
+/// `RAYON_NUM_THREADS` bounds a sweep's threads as it bounds a run's: a sweep used to split all
+/// the cores among its workers whatever it said, so two sweeps side by side, each asked to keep
+/// to one core, took turns on both. (On one core both split one thread: CI has two.)
+#[test]
+fn a_sweep_keeps_to_the_threads_rayon_num_threads_gives_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = sweep_file(dir.path(), "seed = [0]");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_attnlab"))
+        .args(["sweep", file.to_str().unwrap()])
+        .env("RAYON_NUM_THREADS", "1")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let log = stderr(&o);
+    assert!(log.contains("1 at a time on 1 thread(s) each"), "{log}");
+}
+
 /// Cells of one shape train as one group of replicas, and each ends exactly where it ends
 /// when the sweep trains cell by cell (`replicas = 1`): same steps, same accuracy, same loss.
 #[test]

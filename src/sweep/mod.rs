@@ -736,7 +736,7 @@ pub fn run_sweep(
             None => todo.push(i),
         }
     }
-    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let cores = crate::device::cpu_threads();
     let gpu = on_gpu(sweep)?;
     let todo = longest_first(
         sweep,
