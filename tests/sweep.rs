@@ -234,17 +234,19 @@ fn planned_commands_train_their_cell_and_collect_merges_them() {
 }
 
 /// A batch job's log (stderr not a terminal) gets one line per cell with the running count,
-/// the ETA while cells are left, and each cell's accuracy and seconds.
+/// the ETA while work is left, and each cell's accuracy and seconds.
 #[test]
 fn the_sweep_logs_a_line_per_cell_without_a_terminal() {
     let dir = tempfile::tempdir().unwrap();
     let file = sweep_file(dir.path(), "seed = [0, 1]");
-    let o = attnlab(&["sweep", file.to_str().unwrap()]);
+    // One cell after the other: two side by side can both end their last step before the
+    // first one's line, with no work left to time.
+    let one_by_one = ["--workers", "1", "--replicas", "1"];
+    let o = attnlab(&[&["sweep", file.to_str().unwrap()][..], &one_by_one].concat());
     assert!(o.status.success(), "{}", stderr(&o));
     let log = stderr(&o);
     let lines: Vec<&str> = log.lines().filter(|l| l.starts_with('[')).collect();
     assert_eq!(lines.len(), 2, "{log}");
-    // The two cells may train side by side (a worker each), so either may finish first.
     assert!(lines[0].starts_with("[1/2, ETA "), "{log}");
     assert!(lines[1].starts_with("[2/2] "), "{log}");
     for cell in ["s0: ", "s1: "] {

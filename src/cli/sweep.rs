@@ -8,7 +8,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::report::sweep::SweepReport;
 use crate::report::{Format, render};
-use crate::sweep::{Sweep, SweepEvent, SweepSummary, collect, run_sweep};
+use crate::sweep::{Eta, Sweep, SweepEvent, SweepSummary, collect, run_sweep};
 use crate::train::TrainEvent;
 
 /// `attnlab sweep` options.
@@ -181,7 +181,12 @@ fn train(file: &std::path::Path, args: &SweepArgs) -> anyhow::Result<()> {
     // are trained again on resume.
     let stop = super::signals::install();
     let summary = run_sweep(&sweep, stop, &mut |event| match event {
-        SweepEvent::Planned { groups, split } => {
+        SweepEvent::Planned {
+            groups,
+            split,
+            work,
+        } => {
+            progress.planned(&work);
             let cells: usize = groups.iter().map(Vec::len).sum();
             line(format!(
                 "{cells} cells to train in {} groups of replicas, {} at a time on {} thread(s) each",
@@ -208,40 +213,45 @@ fn train(file: &std::path::Path, args: &SweepArgs) -> anyhow::Result<()> {
                 run_dir.display()
             ));
         }
-        SweepEvent::Train { cell, event } => match event {
-            TrainEvent::Step(s) => {
-                bar.set_message(format!("{} step {}", sweep.cells[cell].id, s.step))
+        SweepEvent::Train { cell, event } => {
+            progress.record(cell, &event);
+            match event {
+                TrainEvent::Step(s) => bar.set_message(format!(
+                    "{} step {}{}",
+                    sweep.cells[cell].id,
+                    s.step,
+                    progress.time_left()
+                )),
+                TrainEvent::Finished(summary) => {
+                    bar.inc(1);
+                    line(format!(
+                        "{} {}",
+                        progress.count(),
+                        cell_line(&sweep.cells[cell].id, &summary)
+                    ));
+                }
+                TrainEvent::Failed { message, .. } => {
+                    bar.inc(1);
+                    line(format!(
+                        "{} {} failed: {message}",
+                        progress.count(),
+                        sweep.cells[cell].id
+                    ));
+                }
+                _ => {}
             }
-            TrainEvent::Finished(summary) => {
-                bar.inc(1);
-                progress.trained();
-                line(format!(
-                    "{} {}",
-                    progress.count(),
-                    cell_line(&sweep.cells[cell].id, &summary)
-                ));
-            }
-            TrainEvent::Failed { message, .. } => {
-                bar.inc(1);
-                progress.trained();
-                line(format!(
-                    "{} {} failed: {message}",
-                    progress.count(),
-                    sweep.cells[cell].id
-                ));
-            }
-            _ => {}
-        },
+        }
     })?;
     bar.finish_and_clear();
     report(summary, &sweep.out)
 }
 
-/// Cells done so far, for the running count and the ETA of the per-cell lines.
+/// Cells done so far and the work left, for the running count and the ETA of the per-cell
+/// lines.
 struct Progress {
     total: usize,
     done: usize,
-    trained: usize,
+    eta: Eta,
     started: Instant,
 }
 
@@ -250,33 +260,37 @@ impl Progress {
         Self {
             total,
             done: 0,
-            trained: 0,
+            eta: Eta::default(),
             started: Instant::now(),
         }
+    }
+
+    fn planned(&mut self, work: &[f64]) {
+        self.eta = Eta::new(work);
     }
 
     fn skipped(&mut self) {
         self.done += 1;
     }
 
-    fn trained(&mut self) {
-        self.done += 1;
-        self.trained += 1;
+    fn record(&mut self, cell: usize, event: &TrainEvent) {
+        self.eta.record(cell, event);
+        if matches!(event, TrainEvent::Finished(_) | TrainEvent::Failed { .. }) {
+            self.done += 1;
+        }
     }
 
-    /// `[done/total, ETA …]`: the time left at the pace of the cells trained so far.
+    /// `, ETA …`: the time left at the pace of the work done so far ([`Eta`]); empty before
+    /// any is done and after the last.
+    fn time_left(&self) -> String {
+        self.eta
+            .seconds_left(self.started.elapsed().as_secs_f64())
+            .map_or(String::new(), |left| format!(", ETA {}", duration(left)))
+    }
+
+    /// `[done/total, ETA …]`.
     fn count(&self) -> String {
-        let left = self.total - self.done;
-        if self.trained == 0 || left == 0 {
-            return format!("[{}/{}]", self.done, self.total);
-        }
-        let per_cell = self.started.elapsed().as_secs_f64() / self.trained as f64;
-        format!(
-            "[{}/{}, ETA {}]",
-            self.done,
-            self.total,
-            duration(per_cell * left as f64)
-        )
+        format!("[{}/{}{}]", self.done, self.total, self.time_left())
     }
 }
 

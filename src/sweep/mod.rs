@@ -35,6 +35,7 @@
 //! run folders (their `preset.toml` and `summary.json`), so `collect` merges folders trained
 //! anywhere.
 
+mod eta;
 pub mod figures;
 pub mod mad;
 mod summary;
@@ -46,6 +47,7 @@ use std::sync::mpsc;
 
 use serde::{Deserialize, Serialize};
 
+pub use eta::Eta;
 pub use summary::{CellResult, SummaryPoint, SweepSummary, collect, mechanism_label, summarise};
 
 use crate::preset::Preset;
@@ -610,10 +612,12 @@ fn finished_runs_in(dir: &Path) -> Vec<PathBuf> {
 /// What a running sweep reports.
 #[derive(Clone, Debug)]
 pub enum SweepEvent {
-    /// What will train: `groups` of cell indices, `split` the machine between them.
+    /// What will train: `groups` of cell indices, `split` the machine between them, and by
+    /// cell index each cell's estimated work (0 for cells not trained now), for an [`Eta`].
     Planned {
         groups: Vec<Vec<usize>>,
         split: Split,
+        work: Vec<f64>,
     },
     /// The cell had a finished run already; it is not trained again.
     Skipped { cell: usize, run_dir: PathBuf },
@@ -697,7 +701,7 @@ fn spread(mut groups: Vec<Vec<usize>>, workers: usize) -> Vec<Vec<usize>> {
 
 /// An estimate of the arithmetic a cell's training takes: steps × tokens per step × the
 /// per-token cost of its layers (projections and MLP ~ 12·d², attention ~ 2·T·d). Only its
-/// order matters ([`longest_first`]).
+/// ratios matter: they order the groups ([`longest_first`]) and weigh the cells in an [`Eta`].
 fn work(preset: &Preset) -> f64 {
     let task = &preset.task;
     let (t, d) = (task.seq_len() as f64, preset.model.d_model as f64);
@@ -706,18 +710,27 @@ fn work(preset: &Preset) -> f64 {
     tokens * preset.model.n_layers as f64 * (12.0 * d * d + 2.0 * t * d)
 }
 
+/// By cell index, the estimated work of each cell in `groups` ([`work`]); 0 for the others.
+fn cell_work(sweep: &Sweep, groups: &[Vec<usize>]) -> Result<Vec<f64>> {
+    let mut by_cell = vec![0.0; sweep.cells.len()];
+    for group in groups {
+        let one = work(&sweep.preset(&sweep.cells[group[0]])?);
+        for &cell in group {
+            by_cell[cell] = one;
+        }
+    }
+    Ok(by_cell)
+}
+
 /// `groups` with the most work first (a stable sort: equal groups keep their order), so the
 /// longest group does not start last and leave the other workers idle at the sweep's end.
-fn longest_first(sweep: &Sweep, groups: Vec<Vec<usize>>) -> Result<Vec<Vec<usize>>> {
-    let mut costed = groups
+fn longest_first(groups: Vec<Vec<usize>>, work: &[f64]) -> Vec<Vec<usize>> {
+    let mut costed: Vec<(f64, Vec<usize>)> = groups
         .into_iter()
-        .map(|group| {
-            let one = work(&sweep.preset(&sweep.cells[group[0]])?);
-            Ok((one * group.len() as f64, group))
-        })
-        .collect::<Result<Vec<_>>>()?;
+        .map(|group| (group.iter().map(|&c| work[c]).sum(), group))
+        .collect();
     costed.sort_by(|a, b| b.0.total_cmp(&a.0));
-    Ok(costed.into_iter().map(|(_, group)| group).collect())
+    costed.into_iter().map(|(_, group)| group).collect()
 }
 
 /// Trains every unfinished cell of `sweep`, in groups of replicas, `sweep.workers` groups at a
@@ -738,17 +751,17 @@ pub fn run_sweep(
     }
     let cores = crate::device::cpu_threads();
     let gpu = on_gpu(sweep)?;
-    let todo = longest_first(
-        sweep,
-        spread(
-            groups(sweep, &todo)?,
-            Split::of(sweep.workers, usize::MAX, cores, gpu).workers,
-        ),
-    )?;
+    let todo = spread(
+        groups(sweep, &todo)?,
+        Split::of(sweep.workers, usize::MAX, cores, gpu).workers,
+    );
+    let work = cell_work(sweep, &todo)?;
+    let todo = longest_first(todo, &work);
     let split = Split::of(sweep.workers, todo.len(), cores, gpu);
     emit(SweepEvent::Planned {
         groups: todo.clone(),
         split,
+        work,
     });
     let next = AtomicUsize::new(0);
     let (sender, events) = mpsc::channel();
@@ -1036,7 +1049,9 @@ mod tests {
         let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("sweeps/mqar_fig1_small.toml");
         let sweep = Sweep::load(&file).unwrap();
         let all: Vec<usize> = (0..sweep.cells.len()).collect();
-        let ordered = longest_first(&sweep, groups(&sweep, &all).unwrap()).unwrap();
+        let grouped = groups(&sweep, &all).unwrap();
+        let by_cell = cell_work(&sweep, &grouped).unwrap();
+        let ordered = longest_first(grouped, &by_cell);
         let work_of = |group: &Vec<usize>| {
             work(&sweep.preset(&sweep.cells[group[0]]).unwrap()) * group.len() as f64
         };

@@ -17,7 +17,7 @@ use crate::experiments::{Analysis, Experiment};
 use crate::figures::Figure;
 use crate::report::Report;
 use crate::report::sweep::SweepReport;
-use crate::sweep::{Split, Sweep, SweepEvent, collect, mechanism_label, run_sweep};
+use crate::sweep::{Eta, Split, Sweep, SweepEvent, collect, mechanism_label, run_sweep};
 use crate::train::{RunDir, RunStatus, TrainEvent};
 
 /// How one cell of the grid stands.
@@ -84,6 +84,16 @@ impl CellState {
     /// Whether the cell is over for this run of the sweep (done, stopped or failed).
     fn has_ended(&self) -> bool {
         !matches!(self, CellState::Pending | CellState::Running { .. })
+    }
+
+    /// The share of the cell trained in this run of the sweep, for the [`Eta`]: a running
+    /// cell's steps over its total, all of an ended one.
+    fn share_done(&self) -> f64 {
+        match *self {
+            CellState::Pending => 0.0,
+            CellState::Running { step, total } => step as f64 / total.max(1) as f64,
+            _ => 1.0,
+        }
     }
 }
 
@@ -199,8 +209,9 @@ impl Loaded {
 /// What the worker threads tell the view.
 enum Message {
     Cell(usize, CellState),
-    /// The cells to train, in groups of replicas, and how the machine is shared.
-    Planned(Vec<Vec<usize>>, Split),
+    /// The cells to train, in groups of replicas, how the machine is shared, and each cell's
+    /// estimated work.
+    Planned(Vec<Vec<usize>>, Split, Vec<f64>),
     /// A group (indices into the planned groups' cells) started training.
     GroupStarted(Vec<usize>),
     /// A sweep or a collection ended: the report of the finished runs, and what went wrong.
@@ -224,22 +235,13 @@ impl Picked {
     }
 }
 
-/// Minutes left to train the `planned` cells of a sweep when `finished` of them ended (done,
-/// stopped or failed) in `elapsed_secs`: the time per cell so far times the cells left; `None`
-/// before the first ends and after the last. Cells finished by an earlier run are not among the planned ones (they
-/// made the ETA start low, counted as done in no time).
-fn eta_minutes(elapsed_secs: f64, finished: usize, planned: usize) -> Option<f64> {
-    (finished > 0 && finished < planned)
-        .then(|| elapsed_secs / finished as f64 * (planned - finished) as f64 / 60.0)
-}
-
 /// A sweep being trained, or a folder being collected.
 struct SweepJob {
     /// Tells the grid's changes as [`Message`]s; cancelling it stops training (cells running
     /// stop within a step).
     handle: Job<(), Message>,
     training: bool,
-    /// When it started: the ETA is the time per cell so far times the cells left.
+    /// When it started, for the [`Eta`].
     started: std::time::Instant,
 }
 
@@ -299,6 +301,8 @@ pub struct SweepView {
     pub loaded: Option<Loaded>,
     pub cells: Vec<CellState>,
     pub groups: Groups,
+    /// The work of the cells this run of the sweep trains, and how much of it is done.
+    eta: Eta,
     pub report: Option<SweepReport>,
     /// The figure panels of `report` with their file-name suffixes, built once per report.
     panels: Vec<(String, Figure)>,
@@ -325,6 +329,7 @@ impl Default for SweepView {
             loaded: None,
             cells: Vec::new(),
             groups: Groups::default(),
+            eta: Eta::default(),
             report: None,
             panels: Vec::new(),
             error,
@@ -346,7 +351,11 @@ fn shipped_sweeps() -> crate::Result<Vec<PathBuf>> {
 /// `None` for events that change nothing it shows.
 fn message(event: SweepEvent, totals: &mut [usize]) -> Option<Message> {
     let (cell, state) = match event {
-        SweepEvent::Planned { groups, split } => return Some(Message::Planned(groups, split)),
+        SweepEvent::Planned {
+            groups,
+            split,
+            work,
+        } => return Some(Message::Planned(groups, split, work)),
         SweepEvent::GroupStarted { cells } => return Some(Message::GroupStarted(cells)),
         other => cell_state(other, totals)?,
     };
@@ -484,6 +493,7 @@ impl SweepView {
         });
         self.cells = vec![CellState::Pending; self.cells.len()];
         self.groups = Groups::default();
+        self.eta = Eta::default();
         self.set_report(None);
         self.error = None;
         self.job = Some(SweepJob::new(handle, true));
@@ -535,11 +545,13 @@ impl SweepView {
     fn apply(&mut self, message: Message) {
         match message {
             Message::Cell(i, state) => {
+                self.eta.set_done(i, state.share_done());
                 if let Some(cell) = self.cells.get_mut(i) {
                     *cell = state;
                 }
             }
-            Message::Planned(groups, split) => {
+            Message::Planned(groups, split, work) => {
+                self.eta = Eta::new(&work);
                 self.groups = Groups {
                     started: vec![false; groups.len()],
                     groups,
@@ -736,16 +748,10 @@ impl SweepView {
             let done = self.cells.iter().filter(|c| c.is_done()).count();
             let total = self.cells.len().max(1);
             let mut text = format!("{done}/{} cells done", self.cells.len());
-            if let Some(job) = self.job.as_ref().filter(|j| j.training) {
-                let planned: Vec<usize> = self.groups.groups.iter().flatten().copied().collect();
-                let ended = planned
-                    .iter()
-                    .filter(|&&c| self.cells.get(c).is_some_and(CellState::has_ended))
-                    .count();
-                let elapsed = job.started.elapsed().as_secs_f64();
-                if let Some(left) = eta_minutes(elapsed, ended, planned.len()) {
-                    text.push_str(&format!(", eta ~{left:.0} min"));
-                }
+            if let Some(job) = self.job.as_ref().filter(|j| j.training)
+                && let Some(left) = self.eta.seconds_left(job.started.elapsed().as_secs_f64())
+            {
+                text.push_str(&format!(", eta ~{:.0} min", left / 60.0));
             }
             ui.add(
                 egui::ProgressBar::new(done as f32 / total as f32)
@@ -753,9 +759,11 @@ impl SweepView {
                     .text(text),
             )
             .on_hover_text(
-                "The ETA is the time per cell this run of the sweep has trained so far times \
-                 the cells it has left (cells finished earlier are not counted); it shows once \
-                 the first cell ends.",
+                "The ETA is the time this run of the sweep has taken so far times the work it \
+                 has left over the work done: each cell weighs by its estimated arithmetic \
+                 (steps x tokens x width), a running cell counts by its steps, and cells \
+                 finished earlier are not counted. The last minutes, when some workers have \
+                 run out of cells, go slower than it says.",
             );
         });
         egui::ScrollArea::horizontal()
@@ -970,13 +978,20 @@ mod tests {
         assert!(view.groups.groups.is_empty() && view.groups.started.is_empty());
     }
 
-    /// 2 of 6 planned cells in 10 minutes leave 4 at 5 minutes each; nothing before the first
-    /// ends or after the last.
+    /// The ETA weighs the cells by the work the plan gives them: half of a cell of weight 3
+    /// and none of one of weight 1 is 3/8 of the work; an ended cell counts whole.
     #[test]
-    fn the_eta_is_the_time_per_planned_cell_times_those_left() {
-        assert_eq!(eta_minutes(600.0, 2, 6), Some(20.0));
-        assert_eq!(eta_minutes(600.0, 0, 6), None);
-        assert_eq!(eta_minutes(600.0, 6, 6), None);
+    fn the_eta_follows_the_planned_work_of_the_cells() {
+        let mut view = SweepView::default();
+        let split = Split {
+            workers: 1,
+            threads: 1,
+        };
+        view.apply(Message::Planned(vec![vec![0], vec![1]], split, vec![3.0, 1.0]));
+        view.apply(Message::Cell(0, CellState::Running { step: 50, total: 100 }));
+        assert_eq!(view.eta.fraction_done(), 0.375);
+        view.apply(Message::Cell(1, CellState::Stopped));
+        assert_eq!(view.eta.fraction_done(), 0.625);
     }
 
     /// A sweep's job reports the share of its cells that have ended, one step per cell.
