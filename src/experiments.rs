@@ -407,8 +407,9 @@ pub const EXPERIMENTS: &[Experiment] = &[
         runs: &[],
         analysis: Analysis::Sweep("mad_lite_quick"),
         overlay: &[],
-        expected: "under an hour on 2 cores: the six probes at epoch scale 0.05 (10 of MAD's \
-                   200 epochs), one cell each at lr 1e-3 and decay 0.1, two cells at a time \
+        expected: "under an hour on 2 cores (Mamba-2, the slowest per step, took 43 \
+                   minutes): the six probes at epoch scale 0.05 (10 of MAD's 200 epochs), \
+                   one cell each at lr 1e-3 and decay 0.1, two cells at a time \
                    on a core each; selective copying (length 256) is the longest, \
                    memorisation takes a minute. Stop and rerun to resume. MAD's grid of 3 lrs \
                    x 2 decays (sweep mad_lite, about 5 hours) trains into the same folder and \
