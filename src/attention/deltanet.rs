@@ -52,7 +52,7 @@ pub struct DeltaNetConfig {
     /// Queries per chunk of the chunked form (FLA's 64: at d 128 on 2 CPU cores a step of the
     /// composed chunks, then a loop over chunks with the inverse by rows, took 124 ms at T 64
     /// and 4.1 s at T 1024, against 150 ms and 6.8 s with chunks of 16); on the CPU the fused
-    /// recurrence keeps a state every `chunk` tokens instead.
+    /// op's backward pass takes the chunks, its forward pass the recurrence.
     pub chunk: usize,
 }
 

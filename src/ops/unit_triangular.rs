@@ -110,8 +110,9 @@ pub fn unit_lower_inverse_composed(l: &Tensor) -> Result<Tensor> {
 
 struct UnitLowerInverse;
 
-/// Y = (I + L)⁻¹ of one n×n matrix into `y` (zeros on entry), row by row.
-fn invert(l: &[f32], y: &mut [f32], n: usize) {
+/// Y = (I + L)⁻¹ of one n×n matrix into `y` (zeros on entry), row by row; L's diagonal
+/// and what is above it are not read, and Y is zero above its diagonal.
+pub(crate) fn invert(l: &[f32], y: &mut [f32], n: usize) {
     for i in 0..n {
         let (done, rest) = y.split_at_mut(i * n);
         let row = &mut rest[..n];

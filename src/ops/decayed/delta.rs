@@ -3,25 +3,25 @@
 //!
 //! The composed form ([`delta_rule_composed`]: the reference, and the path on a GPU) is
 //! flash-linear-attention's chunked one, with the keys' inverse of each chunk. The fused CPU
-//! kernel runs the recurrence itself, token by token, in the form
+//! op's forward pass runs the recurrence itself, token by token, in the form
 //! P = e^(g) S, r = v − Pᵀk, S ← P + β k rᵀ: per token and head 6·Dk·Dv flops (7 with the
 //! decay) against the chunk's ~4·C·(Dk + Dv) + C²/3 for its C×C products and inverse plus its
 //! own ~6·Dk·Dv for the state (C = 64, Dk = Dv = 32: 6–7 k against 23 k), every pass over a
-//! state that stays in L1, and no C×C products, masks or inverse to keep for the backward pass.
-//! The backward pass walks the tokens back, the states of each span of `chunk` tokens
-//! recomputed from the state before it (kept from a first pass), so it stores T/C states, not T.
+//! state that stays in L1. Its backward pass is the chunked form's, differentiated by hand
+//! ([`wy`]): matrix products of whole chunks, which gemm runs near its peak, where the
+//! recurrence's backward pass had been bound by its per-row sums.
 //!
 //! Each column of the values is a recurrence of its own (r, o and the state's columns), so the
-//! kernel runs blocks of columns ([`Cols`], [`W`] vectors) one after the other, with the
+//! forward kernel runs blocks of columns ([`Cols`], [`W`] vectors) one after the other, with the
 //! block's sums in vector registers and one pass over the state per token: S_t written, and
-//! S_tᵀ q_t and S_tᵀ k_{t+1} (the next token's r) read as it is written; backward, one pass over
-//! dS and S_{t−1} per token, token t's gradients and token t − 1's read in the same pass. Only
-//! the gradients of q, k, g and β sum over the columns, block by block.
+//! S_tᵀ q_t and S_tᵀ k_{t+1} (the next token's r) read as it is written.
 //!
 //! Measured (`attnlab bench --steps-only --set attention.kind=deltanet`, 2 cores, d 128, T 64):
 //! a DeltaNet training step took 109–115 ms with the first form of this kernel (three passes
 //! per token, its row sums in memory) against 117–126 ms with the composed chunks, and
 //! 62.8–67.9 ms with this one, softmax's 44.9–51.0 (docs/recall.md).
+
+mod wy;
 
 use candle_core::Tensor;
 
@@ -33,8 +33,8 @@ use crate::Result;
 use crate::ops::{cpu_f32, unit_lower_inverse};
 
 /// q, k (B, H, T, Dk), v (B, H, T, Dv), the log-decay of each step g and the write strength
-/// β (each (B, H, T, 1)) → (B, H, T, Dv), each read q·S times `scale`; `chunk` tokens a span
-/// (the composed form's chunk, the fused kernel's span between kept states). Fused on the CPU
+/// β (each (B, H, T, 1)) → (B, H, T, Dv), each read q·S times `scale`; `chunk` tokens a chunk
+/// (of the composed form, and of the fused op's backward pass). Fused on the CPU
 /// in f32, [`delta_rule_composed`] elsewhere.
 pub fn delta_rule(
     q: &Tensor,
@@ -132,15 +132,7 @@ impl Kernel for Delta {
     }
 
     fn backward(d: Dims, head: usize, inputs: Inputs, dout: &[f32], grads: &mut Grads) {
-        let head = Head::of(d, head, inputs);
-        Workspace::with(d, |ws| {
-            pulp::Arch::new().dispatch(Backward {
-                head: &head,
-                dout,
-                grads,
-                ws,
-            })
-        });
+        wy::backward(d, head, inputs, dout, grads);
     }
 }
 
@@ -150,15 +142,8 @@ const W: usize = 4;
 /// One thread's buffers, reused from call to call.
 #[derive(Default)]
 struct Workspace {
-    /// A block's state before each span; in the forward pass, the running state. Each state
-    /// is Dk rows of [`BLOCK`] ([`block_state`]).
-    states: Vec<f32>,
-    /// A span's states, the one before it first: (len + 1) states.
-    span: Vec<f32>,
-    /// r_t = v_t − P_tᵀ k_t of each token of a span, len rows of [`BLOCK`].
-    residuals: Vec<f32>,
-    /// The gradient of the state after the token at hand.
-    ds: Vec<f32>,
+    /// A block's running state: Dk rows of [`BLOCK`] ([`block_state`]).
+    state: Vec<f32>,
 }
 
 thread_workspace!(Workspace);
@@ -166,20 +151,14 @@ thread_workspace!(Workspace);
 impl Workspace {
     /// Every buffer long enough for `d`.
     fn size(&mut self, d: Dims) {
-        let c = d.chunk.min(d.t);
-        let n = block_state(d);
-        self.states.resize(d.chunks().len() * n, 0.0);
-        self.span.resize((c + 1) * n, 0.0);
-        self.residuals.resize(c * BLOCK, 0.0);
-        self.ds.resize(n, 0.0);
+        self.state.resize(block_state(d), 0.0);
     }
 }
 
 /// A block of the values' columns, `c0..c0 + n`, n at most [`W`] vectors. The delta rule is
 /// independent per column of the values (r, o and the state's columns), so each block runs the
-/// whole recurrence, forward and back, with its sums in vector registers (summed in memory, row
-/// by row, they had made the kernel load- and store-bound); only the gradients of q, k, g and β
-/// sum over columns, block by block.
+/// whole recurrence with its sums in vector registers (summed in memory, row by row, they had
+/// made the kernel load- and store-bound).
 #[derive(Clone, Copy)]
 struct Cols {
     c0: usize,
@@ -251,13 +230,6 @@ fn each<S: Simd>(f: impl FnMut(usize) -> S::f32s) -> [S::f32s; W] {
     std::array::from_fn(f)
 }
 
-/// The sum of a block's vectors, then of its lanes.
-#[inline(always)]
-fn total<S: Simd>(simd: S, x: [S::f32s; W]) -> f32 {
-    let sum = x.into_iter().reduce(|a, b| simd.add_f32s(a, b));
-    simd.reduce_sum_f32s(sum.unwrap_or(simd.splat_f32s(0.0)))
-}
-
 /// One head's inputs: q with [g, β] as its last columns (T, Dk + 2), k (T, Dk), v (T, Dv).
 type Head<'a> = super::Head<'a, Delta>;
 
@@ -272,18 +244,6 @@ impl Head<'_> {
     #[inline(always)]
     fn beta(&self, t: usize) -> f32 {
         self.columns(t)[1]
-    }
-
-    /// Sᵀ k_t over the block, S the block's state at the start of `states`: one read of it.
-    #[inline(always)]
-    fn read<S: Simd>(&self, simd: S, t: usize, states: &[f32]) -> [S::f32s; W] {
-        let k = self.k_row(t);
-        let mut sum = [simd.splat_f32s(0.0); W];
-        for (&ki, row) in k.iter().zip(states.chunks_exact(BLOCK)) {
-            let (ki, row) = (simd.splat_f32s(ki), load::<S>(row));
-            sum = each::<S>(|j| simd.mul_add_e_f32s(ki, row[j], sum[j]));
-        }
-        sum
     }
 
     /// r_t = v_t − e^(g_t) (Sᵀ k_t) over the block, from Sᵀ k_t.
@@ -329,35 +289,6 @@ impl Head<'_> {
         }
         (o, sk)
     }
-
-    /// The block's states from the one at offset 0 of `states` (before token `start`) through
-    /// the span `(start, len)`: in place without `residuals`, or with them each state after
-    /// the one before ((len + 1) states) and each token's r_t in `residuals` (rows of
-    /// [`BLOCK`]).
-    #[inline(always)]
-    fn advance<S: Simd>(
-        &self,
-        (simd, cols): (S, Cols),
-        (start, len): (usize, usize),
-        states: &mut [f32],
-        mut residuals: Option<&mut [f32]>,
-    ) {
-        let n = block_state(self.d);
-        let mut r = self.residual(simd, cols, start, self.read(simd, start, states));
-        for i in 0..len {
-            if let Some(residuals) = residuals.as_deref_mut() {
-                store::<S>(&mut residuals[i * BLOCK..], r);
-            }
-            let at = match residuals.is_some() {
-                true => (i * n, (i + 1) * n),
-                false => (0, 0),
-            };
-            let (_, sk) = self.token::<S, false>(simd, start + i, (states, at), r);
-            if start + i + 1 < self.d.t {
-                r = self.residual(simd, cols, start + i + 1, sk);
-            }
-        }
-    }
 }
 
 /// The head's output (T, Dv) into `out`, its rows H·Dv apart.
@@ -373,7 +304,7 @@ impl WithSimd for Forward<'_, '_> {
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) {
         let (head, d, out) = (self.head, self.head.d, self.out);
-        let state = &mut self.ws.states[..block_state(d)];
+        let state = &mut self.ws.state[..];
         let scale = simd.splat_f32s(d.scale);
         for cols in Cols::of(d.dv, S::F32_LANES) {
             state.fill(0.0);
@@ -388,177 +319,6 @@ impl WithSimd for Forward<'_, '_> {
             }
         }
     }
-}
-
-/// The head's gradients into `grads` (zeros on entry): dq with [dg, dβ] as its last columns,
-/// dk, dv, from the output's gradient `dout` (T, Dv, rows H·Dv apart). The tokens are walked
-/// back, each span's states recomputed from the state before it (kept from a first pass), so
-/// it stores T/C states, not T.
-struct Backward<'h, 'a, 'g> {
-    head: &'h Head<'a>,
-    dout: &'h [f32],
-    grads: &'h mut Grads<'g>,
-    ws: &'h mut Workspace,
-}
-
-impl WithSimd for Backward<'_, '_, '_> {
-    type Output = ();
-
-    #[inline(always)]
-    fn with_simd<S: Simd>(mut self, simd: S) {
-        let (head, d, n) = (self.head, self.head.d, block_state(self.head.d));
-        for cols in Cols::of(d.dv, S::F32_LANES) {
-            d.states((&mut self.ws.states, n), |span, state| {
-                head.advance((simd, cols), span, state, None)
-            });
-            self.ws.ds.fill(0.0);
-            let mut du = None;
-            for (c, (start, len)) in d.chunks().enumerate().rev() {
-                let Workspace {
-                    states,
-                    span,
-                    residuals,
-                    ..
-                } = &mut *self.ws;
-                span[..n].copy_from_slice(&states[c * n..][..n]);
-                let span = &mut span[..(len + 1) * n];
-                head.advance((simd, cols), (start, len), span, Some(residuals));
-                // The last token's read: dS_T = s q_T doᵀ.
-                let du_t = match du {
-                    Some(du) => du,
-                    None => self.last_read(simd, cols, len * n),
-                };
-                du = Some(self.span_backward((simd, cols), (start, len), du_t));
-            }
-        }
-    }
-}
-
-impl Backward<'_, '_, '_> {
-    /// Row t of the output's gradient.
-    #[inline(always)]
-    fn dout(&self, t: usize) -> &[f32] {
-        let d = self.head.d;
-        &self.dout[t * d.h * d.dv..][..d.dv]
-    }
-
-    /// The last token's read o = s S_Tᵀ q_T, S_T at `at` in `ws.span`: dS = s q doᵀ (into
-    /// `ws.ds`), dq = s S_T do; returns du = dSᵀ k_T over the block.
-    #[inline(always)]
-    fn last_read<S: Simd>(&mut self, simd: S, cols: Cols, at: usize) -> [S::f32s; W] {
-        let (head, d) = (self.head, self.head.d);
-        let t = d.t - 1;
-        let dout = cols.load(simd, self.dout(t));
-        let (q, k) = (head.q_row(t), head.k_row(t));
-        let mut du = [simd.splat_f32s(0.0); W];
-        for i in 0..d.dk {
-            let s = load::<S>(&self.ws.span[at + i * BLOCK..]);
-            let zero = [simd.splat_f32s(0.0); W];
-            let (ds, dq) = read_grad(simd, (d.scale * q[i], k[i]), (s, dout), zero, &mut du);
-            store::<S>(&mut self.ws.ds[i * BLOCK..], ds);
-            self.grads.dq_row(t)[i] += d.scale * dq;
-        }
-        du
-    }
-
-    /// The span's tokens back, their states in `ws.span` and residuals in `ws.residuals`, from
-    /// du = dSᵀ k of its last token; returns the du of the token before the span.
-    #[inline(always)]
-    fn span_backward<S: Simd>(
-        &mut self,
-        (simd, cols): (S, Cols),
-        (start, len): (usize, usize),
-        mut du: [S::f32s; W],
-    ) -> [S::f32s; W] {
-        let n = block_state(self.head.d);
-        for i in (0..len).rev() {
-            let r = load::<S>(&self.ws.residuals[i * BLOCK..]);
-            let before = i * n;
-            du = self.token_backward((simd, cols), start + i, (before, r), du);
-        }
-        du
-    }
-
-    /// Token t's gradients from du = dSᵀ k_t (dS, in `ws.ds`, the gradient of S_t with o_t's
-    /// read in it), and dS carried back to S_{t−1} with o_{t−1}'s read added, in one pass over
-    /// dS and S_{t−1} (at `before` in `ws.span`). With u = β r: S_t = P + k uᵀ gives dk = dS u
-    /// and dβ = du·r, dr = β du = dv; r = v − Pᵀk gives dk −= P dr, dP = dS − k drᵀ;
-    /// P = e^(g) S_{t−1} gives dg = Σ dP ⊙ P and dS_{t−1} = e^(g) dP; then o_{t−1} = s S_{t−1}ᵀ
-    /// q_{t−1} gives dq_{t−1} = s S_{t−1} do_{t−1} and dS_{t−1} += s q_{t−1} do_{t−1}ᵀ. Returns
-    /// du of token t − 1.
-    #[inline(always)]
-    fn token_backward<S: Simd>(
-        &mut self,
-        (simd, cols): (S, Cols),
-        t: usize,
-        (before, r): (usize, [S::f32s; W]),
-        du: [S::f32s; W],
-    ) -> [S::f32s; W] {
-        let (head, d) = (self.head, self.head.d);
-        let (beta, decay) = (head.beta(t), head.decay(t));
-        let (betas, decays) = (simd.splat_f32s(beta), simd.splat_f32s(decay));
-        let dr = each::<S>(|j| simd.mul_f32s(betas, du[j]));
-        cols.store(simd, self.grads.dv_row(t), dr);
-        let dbeta = total(simd, each::<S>(|j| simd.mul_f32s(du[j], r[j])));
-        let u = each::<S>(|j| simd.mul_f32s(betas, r[j]));
-        let decayed_dr = each::<S>(|j| simd.mul_f32s(decays, dr[j]));
-        let k = head.k_row(t);
-        // Token t − 1's read, none before the first token.
-        let previous = t.checked_sub(1).map(|p| {
-            let dout = cols.load(simd, self.dout(p));
-            (head.q_row(p), head.k_row(p), dout)
-        });
-        let (mut dg, mut du_before) = ([simd.splat_f32s(0.0); W], [simd.splat_f32s(0.0); W]);
-        // Token t's dk and token t − 1's dq, a number per row of the state, into their rows
-        // taken once: indexing the gradients row by row (a slice and its bounds per number)
-        // made the op's forward and backward at B 64, H 2, T 64, Dk = Dv = 64 take 20.3–23.6 ms
-        // a layer on 2 cores, against 18.6–20.2 ms.
-        let (dk_out, mut dq_out) = self.grads.dk_and_dq_rows(t);
-        let states = &self.ws.span[before..][..d.dk * BLOCK];
-        let rows = self.ws.ds[..d.dk * BLOCK].chunks_exact_mut(BLOCK);
-        for (i, ((row, s), dk_out)) in rows.zip(states.chunks_exact(BLOCK)).zip(dk_out).enumerate()
-        {
-            let ds = load::<S>(row);
-            let s = load::<S>(s);
-            let dk = each::<S>(|j| {
-                simd.negate_mul_add_e_f32s(s[j], decayed_dr[j], simd.mul_f32s(ds[j], u[j]))
-            });
-            *dk_out += total(simd, dk);
-            let ki = simd.splat_f32s(k[i]);
-            let dp = each::<S>(|j| simd.negate_mul_add_e_f32s(ki, dr[j], ds[j]));
-            dg = each::<S>(|j| simd.mul_add_e_f32s(dp[j], s[j], dg[j]));
-            let mut ds = each::<S>(|j| simd.mul_f32s(decays, dp[j]));
-            if let (Some((q, k, dout)), Some(dq_out)) = (previous, dq_out.as_deref_mut()) {
-                let read = (d.scale * q[i], k[i]);
-                let dq;
-                (ds, dq) = read_grad(simd, read, (s, dout), ds, &mut du_before);
-                dq_out[i] += d.scale * dq;
-            }
-            store::<S>(row, ds);
-        }
-        let dgb = self.grads.dg_row(t);
-        dgb[0] += decay * total(simd, dg);
-        dgb[1] += dbeta;
-        du_before
-    }
-}
-
-/// Row i of a token's read o = s Sᵀ q back, from (s q_i, k_i), S's row i and the output's
-/// gradient do: returns dS's row i with s q_i do added to `ds`, and S_i·do (dq_i over s);
-/// adds k_i times the new row to `du` (dSᵀ k, for the token's write).
-#[inline(always)]
-fn read_grad<S: Simd>(
-    simd: S,
-    (read, ki): (f32, f32),
-    (s, dout): ([S::f32s; W], [S::f32s; W]),
-    ds: [S::f32s; W],
-    du: &mut [S::f32s; W],
-) -> ([S::f32s; W], f32) {
-    let (read, ki) = (simd.splat_f32s(read), simd.splat_f32s(ki));
-    let ds = each::<S>(|j| simd.mul_add_e_f32s(read, dout[j], ds[j]));
-    *du = each::<S>(|j| simd.mul_add_e_f32s(ki, ds[j], du[j]));
-    let dq = total(simd, each::<S>(|j| simd.mul_f32s(s[j], dout[j])));
-    (ds, dq)
 }
 
 #[cfg(test)]

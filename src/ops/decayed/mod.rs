@@ -297,6 +297,18 @@ fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
     y.iter_mut().zip(x).for_each(|(y, x)| *y += a * x);
 }
 
+/// `dst` = the rows of `x`, row i times `factor(i)`, as a row-major matrix.
+fn scaled_rows<'a>(x: MatRef, factor: impl Fn(usize) -> f32, dst: &'a mut [f32]) -> MatRef<'a> {
+    let dst = &mut dst[..x.rows * x.cols];
+    for (i, row) in dst.chunks_mut(x.cols).enumerate() {
+        let (f, src) = (factor(i), &x.data[i * x.row_stride..]);
+        for (c, y) in row.iter_mut().enumerate() {
+            *y = f * src[c * x.col_stride];
+        }
+    }
+    MatRef::row_major(dst, x.rows, x.cols)
+}
+
 /// One head's gradients: dq with the decay's gradient beside it (T, packed), dk (T, Dk),
 /// dv (T, Dv).
 struct Grads<'a> {
@@ -335,15 +347,6 @@ impl Grads<'_> {
     fn dg_row(&mut self, i: usize) -> &mut [f32] {
         let d = self.d;
         &mut self.dqg[i * d.packed + d.dk..(i + 1) * d.packed]
-    }
-
-    /// dk's row `t` and, past the first position, dq's row `t − 1`, at once.
-    fn dk_and_dq_rows(&mut self, t: usize) -> (&mut [f32], Option<&mut [f32]>) {
-        let d = self.d;
-        let dq = t
-            .checked_sub(1)
-            .map(|p| &mut self.dqg[p * d.packed..][..d.dk]);
-        (&mut self.dk[t * d.dk..][..d.dk], dq)
     }
 
     fn dk_row(&mut self, i: usize) -> &mut [f32] {

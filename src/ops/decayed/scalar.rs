@@ -11,7 +11,7 @@
 use candle_core::Tensor;
 
 use super::composed::{Chunks, Fill};
-use super::{Dims, Grads, Inputs, Kernel, axpy, dot, fused};
+use super::{Dims, Grads, Inputs, Kernel, axpy, dot, fused, scaled_rows};
 use crate::Result;
 use crate::ops::causal_mask;
 use crate::ops::causal_products::{lower_product, triangular_product};
@@ -325,18 +325,6 @@ impl Head<'_> {
             true,
         );
     }
-}
-
-/// `dst` = the rows of `x`, row i times `factor(i)`, as a row-major matrix.
-fn scaled_rows<'a>(x: MatRef, factor: impl Fn(usize) -> f32, dst: &'a mut [f32]) -> MatRef<'a> {
-    let dst = &mut dst[..x.rows * x.cols];
-    for (i, row) in dst.chunks_mut(x.cols).enumerate() {
-        let (f, src) = (factor(i), &x.data[i * x.row_stride..]);
-        for (c, y) in row.iter_mut().enumerate() {
-            *y = f * src[c * x.col_stride];
-        }
-    }
-    MatRef::row_major(dst, x.rows, x.cols)
 }
 
 #[cfg(test)]
