@@ -6,8 +6,9 @@
 //! Y = V − (K ⊙ e^γ) S, R = (I + L)⁻¹ diag(β) Y, O = s (Q ⊙ e^γ) S + P R with
 //! P = s (Q Kᵀ) ⊙ Γ (j ≤ i), and S ← e^(γ_C) S + (K ⊙ e^(γ_C − γ))ᵀ R.
 //!
-//! Walked back, each chunk is eleven products of C×C and C×D blocks and one C×C inverse, where
-//! the recurrence's backward pass had taken each token's gradients from a pass over its
+//! Walked back, each chunk is ten products of C×C and C×D blocks and one C×C inverse (seven
+//! products more where a state comes in from an earlier chunk or goes out to a later one),
+//! where the recurrence's backward pass had taken each token's gradients from a pass over its
 //! state, row by row, with two sums across vector lanes per state row. The forward pass stays
 //! the recurrence (`super`): it is the cheaper one, and needs no inverse.
 //!
